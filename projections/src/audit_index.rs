@@ -1,0 +1,433 @@
+//! The audit index: which audit entries a tenant has, by time and by action, and the
+//! per-tenant hash chain over them.
+//!
+//! Tree `proj_audit`:
+//! - `i|audit_id` → [`AuditRef`] (seq of the log record holding the entry, tenant, created_at,
+//!   action key, chain hash and the previous chain hash);
+//! - `h|tenant_id` → chain head (hash, entry count).
+//!
+//! The entry itself is read from the log record at `seq`, never copied. In memory, per tenant,
+//! sorted `(created_at, seq)` indexes (all entries, and per action) are rebuilt from the `i`
+//! keys at open; they answer `total` and any page offset by rank, without scanning entries.
+
+use std::collections::HashMap;
+use std::sync::RwLock;
+
+use uuid::Uuid;
+
+use crate::audit_view::chain_hash;
+use crate::event::Event;
+use crate::overlay::{prefixed, Overlay};
+use crate::projection::{corrupt, read_checkpoint, Applied, Projection, Result};
+use crate::sorted_index::{Key, SortedIndex};
+
+const TREE: &str = "proj_audit";
+
+/// Where an audit entry lives and its place in its tenant's chain.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AuditRef {
+    pub seq: u64,
+    pub tenant_id: Uuid,
+    pub created_at: i64,
+    pub action_key: u64,
+    pub hash: [u8; 32],
+    pub prev_hash: [u8; 32],
+}
+
+const REF_LEN: usize = 8 + 16 + 8 + 8 + 32 + 32;
+
+impl AuditRef {
+    fn to_bytes(self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(REF_LEN);
+        v.extend_from_slice(&self.seq.to_be_bytes());
+        v.extend_from_slice(self.tenant_id.as_bytes());
+        v.extend_from_slice(&self.created_at.to_be_bytes());
+        v.extend_from_slice(&self.action_key.to_be_bytes());
+        v.extend_from_slice(&self.hash);
+        v.extend_from_slice(&self.prev_hash);
+        v
+    }
+
+    fn from_bytes(b: &[u8]) -> Result<Self> {
+        if b.len() != REF_LEN {
+            return Err(corrupt(TREE, format!("audit ref of {} bytes", b.len())));
+        }
+        let u64_at = |o: usize| {
+            let mut a = [0u8; 8];
+            a.copy_from_slice(&b[o..o + 8]);
+            a
+        };
+        let mut tenant = [0u8; 16];
+        tenant.copy_from_slice(&b[8..24]);
+        let mut hash = [0u8; 32];
+        hash.copy_from_slice(&b[40..72]);
+        let mut prev_hash = [0u8; 32];
+        prev_hash.copy_from_slice(&b[72..104]);
+        Ok(Self {
+            seq: u64::from_be_bytes(u64_at(0)),
+            tenant_id: Uuid::from_bytes(tenant),
+            created_at: i64::from_be_bytes(u64_at(24)),
+            action_key: u64::from_be_bytes(u64_at(32)),
+            hash,
+            prev_hash,
+        })
+    }
+}
+
+/// Stable 64-bit key of an action name for the in-memory per-action index.
+pub fn action_key(action: &str) -> u64 {
+    let h = blake3::hash(action.as_bytes());
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&h.as_bytes()[..8]);
+    u64::from_be_bytes(a)
+}
+
+#[derive(Default)]
+struct TenantIndex {
+    all: SortedIndex,
+    by_action: HashMap<u64, SortedIndex>,
+}
+
+impl TenantIndex {
+    fn insert(&mut self, r: &AuditRef) {
+        let k = (r.created_at, r.seq);
+        self.all.insert(k);
+        self.by_action.entry(r.action_key).or_default().insert(k);
+    }
+}
+
+/// A page of the audit index: positions are newest first.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Page {
+    pub total: usize,
+    pub items: Vec<Key>,
+}
+
+/// A filter over one tenant's entries; times inclusive, micros.
+#[derive(Debug, Clone, Copy)]
+pub struct Filter<'a> {
+    pub tenant_id: Uuid,
+    pub action: Option<&'a str>,
+    pub from: i64,
+    pub to: i64,
+}
+
+pub struct AuditIndex {
+    tree: sled::Tree,
+    mem: RwLock<HashMap<Uuid, TenantIndex>>,
+}
+
+impl AuditIndex {
+    pub fn open(db: &sled::Db) -> Result<Self> {
+        let tree = db.open_tree(TREE)?;
+        let mut mem: HashMap<Uuid, TenantIndex> = HashMap::new();
+        for kv in tree.scan_prefix([b'i']) {
+            let (_, v) = kv?;
+            let r = AuditRef::from_bytes(&v)?;
+            mem.entry(r.tenant_id).or_default().insert(&r);
+        }
+        Ok(Self {
+            tree,
+            mem: RwLock::new(mem),
+        })
+    }
+
+    pub fn get(&self, audit_id: &Uuid) -> Result<Option<AuditRef>> {
+        self.tree
+            .get(prefixed(b'i', &[audit_id.as_bytes()]))?
+            .map(|v| AuditRef::from_bytes(&v))
+            .transpose()
+    }
+
+    /// Chain head of a tenant: (hash of its newest entry, number of entries).
+    pub fn head(&self, tenant_id: &Uuid) -> Result<([u8; 32], u64)> {
+        match self.tree.get(prefixed(b'h', &[tenant_id.as_bytes()]))? {
+            None => Ok(([0; 32], 0)),
+            Some(v) => parse_head(&v),
+        }
+    }
+
+    fn with_index<T>(&self, f: &Filter<'_>, default: T, op: impl FnOnce(&SortedIndex) -> T) -> T {
+        let mem = match self.mem.read() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        let Some(t) = mem.get(&f.tenant_id) else {
+            return default;
+        };
+        let idx = match f.action {
+            None => Some(&t.all),
+            Some(a) => t.by_action.get(&action_key(a)),
+        };
+        match idx {
+            Some(idx) => op(idx),
+            None => default,
+        }
+    }
+
+    /// Number of matching entries.
+    pub fn count(&self, f: &Filter<'_>) -> usize {
+        self.with_index(f, 0, |idx| {
+            let (lo, hi) = idx.range(f.from, f.to);
+            hi - lo
+        })
+    }
+
+    /// Offset paging, newest first.
+    pub fn page(&self, f: &Filter<'_>, offset: usize, limit: usize) -> Page {
+        self.with_index(
+            f,
+            Page {
+                total: 0,
+                items: vec![],
+            },
+            |idx| {
+                let (lo, hi) = idx.range(f.from, f.to);
+                Page {
+                    total: hi - lo,
+                    items: idx.descending(lo, hi, offset, limit),
+                }
+            },
+        )
+    }
+
+    /// Cursor paging, newest first: entries strictly older than `after` (by created_at, then
+    /// seq) with `seq <= snapshot`, so entries appended after the first page never shift or
+    /// repeat the pages that follow.
+    pub fn after(&self, f: &Filter<'_>, after: Key, snapshot: u64, limit: usize) -> Page {
+        self.with_index(
+            f,
+            Page {
+                total: 0,
+                items: vec![],
+            },
+            |idx| {
+                let (lo, hi) = idx.range(f.from, f.to);
+                let end = idx.rank(after).clamp(lo, hi);
+                let mut items = Vec::with_capacity(limit);
+                let mut pos = end;
+                while pos > lo && items.len() < limit {
+                    pos -= 1;
+                    if let Some(k) = idx.get(pos) {
+                        if k.1 <= snapshot {
+                            items.push(k);
+                        }
+                    }
+                }
+                Page {
+                    total: hi - lo,
+                    items,
+                }
+            },
+        )
+    }
+
+    fn fold(
+        ov: &mut Overlay<'_>,
+        heads: &mut HashMap<Uuid, ([u8; 32], u64)>,
+        refs: &mut Vec<AuditRef>,
+        a: &Applied<'_>,
+    ) -> Result<()> {
+        let Event::AuditRecorded(rec) = a.event else {
+            return Ok(());
+        };
+        let id_key = prefixed(b'i', &[rec.entry.id.as_bytes()]);
+        if ov.get(&id_key)?.is_some() {
+            // The same audit id twice would fork the tenant chain; the first one stands.
+            return Ok(());
+        }
+        let head = match heads.get(&rec.tenant_id) {
+            Some(h) => *h,
+            None => match ov.get(&prefixed(b'h', &[rec.tenant_id.as_bytes()]))? {
+                Some(v) => parse_head(&v)?,
+                None => ([0; 32], 0),
+            },
+        };
+        let hash = chain_hash(&head.0, &rec.entry);
+        let r = AuditRef {
+            seq: a.seq,
+            tenant_id: rec.tenant_id,
+            created_at: rec.entry.created_at,
+            action_key: action_key(&rec.entry.action),
+            hash,
+            prev_hash: head.0,
+        };
+        ov.insert(id_key, r.to_bytes());
+        heads.insert(rec.tenant_id, (hash, head.1 + 1));
+        refs.push(r);
+        Ok(())
+    }
+}
+
+fn parse_head(v: &[u8]) -> Result<([u8; 32], u64)> {
+    if v.len() != 40 {
+        return Err(corrupt(TREE, "chain head is not 40 bytes"));
+    }
+    let mut h = [0u8; 32];
+    h.copy_from_slice(&v[..32]);
+    let mut n = [0u8; 8];
+    n.copy_from_slice(&v[32..]);
+    Ok((h, u64::from_be_bytes(n)))
+}
+
+impl Projection for AuditIndex {
+    fn name(&self) -> &'static str {
+        TREE
+    }
+
+    fn checkpoint(&self) -> Result<u64> {
+        read_checkpoint(&self.tree, TREE)
+    }
+
+    fn apply(&self, events: &[Applied<'_>]) -> Result<()> {
+        let cp = self.checkpoint()?;
+        let mut ov = Overlay::new(&self.tree);
+        let mut heads = HashMap::new();
+        let mut refs = Vec::new();
+        let mut last = cp;
+        for a in events.iter().filter(|a| a.seq > cp) {
+            Self::fold(&mut ov, &mut heads, &mut refs, a)?;
+            last = a.seq;
+        }
+        if last == cp {
+            return Ok(());
+        }
+        for (tenant, (hash, n)) in &heads {
+            let mut v = hash.to_vec();
+            v.extend_from_slice(&n.to_be_bytes());
+            ov.insert(prefixed(b'h', &[tenant.as_bytes()]), v);
+        }
+        ov.commit(last)?;
+        let mut mem = match self.mem.write() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        for r in &refs {
+            mem.entry(r.tenant_id).or_default().insert(r);
+        }
+        Ok(())
+    }
+
+    fn reset(&self) -> Result<()> {
+        self.tree.clear()?;
+        match self.mem.write() {
+            Ok(mut g) => g.clear(),
+            Err(poisoned) => poisoned.into_inner().clear(),
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::{AuditEntry, AuditRecorded};
+
+    fn entry(action: &str, created_at: i64) -> AuditEntry {
+        AuditEntry {
+            id: Uuid::now_v7(),
+            action: action.into(),
+            model_id: None,
+            project_id: None,
+            gateway_id: None,
+            ip_address: None,
+            user_agent: None,
+            http_status: 200,
+            is_success: true,
+            is_cache_hit: false,
+            error_code: None,
+            error_msg: None,
+            duration: None,
+            credits_consumed: 0.0,
+            balance_consumed_usd: 0.0,
+            tokens: None,
+            metadata: None,
+            created_at,
+        }
+    }
+
+    #[test]
+    fn given_entries_of_two_tenants_then_counts_pages_and_chains_are_per_tenant() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = sled::open(dir.path()).expect("open");
+        let idx = AuditIndex::open(&db).expect("open");
+        let (a, b) = (Uuid::now_v7(), Uuid::now_v7());
+        let mut events = Vec::new();
+        for i in 0..30i64 {
+            let tenant = if i % 3 == 0 { b } else { a };
+            let action = if i % 2 == 0 {
+                "memory.write"
+            } else {
+                "audit.list"
+            };
+            events.push(Event::AuditRecorded(Box::new(AuditRecorded {
+                tenant_id: tenant,
+                entry: entry(action, 1000 + i),
+                detail: Default::default(),
+            })));
+        }
+        let applied: Vec<Applied> = events
+            .iter()
+            .enumerate()
+            .map(|(i, e)| Applied {
+                seq: i as u64 + 1,
+                ts_micros: 0,
+                event: e,
+            })
+            .collect();
+        idx.apply(&applied[..10]).expect("apply");
+        idx.apply(&applied).expect("apply overlapping");
+
+        let all_a = Filter {
+            tenant_id: a,
+            action: None,
+            from: i64::MIN,
+            to: i64::MAX,
+        };
+        assert_eq!(idx.count(&all_a), 20);
+        let writes_a = Filter {
+            action: Some("memory.write"),
+            ..all_a
+        };
+        assert_eq!(idx.count(&writes_a), 10);
+        let ranged = Filter {
+            from: 1010,
+            to: 1019,
+            ..all_a
+        };
+        // 1010..=1019 holds ten entries; 1012, 1015 and 1018 belong to tenant b.
+        assert_eq!(idx.count(&ranged), 7);
+        let page = idx.page(&all_a, 0, 3);
+        assert_eq!(page.total, 20);
+        assert_eq!(page.items, vec![(1029, 30), (1028, 29), (1026, 27)]);
+        let past = idx.page(&all_a, 100, 3);
+        assert_eq!((past.total, past.items.len()), (20, 0));
+        let next = idx.after(&all_a, (1026, 27), 30, 2);
+        assert_eq!(next.items, vec![(1025, 26), (1023, 24)]);
+
+        // Chains: each tenant's first entry links to zeros, each later one to the one before.
+        let (head_a, n_a) = idx.head(&a).expect("head");
+        assert_eq!(n_a, 20);
+        let mut prev = [0u8; 32];
+        for e in events.iter() {
+            let Event::AuditRecorded(r) = e else {
+                unreachable!()
+            };
+            if r.tenant_id != a {
+                continue;
+            }
+            let got = idx.get(&r.entry.id).expect("get").expect("ref");
+            assert_eq!(got.prev_hash, prev);
+            assert_eq!(got.hash, chain_hash(&prev, &r.entry));
+            prev = got.hash;
+        }
+        assert_eq!(prev, head_a);
+
+        // Reopening rebuilds the in-memory index from the tree.
+        drop(idx);
+        let idx = AuditIndex::open(&db).expect("reopen");
+        assert_eq!(idx.count(&writes_a), 10);
+        idx.reset().expect("reset");
+        assert_eq!(idx.count(&all_a), 0);
+    }
+}

@@ -1,0 +1,421 @@
+//! The event schema: every fact auditmem ever learns is one of these, appended to the log.
+//!
+//! Invariants:
+//! - Events are past-tense facts; they carry no business logic and are never rewritten.
+//! - The wire form is msgpack `[EVENT_FORMAT_VERSION, event]` with structs encoded as maps
+//!   (field names included), so new optional fields (`#[serde(default)]`) and new variants can
+//!   be added without breaking records already in the log.
+//! - Secrets never appear: an API key is stored only as its blake3 hash.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use uuid::Uuid;
+
+/// Version of the event wire format written by this build.
+pub const EVENT_FORMAT_VERSION: u16 = 1;
+
+/// Subscription plan of a tenant; decides audit retention and which features are open.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Plan {
+    Free,
+    Basic,
+    Pro,
+    Business,
+    Custom,
+}
+
+impl Plan {
+    pub const ALL: [Plan; 5] = [
+        Plan::Free,
+        Plan::Basic,
+        Plan::Pro,
+        Plan::Business,
+        Plan::Custom,
+    ];
+
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Plan::Free => "free",
+            Plan::Basic => "basic",
+            Plan::Pro => "pro",
+            Plan::Business => "business",
+            Plan::Custom => "custom",
+        }
+    }
+
+    /// Pro, Business and Custom may export audit logs.
+    pub fn can_export(&self) -> bool {
+        matches!(self, Plan::Pro | Plan::Business | Plan::Custom)
+    }
+
+    /// Business and Custom see the per-tenant chain hash.
+    pub fn shows_hash(&self) -> bool {
+        matches!(self, Plan::Business | Plan::Custom)
+    }
+}
+
+impl std::str::FromStr for Plan {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Plan::ALL
+            .into_iter()
+            .find(|p| p.as_str() == s)
+            .ok_or_else(|| {
+                format!("unknown plan '{s}' (expected free, basic, pro, business or custom)")
+            })
+    }
+}
+
+/// A permission an API key may carry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
+pub enum Permission {
+    #[serde(rename = "audit.read")]
+    AuditRead,
+    #[serde(rename = "audit.export")]
+    AuditExport,
+    #[serde(rename = "memory.read")]
+    MemoryRead,
+    #[serde(rename = "memory.write")]
+    MemoryWrite,
+}
+
+impl Permission {
+    pub const ALL: [Permission; 4] = [
+        Permission::AuditRead,
+        Permission::AuditExport,
+        Permission::MemoryRead,
+        Permission::MemoryWrite,
+    ];
+
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Permission::AuditRead => "audit.read",
+            Permission::AuditExport => "audit.export",
+            Permission::MemoryRead => "memory.read",
+            Permission::MemoryWrite => "memory.write",
+        }
+    }
+}
+
+impl std::str::FromStr for Permission {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Permission::ALL
+            .into_iter()
+            .find(|p| p.as_str() == s)
+            .ok_or_else(|| {
+                format!(
+                    "unknown permission '{s}' (expected audit.read, audit.export, memory.read or memory.write)"
+                )
+            })
+    }
+}
+
+/// Type of a memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
+#[serde(rename_all = "lowercase")]
+pub enum MemoryType {
+    Rule,
+    Fact,
+    Context,
+}
+
+impl MemoryType {
+    pub const ALL: [MemoryType; 3] = [MemoryType::Rule, MemoryType::Fact, MemoryType::Context];
+
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            MemoryType::Rule => "rule",
+            MemoryType::Fact => "fact",
+            MemoryType::Context => "context",
+        }
+    }
+
+    /// Stable one-byte tag used in projection keys.
+    pub fn tag(&self) -> u8 {
+        match self {
+            MemoryType::Rule => 1,
+            MemoryType::Fact => 2,
+            MemoryType::Context => 3,
+        }
+    }
+}
+
+impl std::str::FromStr for MemoryType {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        MemoryType::ALL
+            .into_iter()
+            .find(|p| p.as_str() == s)
+            .ok_or_else(|| format!("unknown memory_type '{s}' (expected rule, fact or context)"))
+    }
+}
+
+/// Token usage of a gateway operation.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Tokens {
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    pub total_tokens: u64,
+}
+
+/// The audit log entry of the interface (list item), minus `hash`, which the audit index
+/// derives from the per-tenant chain.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AuditEntry {
+    pub id: Uuid,
+    pub action: String,
+    #[serde(default)]
+    pub model_id: Option<String>,
+    #[serde(default)]
+    pub project_id: Option<String>,
+    #[serde(default)]
+    pub gateway_id: Option<String>,
+    #[serde(default)]
+    pub ip_address: Option<String>,
+    #[serde(default)]
+    pub user_agent: Option<String>,
+    pub http_status: u16,
+    pub is_success: bool,
+    #[serde(default)]
+    pub is_cache_hit: bool,
+    #[serde(default)]
+    pub error_code: Option<i64>,
+    #[serde(default)]
+    pub error_msg: Option<String>,
+    /// Milliseconds.
+    #[serde(default)]
+    pub duration: Option<f64>,
+    #[serde(default)]
+    pub credits_consumed: f64,
+    #[serde(default)]
+    pub balance_consumed_usd: f64,
+    #[serde(default)]
+    pub tokens: Option<Tokens>,
+    #[serde(default)]
+    pub metadata: Option<Value>,
+    /// Microseconds since the Unix epoch, UTC.
+    pub created_at: i64,
+}
+
+/// The detail fields of an audit entry.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct AuditDetail {
+    #[serde(default)]
+    pub request_body: Option<Value>,
+    #[serde(default)]
+    pub response_body: Option<Value>,
+    #[serde(default)]
+    pub input_content: Option<Value>,
+    #[serde(default)]
+    pub output_content: Option<Value>,
+    #[serde(default)]
+    pub rag_query: Option<Vec<String>>,
+    #[serde(default)]
+    pub rag_results: Option<Vec<Value>>,
+    #[serde(default)]
+    pub memory_query: Option<Vec<String>>,
+    #[serde(default)]
+    pub memory_results: Option<Vec<Value>>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TenantCreated {
+    pub tenant_id: Uuid,
+    pub name: String,
+    pub plan: Plan,
+    pub subscription_active: bool,
+    pub credits: f64,
+    pub created_at: i64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TenantUpdated {
+    pub tenant_id: Uuid,
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub plan: Option<Plan>,
+    #[serde(default)]
+    pub subscription_active: Option<bool>,
+    #[serde(default)]
+    pub credits: Option<f64>,
+    pub updated_at: i64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct KeyIssued {
+    pub key_id: Uuid,
+    pub tenant_id: Uuid,
+    /// blake3 of the key; the key itself is shown once and never stored.
+    #[serde(with = "serde_bytes")]
+    pub key_hash: [u8; 32],
+    pub permissions: Vec<Permission>,
+    #[serde(default)]
+    pub name: Option<String>,
+    pub created_at: i64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct KeyRevoked {
+    pub key_id: Uuid,
+    pub tenant_id: Uuid,
+    pub revoked_at: i64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AuditRecorded {
+    pub tenant_id: Uuid,
+    pub entry: AuditEntry,
+    #[serde(default)]
+    pub detail: AuditDetail,
+}
+
+/// Every event kind. Variants are only ever added, never renamed or removed.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Event {
+    TenantCreated(TenantCreated),
+    TenantUpdated(TenantUpdated),
+    KeyIssued(KeyIssued),
+    KeyRevoked(KeyRevoked),
+    AuditRecorded(Box<AuditRecorded>),
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum EventCodecError {
+    #[error("event could not be encoded: {0}")]
+    Encode(#[from] rmp_serde::encode::Error),
+    #[error("event could not be decoded: {0}")]
+    Decode(#[from] rmp_serde::decode::Error),
+    #[error(
+        "event format version {0} is newer than this build understands ({EVENT_FORMAT_VERSION})"
+    )]
+    Version(u16),
+}
+
+impl Event {
+    /// The bytes stored (and hashed) in a log record.
+    pub fn encode(&self) -> Result<Vec<u8>, EventCodecError> {
+        Ok(rmp_serde::to_vec_named(&(EVENT_FORMAT_VERSION, self))?)
+    }
+
+    pub fn decode(bytes: &[u8]) -> Result<Event, EventCodecError> {
+        let (version, event): (u16, Event) = rmp_serde::from_slice(bytes)?;
+        if version > EVENT_FORMAT_VERSION {
+            return Err(EventCodecError::Version(version));
+        }
+        Ok(event)
+    }
+
+    /// Short name of the variant, for logs and the history view.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Event::TenantCreated(_) => "TenantCreated",
+            Event::TenantUpdated(_) => "TenantUpdated",
+            Event::KeyIssued(_) => "KeyIssued",
+            Event::KeyRevoked(_) => "KeyRevoked",
+            Event::AuditRecorded(_) => "AuditRecorded",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample_audit() -> Event {
+        Event::AuditRecorded(Box::new(AuditRecorded {
+            tenant_id: Uuid::now_v7(),
+            entry: AuditEntry {
+                id: Uuid::now_v7(),
+                action: "memory.write".into(),
+                model_id: None,
+                project_id: Some("p1".into()),
+                gateway_id: None,
+                ip_address: Some("127.0.0.1".into()),
+                user_agent: Some("curl/8".into()),
+                http_status: 200,
+                is_success: true,
+                is_cache_hit: false,
+                error_code: None,
+                error_msg: None,
+                duration: Some(1.5),
+                credits_consumed: 0.0,
+                balance_consumed_usd: 0.0,
+                tokens: Some(Tokens {
+                    prompt_tokens: 1,
+                    completion_tokens: 2,
+                    total_tokens: 3,
+                }),
+                metadata: Some(serde_json::json!({"team": "a", "n": [1, 2.5, -3]})),
+                created_at: 1_700_000_000_123_000,
+            },
+            detail: AuditDetail {
+                request_body: Some(serde_json::json!({"content": "x"})),
+                ..Default::default()
+            },
+        }))
+    }
+
+    #[test]
+    fn event_round_trips_through_msgpack() {
+        let event = sample_audit();
+        let bytes = event.encode().expect("encode");
+        assert_eq!(Event::decode(&bytes).expect("decode"), event);
+    }
+
+    #[test]
+    fn newer_format_version_is_refused() {
+        let bytes =
+            rmp_serde::to_vec_named(&(EVENT_FORMAT_VERSION + 1, sample_audit())).expect("encode");
+        assert!(
+            matches!(Event::decode(&bytes), Err(EventCodecError::Version(v)) if v == EVENT_FORMAT_VERSION + 1)
+        );
+    }
+
+    #[test]
+    fn missing_optional_fields_decode_with_defaults() {
+        // A record written before a field existed must still decode: fields are named maps.
+        #[derive(Serialize)]
+        struct OldUpdate {
+            tenant_id: Uuid,
+            updated_at: i64,
+        }
+        #[derive(Serialize)]
+        enum OldEvent {
+            TenantUpdated(OldUpdate),
+        }
+        let id = Uuid::now_v7();
+        let bytes = rmp_serde::to_vec_named(&(
+            1u16,
+            OldEvent::TenantUpdated(OldUpdate {
+                tenant_id: id,
+                updated_at: 5,
+            }),
+        ))
+        .expect("encode");
+        match Event::decode(&bytes).expect("decode") {
+            Event::TenantUpdated(u) => {
+                assert_eq!(u.tenant_id, id);
+                assert_eq!(u.plan, None);
+                assert_eq!(u.credits, None);
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[test]
+    fn names_parse_and_print() {
+        for p in Plan::ALL {
+            assert_eq!(p.as_str().parse::<Plan>(), Ok(p));
+        }
+        for p in Permission::ALL {
+            assert_eq!(p.as_str().parse::<Permission>(), Ok(p));
+        }
+        for t in MemoryType::ALL {
+            assert_eq!(t.as_str().parse::<MemoryType>(), Ok(t));
+        }
+        assert!("gold".parse::<Plan>().is_err());
+    }
+}

@@ -1,0 +1,60 @@
+//! auditmem's event schema and every read model folded from the log.
+//!
+//! Nothing here speaks HTTP or calls a provider: a projection is a pure fold of events into
+//! sled trees, so `auditmem replay` can drop them all and rebuild the same answers.
+
+pub mod audit_index;
+pub mod audit_view;
+pub mod event;
+mod overlay;
+pub mod projection;
+pub mod sorted_index;
+pub mod tenants;
+
+pub use event::{
+    AuditDetail, AuditEntry, AuditRecorded, Event, KeyIssued, KeyRevoked, MemoryType, Permission,
+    Plan, TenantCreated, TenantUpdated, Tokens,
+};
+pub use projection::{Applied, Projection, ProjectionError};
+
+/// Every projection of the service, applied together in log order.
+pub struct Projections {
+    pub tenants: tenants::Tenants,
+    pub audit: audit_index::AuditIndex,
+}
+
+impl Projections {
+    pub fn open(db: &sled::Db) -> projection::Result<Self> {
+        Ok(Self {
+            tenants: tenants::Tenants::open(db)?,
+            audit: audit_index::AuditIndex::open(db)?,
+        })
+    }
+
+    pub fn all(&self) -> [&dyn Projection; 2] {
+        [&self.tenants, &self.audit]
+    }
+
+    /// The lowest checkpoint: catch-up starts right after it.
+    pub fn min_checkpoint(&self) -> projection::Result<u64> {
+        let mut min = u64::MAX;
+        for p in self.all() {
+            min = min.min(p.checkpoint()?);
+        }
+        Ok(min)
+    }
+
+    pub fn apply(&self, events: &[Applied<'_>]) -> projection::Result<()> {
+        for p in self.all() {
+            p.apply(events)?;
+        }
+        Ok(())
+    }
+
+    pub fn reset(&self) -> projection::Result<()> {
+        for p in self.all() {
+            p.reset()?;
+        }
+        Ok(())
+    }
+}

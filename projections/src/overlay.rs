@@ -1,0 +1,58 @@
+//! A write batch that can be read back before it is applied.
+//!
+//! Several events in one group may touch the same key (a tenant created and then updated in
+//! one group commit); the overlay lets `apply` read its own pending writes, then lands them,
+//! with the checkpoint, as one atomic sled batch.
+
+use std::collections::HashMap;
+
+use crate::projection::{Result, CHECKPOINT_KEY};
+
+pub(crate) struct Overlay<'t> {
+    tree: &'t sled::Tree,
+    pending: HashMap<Vec<u8>, Option<Vec<u8>>>,
+}
+
+impl<'t> Overlay<'t> {
+    pub fn new(tree: &'t sled::Tree) -> Self {
+        Self {
+            tree,
+            pending: HashMap::new(),
+        }
+    }
+
+    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        if let Some(v) = self.pending.get(key) {
+            return Ok(v.clone());
+        }
+        Ok(self.tree.get(key)?.map(|v| v.to_vec()))
+    }
+
+    pub fn insert(&mut self, key: Vec<u8>, value: Vec<u8>) {
+        self.pending.insert(key, Some(value));
+    }
+
+    /// Writes every pending change and the new checkpoint in one atomic batch.
+    pub fn commit(self, checkpoint: u64) -> Result<()> {
+        let mut batch = sled::Batch::default();
+        for (k, v) in self.pending {
+            match v {
+                Some(v) => batch.insert(k, v),
+                None => batch.remove(k),
+            }
+        }
+        batch.insert(CHECKPOINT_KEY, &checkpoint.to_be_bytes());
+        self.tree.apply_batch(batch)?;
+        Ok(())
+    }
+}
+
+pub(crate) fn prefixed(prefix: u8, parts: &[&[u8]]) -> Vec<u8> {
+    let len = 1 + parts.iter().map(|p| p.len()).sum::<usize>();
+    let mut key = Vec::with_capacity(len);
+    key.push(prefix);
+    for p in parts {
+        key.extend_from_slice(p);
+    }
+    key
+}

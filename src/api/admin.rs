@@ -1,0 +1,558 @@
+//! The admin API under `/admin/v1`: tenants, keys, platform audit ingestion, the raw log.
+//!
+//! Mounted only when `AUDITMEM_ADMIN_TOKEN` is set; the token is compared in constant time.
+//! Admin calls are operator actions, not tenant operations: they append their own events
+//! (tenants, keys, ingested entries) but no tenant audit entry.
+
+use std::collections::HashMap;
+
+use auditmem_projections::audit_view::format_time;
+use auditmem_projections::tenants::Tenant;
+use auditmem_projections::{
+    AuditDetail, AuditEntry, AuditRecorded, Event, KeyIssued, KeyRevoked, Permission, Plan,
+    TenantCreated, TenantUpdated, Tokens,
+};
+use axum::body::Body;
+use axum::extract::{Path, Query, Request, State};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{delete, get, post};
+use axum::Router;
+use base64::Engine;
+use rand::RngCore;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use subtle::ConstantTimeEq;
+use uuid::Uuid;
+
+use super::envelope::{ApiJson, Created, Data as Done};
+use super::error::ApiError;
+use crate::state::AppState;
+
+pub const MAX_INGEST_ENTRIES: usize = 1000;
+/// Ingested entries may be dated at most this far in the future (clock skew of the gateway).
+pub const MAX_FUTURE_MICROS: i64 = 5 * 60 * 1_000_000;
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/admin/v1/tenants", post(create_tenant).get(list_tenants))
+        .route(
+            "/admin/v1/tenants/{id}",
+            get(get_tenant).patch(update_tenant),
+        )
+        .route("/admin/v1/tenants/{id}/keys", post(create_key))
+        .route("/admin/v1/keys/{key_id}", delete(revoke_key))
+        .route("/admin/v1/audit/logs", post(ingest_audit))
+        .route("/admin/v1/log", get(stream_log))
+        .route("/admin/v1/log/head", get(log_head))
+        .route(
+            "/admin/v1/log/checkpoint",
+            get(latest_checkpoint).post(sign_checkpoint),
+        )
+        .route("/admin/v1/log/pubkey", get(public_key))
+}
+
+pub async fn require_admin(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let Some(expected) = state.settings.admin_token.as_deref() else {
+        return ApiError::not_found("no such route").into_response();
+    };
+    let presented = req
+        .headers()
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    // Compare fixed-length digests so neither content nor length leaks through timing.
+    let ok: bool = blake3::hash(presented.as_bytes())
+        .as_bytes()
+        .ct_eq(blake3::hash(expected.as_bytes()).as_bytes())
+        .into();
+    if presented.is_empty() || !ok {
+        return ApiError::unauthorized("missing or wrong admin token").into_response();
+    }
+    next.run(req).await
+}
+
+fn now() -> i64 {
+    chrono::Utc::now().timestamp_micros()
+}
+
+fn tenant_json(t: &Tenant) -> Value {
+    json!({
+        "id": t.id,
+        "name": t.name,
+        "plan": t.plan,
+        "subscription_active": t.subscription_active,
+        "credits": t.credits,
+        "created_at": format_time(t.created_at),
+        "updated_at": format_time(t.updated_at),
+    })
+}
+
+fn parse_plan(s: &str) -> Result<Plan, ApiError> {
+    s.parse()
+        .map_err(|e: String| ApiError::bad_request(format!("plan: {e}")))
+}
+
+fn check_credits(c: f64) -> Result<f64, ApiError> {
+    if c.is_finite() && c >= 0.0 {
+        Ok(c)
+    } else {
+        Err(ApiError::bad_request(
+            "credits must be a number of at least 0",
+        ))
+    }
+}
+
+fn check_name(name: &str) -> Result<String, ApiError> {
+    let n = name.trim();
+    if n.is_empty() || n.chars().count() > 200 {
+        return Err(ApiError::bad_request("name must be 1 to 200 characters"));
+    }
+    Ok(n.to_string())
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateTenant {
+    name: String,
+    plan: String,
+    #[serde(default)]
+    subscription_active: Option<bool>,
+    #[serde(default)]
+    credits: Option<f64>,
+}
+
+async fn create_tenant(
+    State(state): State<AppState>,
+    ApiJson(body): ApiJson<CreateTenant>,
+) -> Result<Created<Value>, ApiError> {
+    let name = check_name(&body.name)?;
+    let plan = parse_plan(&body.plan)?;
+    let credits = check_credits(body.credits.unwrap_or(0.0))?;
+    let id = Uuid::now_v7();
+    let created_at = auditmem_projections::audit_view::millis_floor(now());
+    state
+        .appender
+        .append(vec![Event::TenantCreated(TenantCreated {
+            tenant_id: id,
+            name,
+            plan,
+            subscription_active: body.subscription_active.unwrap_or(true),
+            credits,
+            created_at,
+        })])
+        .await?;
+    let t = state
+        .projections
+        .tenants
+        .tenant(&id)?
+        .ok_or_else(|| ApiError::internal("tenant missing after create"))?;
+    Ok(Created(tenant_json(&t)))
+}
+
+async fn list_tenants(State(state): State<AppState>) -> Result<Done<Value>, ApiError> {
+    let tenants: Vec<Value> = state
+        .projections
+        .tenants
+        .tenants()?
+        .iter()
+        .map(tenant_json)
+        .collect();
+    Ok(Done(json!({"tenants": tenants, "total": tenants.len()})))
+}
+
+fn tenant_by_path(state: &AppState, id: &str) -> Result<Tenant, ApiError> {
+    let not_found = || ApiError::not_found("tenant not found");
+    let id = Uuid::parse_str(id).map_err(|_| not_found())?;
+    state.projections.tenants.tenant(&id)?.ok_or_else(not_found)
+}
+
+async fn get_tenant(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Done<Value>, ApiError> {
+    Ok(Done(tenant_json(&tenant_by_path(&state, &id)?)))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct UpdateTenant {
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    plan: Option<String>,
+    #[serde(default)]
+    subscription_active: Option<bool>,
+    #[serde(default)]
+    credits: Option<f64>,
+}
+
+async fn update_tenant(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<UpdateTenant>,
+) -> Result<Done<Value>, ApiError> {
+    let t = tenant_by_path(&state, &id)?;
+    if body.name.is_none()
+        && body.plan.is_none()
+        && body.subscription_active.is_none()
+        && body.credits.is_none()
+    {
+        return Err(ApiError::bad_request(
+            "give at least one of name, plan, subscription_active, credits",
+        ));
+    }
+    let event = TenantUpdated {
+        tenant_id: t.id,
+        name: body.name.as_deref().map(check_name).transpose()?,
+        plan: body.plan.as_deref().map(parse_plan).transpose()?,
+        subscription_active: body.subscription_active,
+        credits: body.credits.map(check_credits).transpose()?,
+        updated_at: auditmem_projections::audit_view::millis_floor(now()),
+    };
+    state
+        .appender
+        .append(vec![Event::TenantUpdated(event)])
+        .await?;
+    Ok(Done(tenant_json(&tenant_by_path(&state, &id)?)))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateKey {
+    permissions: Vec<String>,
+    #[serde(default)]
+    name: Option<String>,
+}
+
+/// A new API key: 32 random bytes, shown once, stored only as its blake3 hash.
+pub fn new_api_key() -> (String, [u8; 32]) {
+    let mut raw = [0u8; 32];
+    rand::rngs::OsRng.fill_bytes(&mut raw);
+    let key = format!(
+        "amk_{}",
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(raw)
+    );
+    let hash = *blake3::hash(key.as_bytes()).as_bytes();
+    (key, hash)
+}
+
+async fn create_key(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<CreateKey>,
+) -> Result<Created<Value>, ApiError> {
+    let t = tenant_by_path(&state, &id)?;
+    if body.permissions.is_empty() {
+        return Err(ApiError::bad_request("permissions must name at least one of audit.read, audit.export, memory.read, memory.write"));
+    }
+    let mut permissions = Vec::new();
+    for p in &body.permissions {
+        let p: Permission = p
+            .parse()
+            .map_err(|e: String| ApiError::bad_request(format!("permissions: {e}")))?;
+        if !permissions.contains(&p) {
+            permissions.push(p);
+        }
+    }
+    permissions.sort();
+    let name = body.name.as_deref().map(check_name).transpose()?;
+    let (api_key, key_hash) = new_api_key();
+    let key_id = Uuid::now_v7();
+    let created_at = auditmem_projections::audit_view::millis_floor(now());
+    state
+        .appender
+        .append(vec![Event::KeyIssued(KeyIssued {
+            key_id,
+            tenant_id: t.id,
+            key_hash,
+            permissions: permissions.clone(),
+            name: name.clone(),
+            created_at,
+        })])
+        .await?;
+    Ok(Created(json!({
+        "id": key_id,
+        "tenant_id": t.id,
+        "name": name,
+        "api_key": api_key,
+        "permissions": permissions,
+        "created_at": format_time(created_at),
+    })))
+}
+
+async fn revoke_key(
+    State(state): State<AppState>,
+    Path(key_id): Path<String>,
+) -> Result<Done<Value>, ApiError> {
+    let not_found = || ApiError::not_found("key not found");
+    let id = Uuid::parse_str(&key_id).map_err(|_| not_found())?;
+    let key = state
+        .projections
+        .tenants
+        .key_by_id(&id)?
+        .ok_or_else(not_found)?;
+    let revoked_at = match key.revoked_at {
+        Some(at) => at,
+        None => {
+            let at = auditmem_projections::audit_view::millis_floor(now());
+            state
+                .appender
+                .append(vec![Event::KeyRevoked(KeyRevoked {
+                    key_id: id,
+                    tenant_id: key.tenant_id,
+                    revoked_at: at,
+                })])
+                .await?;
+            at
+        }
+    };
+    Ok(Done(
+        json!({"id": id, "revoked": true, "revoked_at": format_time(revoked_at)}),
+    ))
+}
+
+async fn log_head(State(state): State<AppState>) -> Done<Value> {
+    let head = state.appender.head();
+    Done(json!({"seq": head.seq, "hash": hex::encode(head.hash)}))
+}
+
+async fn latest_checkpoint(State(state): State<AppState>) -> Result<Done<Value>, ApiError> {
+    match state.signer.latest() {
+        Some(cp) => Ok(Done(json!(cp))),
+        None => {
+            let head = state.appender.head();
+            if head.seq == 0 {
+                return Err(ApiError::not_found("no checkpoint yet: the log is empty"));
+            }
+            let cp = state.signer.sign(head).map_err(ApiError::internal)?;
+            Ok(Done(json!(cp)))
+        }
+    }
+}
+
+async fn sign_checkpoint(State(state): State<AppState>) -> Result<Done<Value>, ApiError> {
+    let head = state.appender.head();
+    if head.seq == 0 {
+        return Err(ApiError::bad_request("the log is empty: nothing to sign"));
+    }
+    let cp = state.signer.sign(head).map_err(ApiError::internal)?;
+    Ok(Done(json!(cp)))
+}
+
+async fn public_key(State(state): State<AppState>) -> Done<Value> {
+    Done(json!({"public_key": state.signer.public_key_hex(), "algorithm": "ed25519"}))
+}
+
+/// `GET /admin/v1/log?from=SEQ`: every stored record from `from` on as NDJSON lines
+/// `{"seq": N, "record": "<base64 of the stored bytes>"}`, for client-side verification.
+async fn stream_log(
+    State(state): State<AppState>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Response, ApiError> {
+    let from = match q.get("from") {
+        None => 1,
+        Some(s) => s
+            .parse::<u64>()
+            .ok()
+            .filter(|n| *n >= 1)
+            .ok_or_else(|| ApiError::bad_request("from must be a seq of at least 1"))?,
+    };
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Vec<u8>, std::io::Error>>(16);
+    let log = state.log.clone();
+    tokio::task::spawn_blocking(move || {
+        let mut buf = Vec::with_capacity(256 * 1024);
+        for item in log.raw_from(from) {
+            match item {
+                Ok((seq, value)) => {
+                    let line = json!({"seq": seq, "record": base64::engine::general_purpose::STANDARD.encode(&value)});
+                    let _ = serde_json::to_writer(&mut buf, &line);
+                    buf.push(b'\n');
+                }
+                Err(e) => {
+                    let _ = tx.blocking_send(Err(std::io::Error::other(e.to_string())));
+                    return;
+                }
+            }
+            if buf.len() >= 256 * 1024 && tx.blocking_send(Ok(std::mem::take(&mut buf))).is_err() {
+                return;
+            }
+        }
+        if !buf.is_empty() {
+            let _ = tx.blocking_send(Ok(buf));
+        }
+    });
+    let stream = tokio_stream::wrappers::ReceiverStream::new(rx);
+    Ok(Response::builder()
+        .header("content-type", "application/x-ndjson")
+        .body(Body::from_stream(stream))
+        .map_err(ApiError::internal)?)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct IngestBody {
+    entries: Vec<Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct IngestEntry {
+    tenant_id: Uuid,
+    action: String,
+    #[serde(default)]
+    created_at: Option<String>,
+    #[serde(default)]
+    model_id: Option<String>,
+    #[serde(default)]
+    project_id: Option<String>,
+    #[serde(default)]
+    gateway_id: Option<String>,
+    #[serde(default)]
+    ip_address: Option<String>,
+    #[serde(default)]
+    user_agent: Option<String>,
+    http_status: u16,
+    #[serde(default)]
+    error_code: Option<i64>,
+    #[serde(default)]
+    error_msg: Option<String>,
+    #[serde(default)]
+    duration: Option<f64>,
+    #[serde(default)]
+    credits_consumed: Option<f64>,
+    #[serde(default)]
+    balance_consumed_usd: Option<f64>,
+    #[serde(default)]
+    is_cache_hit: Option<bool>,
+    #[serde(default)]
+    tokens: Option<Tokens>,
+    #[serde(default)]
+    metadata: Option<Value>,
+    #[serde(default)]
+    request_body: Option<Value>,
+    #[serde(default)]
+    response_body: Option<Value>,
+    #[serde(default)]
+    input_content: Option<Value>,
+    #[serde(default)]
+    output_content: Option<Value>,
+    #[serde(default)]
+    rag_query: Option<Vec<String>>,
+    #[serde(default)]
+    rag_results: Option<Vec<Value>>,
+}
+
+fn valid_action(a: &str) -> bool {
+    !a.is_empty()
+        && a.len() <= 100
+        && a.split('.').all(|part| {
+            !part.is_empty()
+                && part
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        })
+}
+
+/// `POST /admin/v1/audit/logs`: entries the gateway reports (gateway.chat, rag.query, ...),
+/// validated one by one, appended as one atomic group.
+async fn ingest_audit(
+    State(state): State<AppState>,
+    ApiJson(body): ApiJson<IngestBody>,
+) -> Result<Done<Value>, ApiError> {
+    if body.entries.is_empty() || body.entries.len() > MAX_INGEST_ENTRIES {
+        return Err(ApiError::bad_request(format!(
+            "entries must hold 1 to {MAX_INGEST_ENTRIES} entries"
+        )));
+    }
+    let now = now();
+    let mut tenants: HashMap<Uuid, bool> = HashMap::new();
+    let mut events = Vec::with_capacity(body.entries.len());
+    let mut ids = Vec::with_capacity(body.entries.len());
+    for (i, raw) in body.entries.into_iter().enumerate() {
+        let bad = |msg: String| ApiError::bad_request(format!("entries[{i}]: {msg}"));
+        let e: IngestEntry = serde_json::from_value(raw).map_err(|err| bad(err.to_string()))?;
+        let known = match tenants.get(&e.tenant_id) {
+            Some(k) => *k,
+            None => {
+                let k = state.projections.tenants.tenant(&e.tenant_id)?.is_some();
+                tenants.insert(e.tenant_id, k);
+                k
+            }
+        };
+        if !known {
+            return Err(bad(format!("unknown tenant_id {}", e.tenant_id)));
+        }
+        if !valid_action(&e.action) {
+            return Err(bad(
+                "action must be a dotted name such as gateway.chat".into()
+            ));
+        }
+        if !(100..=599).contains(&e.http_status) {
+            return Err(bad(
+                "http_status must be an HTTP status code (100 to 599)".into()
+            ));
+        }
+        let created_at = match &e.created_at {
+            None => now,
+            Some(s) => super::audit::parse_time("created_at", s).map_err(|err| bad(err.message))?,
+        };
+        if created_at > now + MAX_FUTURE_MICROS {
+            return Err(bad("created_at is more than 5 minutes in the future".into()));
+        }
+        for (field, v) in [
+            ("duration", e.duration),
+            ("credits_consumed", e.credits_consumed),
+            ("balance_consumed_usd", e.balance_consumed_usd),
+        ] {
+            if let Some(v) = v {
+                if !v.is_finite() || v < 0.0 {
+                    return Err(bad(format!("{field} must be a number of at least 0")));
+                }
+            }
+        }
+        if let Some(m) = &e.metadata {
+            if !m.is_object() {
+                return Err(bad("metadata must be a JSON object".into()));
+            }
+        }
+        let id = Uuid::now_v7();
+        ids.push(id);
+        events.push(Event::AuditRecorded(Box::new(AuditRecorded {
+            tenant_id: e.tenant_id,
+            entry: AuditEntry {
+                id,
+                action: e.action,
+                model_id: e.model_id,
+                project_id: e.project_id,
+                gateway_id: e.gateway_id,
+                ip_address: e.ip_address,
+                user_agent: e.user_agent,
+                http_status: e.http_status,
+                is_success: (200..300).contains(&e.http_status),
+                is_cache_hit: e.is_cache_hit.unwrap_or(false),
+                error_code: e.error_code,
+                error_msg: e.error_msg,
+                duration: e.duration,
+                credits_consumed: e.credits_consumed.unwrap_or(0.0),
+                balance_consumed_usd: e.balance_consumed_usd.unwrap_or(0.0),
+                tokens: e.tokens,
+                metadata: e.metadata,
+                created_at: auditmem_projections::audit_view::millis_floor(created_at),
+            },
+            detail: AuditDetail {
+                request_body: e.request_body,
+                response_body: e.response_body,
+                input_content: e.input_content,
+                output_content: e.output_content,
+                rag_query: e.rag_query,
+                rag_results: e.rag_results,
+                memory_query: None,
+                memory_results: None,
+            },
+        })));
+    }
+    state.appender.append(events).await?;
+    Ok(Done(json!({"ids": ids})))
+}

@@ -1,0 +1,236 @@
+//! `GET /v1/audit/logs` and `GET /v1/audit/logs/{audit_id}`.
+//!
+//! Newest first, times inclusive, retention by plan (a `start_time` older than the window is
+//! clamped silently), `page_size` above 100 clamped, `total` from the index by rank, and a
+//! seq-snapshot cursor for stable deep paging.
+
+use std::collections::HashMap;
+
+use auditmem_projections::audit_index::{AuditRef, Filter};
+use auditmem_projections::audit_view::entry_fields;
+use auditmem_projections::{AuditRecorded, Event};
+use axum::extract::{Path, Query, State};
+use axum::routing::get;
+use axum::{Extension, Router};
+use base64::Engine;
+use serde_json::{json, Map, Value};
+use uuid::Uuid;
+
+use super::envelope::AuditOk;
+use super::error::ApiError;
+use super::gate::Caller;
+use crate::state::AppState;
+
+pub const DEFAULT_PAGE_SIZE: usize = 50;
+pub const MAX_PAGE_SIZE: usize = 100;
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/v1/audit/logs", get(list_logs))
+        .route("/v1/audit/logs/{audit_id}", get(get_log))
+}
+
+/// Parses an ISO 8601 time: RFC 3339, or a date-time / date without offset taken as UTC.
+pub fn parse_time(field: &str, s: &str) -> Result<i64, ApiError> {
+    let s = s.trim();
+    if let Ok(t) = chrono::DateTime::parse_from_rfc3339(s) {
+        return Ok(t.timestamp_micros());
+    }
+    for fmt in [
+        "%Y-%m-%dT%H:%M:%S%.f",
+        "%Y-%m-%d %H:%M:%S%.f",
+        "%Y-%m-%dT%H:%M",
+    ] {
+        if let Ok(t) = chrono::NaiveDateTime::parse_from_str(s, fmt) {
+            return Ok(t.and_utc().timestamp_micros());
+        }
+    }
+    if let Ok(d) = chrono::NaiveDate::parse_from_str(s, "%Y-%m-%d") {
+        if let Some(t) = d.and_hms_opt(0, 0, 0) {
+            return Ok(t.and_utc().timestamp_micros());
+        }
+    }
+    Err(ApiError::bad_request(format!(
+        "{field} must be an ISO 8601 time such as 2026-01-31T12:00:00Z, got '{s}'"
+    )))
+}
+
+fn parse_positive(field: &str, v: Option<&String>, default: usize) -> Result<usize, ApiError> {
+    match v {
+        None => Ok(default),
+        Some(s) => match s.trim().parse::<i64>() {
+            Ok(n) if n >= 1 => Ok(n as usize),
+            _ => Err(ApiError::bad_request(format!(
+                "{field} must be an integer of at least 1, got '{s}'"
+            ))),
+        },
+    }
+}
+
+/// Start of the readable window for a plan.
+pub fn retention_start(state: &AppState, plan: auditmem_projections::Plan) -> i64 {
+    let days = state.settings.retention_days(plan);
+    chrono::Utc::now().timestamp_micros() - days * 86_400 * 1_000_000
+}
+
+/// The list item of an entry, with `hash` shown for plans that see the chain.
+pub fn entry_json(rec: &AuditRecorded, r: &AuditRef, show_hash: bool) -> Map<String, Value> {
+    let mut m = entry_fields(&rec.entry);
+    m.insert(
+        "hash".into(),
+        if show_hash {
+            Value::String(hex::encode(r.hash))
+        } else {
+            Value::Null
+        },
+    );
+    m
+}
+
+/// Reads the `AuditRecorded` at `seq` from the log.
+pub fn load_entry(state: &AppState, seq: u64) -> Result<AuditRecorded, ApiError> {
+    match state.log.event(seq)? {
+        Some((_, Event::AuditRecorded(rec))) => Ok(*rec),
+        _ => Err(ApiError::internal(format!(
+            "audit index points to seq {seq}, which holds no audit entry"
+        ))),
+    }
+}
+
+struct Cursor {
+    created_at: i64,
+    seq: u64,
+    snapshot: u64,
+}
+
+fn encode_cursor(c: &Cursor) -> String {
+    base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .encode(format!("{}.{}.{}", c.created_at, c.seq, c.snapshot))
+}
+
+fn decode_cursor(s: &str) -> Result<Cursor, ApiError> {
+    let bad = || ApiError::bad_request("cursor is not a cursor returned by this endpoint");
+    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(s.trim())
+        .map_err(|_| bad())?;
+    let text = String::from_utf8(raw).map_err(|_| bad())?;
+    let mut it = text.split('.');
+    let (Some(a), Some(b), Some(c), None) = (it.next(), it.next(), it.next(), it.next()) else {
+        return Err(bad());
+    };
+    Ok(Cursor {
+        created_at: a.parse().map_err(|_| bad())?,
+        seq: b.parse().map_err(|_| bad())?,
+        snapshot: c.parse().map_err(|_| bad())?,
+    })
+}
+
+async fn list_logs(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<AuditOk<Value>, ApiError> {
+    let start = q
+        .get("start_time")
+        .filter(|s| !s.is_empty())
+        .map(|s| parse_time("start_time", s))
+        .transpose()?;
+    let end = q
+        .get("end_time")
+        .filter(|s| !s.is_empty())
+        .map(|s| parse_time("end_time", s))
+        .transpose()?;
+    if let (Some(s), Some(e)) = (start, end) {
+        if e < s {
+            return Err(ApiError::bad_request("end_time is before start_time"));
+        }
+    }
+    let page = parse_positive("page", q.get("page"), 1)?;
+    let page_size =
+        parse_positive("page_size", q.get("page_size"), DEFAULT_PAGE_SIZE)?.min(MAX_PAGE_SIZE);
+    let action = q.get("action").map(|s| s.trim()).filter(|s| !s.is_empty());
+    let cursor = q
+        .get("cursor")
+        .filter(|s| !s.is_empty())
+        .map(|s| decode_cursor(s))
+        .transpose()?;
+
+    let window = retention_start(&state, caller.tenant.plan);
+    let filter = Filter {
+        tenant_id: caller.tenant.id,
+        action,
+        from: start.unwrap_or(window).max(window),
+        to: end.unwrap_or(i64::MAX),
+    };
+    let snapshot = cursor
+        .as_ref()
+        .map(|c| c.snapshot)
+        .unwrap_or_else(|| state.appender.head().seq);
+    let result = match &cursor {
+        Some(c) => {
+            state
+                .projections
+                .audit
+                .after(&filter, (c.created_at, c.seq), c.snapshot, page_size)
+        }
+        None => {
+            let offset = (page - 1).saturating_mul(page_size);
+            state.projections.audit.page(&filter, offset, page_size)
+        }
+    };
+    let show_hash = caller.tenant.plan.shows_hash();
+    let mut logs = Vec::with_capacity(result.items.len());
+    for (_, seq) in &result.items {
+        let rec = load_entry(&state, *seq)?;
+        let r = state.projections.audit.get(&rec.entry.id)?.ok_or_else(|| {
+            ApiError::internal(format!(
+                "audit entry {} missing from the index",
+                rec.entry.id
+            ))
+        })?;
+        logs.push(Value::Object(entry_json(&rec, &r, show_hash)));
+    }
+    let next_cursor = match result.items.last() {
+        Some(&(created_at, seq)) if result.items.len() == page_size => {
+            Value::String(encode_cursor(&Cursor {
+                created_at,
+                seq,
+                snapshot,
+            }))
+        }
+        _ => Value::Null,
+    };
+    Ok(AuditOk(json!({
+        "logs": logs,
+        "total": result.total,
+        "page": page,
+        "page_size": page_size,
+        "next_cursor": next_cursor,
+    })))
+}
+
+async fn get_log(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(audit_id): Path<String>,
+) -> Result<AuditOk<Value>, ApiError> {
+    let not_found = || ApiError::not_found("audit log not found");
+    let id = Uuid::parse_str(audit_id.trim()).map_err(|_| not_found())?;
+    let r = state.projections.audit.get(&id)?.ok_or_else(not_found)?;
+    if r.tenant_id != caller.tenant.id || r.created_at < retention_start(&state, caller.tenant.plan)
+    {
+        return Err(not_found());
+    }
+    let rec = load_entry(&state, r.seq)?;
+    let mut m = entry_json(&rec, &r, caller.tenant.plan.shows_hash());
+    let d = &rec.detail;
+    m.insert("request_body".into(), json!(d.request_body));
+    m.insert("response_body".into(), json!(d.response_body));
+    m.insert("input_content".into(), json!(d.input_content));
+    m.insert("output_content".into(), json!(d.output_content));
+    m.insert("rag_query".into(), json!(d.rag_query));
+    m.insert("rag_results".into(), json!(d.rag_results));
+    m.insert("memory_query".into(), json!(d.memory_query));
+    m.insert("memory_results".into(), json!(d.memory_results));
+    Ok(AuditOk(Value::Object(m)))
+}

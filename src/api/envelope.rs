@@ -1,0 +1,86 @@
+//! Success envelopes and our JSON extractor.
+//!
+//! Audit endpoints answer `{"success": true, "code": 1000, "message": "ok", "data": ...}`;
+//! memory and admin endpoints `{"success": true, "data": ...}` (the interface's two shapes).
+
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{FromRequest, Request};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::json;
+
+use super::error::ApiError;
+use crate::registry::ErrorCode;
+
+pub const SUCCESS_CODE: i64 = 1000;
+
+/// `{"success": true, "code": 1000, "message": "ok", "data": T}`.
+pub struct AuditOk<T>(pub T);
+
+impl<T: Serialize> IntoResponse for AuditOk<T> {
+    fn into_response(self) -> Response {
+        axum::Json(json!({"success": true, "code": SUCCESS_CODE, "message": "ok", "data": self.0}))
+            .into_response()
+    }
+}
+
+/// `{"success": true, "data": T}`, with a status (200 unless said otherwise).
+pub struct Data<T>(pub T);
+pub struct Created<T>(pub T);
+
+impl<T: Serialize> IntoResponse for Data<T> {
+    fn into_response(self) -> Response {
+        axum::Json(json!({"success": true, "data": self.0})).into_response()
+    }
+}
+
+impl<T: Serialize> IntoResponse for Created<T> {
+    fn into_response(self) -> Response {
+        (
+            StatusCode::CREATED,
+            axum::Json(json!({"success": true, "data": self.0})),
+        )
+            .into_response()
+    }
+}
+
+/// JSON body extractor whose every rejection is our error envelope.
+pub struct ApiJson<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        match axum::Json::<T>::from_request(req, state).await {
+            Ok(axum::Json(v)) => Ok(ApiJson(v)),
+            Err(rejection) => Err(json_rejection(rejection)),
+        }
+    }
+}
+
+fn json_rejection(r: JsonRejection) -> ApiError {
+    let status = r.status();
+    let code = match status {
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => ErrorCode::UnsupportedMediaType,
+        StatusCode::PAYLOAD_TOO_LARGE => ErrorCode::PayloadTooLarge,
+        _ => ErrorCode::BadRequest,
+    };
+    let message = match code {
+        ErrorCode::UnsupportedMediaType => {
+            "the body must be JSON sent with Content-Type: application/json".to_string()
+        }
+        ErrorCode::PayloadTooLarge => "the request body is too large".to_string(),
+        _ => {
+            let text = r.body_text();
+            // axum prefixes serde's message; keep serde's part, which names the field.
+            let detail = text
+                .split_once(": ")
+                .map(|(_, rest)| rest.to_string())
+                .unwrap_or(text);
+            format!("invalid JSON body: {detail}")
+        }
+    };
+    ApiError::new(code, message)
+}

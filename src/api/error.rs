@@ -1,0 +1,144 @@
+//! The error envelope: every failure on every route is
+//! `{"success": false, "code": N, "message": "...", "data": null}` with the registry's status.
+
+use axum::http::{HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+use crate::log::appender::{AppendError, Rejection};
+use crate::registry::ErrorCode;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApiError {
+    pub code: ErrorCode,
+    pub message: String,
+}
+
+/// Attached to every enveloped error so the audit recorder and the guard need not parse bodies.
+#[derive(Debug, Clone)]
+pub struct ErrorInfo {
+    pub code: i64,
+    pub message: String,
+}
+
+/// Marks a response whose body already is one of our envelopes.
+#[derive(Debug, Clone, Copy)]
+pub struct Enveloped;
+
+impl ApiError {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+        }
+    }
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::BadRequest, message)
+    }
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::NotFound, message)
+    }
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::Forbidden, message)
+    }
+    pub fn unauthorized(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::Unauthorized, message)
+    }
+    /// An internal failure: the detail goes to the server log, the client gets a generic text.
+    pub fn internal(detail: impl std::fmt::Display) -> Self {
+        tracing::error!(detail = %detail, "internal error");
+        Self::new(
+            ErrorCode::Internal,
+            "internal error; the x-request-id header identifies it in the server log",
+        )
+    }
+}
+
+impl From<Rejection> for ApiError {
+    fn from(r: Rejection) -> Self {
+        Self::new(r.code, r.message)
+    }
+}
+
+impl From<AppendError> for ApiError {
+    fn from(e: AppendError) -> Self {
+        match e {
+            AppendError::Rejected(r) => r.into(),
+            AppendError::Closed => {
+                Self::new(ErrorCode::Unavailable, "the service is shutting down")
+            }
+            AppendError::Storage(why) => {
+                tracing::error!(error = %why, "append failed");
+                Self::new(
+                    ErrorCode::Unavailable,
+                    "the log cannot accept writes right now",
+                )
+            }
+            AppendError::Encode(why) => Self::internal(why),
+        }
+    }
+}
+
+impl From<auditmem_projections::ProjectionError> for ApiError {
+    fn from(e: auditmem_projections::ProjectionError) -> Self {
+        Self::internal(e)
+    }
+}
+
+impl From<crate::log::LogError> for ApiError {
+    fn from(e: crate::log::LogError) -> Self {
+        Self::internal(e)
+    }
+}
+
+/// Builds the error envelope for a registry row.
+pub fn error_response(code: ErrorCode, message: &str) -> Response {
+    let body = json!({"success": false, "code": code.code(), "message": message, "data": null});
+    let mut resp = (code.status(), axum::Json(body)).into_response();
+    resp.extensions_mut().insert(ErrorInfo {
+        code: code.code(),
+        message: message.to_string(),
+    });
+    resp.extensions_mut().insert(Enveloped);
+    if code == ErrorCode::Unauthorized {
+        resp.headers_mut()
+            .insert("www-authenticate", HeaderValue::from_static("Bearer"));
+    }
+    resp
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        error_response(self.code, &self.message)
+    }
+}
+
+/// Outermost layer: any error response that is not yet an envelope (router 404/405, timeouts,
+/// layers' own rejections) becomes one, so no route ever answers with a bare status.
+pub async fn envelope_guard(req: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let resp = next.run(req).await;
+    let status = resp.status();
+    if (status.is_client_error() || status.is_server_error())
+        && resp.extensions().get::<Enveloped>().is_none()
+    {
+        let code = ErrorCode::for_status(status);
+        let message = match status {
+            StatusCode::NOT_FOUND => "no such route".to_string(),
+            StatusCode::METHOD_NOT_ALLOWED => "method not allowed on this route".to_string(),
+            StatusCode::REQUEST_TIMEOUT => "the request timed out".to_string(),
+            StatusCode::PAYLOAD_TOO_LARGE => "the request body is too large".to_string(),
+            _ => code.label().to_string(),
+        };
+        let mut out = error_response(code, &message);
+        *out.status_mut() = if status == StatusCode::UNPROCESSABLE_ENTITY {
+            StatusCode::BAD_REQUEST
+        } else {
+            status
+        };
+        if let Some(allow) = resp.headers().get("allow") {
+            out.headers_mut().insert("allow", allow.clone());
+        }
+        return out;
+    }
+    resp
+}

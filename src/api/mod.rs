@@ -1,0 +1,74 @@
+//! The HTTP surface: `app(state)` builds the whole router.
+//!
+//! Layers, outermost first: request id (set, propagate), tracing, the envelope guard (every
+//! error becomes our envelope), the timeout, the body limit. `/v1` routes sit behind the gate
+//! (auth + audit recording); `/admin/v1` routes behind the admin token.
+
+pub mod admin;
+pub mod audit;
+pub mod envelope;
+pub mod error;
+pub mod gate;
+
+use std::time::Duration;
+
+use axum::extract::DefaultBodyLimit;
+use axum::http::{HeaderName, StatusCode};
+use axum::middleware::{from_fn, from_fn_with_state};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use serde_json::json;
+use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+use tower_http::timeout::TimeoutLayer;
+use tower_http::trace::TraceLayer;
+
+use crate::state::AppState;
+use error::ApiError;
+
+pub fn app(state: AppState, request_timeout: Duration) -> Router {
+    let v1 = Router::new()
+        .merge(audit::router())
+        .route_layer(from_fn_with_state(state.clone(), gate::v1_gate));
+    let mut router = Router::new().route("/healthz", get(healthz)).merge(v1);
+    if state.settings.admin_token.is_some() {
+        router = router.merge(
+            admin::router().route_layer(from_fn_with_state(state.clone(), admin::require_admin)),
+        );
+    }
+    let request_id = HeaderName::from_static("x-request-id");
+    router
+        .fallback(fallback)
+        .layer(DefaultBodyLimit::max(state.settings.max_body_bytes))
+        .layer(TimeoutLayer::with_status_code(
+            StatusCode::REQUEST_TIMEOUT,
+            request_timeout,
+        ))
+        .layer(from_fn(error::envelope_guard))
+        .layer(TraceLayer::new_for_http())
+        .layer(PropagateRequestIdLayer::new(request_id.clone()))
+        .layer(SetRequestIdLayer::new(request_id, MakeRequestUuid))
+        .with_state(state)
+}
+
+async fn healthz(axum::extract::State(state): axum::extract::State<AppState>) -> Response {
+    let head = state.appender.head();
+    if state
+        .appender
+        .stats
+        .failed
+        .load(std::sync::atomic::Ordering::Relaxed)
+    {
+        return ApiError::new(
+            crate::registry::ErrorCode::Unavailable,
+            "the log refuses writes after a storage failure",
+        )
+        .into_response();
+    }
+    axum::Json(json!({"success": true, "data": {"status": "ok", "head_seq": head.seq}}))
+        .into_response()
+}
+
+async fn fallback() -> ApiError {
+    ApiError::not_found("no such route")
+}

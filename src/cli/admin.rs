@@ -1,0 +1,195 @@
+//! `auditmem admin ...`: the admin API from the shell.
+
+use std::process::ExitCode;
+
+use anyhow::{bail, Context};
+use clap::{Args, Subcommand};
+use serde_json::{json, Value};
+
+#[derive(Args, Debug)]
+pub struct AdminArgs {
+    /// Base URL of the server.
+    #[arg(
+        long,
+        env = "AUDITMEM_URL",
+        default_value = "http://127.0.0.1:8080",
+        global = true
+    )]
+    pub url: String,
+    /// Admin token.
+    #[arg(
+        long,
+        env = "AUDITMEM_ADMIN_TOKEN",
+        hide_env_values = true,
+        global = true
+    )]
+    pub token: Option<String>,
+    #[command(subcommand)]
+    pub command: AdminCommand,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum AdminCommand {
+    /// Tenants.
+    #[command(subcommand)]
+    Tenant(TenantCommand),
+    /// API keys.
+    #[command(subcommand)]
+    Key(KeyCommand),
+    /// Print the checkpoint signer's public key (from the server, or from a local key file).
+    Pubkey {
+        #[arg(long)]
+        signing_key: Option<std::path::PathBuf>,
+    },
+    /// Print the log head.
+    Head,
+    /// Sign a checkpoint now and print it.
+    Checkpoint,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum TenantCommand {
+    Create {
+        #[arg(long)]
+        name: String,
+        #[arg(long)]
+        plan: String,
+        #[arg(long, default_value_t = 0.0)]
+        credits: f64,
+        /// Create with an inactive subscription.
+        #[arg(long)]
+        inactive: bool,
+    },
+    List,
+    Get {
+        id: String,
+    },
+    Update {
+        id: String,
+        #[arg(long)]
+        name: Option<String>,
+        #[arg(long)]
+        plan: Option<String>,
+        #[arg(long)]
+        credits: Option<f64>,
+        #[arg(long)]
+        subscription_active: Option<bool>,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum KeyCommand {
+    Create {
+        tenant_id: String,
+        /// Comma-separated: audit.read,audit.export,memory.read,memory.write
+        #[arg(long, value_delimiter = ',')]
+        permissions: Vec<String>,
+        #[arg(long)]
+        name: Option<String>,
+    },
+    Revoke {
+        key_id: String,
+    },
+}
+
+pub fn run(args: AdminArgs) -> anyhow::Result<ExitCode> {
+    if let AdminCommand::Pubkey {
+        signing_key: Some(path),
+    } = &args.command
+    {
+        let key = crate::log::checkpoint::load_or_create_key(path)
+            .with_context(|| format!("reading {}", path.display()))?;
+        println!("{}", hex::encode(key.verifying_key().as_bytes()));
+        return Ok(ExitCode::SUCCESS);
+    }
+    let token = args
+        .token
+        .as_deref()
+        .context("the admin token is needed (AUDITMEM_ADMIN_TOKEN or --token)")?;
+    let base = args.url.trim_end_matches('/').to_string();
+    let client = reqwest::blocking::Client::new();
+    let call =
+        |method: reqwest::Method, path: &str, body: Option<Value>| -> anyhow::Result<Value> {
+            let mut req = client
+                .request(method, format!("{base}{path}"))
+                .bearer_auth(token);
+            if let Some(b) = body {
+                req = req.json(&b);
+            }
+            let resp = req.send().with_context(|| format!("reaching {base}"))?;
+            let status = resp.status();
+            let v: Value = resp
+                .json()
+                .with_context(|| format!("{path} answered {status} without JSON"))?;
+            if !status.is_success() {
+                bail!(
+                    "{status}: {} (code {})",
+                    v["message"].as_str().unwrap_or("?"),
+                    v["code"]
+                );
+            }
+            Ok(v["data"].clone())
+        };
+    use reqwest::Method;
+    let data = match args.command {
+        AdminCommand::Tenant(TenantCommand::Create {
+            name,
+            plan,
+            credits,
+            inactive,
+        }) => call(
+            Method::POST,
+            "/admin/v1/tenants",
+            Some(
+                json!({"name": name, "plan": plan, "credits": credits, "subscription_active": !inactive}),
+            ),
+        )?,
+        AdminCommand::Tenant(TenantCommand::List) => call(Method::GET, "/admin/v1/tenants", None)?,
+        AdminCommand::Tenant(TenantCommand::Get { id }) => {
+            call(Method::GET, &format!("/admin/v1/tenants/{id}"), None)?
+        }
+        AdminCommand::Tenant(TenantCommand::Update {
+            id,
+            name,
+            plan,
+            credits,
+            subscription_active,
+        }) => {
+            let mut body = serde_json::Map::new();
+            if let Some(v) = name {
+                body.insert("name".into(), json!(v));
+            }
+            if let Some(v) = plan {
+                body.insert("plan".into(), json!(v));
+            }
+            if let Some(v) = credits {
+                body.insert("credits".into(), json!(v));
+            }
+            if let Some(v) = subscription_active {
+                body.insert("subscription_active".into(), json!(v));
+            }
+            call(
+                Method::PATCH,
+                &format!("/admin/v1/tenants/{id}"),
+                Some(Value::Object(body)),
+            )?
+        }
+        AdminCommand::Key(KeyCommand::Create {
+            tenant_id,
+            permissions,
+            name,
+        }) => call(
+            Method::POST,
+            &format!("/admin/v1/tenants/{tenant_id}/keys"),
+            Some(json!({"permissions": permissions, "name": name})),
+        )?,
+        AdminCommand::Key(KeyCommand::Revoke { key_id }) => {
+            call(Method::DELETE, &format!("/admin/v1/keys/{key_id}"), None)?
+        }
+        AdminCommand::Pubkey { .. } => call(Method::GET, "/admin/v1/log/pubkey", None)?,
+        AdminCommand::Head => call(Method::GET, "/admin/v1/log/head", None)?,
+        AdminCommand::Checkpoint => call(Method::POST, "/admin/v1/log/checkpoint", None)?,
+    };
+    println!("{}", serde_json::to_string_pretty(&data)?);
+    Ok(ExitCode::SUCCESS)
+}

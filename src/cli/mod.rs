@@ -1,0 +1,54 @@
+//! The command line: `serve`, `verify`, `replay`, `admin`.
+//!
+//! Exit codes mean something: 0 success (verify: the chain is intact), 1 verify found
+//! tampering, 2 the command could not run.
+
+pub mod admin;
+pub mod replay;
+pub mod serve;
+pub mod verify;
+
+use std::process::ExitCode;
+
+use crate::config::{Cli, Command, LogFormat};
+
+pub fn init_tracing(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("AUDITMEM_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,tower_http=warn"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Json => builder.json().try_init(),
+        LogFormat::Text => builder.try_init(),
+    };
+}
+
+pub fn run(cli: Cli) -> ExitCode {
+    let result = match cli.command {
+        Command::Serve(args) => serve::run(args),
+        Command::Verify(args) => verify::run(args),
+        Command::Replay(args) => replay::run(args),
+        Command::Admin(args) => admin::run(args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// A progress bar on a terminal, hidden otherwise.
+pub fn progress(len: u64, what: &str) -> indicatif::ProgressBar {
+    let pb = indicatif::ProgressBar::new(len);
+    let style = indicatif::ProgressStyle::with_template(
+        "{msg} [{bar:40}] {pos}/{len} ({per_sec}, eta {eta})",
+    )
+    .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+    .progress_chars("=> ");
+    pb.set_style(style);
+    pb.set_message(what.to_string());
+    pb
+}

@@ -1,0 +1,144 @@
+//! `auditmem serve`: open the data dir, catch the projections up, start the appender, the
+//! checkpoint signer and the HTTP server; on SIGTERM/SIGINT stop accepting, let in-flight
+//! requests finish (their appends included), drain the appender, sign a last checkpoint.
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use auditmem_projections::Projections;
+
+use crate::config::{DurabilityMode, ServeArgs};
+use crate::log::appender::{Appender, Durability};
+use crate::log::{catch_up::catch_up, checkpoint, open_db, LogReader};
+use crate::state::{AppState, Inner, Settings, Signer};
+
+pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the runtime")?;
+    rt.block_on(serve(args))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&args.data_dir)
+        .with_context(|| format!("creating data dir {}", args.data_dir.display()))?;
+    let db = open_db(&args.data_dir).with_context(|| {
+        format!(
+            "opening data dir {} (is another auditmem using it?)",
+            args.data_dir.display()
+        )
+    })?;
+    let projections = Arc::new(Projections::open(&db).context("opening projections")?);
+    let log = LogReader::open(&db)?;
+
+    let behind = log
+        .head()?
+        .seq
+        .saturating_sub(projections.min_checkpoint()?);
+    if behind > 0 {
+        let started = Instant::now();
+        let pb = super::progress(behind, "catching up projections");
+        let n = catch_up(&log, &projections, Some(&pb)).context("catching up projections")?;
+        pb.finish_and_clear();
+        tracing::info!(
+            records = n,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "projections caught up"
+        );
+    }
+
+    let durability = match args.durability {
+        DurabilityMode::Fsync => Durability::Fsync,
+        DurabilityMode::BatchInterval => {
+            Durability::BatchInterval(Duration::from_millis(args.batch_interval_ms.max(1)))
+        }
+    };
+    let (appender, appender_thread) =
+        Appender::start(db.clone(), &args.data_dir, projections.clone(), durability)?;
+
+    let key = checkpoint::load_or_create_key(&args.signing_key)
+        .with_context(|| format!("loading the signing key {}", args.signing_key.display()))?;
+    if let (Ok(k), Ok(d)) = (
+        args.signing_key.canonicalize(),
+        args.data_dir.canonicalize(),
+    ) {
+        if k.starts_with(&d) {
+            tracing::warn!("the signing key is inside the data dir: whoever can rewrite the log can then re-sign it");
+        }
+    }
+    let signer = Arc::new(Signer::new(key, args.checkpoints_file.clone()));
+    let signer_task = tokio::spawn(signer.clone().run(
+        appender.clone(),
+        args.checkpoint_every,
+        Duration::from_secs(args.checkpoint_interval_secs.max(1)),
+    ));
+
+    let state = AppState(Arc::new(Inner {
+        log,
+        projections,
+        appender: appender.clone(),
+        signer: signer.clone(),
+        settings: Settings {
+            admin_token: args.admin_token.clone().filter(|t| !t.is_empty()),
+            trust_proxy: args.trust_proxy,
+            max_body_bytes: args.max_body_bytes,
+            audit_body_limit: args.audit_body_limit,
+            custom_retention_days: args.custom_retention_days,
+        },
+    }));
+    let app = crate::api::app(state, Duration::from_secs(args.request_timeout_secs.max(1)));
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("binding {}", args.listen))?;
+    let addr = listener.local_addr()?;
+    // Tests and scripts read this line to learn the port when --listen asks for port 0.
+    println!("auditmem listening on http://{addr}");
+    tracing::info!(%addr, data_dir = %args.data_dir.display(), admin = args.admin_token.is_some(), "serving");
+
+    axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(shutdown_signal())
+    .await
+    .context("serving")?;
+
+    tracing::info!("draining the appender");
+    let head = appender.head();
+    drop(appender);
+    appender_thread.stop().await;
+    let _ = signer_task.await;
+    if head.seq > 0 {
+        signer.sign_logged(head);
+    }
+    db.flush_async().await.context("final flush")?;
+    tracing::info!(head_seq = head.seq, "stopped");
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+    tracing::info!("shutdown requested");
+}

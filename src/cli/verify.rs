@@ -1,0 +1,193 @@
+//! `auditmem verify`: offline over a stopped server's data dir, or live over the raw records a
+//! running server streams (checked here, not by the server).
+//!
+//! Verify never writes to the data dir: sled would create or recover files when opening, so
+//! the directory is copied to a temporary place first, after making sure no server holds it.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{bail, Context};
+use base64::Engine;
+use ed25519_dalek::VerifyingKey;
+
+use crate::config::VerifyArgs;
+use crate::log::checkpoint::{self, parse_public_key, Checkpoint};
+use crate::log::verify::{verify_tree, Report, Verifier};
+use crate::log::{open_db, Head, LOG_TREE};
+
+pub fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
+    let expect_head = args.expect_head.as_deref().map(parse_head).transpose()?;
+    let checkpoints = match &args.checkpoints {
+        Some(p) => checkpoint::read_file(p).map_err(anyhow::Error::msg)?,
+        None => Vec::new(),
+    };
+    let pinned = args
+        .pubkey
+        .as_deref()
+        .map(parse_public_key)
+        .transpose()
+        .map_err(anyhow::Error::msg)?;
+    let report = if let Some(dir) = &args.data_dir {
+        verify_dir(dir, expect_head, &checkpoints, pinned.as_ref())?
+    } else if let Some(url) = &args.url {
+        verify_url(
+            url,
+            args.admin_token.as_deref(),
+            expect_head,
+            &checkpoints,
+            pinned.as_ref(),
+        )?
+    } else {
+        bail!("give --data-dir DIR (offline) or --url URL (live)");
+    };
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(
+                &serde_json::json!({"clean": report.clean(), "report": report})
+            )?
+        );
+    } else {
+        println!("{}", report.render());
+    }
+    Ok(if report.clean() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+fn parse_head(s: &str) -> anyhow::Result<Head> {
+    let (seq, hash) = s.split_once(':').context("--expect-head must be SEQ:HEX")?;
+    let seq: u64 = seq
+        .trim()
+        .parse()
+        .context("--expect-head: SEQ must be a number")?;
+    let hash: [u8; 32] = hex::decode(hash.trim())
+        .ok()
+        .and_then(|b| b.try_into().ok())
+        .context("--expect-head: HEX must be 64 hex digits")?;
+    Ok(Head { seq, hash })
+}
+
+/// Whether a running process holds sled's lock on the data dir.
+fn held_by_server(db_file: &Path) -> anyhow::Result<bool> {
+    let f =
+        std::fs::File::open(db_file).with_context(|| format!("opening {}", db_file.display()))?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::io::AsRawFd;
+        // sled takes an exclusive flock on `db`; probing it takes and drops a shared one.
+        let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) };
+        if rc != 0 {
+            return Ok(true);
+        }
+        unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_UN) };
+    }
+    drop(f);
+    Ok(false)
+}
+
+fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let target = to.join(entry.file_name());
+        if entry.file_type()?.is_dir() {
+            copy_dir(&entry.path(), &target)?;
+        } else {
+            std::fs::copy(entry.path(), target)?;
+        }
+    }
+    Ok(())
+}
+
+fn verify_dir(
+    dir: &Path,
+    expect_head: Option<Head>,
+    checkpoints: &[Checkpoint],
+    pinned: Option<&VerifyingKey>,
+) -> anyhow::Result<Report> {
+    let db_file: PathBuf = dir.join("db");
+    if !dir.is_dir() || !db_file.is_file() {
+        bail!(
+            "{} is not an auditmem data dir (no sled db file)",
+            dir.display()
+        );
+    }
+    if held_by_server(&db_file)? {
+        bail!(
+            "{} is held by a running server; verify it live with --url http://ADDR (and AUDITMEM_ADMIN_TOKEN)",
+            dir.display()
+        );
+    }
+    let tmp = tempfile::Builder::new()
+        .prefix("auditmem-verify-")
+        .tempdir()
+        .context("creating a temporary copy")?;
+    copy_dir(dir, tmp.path()).context("copying the data dir")?;
+    let db = open_db(tmp.path()).context("opening the copy of the data dir")?;
+    let tree = db.open_tree(LOG_TREE)?;
+    let pb = super::progress(tree.len() as u64, "verifying");
+    let report = verify_tree(&tree, expect_head, checkpoints, pinned, |n| pb.inc(n));
+    pb.finish_and_clear();
+    Ok(report)
+}
+
+fn verify_url(
+    url: &str,
+    token: Option<&str>,
+    expect_head: Option<Head>,
+    checkpoints: &[Checkpoint],
+    pinned: Option<&VerifyingKey>,
+) -> anyhow::Result<Report> {
+    let token = token.context("--url needs the admin token (AUDITMEM_ADMIN_TOKEN)")?;
+    let base = url.trim_end_matches('/');
+    let client = reqwest::blocking::Client::builder().timeout(None).build()?;
+    let head: serde_json::Value = client
+        .get(format!("{base}/admin/v1/log/head"))
+        .bearer_auth(token)
+        .send()
+        .context("reaching the server")?
+        .error_for_status()
+        .context("reading the head")?
+        .json()?;
+    let total = head["data"]["seq"].as_u64().unwrap_or(0);
+    let resp = client
+        .get(format!("{base}/admin/v1/log?from=1"))
+        .bearer_auth(token)
+        .send()
+        .context("reaching the server")?
+        .error_for_status()
+        .context("streaming the log")?;
+    let anchors = checkpoints
+        .iter()
+        .map(|c| c.seq)
+        .chain(expect_head.map(|h| h.seq));
+    let mut v = Verifier::new(anchors);
+    let pb = super::progress(total, "verifying");
+    let mut chunk: Vec<(u64, Vec<u8>)> = Vec::with_capacity(8192);
+    for line in BufReader::new(resp).lines() {
+        let line = line.context("reading the stream")?;
+        if line.is_empty() {
+            continue;
+        }
+        let item: serde_json::Value =
+            serde_json::from_str(&line).context("the stream sent a line that is not JSON")?;
+        let seq = item["seq"].as_u64().context("a streamed line has no seq")?;
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(item["record"].as_str().unwrap_or(""))
+            .context("a streamed record is not base64")?;
+        chunk.push((seq, bytes));
+        if chunk.len() == 8192 {
+            v.feed(&chunk);
+            pb.inc(chunk.len() as u64);
+            chunk.clear();
+        }
+    }
+    v.feed(&chunk);
+    pb.finish_and_clear();
+    Ok(v.finish(expect_head, checkpoints, pinned))
+}

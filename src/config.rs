@@ -1,0 +1,134 @@
+//! Command-line and environment configuration (clap derive; every flag has an `AUDITMEM_` env).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "auditmem",
+    version,
+    about = "Tamper-evident audit log and memory store"
+)]
+pub struct Cli {
+    /// Log output format on stderr.
+    #[arg(long, env = "AUDITMEM_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, global = true)]
+    pub log_format: LogFormat,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run the HTTP service.
+    Serve(ServeArgs),
+    /// Prove the log's hash chain (offline from a data dir, live from a URL, or a tenant export).
+    Verify(VerifyArgs),
+    /// Drop every projection and rebuild them all from the log.
+    Replay(ReplayArgs),
+    /// Call the admin API of a running server.
+    Admin(crate::cli::admin::AdminArgs),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum DurabilityMode {
+    /// Acknowledge an append only after flush + fdatasync (default).
+    Fsync,
+    /// Acknowledge at once; flush + fdatasync every --batch-interval-ms (can lose that window).
+    BatchInterval,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ServeArgs {
+    /// Directory of the sled database (log and projections).
+    #[arg(long, env = "AUDITMEM_DATA_DIR", default_value = "data")]
+    pub data_dir: PathBuf,
+    /// Address to listen on (port 0 picks a free port; the bound address is printed).
+    #[arg(long, env = "AUDITMEM_LISTEN", default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+    /// When appends are acknowledged.
+    #[arg(long, env = "AUDITMEM_DURABILITY", value_enum, default_value_t = DurabilityMode::Fsync)]
+    pub durability: DurabilityMode,
+    /// Flush period in batch-interval mode.
+    #[arg(long, env = "AUDITMEM_BATCH_INTERVAL_MS", default_value_t = 10)]
+    pub batch_interval_ms: u64,
+    /// ed25519 key that signs checkpoints; created at first start. Keep it outside the data dir.
+    #[arg(
+        long,
+        env = "AUDITMEM_SIGNING_KEY",
+        default_value = ".auditmem/signing.key"
+    )]
+    pub signing_key: PathBuf,
+    /// File the signed checkpoints are appended to (JSON lines).
+    #[arg(
+        long,
+        env = "AUDITMEM_CHECKPOINTS_FILE",
+        default_value = ".auditmem/checkpoints.ndjson"
+    )]
+    pub checkpoints_file: PathBuf,
+    /// Sign a checkpoint after this many new records.
+    #[arg(long, env = "AUDITMEM_CHECKPOINT_EVERY", default_value_t = 10_000)]
+    pub checkpoint_every: u64,
+    /// Sign a checkpoint at least this often (seconds) while the log grows.
+    #[arg(long, env = "AUDITMEM_CHECKPOINT_INTERVAL_SECS", default_value_t = 60)]
+    pub checkpoint_interval_secs: u64,
+    /// Trust X-Forwarded-For for the audited client address (only behind your own proxy).
+    #[arg(long, env = "AUDITMEM_TRUST_PROXY", default_value_t = false)]
+    pub trust_proxy: bool,
+    /// Largest accepted request body, bytes.
+    #[arg(long, env = "AUDITMEM_MAX_BODY_BYTES", default_value_t = 2 * 1024 * 1024)]
+    pub max_body_bytes: usize,
+    /// Request and response bodies larger than this are stored truncated in audit entries.
+    #[arg(long, env = "AUDITMEM_AUDIT_BODY_LIMIT", default_value_t = 64 * 1024)]
+    pub audit_body_limit: usize,
+    /// Requests taking longer are answered 408.
+    #[arg(long, env = "AUDITMEM_REQUEST_TIMEOUT_SECS", default_value_t = 30)]
+    pub request_timeout_secs: u64,
+    /// Retention of the custom plan, days.
+    #[arg(long, env = "AUDITMEM_CUSTOM_RETENTION_DAYS", default_value_t = 365)]
+    pub custom_retention_days: i64,
+    /// Admin API bearer token; the admin API is off when unset.
+    #[arg(long, env = "AUDITMEM_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct VerifyArgs {
+    /// Verify a stopped server's data dir (never written to).
+    #[arg(long, env = "AUDITMEM_DATA_DIR", conflicts_with_all = ["url", "export"])]
+    pub data_dir: Option<PathBuf>,
+    /// Verify a running server by streaming its raw records and checking them here.
+    #[arg(long, conflicts_with = "export")]
+    pub url: Option<String>,
+    /// Verify a tenant's export file against its per-tenant chain.
+    #[arg(long)]
+    pub export: Option<PathBuf>,
+    /// A head seen before, `SEQ:HEX`: the log must still have it.
+    #[arg(long)]
+    pub expect_head: Option<String>,
+    /// A checkpoints file (JSON lines) whose signed heads the log must still have.
+    #[arg(long)]
+    pub checkpoints: Option<PathBuf>,
+    /// Pin the checkpoint signer's public key (hex).
+    #[arg(long)]
+    pub pubkey: Option<String>,
+    /// Admin token for --url.
+    #[arg(long, env = "AUDITMEM_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
+    /// Print a JSON summary instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct ReplayArgs {
+    #[arg(long, env = "AUDITMEM_DATA_DIR", default_value = "data")]
+    pub data_dir: PathBuf,
+}

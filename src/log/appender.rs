@@ -1,0 +1,404 @@
+//! The appender: the only writer of the `log` tree.
+//!
+//! One OS thread owns the chain head. Callers submit the events of one request and await the
+//! outcome. The thread takes what is queued (up to a bounded group), seals the records, writes
+//! them as one atomic sled batch, makes the batch durable (in `fsync` mode: sled's `flush()`,
+//! which on Linux ends in `sync_file_range`, followed by a real `fdatasync` of sled's `db`
+//! file), folds the events into the projections, and only then answers every caller.
+//!
+//! A submission may carry a precondition, checked against the projections right before its
+//! events are sealed, with everything before it already applied: that is how "one export in
+//! progress per tenant" or "enough credits" are decided without races.
+
+use std::fs::File;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use auditmem_projections::{Applied, Event, Projections};
+use tokio::sync::{mpsc, oneshot, watch};
+
+use super::record::{seq_key, Record};
+use super::{Head, LogReader};
+use crate::registry::ErrorCode;
+
+/// How many events one group commit takes at most.
+const MAX_GROUP_EVENTS: usize = 4096;
+/// Queue depth before submitters wait (backpressure instead of unbounded memory).
+const QUEUE_DEPTH: usize = 8192;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Durability {
+    /// Acknowledged = on disk: flush + fdatasync before answering.
+    Fsync,
+    /// Acknowledged = in sled's page cache; flushed + fdatasynced every interval. A power loss
+    /// can lose the last interval of acknowledged appends.
+    BatchInterval(Duration),
+}
+
+/// Why a precondition refused a submission.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Rejection {
+    pub code: ErrorCode,
+    pub message: String,
+}
+
+pub type Precondition = Box<dyn FnOnce(&Projections) -> Result<(), Rejection> + Send>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum AppendError {
+    #[error("{}", .0.message)]
+    Rejected(Rejection),
+    #[error("event could not be encoded: {0}")]
+    Encode(String),
+    #[error("log storage failed: {0}")]
+    Storage(String),
+    #[error("the log is closed")]
+    Closed,
+}
+
+/// Where a submission landed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Committed {
+    pub first_seq: u64,
+    pub last_seq: u64,
+    pub ts_micros: i64,
+}
+
+struct Submission {
+    events: Vec<(Event, Vec<u8>)>,
+    check: Option<Precondition>,
+    reply: oneshot::Sender<Result<Committed, AppendError>>,
+}
+
+enum Msg {
+    Append(Submission),
+    Stop,
+}
+
+/// Counters exported as metrics.
+#[derive(Default, Debug)]
+pub struct AppenderStats {
+    pub groups: AtomicU64,
+    pub events: AtomicU64,
+    pub last_group_events: AtomicU64,
+    pub sync_micros_total: AtomicU64,
+    pub last_sync_micros: AtomicU64,
+    pub failed: AtomicBool,
+}
+
+#[derive(Clone)]
+pub struct Appender {
+    tx: mpsc::Sender<Msg>,
+    head: watch::Receiver<Head>,
+    pub stats: Arc<AppenderStats>,
+}
+
+pub struct AppenderThread {
+    handle: std::thread::JoinHandle<()>,
+    tx: mpsc::Sender<Msg>,
+}
+
+impl AppenderThread {
+    /// Asks the appender to finish what is queued and stop, and waits for it.
+    pub async fn stop(self) {
+        let _ = self.tx.send(Msg::Stop).await;
+        let _ = tokio::task::spawn_blocking(move || self.handle.join()).await;
+    }
+}
+
+fn now_micros() -> i64 {
+    chrono::Utc::now().timestamp_micros()
+}
+
+impl Appender {
+    /// Starts the appender thread over an opened database whose projections are caught up.
+    pub fn start(
+        db: sled::Db,
+        data_dir: &Path,
+        projections: Arc<Projections>,
+        durability: Durability,
+    ) -> Result<(Appender, AppenderThread), super::LogError> {
+        let log = LogReader::open(&db)?;
+        let head = log.head()?;
+        // sled keeps its pages in the file `db`; a second handle lets us fdatasync it, which
+        // sled 0.34's own flush (sync_file_range) does not do.
+        let db_file = File::open(data_dir.join("db"))?;
+        let (tx, rx) = mpsc::channel(QUEUE_DEPTH);
+        let (head_tx, head_rx) = watch::channel(head);
+        let stats = Arc::new(AppenderStats::default());
+        let mut worker = Worker {
+            db,
+            log,
+            db_file,
+            projections,
+            durability,
+            head,
+            last_ts: 0,
+            head_tx,
+            stats: stats.clone(),
+            failed: None,
+        };
+        let handle = std::thread::Builder::new()
+            .name("appender".into())
+            .spawn(move || worker.run(rx))?;
+        if let Durability::BatchInterval(every) = durability {
+            spawn_interval_syncer(data_dir, every, tx.clone())?;
+        }
+        Ok((
+            Appender {
+                tx: tx.clone(),
+                head: head_rx,
+                stats,
+            },
+            AppenderThread { handle, tx },
+        ))
+    }
+
+    pub fn head(&self) -> Head {
+        *self.head.borrow()
+    }
+
+    pub fn subscribe(&self) -> watch::Receiver<Head> {
+        self.head.clone()
+    }
+
+    /// Appends the events of one request atomically; resolves once durable and applied.
+    pub async fn append(&self, events: Vec<Event>) -> Result<Committed, AppendError> {
+        self.submit(events, None).await
+    }
+
+    /// Like [`append`](Self::append), after `check` accepted the current state.
+    pub async fn append_checked(
+        &self,
+        events: Vec<Event>,
+        check: Precondition,
+    ) -> Result<Committed, AppendError> {
+        self.submit(events, Some(check)).await
+    }
+
+    async fn submit(
+        &self,
+        events: Vec<Event>,
+        check: Option<Precondition>,
+    ) -> Result<Committed, AppendError> {
+        // Encode on the caller's thread: the appender thread only hashes and writes.
+        let mut encoded = Vec::with_capacity(events.len());
+        for e in events {
+            let bytes = e.encode().map_err(|e| AppendError::Encode(e.to_string()))?;
+            encoded.push((e, bytes));
+        }
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send(Msg::Append(Submission {
+                events: encoded,
+                check,
+                reply,
+            }))
+            .await
+            .map_err(|_| AppendError::Closed)?;
+        rx.await.map_err(|_| AppendError::Closed)?
+    }
+}
+
+/// In batch-interval mode a sidecar thread makes sled durable on a timer.
+fn spawn_interval_syncer(
+    data_dir: &Path,
+    every: Duration,
+    tx: mpsc::Sender<Msg>,
+) -> std::io::Result<()> {
+    let file = File::open(data_dir.join("db"))?;
+    std::thread::Builder::new()
+        .name("log-syncer".into())
+        .spawn(move || loop {
+            std::thread::sleep(every);
+            if tx.is_closed() {
+                let _ = file.sync_data();
+                return;
+            }
+            if let Err(e) = file.sync_data() {
+                tracing::error!(error = %e, "periodic fdatasync failed");
+            }
+        })?;
+    Ok(())
+}
+
+struct Worker {
+    db: sled::Db,
+    log: LogReader,
+    db_file: File,
+    projections: Arc<Projections>,
+    durability: Durability,
+    head: Head,
+    last_ts: i64,
+    head_tx: watch::Sender<Head>,
+    stats: Arc<AppenderStats>,
+    failed: Option<String>,
+}
+
+impl Worker {
+    fn run(&mut self, mut rx: mpsc::Receiver<Msg>) {
+        let mut stopping = false;
+        while let Some(first) = rx.blocking_recv() {
+            let mut group = Vec::new();
+            let mut n = 0;
+            match first {
+                Msg::Stop => stopping = true,
+                Msg::Append(s) => {
+                    n += s.events.len();
+                    group.push(s);
+                }
+            }
+            // Drain what is already queued, bounded; on stop, drain everything.
+            while stopping || n < MAX_GROUP_EVENTS {
+                match rx.try_recv() {
+                    Ok(Msg::Append(s)) => {
+                        n += s.events.len();
+                        group.push(s);
+                    }
+                    Ok(Msg::Stop) => stopping = true,
+                    Err(_) => break,
+                }
+                if n >= MAX_GROUP_EVENTS && !stopping {
+                    break;
+                }
+            }
+            self.process(group);
+            if stopping {
+                rx.close();
+                while let Ok(m) = rx.try_recv() {
+                    if let Msg::Append(s) = m {
+                        self.process(vec![s]);
+                    }
+                }
+                break;
+            }
+        }
+        let _ = self.db.flush();
+        let _ = self.db_file.sync_data();
+    }
+
+    /// Commits a group, evaluating preconditions with everything before them applied.
+    fn process(&mut self, group: Vec<Submission>) {
+        let mut pending: Vec<Submission> = Vec::new();
+        for mut s in group {
+            if let Some(check) = s.check.take() {
+                self.commit(std::mem::take(&mut pending));
+                if let Some(why) = &self.failed {
+                    let _ = s.reply.send(Err(AppendError::Storage(why.clone())));
+                    continue;
+                }
+                if let Err(r) = check(&self.projections) {
+                    let _ = s.reply.send(Err(AppendError::Rejected(r)));
+                    continue;
+                }
+            }
+            pending.push(s);
+        }
+        self.commit(pending);
+    }
+
+    fn commit(&mut self, group: Vec<Submission>) {
+        if group.is_empty() {
+            return;
+        }
+        if let Some(why) = &self.failed {
+            for s in group {
+                let _ = s.reply.send(Err(AppendError::Storage(why.clone())));
+            }
+            return;
+        }
+        let ts = now_micros().max(self.last_ts);
+        let mut batch = sled::Batch::default();
+        let mut seq = self.head.seq;
+        let mut prev = self.head.hash;
+        let mut outcomes = Vec::with_capacity(group.len());
+        let mut count = 0usize;
+        for s in &group {
+            let first = seq + 1;
+            for (_, bytes) in &s.events {
+                seq += 1;
+                let record = Record::seal(seq, ts, prev, bytes.clone());
+                prev = record.hash;
+                batch.insert(&seq_key(seq), record.encode());
+                count += 1;
+            }
+            outcomes.push(Committed {
+                first_seq: first,
+                last_seq: seq,
+                ts_micros: ts,
+            });
+        }
+        let started = Instant::now();
+        let result = self
+            .log
+            .tree()
+            .apply_batch(batch)
+            .map_err(|e| e.to_string())
+            .and_then(|_| match self.durability {
+                Durability::Fsync => self
+                    .db
+                    .flush()
+                    .map_err(|e| e.to_string())
+                    .and_then(|_| self.db_file.sync_data().map_err(|e| e.to_string())),
+                Durability::BatchInterval(_) => Ok(()),
+            });
+        let sync_us = started.elapsed().as_micros() as u64;
+        if let Err(why) = result {
+            // The batch may or may not be on disk; nothing more can be appended safely on top
+            // of an unknown head. Refuse writes until a restart re-reads the head.
+            tracing::error!(error = %why, "log write failed; the appender refuses further writes");
+            self.fail(why, group);
+            return;
+        }
+        self.head = Head { seq, hash: prev };
+        self.last_ts = ts;
+
+        let mut applied = Vec::with_capacity(count);
+        let mut s = self.head.seq - count as u64;
+        for sub in &group {
+            for (event, _) in &sub.events {
+                s += 1;
+                applied.push(Applied {
+                    seq: s,
+                    ts_micros: ts,
+                    event,
+                });
+            }
+        }
+        if let Err(e) = self.projections.apply(&applied) {
+            // The events are durable, so their callers are told they landed; the projections
+            // catch up from their checkpoints at the next start. Writing more on top of stale
+            // projections would decide against the wrong state, so later writes are refused.
+            tracing::error!(error = %e, "projection apply failed; the appender refuses further writes");
+            self.stats.failed.store(true, Ordering::Relaxed);
+            self.failed = Some(format!("projection apply failed: {e}"));
+        }
+        drop(applied);
+
+        self.stats.groups.fetch_add(1, Ordering::Relaxed);
+        self.stats.events.fetch_add(count as u64, Ordering::Relaxed);
+        self.stats
+            .last_group_events
+            .store(count as u64, Ordering::Relaxed);
+        self.stats
+            .sync_micros_total
+            .fetch_add(sync_us, Ordering::Relaxed);
+        self.stats
+            .last_sync_micros
+            .store(sync_us, Ordering::Relaxed);
+        let _ = self.head_tx.send(self.head);
+        for (sub, outcome) in group.into_iter().zip(outcomes) {
+            let _ = sub.reply.send(Ok(outcome));
+        }
+    }
+
+    fn fail(&mut self, why: String, group: Vec<Submission>) {
+        self.stats.failed.store(true, Ordering::Relaxed);
+        self.failed = Some(why.clone());
+        for s in group {
+            let _ = s.reply.send(Err(AppendError::Storage(why.clone())));
+        }
+    }
+}

@@ -1,0 +1,193 @@
+//! Signed checkpoints: the chain head, signed with an ed25519 key kept outside the data dir.
+//!
+//! A hash chain proves that records link, not that none were cut off the end or that history
+//! was not rewritten wholesale. A signed head that left the machine (the checkpoints file, an
+//! auditor's copy of `GET /admin/v1/log/checkpoint`) pins the log: whatever is there later
+//! must still contain that seq with that hash.
+//!
+//! The signed message is the UTF-8 text `auditmem/checkpoint/v1\n{seq}\n{hash hex}\n{time}`,
+//! so any ed25519 tool can check a checkpoint without our code.
+
+use std::fs::{File, OpenOptions};
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+
+use ed25519_dalek::{Signature, Signer, SigningKey, Verifier, VerifyingKey};
+use serde::{Deserialize, Serialize};
+
+use super::Head;
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Checkpoint {
+    pub seq: u64,
+    /// Lowercase hex of the record hash at `seq`.
+    pub hash: String,
+    /// RFC 3339 UTC, when it was signed.
+    pub time: String,
+    /// Lowercase hex of the ed25519 public key that signed it.
+    pub public_key: String,
+    /// Lowercase hex of the signature over [`Checkpoint::message`].
+    pub signature: String,
+}
+
+impl Checkpoint {
+    pub fn message(seq: u64, hash_hex: &str, time: &str) -> String {
+        format!("auditmem/checkpoint/v1\n{seq}\n{hash_hex}\n{time}")
+    }
+
+    pub fn sign(key: &SigningKey, head: Head, time: &str) -> Checkpoint {
+        let hash = hex::encode(head.hash);
+        let sig = key.sign(Self::message(head.seq, &hash, time).as_bytes());
+        Checkpoint {
+            seq: head.seq,
+            hash,
+            time: time.to_string(),
+            public_key: hex::encode(key.verifying_key().as_bytes()),
+            signature: hex::encode(sig.to_bytes()),
+        }
+    }
+
+    /// Checks the signature, against `pinned` when the auditor supplied a key.
+    pub fn check_signature(&self, pinned: Option<&VerifyingKey>) -> Result<(), String> {
+        let key = match pinned {
+            Some(k) => {
+                if hex::encode(k.as_bytes()) != self.public_key {
+                    return Err("signed by a different key than the pinned public key".into());
+                }
+                *k
+            }
+            None => parse_public_key(&self.public_key)?,
+        };
+        let sig_bytes: [u8; 64] = hex::decode(&self.signature)
+            .map_err(|e| format!("signature is not hex: {e}"))?
+            .try_into()
+            .map_err(|_| "signature is not 64 bytes".to_string())?;
+        key.verify(
+            Self::message(self.seq, &self.hash, &self.time).as_bytes(),
+            &Signature::from_bytes(&sig_bytes),
+        )
+        .map_err(|_| "signature does not verify".to_string())
+    }
+
+    pub fn hash_bytes(&self) -> Option<[u8; 32]> {
+        hex::decode(&self.hash).ok()?.try_into().ok()
+    }
+}
+
+pub fn parse_public_key(hex_key: &str) -> Result<VerifyingKey, String> {
+    let bytes: [u8; 32] = hex::decode(hex_key.trim())
+        .map_err(|e| format!("public key is not hex: {e}"))?
+        .try_into()
+        .map_err(|_| "public key is not 32 bytes".to_string())?;
+    VerifyingKey::from_bytes(&bytes).map_err(|e| format!("invalid public key: {e}"))
+}
+
+/// Loads the signing key, creating it (mode 0600) at first start.
+pub fn load_or_create_key(path: &Path) -> std::io::Result<SigningKey> {
+    if path.exists() {
+        let text = std::fs::read_to_string(path)?;
+        let bytes: [u8; 32] = hex::decode(text.trim())
+            .ok()
+            .and_then(|b| b.try_into().ok())
+            .ok_or_else(|| {
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    "signing key file is not 32 hex bytes",
+                )
+            })?;
+        return Ok(SigningKey::from_bytes(&bytes));
+    }
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let key = SigningKey::generate(&mut rand::rngs::OsRng);
+    let mut opts = OpenOptions::new();
+    opts.write(true).create_new(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        opts.mode(0o600);
+    }
+    let mut f = opts.open(path)?;
+    f.write_all(hex::encode(key.to_bytes()).as_bytes())?;
+    f.sync_all()?;
+    Ok(key)
+}
+
+/// Appends one checkpoint as a JSON line and syncs it.
+pub fn append_to_file(path: &Path, cp: &Checkpoint) -> std::io::Result<()> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let mut f = OpenOptions::new().create(true).append(true).open(path)?;
+    let mut line = serde_json::to_vec(cp).map_err(std::io::Error::other)?;
+    line.push(b'\n');
+    f.write_all(&line)?;
+    f.sync_data()
+}
+
+/// Reads a checkpoints file; a malformed line is an error naming its number.
+pub fn read_file(path: &Path) -> Result<Vec<Checkpoint>, String> {
+    let f = File::open(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+    let mut out = Vec::new();
+    for (i, line) in BufReader::new(f).lines().enumerate() {
+        let line = line.map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        out.push(serde_json::from_str(&line).map_err(|e| {
+            format!(
+                "line {} of {} is not a checkpoint: {e}",
+                i + 1,
+                path.display()
+            )
+        })?);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn signed_checkpoint_verifies_and_tampering_is_caught() {
+        let key = SigningKey::from_bytes(&[9; 32]);
+        let cp = Checkpoint::sign(
+            &key,
+            Head {
+                seq: 42,
+                hash: [5; 32],
+            },
+            "2026-11-22T00:00:00.000Z",
+        );
+        assert_eq!(cp.check_signature(None), Ok(()));
+        assert_eq!(cp.check_signature(Some(&key.verifying_key())), Ok(()));
+        let mut forged = cp.clone();
+        forged.seq = 41;
+        assert!(forged.check_signature(None).is_err());
+        let other = SigningKey::from_bytes(&[8; 32]);
+        assert!(cp.check_signature(Some(&other.verifying_key())).is_err());
+    }
+
+    #[test]
+    fn key_file_is_created_once_and_reloaded() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("keys/signing.key");
+        let a = load_or_create_key(&path).expect("create");
+        let b = load_or_create_key(&path).expect("load");
+        assert_eq!(a.to_bytes(), b.to_bytes());
+        let cp = Checkpoint::sign(
+            &a,
+            Head {
+                seq: 1,
+                hash: [0; 32],
+            },
+            "t",
+        );
+        let file = dir.path().join("cps.ndjson");
+        append_to_file(&file, &cp).expect("append");
+        append_to_file(&file, &cp).expect("append");
+        assert_eq!(read_file(&file).expect("read"), vec![cp.clone(), cp]);
+    }
+}

@@ -1,0 +1,577 @@
+//! Proves that a sequence of stored log records is one unbroken hash chain.
+//!
+//! Records are hashed in parallel (rayon, a chunk at a time) and linked sequentially. Every
+//! failure is named, CloudTrail-validator style: which seq, which kind, and why. The verifier
+//! only reads the bytes it is fed; it never trusts a server's own verdict, and it never
+//! re-serializes a record to hash it.
+
+use std::collections::BTreeMap;
+
+use ed25519_dalek::VerifyingKey;
+use rayon::prelude::*;
+use serde::Serialize;
+
+use super::checkpoint::Checkpoint;
+use super::record::RecordRef;
+use super::Head;
+
+/// At most this many failures are kept in a report (the count goes on).
+const MAX_LISTED: usize = 100;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureKind {
+    /// The stored hash does not match the record's own bytes: the record was modified.
+    HashMismatch,
+    /// A seq is missing from the tree: records were deleted.
+    Missing,
+    /// A record sits under another seq than the one it was sealed with: records were reordered.
+    OutOfOrder,
+    /// A self-consistent record was put into the chain: the one after it claims its seq.
+    Inserted,
+    /// A record does not link to the one before it: that one was replaced with a recomputed hash.
+    BrokenLink,
+    /// The stored value is not a record.
+    Undecodable,
+    /// A checkpoint's signature does not verify.
+    BadSignature,
+    /// The log ends before a head it is known to have had.
+    Truncated,
+    /// The log has the seq of a signed or expected head, with another hash: history rewritten.
+    HeadMismatch,
+}
+
+impl FailureKind {
+    pub fn describe(self) -> &'static str {
+        match self {
+            FailureKind::HashMismatch => "modified record (hash mismatch)",
+            FailureKind::Missing => "deleted record (missing seq)",
+            FailureKind::OutOfOrder => "reordered record (out of order)",
+            FailureKind::Inserted => "inserted record",
+            FailureKind::BrokenLink => "broken link (a record was replaced with a recomputed hash)",
+            FailureKind::Undecodable => "undecodable record",
+            FailureKind::BadSignature => "bad checkpoint signature",
+            FailureKind::Truncated => "truncated tail",
+            FailureKind::HeadMismatch => "head mismatch (history rewritten)",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Failure {
+    pub seq: u64,
+    pub kind: FailureKind,
+    pub detail: String,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    /// First seq checked and the last seq the anchors say must exist (or "end").
+    pub requested_from: u64,
+    pub requested_to: Option<u64>,
+    /// First and last seq found in the log (None when empty).
+    pub found_from: Option<u64>,
+    pub found_to: Option<u64>,
+    pub records: u64,
+    pub valid: u64,
+    pub failures: Vec<Failure>,
+    pub failure_count: u64,
+    pub head_seq: u64,
+    pub head_hash: String,
+    pub checkpoints_checked: usize,
+}
+
+impl Report {
+    pub fn clean(&self) -> bool {
+        self.failure_count == 0
+    }
+
+    pub fn first_failure(&self) -> Option<&Failure> {
+        self.failures.first()
+    }
+
+    /// Human summary, several lines.
+    pub fn render(&self) -> String {
+        let mut s = String::new();
+        let to = self
+            .requested_to
+            .map(|t| t.to_string())
+            .unwrap_or_else(|| "end".into());
+        let found = match (self.found_from, self.found_to) {
+            (Some(a), Some(b)) => format!("{a}..{b}"),
+            _ => "nothing".into(),
+        };
+        s.push_str(&format!(
+            "requested seq {}..{to}, found {found}\n",
+            self.requested_from
+        ));
+        if let Some(f) = self.first_failure() {
+            s.push_str(&format!(
+                "FIRST BAD SEQ {}: {}: {}\n",
+                f.seq,
+                f.kind.describe(),
+                f.detail
+            ));
+            for f in self.failures.iter().skip(1).take(9) {
+                s.push_str(&format!(
+                    "  also seq {}: {}: {}\n",
+                    f.seq,
+                    f.kind.describe(),
+                    f.detail
+                ));
+            }
+            if self.failure_count > 10 {
+                s.push_str(&format!("  ... {} failures in all\n", self.failure_count));
+            }
+        }
+        if self.checkpoints_checked > 0 {
+            s.push_str(&format!(
+                "{} checkpoint(s) checked\n",
+                self.checkpoints_checked
+            ));
+        }
+        s.push_str(&format!(
+            "{}/{} records valid; head seq {} hash {}\n{}",
+            self.valid,
+            self.records,
+            self.head_seq,
+            self.head_hash,
+            if self.clean() {
+                "OK: the chain is intact"
+            } else {
+                "TAMPERED"
+            }
+        ));
+        s
+    }
+}
+
+struct Parsed {
+    key: u64,
+    result: Result<Checked, String>,
+}
+
+struct Checked {
+    seq: u64,
+    prev: [u8; 32],
+    hash: [u8; 32],
+    hash_ok: bool,
+}
+
+fn check_one(key: u64, bytes: &[u8]) -> Parsed {
+    let result = RecordRef::decode(bytes)
+        .map_err(|e| e.to_string())
+        .and_then(|r| {
+            let prev: [u8; 32] = r
+                .prev
+                .try_into()
+                .map_err(|_| "prev is not 32 bytes".to_string())?;
+            let hash: [u8; 32] = r
+                .hash
+                .try_into()
+                .map_err(|_| "hash is not 32 bytes".to_string())?;
+            let hash_ok = r.computed_hash() == hash;
+            Ok(Checked {
+                seq: r.seq,
+                prev,
+                hash,
+                hash_ok,
+            })
+        });
+    Parsed { key, result }
+}
+
+/// Streaming verifier: feed chunks of `(key seq, stored bytes)` in key order, then finish.
+pub struct Verifier {
+    from: u64,
+    expected: u64,
+    prev_hash: [u8; 32],
+    prev2_hash: Option<[u8; 32]>,
+    /// After an inserted record the genuine records sit one key later than their seq.
+    offset: u64,
+    resync: bool,
+    records: u64,
+    valid: u64,
+    failures: Vec<Failure>,
+    failure_count: u64,
+    found_from: Option<u64>,
+    last_key: u64,
+    last_hash: [u8; 32],
+    /// Hashes found at the seqs the anchors name.
+    wanted: BTreeMap<u64, Option<[u8; 32]>>,
+}
+
+impl Verifier {
+    /// A verifier for a log read from seq 1; `anchor_seqs` are the seqs whose hashes the
+    /// checkpoints or an expected head name.
+    pub fn new(anchor_seqs: impl IntoIterator<Item = u64>) -> Verifier {
+        Verifier {
+            from: 1,
+            expected: 1,
+            prev_hash: [0; 32],
+            prev2_hash: None,
+            offset: 0,
+            resync: false,
+            records: 0,
+            valid: 0,
+            failures: Vec::new(),
+            failure_count: 0,
+            found_from: None,
+            last_key: 0,
+            last_hash: [0; 32],
+            wanted: anchor_seqs.into_iter().map(|s| (s, None)).collect(),
+        }
+    }
+
+    fn fail(&mut self, seq: u64, kind: FailureKind, detail: String) {
+        self.failure_count += 1;
+        if self.failures.len() < MAX_LISTED {
+            self.failures.push(Failure { seq, kind, detail });
+        }
+    }
+
+    /// Checks a chunk of stored records (hashing in parallel, linking in order).
+    pub fn feed<B: AsRef<[u8]> + Sync>(&mut self, chunk: &[(u64, B)]) {
+        let parsed: Vec<Parsed> = chunk
+            .par_iter()
+            .map(|(k, v)| check_one(*k, v.as_ref()))
+            .collect();
+        for p in parsed {
+            self.link(p);
+        }
+    }
+
+    fn link(&mut self, p: Parsed) {
+        let key = p.key;
+        self.records += 1;
+        self.found_from.get_or_insert(key);
+        if key > self.expected {
+            let gap_end = key - 1;
+            let detail = if gap_end == self.expected {
+                format!("seq {} is missing", self.expected)
+            } else {
+                format!("seqs {}..{} are missing", self.expected, gap_end)
+            };
+            self.fail(self.expected, FailureKind::Missing, detail);
+            self.resync = true;
+        }
+        self.expected = key + 1;
+        self.last_key = key;
+        let c = match p.result {
+            Err(why) => {
+                self.fail(key, FailureKind::Undecodable, why);
+                self.resync = true;
+                return;
+            }
+            Ok(c) => c,
+        };
+        self.last_hash = c.hash;
+        if let Some(slot) = self.wanted.get_mut(&key) {
+            *slot = Some(c.hash);
+        }
+        let mut ok = true;
+        if !c.hash_ok {
+            self.fail(
+                key,
+                FailureKind::HashMismatch,
+                "the stored hash does not match the record's contents".into(),
+            );
+            ok = false;
+        } else if c.seq + self.offset != key {
+            if c.seq + self.offset + 1 == key && self.prev2_hash == Some(c.prev) {
+                self.fail(
+                    key - 1,
+                    FailureKind::Inserted,
+                    format!("the record at seq {} is not part of the chain: the record after it was sealed as seq {} and links past it", key - 1, c.seq),
+                );
+                self.offset += 1;
+                // The record before was the intruder; this one links to the one before that.
+                self.prev_hash = c.hash;
+                self.prev2_hash = None;
+                self.valid += 1;
+                self.resync = false;
+                return;
+            }
+            self.fail(
+                key,
+                FailureKind::OutOfOrder,
+                format!("stored at seq {key} but sealed as seq {}", c.seq),
+            );
+            ok = false;
+            self.resync = true;
+        } else if !self.resync && c.prev != self.prev_hash {
+            self.fail(
+                key,
+                FailureKind::BrokenLink,
+                format!("does not link to seq {}: that record was replaced with a recomputed hash, or one was inserted", key - 1),
+            );
+            ok = false;
+        }
+        if ok {
+            self.valid += 1;
+            self.resync = false;
+        }
+        self.prev2_hash = Some(self.prev_hash);
+        self.prev_hash = c.hash;
+    }
+
+    /// Checks the anchors (expected head, checkpoints) and returns the report.
+    pub fn finish(
+        mut self,
+        expect_head: Option<Head>,
+        checkpoints: &[Checkpoint],
+        pinned: Option<&VerifyingKey>,
+    ) -> Report {
+        let found_to = (self.records > 0).then_some(self.last_key);
+        let mut anchors: Vec<(u64, Option<[u8; 32]>, String)> = Vec::new();
+        for cp in checkpoints {
+            if let Err(why) = cp.check_signature(pinned) {
+                self.fail(
+                    cp.seq,
+                    FailureKind::BadSignature,
+                    format!("checkpoint at seq {} signed {}: {why}", cp.seq, cp.time),
+                );
+                continue;
+            }
+            anchors.push((
+                cp.seq,
+                cp.hash_bytes(),
+                format!("signed checkpoint of {}", cp.time),
+            ));
+        }
+        if let Some(h) = expect_head {
+            anchors.push((h.seq, Some(h.hash), "expected head".into()));
+        }
+        let mut requested_to = None;
+        for (seq, hash, what) in &anchors {
+            requested_to = Some(requested_to.unwrap_or(0).max(*seq));
+            match self.wanted.get(seq).copied().flatten() {
+                _ if *seq > self.last_key || self.records == 0 => {
+                    let ends = if self.records == 0 {
+                        "the log is empty".to_string()
+                    } else {
+                        format!("the log ends at seq {}", self.last_key)
+                    };
+                    self.fail(
+                        *seq,
+                        FailureKind::Truncated,
+                        format!("{what} is at seq {seq} but {ends}"),
+                    );
+                }
+                Some(found) if Some(found) != *hash => {
+                    self.fail(
+                        *seq,
+                        FailureKind::HeadMismatch,
+                        format!(
+                            "{what} names hash {} but the log has {}",
+                            hash.map(hex::encode).unwrap_or_default(),
+                            hex::encode(found)
+                        ),
+                    );
+                }
+                None => {
+                    self.fail(
+                        *seq,
+                        FailureKind::Missing,
+                        format!("{what} names seq {seq}, which is not in the log"),
+                    );
+                }
+                _ => {}
+            }
+        }
+        self.failures.sort_by_key(|f| f.seq);
+        Report {
+            requested_from: self.from,
+            requested_to,
+            found_from: self.found_from,
+            found_to,
+            records: self.records,
+            valid: self.valid,
+            failures: self.failures,
+            failure_count: self.failure_count,
+            head_seq: self.last_key,
+            head_hash: hex::encode(self.last_hash),
+            checkpoints_checked: checkpoints.len(),
+        }
+    }
+}
+
+/// Verifies a whole `log` tree, reporting progress through `tick(records_done)`.
+pub fn verify_tree(
+    tree: &sled::Tree,
+    expect_head: Option<Head>,
+    checkpoints: &[Checkpoint],
+    pinned: Option<&VerifyingKey>,
+    mut tick: impl FnMut(u64),
+) -> Report {
+    const CHUNK: usize = 16_384;
+    let anchors = checkpoints
+        .iter()
+        .map(|c| c.seq)
+        .chain(expect_head.map(|h| h.seq));
+    let mut v = Verifier::new(anchors);
+    let mut chunk: Vec<(u64, sled::IVec)> = Vec::with_capacity(CHUNK);
+    for kv in tree.iter() {
+        match kv {
+            Ok((k, val)) => {
+                let key = super::record::seq_from_key(&k).unwrap_or(0);
+                chunk.push((key, val));
+            }
+            Err(e) => {
+                v.feed(&chunk);
+                chunk.clear();
+                let at = v.expected;
+                v.fail(
+                    at,
+                    FailureKind::Undecodable,
+                    format!("storage error reading the log: {e}"),
+                );
+                break;
+            }
+        }
+        if chunk.len() == CHUNK {
+            v.feed(&chunk);
+            tick(chunk.len() as u64);
+            chunk.clear();
+        }
+    }
+    v.feed(&chunk);
+    tick(chunk.len() as u64);
+    v.finish(expect_head, checkpoints, pinned)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::log::record::Record;
+
+    fn chain(n: u64) -> Vec<Record> {
+        let mut prev = [0u8; 32];
+        (1..=n)
+            .map(|seq| {
+                let r = Record::seal(
+                    seq,
+                    seq as i64 * 10,
+                    prev,
+                    format!("event {seq}").into_bytes(),
+                );
+                prev = r.hash;
+                r
+            })
+            .collect()
+    }
+
+    fn run(stored: &[(u64, Vec<u8>)]) -> Report {
+        let mut v = Verifier::new([]);
+        v.feed(stored);
+        v.finish(None, &[], None)
+    }
+
+    fn stored(records: &[Record]) -> Vec<(u64, Vec<u8>)> {
+        records.iter().map(|r| (r.seq, r.encode())).collect()
+    }
+
+    #[test]
+    fn clean_chain_is_valid() {
+        let rep = run(&stored(&chain(50)));
+        assert!(rep.clean(), "{}", rep.render());
+        assert_eq!((rep.valid, rep.records, rep.head_seq), (50, 50, 50));
+    }
+
+    #[test]
+    fn each_tampering_is_named_at_the_right_seq() {
+        let good = stored(&chain(20));
+
+        let mut modified = good.clone();
+        let last = modified[9].1.len() - 1;
+        modified[9].1[last] ^= 0x01;
+        let f = run(&modified).failures[0].clone();
+        assert_eq!((f.seq, f.kind), (10, FailureKind::HashMismatch));
+
+        let mut deleted = good.clone();
+        deleted.remove(4);
+        let rep = run(&deleted);
+        assert_eq!(
+            (rep.failures[0].seq, rep.failures[0].kind),
+            (5, FailureKind::Missing)
+        );
+        assert_eq!(rep.failure_count, 1, "{}", rep.render());
+
+        let mut swapped = good.clone();
+        let (a, b) = (swapped[6].1.clone(), swapped[12].1.clone());
+        swapped[6].1 = b;
+        swapped[12].1 = a;
+        let f = run(&swapped).failures[0].clone();
+        assert_eq!((f.seq, f.kind), (7, FailureKind::OutOfOrder));
+
+        // A forged record sealed at seq 8 over the real seq 7, the rest shifted one key later.
+        let records = chain(20);
+        let forged = Record::seal(8, 75, records[6].hash, b"forged".to_vec());
+        let mut inserted: Vec<(u64, Vec<u8>)> = good[..7].to_vec();
+        inserted.push((8, forged.encode()));
+        inserted.extend(good[7..].iter().map(|(k, v)| (k + 1, v.clone())));
+        let rep = run(&inserted);
+        assert_eq!(
+            (rep.failures[0].seq, rep.failures[0].kind),
+            (8, FailureKind::Inserted),
+            "{}",
+            rep.render()
+        );
+        assert_eq!(rep.failure_count, 1, "{}", rep.render());
+
+        let mut undecodable = good.clone();
+        undecodable[2].1 = b"\xc1 not msgpack".to_vec();
+        let f = run(&undecodable).failures[0].clone();
+        assert_eq!((f.seq, f.kind), (3, FailureKind::Undecodable));
+
+        // Replaced with a recomputed hash: seq 5 itself checks out, seq 6 no longer links.
+        let mut replaced = good.clone();
+        replaced[4].1 = Record::seal(5, 50, records[3].hash, b"rewritten".to_vec()).encode();
+        let f = run(&replaced).failures[0].clone();
+        assert_eq!((f.seq, f.kind), (6, FailureKind::BrokenLink));
+    }
+
+    #[test]
+    fn anchors_catch_truncation_and_rewrites() {
+        let records = chain(10);
+        let key = ed25519_dalek::SigningKey::from_bytes(&[1; 32]);
+        let cp = Checkpoint::sign(
+            &key,
+            Head {
+                seq: 10,
+                hash: records[9].hash,
+            },
+            "t",
+        );
+        let truncated = stored(&records[..8]);
+        let mut v = Verifier::new([10]);
+        v.feed(&truncated);
+        let rep = v.finish(None, std::slice::from_ref(&cp), Some(&key.verifying_key()));
+        assert_eq!(
+            (rep.failures[0].seq, rep.failures[0].kind),
+            (10, FailureKind::Truncated)
+        );
+        assert_eq!(rep.requested_to, Some(10));
+        assert_eq!(rep.found_to, Some(8));
+
+        let mut bad = cp.clone();
+        bad.hash = hex::encode([7u8; 32]);
+        let mut v = Verifier::new([10]);
+        v.feed(&stored(&records));
+        let rep = v.finish(None, &[bad], None);
+        assert_eq!(rep.failures[0].kind, FailureKind::BadSignature);
+
+        let mut v = Verifier::new([10]);
+        v.feed(&stored(&records));
+        let rep = v.finish(
+            Some(Head {
+                seq: 10,
+                hash: [7; 32],
+            }),
+            &[cp],
+            None,
+        );
+        assert_eq!(rep.failures.len(), 1);
+        assert_eq!(rep.failures[0].kind, FailureKind::HeadMismatch);
+    }
+}
