@@ -384,10 +384,10 @@ async fn stream_log(
         }
     });
     let stream = tokio_stream::wrappers::ReceiverStream::new(rx);
-    Ok(Response::builder()
+    Response::builder()
         .header("content-type", "application/x-ndjson")
         .body(Body::from_stream(stream))
-        .map_err(ApiError::internal)?)
+        .map_err(ApiError::internal)
 }
 
 #[derive(Deserialize)]

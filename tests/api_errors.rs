@@ -1,0 +1,362 @@
+//! Every error on every route is the one envelope with the registry's status and code.
+
+mod common;
+
+use common::{assert_error, Server, ADMIN_TOKEN};
+use reqwest::Method;
+use serde_json::json;
+
+#[test]
+fn router_level_errors_are_enveloped() {
+    let s = Server::start();
+    assert_error(
+        &s.call(Method::GET, "/no/such/route", None, None),
+        404,
+        4040,
+    );
+    assert_error(
+        &s.call(Method::GET, "/v1/nothing-here", None, None),
+        404,
+        4040,
+    );
+    assert_error(&s.call(Method::POST, "/healthz", None, None), 405, 4050);
+    let (_, key) = s.tenant_with_key("pro");
+    assert_error(
+        &s.call(Method::DELETE, "/v1/audit/logs", Some(&key), None),
+        405,
+        4050,
+    );
+    assert_error(
+        &s.call(Method::PUT, "/admin/v1/tenants", Some(ADMIN_TOKEN), None),
+        405,
+        4050,
+    );
+    let (status, v) = s.call(Method::GET, "/healthz", None, None);
+    assert_eq!(status, 200);
+    assert_eq!(v["success"], json!(true));
+    assert_eq!(v["data"]["status"], json!("ok"));
+}
+
+#[test]
+fn authentication_failures_are_401_and_not_recorded() {
+    let s = Server::start();
+    let (_, key) = s.tenant_with_key("business");
+    assert_error(
+        &s.call(Method::GET, "/v1/audit/logs", None, None),
+        401,
+        4010,
+    );
+    assert_error(
+        &s.call(
+            Method::GET,
+            "/v1/audit/logs",
+            Some("amk_not-a-real-key"),
+            None,
+        ),
+        401,
+        4010,
+    );
+    let resp = s
+        .raw()
+        .get(format!("{}/v1/audit/logs", s.url))
+        .header("authorization", format!("Basic {key}"))
+        .send()
+        .expect("send");
+    assert_eq!(resp.status().as_u16(), 401);
+    assert_eq!(
+        resp.headers()
+            .get("www-authenticate")
+            .and_then(|v| v.to_str().ok()),
+        Some("Bearer")
+    );
+    // None of the refused requests became an entry: the first successful list sees nothing.
+    let (status, v) = s.get("/v1/audit/logs", &key);
+    assert_eq!(status, 200);
+    assert_eq!(v["data"]["total"], json!(0), "{v}");
+}
+
+#[test]
+fn admin_api_needs_the_token_and_is_absent_without_one() {
+    let s = Server::start();
+    assert_error(
+        &s.call(Method::GET, "/admin/v1/tenants", None, None),
+        401,
+        4010,
+    );
+    assert_error(
+        &s.call(Method::GET, "/admin/v1/tenants", Some("wrong"), None),
+        401,
+        4010,
+    );
+    let (status, _) = s.admin(Method::GET, "/admin/v1/tenants", None);
+    assert_eq!(status, 200);
+
+    // A server started without AUDITMEM_ADMIN_TOKEN has no admin API at all.
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut child = std::process::Command::new(common::bin())
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(tmp.path().join("d"))
+        .arg("--signing-key")
+        .arg(tmp.path().join("k"))
+        .arg("--checkpoints-file")
+        .arg(tmp.path().join("c"))
+        .env_remove("AUDITMEM_ADMIN_TOKEN")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().expect("stdout")),
+        &mut line,
+    )
+    .expect("read");
+    let url = line
+        .trim()
+        .trim_start_matches("auditmem listening on ")
+        .to_string();
+    let resp = reqwest::blocking::Client::new()
+        .get(format!("{url}/admin/v1/tenants"))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .expect("send");
+    assert_eq!(resp.status().as_u16(), 404);
+    let v: serde_json::Value = resp.json().expect("json");
+    assert_eq!(v["code"], json!(4040));
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+#[test]
+fn body_errors_are_enveloped() {
+    let s = Server::start_with(&["--max-body-bytes", "2048"]);
+    let url = format!("{}/admin/v1/tenants", s.url);
+    let c = s.raw();
+    let send = |ct: Option<&str>, body: String| {
+        let mut r = c.post(&url).bearer_auth(ADMIN_TOKEN).body(body);
+        if let Some(ct) = ct {
+            r = r.header("content-type", ct);
+        }
+        let resp = r.send().expect("send");
+        let status = resp.status().as_u16();
+        (status, resp.json::<serde_json::Value>().expect("json"))
+    };
+    assert_error(
+        &send(Some("application/json"), "{not json".into()),
+        400,
+        4000,
+    );
+    assert_error(
+        &send(Some("text/plain"), r#"{"name":"a","plan":"free"}"#.into()),
+        415,
+        4150,
+    );
+    assert_error(
+        &send(None, r#"{"name":"a","plan":"free"}"#.into()),
+        415,
+        4150,
+    );
+    let big = format!(r#"{{"name":"{}","plan":"free"}}"#, "x".repeat(4096));
+    assert_error(&send(Some("application/json"), big), 413, 4130);
+    let missing = send(Some("application/json"), r#"{"plan":"free"}"#.into());
+    assert_error(&missing, 400, 4000);
+    assert!(
+        missing.1["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("name")),
+        "{}",
+        missing.1
+    );
+    let bad_plan = send(
+        Some("application/json"),
+        r#"{"name":"a","plan":"gold"}"#.into(),
+    );
+    assert_error(&bad_plan, 400, 4000);
+    assert!(
+        bad_plan.1["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("plan")),
+        "{}",
+        bad_plan.1
+    );
+    assert_error(
+        &send(
+            Some("application/json"),
+            r#"{"name":"a","plan":"free","credits":-1}"#.into(),
+        ),
+        400,
+        4000,
+    );
+    assert_error(
+        &send(
+            Some("application/json"),
+            r#"{"name":"a","plan":"free","extra":1}"#.into(),
+        ),
+        400,
+        4000,
+    );
+    assert_error(
+        &send(
+            Some("application/json"),
+            r#"{"name":"   ","plan":"free"}"#.into(),
+        ),
+        400,
+        4000,
+    );
+}
+
+#[test]
+fn admin_tenant_and_key_lifecycle() {
+    let s = Server::start();
+    let (status, v) = s.admin(
+        Method::POST,
+        "/admin/v1/tenants",
+        Some(json!({"name": "acme", "plan": "pro"})),
+    );
+    assert_eq!(status, 201);
+    let d = &v["data"];
+    assert_eq!(
+        (
+            d["name"].clone(),
+            d["plan"].clone(),
+            d["subscription_active"].clone(),
+            d["credits"].clone()
+        ),
+        (json!("acme"), json!("pro"), json!(true), json!(0.0))
+    );
+    let id = d["id"].as_str().expect("id").to_string();
+    assert!(
+        d["created_at"]
+            .as_str()
+            .is_some_and(|t| t.ends_with('Z') && t.len() == 24),
+        "{d}"
+    );
+
+    let (status, v) = s.admin(
+        Method::PATCH,
+        &format!("/admin/v1/tenants/{id}"),
+        Some(json!({"plan": "business", "credits": 12.5, "subscription_active": false})),
+    );
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(
+        (
+            v["data"]["plan"].clone(),
+            v["data"]["credits"].clone(),
+            v["data"]["subscription_active"].clone()
+        ),
+        (json!("business"), json!(12.5), json!(false))
+    );
+    assert_error(
+        &s.admin(
+            Method::PATCH,
+            &format!("/admin/v1/tenants/{id}"),
+            Some(json!({})),
+        ),
+        400,
+        4000,
+    );
+    assert_error(
+        &s.admin(
+            Method::PATCH,
+            &format!("/admin/v1/tenants/{id}"),
+            Some(json!({"id": "x"})),
+        ),
+        400,
+        4000,
+    );
+    assert_error(
+        &s.admin(
+            Method::GET,
+            "/admin/v1/tenants/00000000-0000-0000-0000-000000000000",
+            None,
+        ),
+        404,
+        4040,
+    );
+    assert_error(
+        &s.admin(Method::GET, "/admin/v1/tenants/nope", None),
+        404,
+        4040,
+    );
+
+    let (status, v) = s.admin(Method::GET, "/admin/v1/tenants", None);
+    assert_eq!(status, 200);
+    assert_eq!(v["data"]["total"], json!(1));
+    assert_eq!(v["data"]["tenants"][0]["id"], json!(id));
+
+    let (status, v) = s.admin(
+        Method::POST,
+        &format!("/admin/v1/tenants/{id}/keys"),
+        Some(json!({"permissions": ["audit.read", "audit.read"], "name": "ci"})),
+    );
+    assert_eq!(status, 201, "{v}");
+    let key = v["data"]["api_key"].as_str().expect("key").to_string();
+    assert!(
+        key.len() >= 43,
+        "a key carries at least 32 random bytes: {key}"
+    );
+    assert_eq!(v["data"]["permissions"], json!(["audit.read"]));
+    let key_id = v["data"]["id"].as_str().expect("key id").to_string();
+    assert_error(
+        &s.admin(
+            Method::POST,
+            &format!("/admin/v1/tenants/{id}/keys"),
+            Some(json!({"permissions": ["root"]})),
+        ),
+        400,
+        4000,
+    );
+    assert_error(
+        &s.admin(
+            Method::POST,
+            &format!("/admin/v1/tenants/{id}/keys"),
+            Some(json!({"permissions": []})),
+        ),
+        400,
+        4000,
+    );
+
+    let (status, v) = s.admin(Method::DELETE, &format!("/admin/v1/keys/{key_id}"), None);
+    assert_eq!(status, 200);
+    assert_eq!(v["data"]["revoked"], json!(true));
+    assert_error(
+        &s.admin(
+            Method::DELETE,
+            "/admin/v1/keys/00000000-0000-0000-0000-000000000000",
+            None,
+        ),
+        404,
+        4040,
+    );
+    // The key itself was never stored: nothing in the raw log contains it.
+    let raw = s
+        .raw()
+        .get(format!("{}/admin/v1/log?from=1", s.url))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .expect("send")
+        .text()
+        .expect("text");
+    use base64::Engine;
+    for line in raw.lines() {
+        let v: serde_json::Value = serde_json::from_str(line).expect("line");
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(v["record"].as_str().expect("record"))
+            .expect("b64");
+        let needle = &key.as_bytes()[4..];
+        assert!(
+            !bytes.windows(needle.len()).any(|w| w == needle),
+            "the raw key leaked into the log"
+        );
+    }
+}
+
+#[test]
+fn docs_list_every_registry_row() {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/API.md"))
+        .expect("docs/API.md");
+    for row in auditmem::registry::ErrorCode::ALL {
+        let needle = format!("| {} | {} |", row.code(), row.status().as_u16());
+        assert!(doc.contains(&needle), "docs/API.md lacks the row {needle}");
+    }
+}

@@ -1,0 +1,268 @@
+//! Black-box test harness: the real `auditmem` binary on a loopback port, real HTTP.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use reqwest::blocking::Client;
+use reqwest::Method;
+use serde_json::{json, Value};
+
+pub const ADMIN_TOKEN: &str = "test-admin-token";
+
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_auditmem")
+}
+
+/// A running server and the directories it owns.
+pub struct Server {
+    child: Option<Child>,
+    pub url: String,
+    pub data_dir: PathBuf,
+    pub keys_dir: PathBuf,
+    pub extra: Vec<String>,
+    _tmp: Option<tempfile::TempDir>,
+    client: Client,
+}
+
+impl Server {
+    pub fn start() -> Server {
+        Self::start_with(&[])
+    }
+
+    pub fn start_with(extra: &[&str]) -> Server {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let data_dir = tmp.path().join("data");
+        let keys_dir = tmp.path().join("keys");
+        let mut s = Server {
+            child: None,
+            url: String::new(),
+            data_dir,
+            keys_dir,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+            _tmp: Some(tmp),
+            client: Client::builder()
+                .timeout(Duration::from_secs(60))
+                .build()
+                .expect("client"),
+        };
+        s.spawn();
+        s
+    }
+
+    /// A server on an existing data dir (keys in a fresh temporary dir).
+    pub fn start_on(data_dir: &Path) -> Server {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let keys_dir = tmp.path().join("keys");
+        let mut s = Server {
+            child: None,
+            url: String::new(),
+            data_dir: data_dir.to_path_buf(),
+            keys_dir,
+            extra: Vec::new(),
+            _tmp: Some(tmp),
+            client: Client::builder()
+                .timeout(Duration::from_secs(60))
+                .build()
+                .expect("client"),
+        };
+        s.spawn();
+        s
+    }
+
+    pub fn checkpoints_file(&self) -> PathBuf {
+        self.keys_dir.join("checkpoints.ndjson")
+    }
+
+    pub fn signing_key(&self) -> PathBuf {
+        self.keys_dir.join("signing.key")
+    }
+
+    /// (Re)starts the process on the same directories.
+    pub fn spawn(&mut self) {
+        let mut cmd = Command::new(bin());
+        cmd.arg("serve")
+            .arg("--data-dir")
+            .arg(&self.data_dir)
+            .arg("--listen")
+            .arg("127.0.0.1:0")
+            .arg("--signing-key")
+            .arg(self.signing_key())
+            .arg("--checkpoints-file")
+            .arg(self.checkpoints_file())
+            .args(&self.extra)
+            .env("AUDITMEM_ADMIN_TOKEN", ADMIN_TOKEN)
+            .env("AUDITMEM_LOG", "error")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        let mut child = cmd.spawn().expect("spawn auditmem");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut lines = BufReader::new(stdout).lines();
+        let deadline = Instant::now() + Duration::from_secs(120);
+        let url = loop {
+            assert!(Instant::now() < deadline, "server did not start in time");
+            match lines.next() {
+                Some(Ok(line)) => {
+                    if let Some(u) = line.strip_prefix("auditmem listening on ") {
+                        break u.trim().to_string();
+                    }
+                }
+                _ => panic!("server exited before listening"),
+            }
+        };
+        // Keep draining stdout so the child never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        self.url = url;
+        self.child = Some(child);
+    }
+
+    /// SIGTERM, then wait for a clean exit.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+            let status = child.wait().expect("wait");
+            assert!(status.success(), "server exited with {status}");
+        }
+    }
+
+    /// SIGKILL: no chance to flush anything.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    pub fn restart(&mut self) {
+        self.stop();
+        self.spawn();
+    }
+
+    pub fn call(
+        &self,
+        method: Method,
+        path: &str,
+        bearer: Option<&str>,
+        body: Option<&Value>,
+    ) -> (u16, Value) {
+        let mut req = self.client.request(method, format!("{}{}", self.url, path));
+        if let Some(b) = bearer {
+            req = req.bearer_auth(b);
+        }
+        if let Some(b) = body {
+            req = req.json(b);
+        }
+        let resp = req.send().expect("request");
+        let status = resp.status().as_u16();
+        let text = resp.text().expect("body");
+        let v =
+            serde_json::from_str(&text).unwrap_or_else(|_| panic!("not JSON ({status}): {text}"));
+        (status, v)
+    }
+
+    pub fn raw(&self) -> &Client {
+        &self.client
+    }
+
+    pub fn get(&self, path: &str, key: &str) -> (u16, Value) {
+        self.call(Method::GET, path, Some(key), None)
+    }
+
+    pub fn post(&self, path: &str, key: &str, body: Value) -> (u16, Value) {
+        self.call(Method::POST, path, Some(key), Some(&body))
+    }
+
+    pub fn admin(&self, method: Method, path: &str, body: Option<Value>) -> (u16, Value) {
+        self.call(method, path, Some(ADMIN_TOKEN), body.as_ref())
+    }
+
+    pub fn create_tenant(&self, plan: &str) -> String {
+        let (s, v) = self.admin(
+            Method::POST,
+            "/admin/v1/tenants",
+            Some(json!({"name": format!("t-{plan}"), "plan": plan, "credits": 100})),
+        );
+        assert_eq!(s, 201, "{v}");
+        v["data"]["id"].as_str().expect("id").to_string()
+    }
+
+    pub fn create_key(&self, tenant: &str, perms: &[&str]) -> String {
+        let (s, v) = self.admin(
+            Method::POST,
+            &format!("/admin/v1/tenants/{tenant}/keys"),
+            Some(json!({"permissions": perms})),
+        );
+        assert_eq!(s, 201, "{v}");
+        v["data"]["api_key"].as_str().expect("api_key").to_string()
+    }
+
+    /// A tenant on `plan` and a key with every permission.
+    pub fn tenant_with_key(&self, plan: &str) -> (String, String) {
+        let t = self.create_tenant(plan);
+        let k = self.create_key(
+            &t,
+            &["audit.read", "audit.export", "memory.read", "memory.write"],
+        );
+        (t, k)
+    }
+
+    pub fn head(&self) -> (u64, String) {
+        let (_, v) = self.admin(Method::GET, "/admin/v1/log/head", None);
+        (
+            v["data"]["seq"].as_u64().expect("seq"),
+            v["data"]["hash"].as_str().expect("hash").to_string(),
+        )
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Runs the CLI and returns (exit code, stdout, stderr).
+pub fn cli(args: &[&str], envs: &[(&str, &str)]) -> (i32, String, String) {
+    let mut cmd = Command::new(bin());
+    cmd.args(args).stdin(Stdio::null());
+    for (k, v) in envs {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("run auditmem");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).to_string(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    )
+}
+
+pub fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("mkdir");
+    for entry in std::fs::read_dir(from).expect("read_dir") {
+        let entry = entry.expect("entry");
+        let target = to.join(entry.file_name());
+        if entry.file_type().expect("type").is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).expect("copy");
+        }
+    }
+}
+
+pub fn path_str(p: &Path) -> &str {
+    p.to_str().expect("utf8 path")
+}
+
+/// Asserts the error envelope exactly.
+pub fn assert_error(resp: &(u16, Value), status: u16, code: i64) {
+    let (s, v) = resp;
+    assert_eq!(*s, status, "{v}");
+    assert_eq!(v["success"], json!(false), "{v}");
+    assert_eq!(v["code"], json!(code), "{v}");
+    assert!(v["message"].as_str().is_some_and(|m| !m.is_empty()), "{v}");
+    assert_eq!(v["data"], Value::Null, "{v}");
+    assert_eq!(v.as_object().map(|o| o.len()), Some(4), "{v}");
+}

@@ -1,0 +1,91 @@
+//! Killed with SIGKILL under concurrent appends, the server loses nothing it acknowledged.
+
+mod common;
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::{cli, path_str, Server, ADMIN_TOKEN};
+use serde_json::{json, Value};
+
+#[test]
+fn every_acknowledged_append_survives_sigkill() {
+    let mut s = Server::start();
+    let (tenant, key) = s.tenant_with_key("business");
+    let acked: Arc<Mutex<HashSet<String>>> = Arc::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut clients = Vec::new();
+    for c in 0..8 {
+        let (url, tenant, acked, stop) =
+            (s.url.clone(), tenant.clone(), acked.clone(), stop.clone());
+        clients.push(std::thread::spawn(move || {
+            let http = reqwest::blocking::Client::builder().timeout(Duration::from_secs(10)).build().expect("client");
+            let mut n = 0u32;
+            while !stop.load(Ordering::Relaxed) && n < 5_000 {
+                n += 1;
+                let body = json!({"entries": [
+                    {"tenant_id": tenant, "action": "gateway.chat", "http_status": 200, "metadata": {"client": c, "n": n}},
+                    {"tenant_id": tenant, "action": "rag.query", "http_status": 200, "metadata": {"client": c, "n": n}}
+                ]});
+                let Ok(resp) = http.post(format!("{url}/admin/v1/audit/logs")).bearer_auth(ADMIN_TOKEN).json(&body).send() else {
+                    break;
+                };
+                if resp.status().as_u16() != 200 {
+                    break;
+                }
+                let Ok(v) = resp.json::<Value>() else { break };
+                let mut set = acked.lock().expect("lock");
+                for id in v["data"]["ids"].as_array().expect("ids") {
+                    set.insert(id.as_str().expect("id").to_string());
+                }
+            }
+        }));
+    }
+    // Let the clients get going, then kill the server mid-flight.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while acked.lock().expect("lock").len() < 400 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    s.kill();
+    stop.store(true, Ordering::Relaxed);
+    for c in clients {
+        c.join().expect("client thread");
+    }
+    let acked = acked.lock().expect("lock").clone();
+    assert!(
+        acked.len() >= 400,
+        "only {} appends were acknowledged before the kill",
+        acked.len()
+    );
+
+    s.spawn();
+    let mut found = HashSet::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let path = match &cursor {
+            None => "/v1/audit/logs?page_size=100".to_string(),
+            Some(c) => format!("/v1/audit/logs?page_size=100&cursor={c}"),
+        };
+        let (status, v) = s.get(&path, &key);
+        assert_eq!(status, 200, "{v}");
+        for e in v["data"]["logs"].as_array().expect("logs") {
+            found.insert(e["id"].as_str().expect("id").to_string());
+        }
+        match v["data"]["next_cursor"].as_str() {
+            Some(c) => cursor = Some(c.to_string()),
+            None => break,
+        }
+    }
+    let lost: Vec<_> = acked.difference(&found).collect();
+    assert!(
+        lost.is_empty(),
+        "{} acknowledged entries lost, e.g. {:?}",
+        lost.len(),
+        lost.first()
+    );
+    s.stop();
+    let (code, out, err) = cli(&["verify", "--data-dir", path_str(&s.data_dir)], &[]);
+    assert_eq!(code, 0, "{out}{err}");
+}
