@@ -19,6 +19,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use serde_json::json;
+use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::timeout::TimeoutLayer;
 use tower_http::trace::TraceLayer;
@@ -40,6 +41,8 @@ pub fn app(state: AppState, request_timeout: Duration) -> Router {
     router
         .fallback(fallback)
         .layer(DefaultBodyLimit::max(state.settings.max_body_bytes))
+        // Refuses by Content-Length before a byte of the body is read.
+        .layer(RequestBodyLimitLayer::new(state.settings.max_body_bytes))
         .layer(TimeoutLayer::with_status_code(
             StatusCode::REQUEST_TIMEOUT,
             request_timeout,

@@ -1,0 +1,105 @@
+//! Shared fixtures of the benches: realistic events and a populated log.
+#![allow(dead_code)]
+
+use std::path::Path;
+use std::sync::Arc;
+
+use auditmem::log::record::{seq_key, Record};
+use auditmem::log::{open_db, LOG_TREE};
+use auditmem::projections::{AuditEntry, AuditRecorded, Event, Plan, Projections, TenantCreated};
+use serde_json::json;
+use uuid::Uuid;
+
+pub const TENANTS: usize = 10;
+
+pub fn tenant_ids() -> Vec<Uuid> {
+    (0..TENANTS)
+        .map(|i| Uuid::from_u128(0x0190_0000_0000_7000_8000_0000_0000_0000 + i as u128))
+        .collect()
+}
+
+pub fn tenant_created(id: Uuid) -> Event {
+    Event::TenantCreated(TenantCreated {
+        tenant_id: id,
+        name: "bench".into(),
+        plan: Plan::Business,
+        subscription_active: true,
+        credits: 0.0,
+        created_at: 1_700_000_000_000_000,
+    })
+}
+
+/// An audit event of a typical size (~450 bytes encoded), like a gateway entry.
+pub fn audit_event(tenant: Uuid, i: u64) -> Event {
+    Event::AuditRecorded(Box::new(AuditRecorded {
+        tenant_id: tenant,
+        entry: AuditEntry {
+            id: Uuid::now_v7(),
+            action: if i % 3 == 0 {
+                "rag.query".into()
+            } else {
+                "gateway.chat".into()
+            },
+            model_id: Some("gpt-4o-mini".into()),
+            project_id: Some("proj-42".into()),
+            gateway_id: Some("gw-eu-1".into()),
+            ip_address: Some("10.1.2.3".into()),
+            user_agent: Some("auditmem-bench/1.0".into()),
+            http_status: 200,
+            is_success: true,
+            is_cache_hit: false,
+            error_code: None,
+            error_msg: None,
+            duration: Some(123.0),
+            credits_consumed: 1.0,
+            balance_consumed_usd: 0.002,
+            tokens: None,
+            metadata: Some(json!({"team": "search", "i": i})),
+            created_at: 1_700_000_000_000_000 + i as i64 * 1000,
+        },
+        detail: auditmem::projections::AuditDetail {
+            request_body: Some(
+                json!({"messages": [{"role": "user", "content": "What is the capital of France?"}]}),
+            ),
+            ..Default::default()
+        },
+    }))
+}
+
+/// Writes `n` audit records (plus tenant creations) straight into a `log` tree, sealed and
+/// chained exactly as the appender does, without folding projections.
+pub fn write_log(dir: &Path, n: u64) -> sled::Db {
+    let db = open_db(dir).expect("open");
+    let tree = db.open_tree(LOG_TREE).expect("tree");
+    let tenants = tenant_ids();
+    let mut prev = [0u8; 32];
+    let mut seq = 0u64;
+    let mut batch = sled::Batch::default();
+    let mut push = |event: Event, batch: &mut sled::Batch| {
+        seq += 1;
+        let r = Record::seal(
+            seq,
+            1_700_000_000_000_000 + seq as i64,
+            prev,
+            event.encode().expect("encode"),
+        );
+        prev = r.hash;
+        batch.insert(&seq_key(seq), r.encode());
+    };
+    for t in &tenants {
+        push(tenant_created(*t), &mut batch);
+    }
+    for i in 0..n {
+        push(audit_event(tenants[i as usize % TENANTS], i), &mut batch);
+        if i % 10_000 == 9_999 {
+            tree.apply_batch(std::mem::take(&mut batch)).expect("batch");
+        }
+    }
+    tree.apply_batch(batch).expect("batch");
+    db.flush().expect("flush");
+    db
+}
+
+pub fn projections(db: &sled::Db) -> Arc<Projections> {
+    Arc::new(Projections::open(db).expect("projections"))
+}
