@@ -94,6 +94,17 @@ pub struct ServeArgs {
     /// Retention of the custom plan, days.
     #[arg(long, env = "AUDITMEM_CUSTOM_RETENTION_DAYS", default_value_t = 365)]
     pub custom_retention_days: i64,
+    /// Completed export files are kept this long (seconds), then answered 410.
+    #[arg(long, env = "AUDITMEM_EXPORT_TTL_SECS", default_value_t = 7 * 86_400)]
+    pub export_ttl_secs: u64,
+    /// Testing aid: delay before an export starts writing, to observe it mid-way.
+    #[arg(
+        long,
+        env = "AUDITMEM_EXPORT_START_DELAY_MS",
+        default_value_t = 0,
+        hide = true
+    )]
+    pub export_start_delay_ms: u64,
     /// Admin API bearer token; the admin API is off when unset.
     #[arg(long, env = "AUDITMEM_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
@@ -107,7 +118,7 @@ pub struct VerifyArgs {
     /// Verify a running server by streaming its raw records and checking them here.
     #[arg(long, conflicts_with = "export")]
     pub url: Option<String>,
-    /// Verify a tenant's export file against its per-tenant chain.
+    /// Verify a tenant's export file (business and custom plans) against its per-tenant chain.
     #[arg(long)]
     pub export: Option<PathBuf>,
     /// A head seen before, `SEQ:HEX`: the log must still have it.

@@ -7,6 +7,7 @@
 pub mod api;
 pub mod cli;
 pub mod config;
+pub mod export;
 pub mod log;
 pub mod registry;
 pub mod state;

@@ -39,6 +39,8 @@ pub struct Inner {
     pub appender: Appender,
     pub signer: Arc<Signer>,
     pub settings: Settings,
+    pub exports: crate::export::ExportSettings,
+    pub metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
 }
 
 #[derive(Clone)]

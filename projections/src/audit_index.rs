@@ -30,11 +30,13 @@ pub struct AuditRef {
     pub tenant_id: Uuid,
     pub created_at: i64,
     pub action_key: u64,
+    /// 1-based position of the entry in its tenant's chain.
+    pub chain_index: u64,
     pub hash: [u8; 32],
     pub prev_hash: [u8; 32],
 }
 
-const REF_LEN: usize = 8 + 16 + 8 + 8 + 32 + 32;
+const REF_LEN: usize = 8 + 16 + 8 + 8 + 8 + 32 + 32;
 
 impl AuditRef {
     fn to_bytes(self) -> Vec<u8> {
@@ -43,6 +45,7 @@ impl AuditRef {
         v.extend_from_slice(self.tenant_id.as_bytes());
         v.extend_from_slice(&self.created_at.to_be_bytes());
         v.extend_from_slice(&self.action_key.to_be_bytes());
+        v.extend_from_slice(&self.chain_index.to_be_bytes());
         v.extend_from_slice(&self.hash);
         v.extend_from_slice(&self.prev_hash);
         v
@@ -60,14 +63,15 @@ impl AuditRef {
         let mut tenant = [0u8; 16];
         tenant.copy_from_slice(&b[8..24]);
         let mut hash = [0u8; 32];
-        hash.copy_from_slice(&b[40..72]);
+        hash.copy_from_slice(&b[48..80]);
         let mut prev_hash = [0u8; 32];
-        prev_hash.copy_from_slice(&b[72..104]);
+        prev_hash.copy_from_slice(&b[80..112]);
         Ok(Self {
             seq: u64::from_be_bytes(u64_at(0)),
             tenant_id: Uuid::from_bytes(tenant),
             created_at: i64::from_be_bytes(u64_at(24)),
             action_key: u64::from_be_bytes(u64_at(32)),
+            chain_index: u64::from_be_bytes(u64_at(40)),
             hash,
             prev_hash,
         })
@@ -191,6 +195,19 @@ impl AuditIndex {
         )
     }
 
+    /// Every matching entry with `seq < before_seq`, in log (chain) order: what an export holds.
+    pub fn in_log_order(&self, f: &Filter<'_>, before_seq: u64) -> Vec<Key> {
+        self.with_index(f, Vec::new(), |idx| {
+            let (lo, hi) = idx.range(f.from, f.to);
+            let mut keys: Vec<Key> = (lo..hi)
+                .filter_map(|i| idx.get(i))
+                .filter(|k| k.1 < before_seq)
+                .collect();
+            keys.sort_unstable_by_key(|k| k.1);
+            keys
+        })
+    }
+
     /// Cursor paging, newest first: entries strictly older than `after` (by created_at, then
     /// seq) with `seq <= snapshot`, so entries appended after the first page never shift or
     /// repeat the pages that follow.
@@ -249,6 +266,7 @@ impl AuditIndex {
             tenant_id: rec.tenant_id,
             created_at: rec.entry.created_at,
             action_key: action_key(&rec.entry.action),
+            chain_index: head.1 + 1,
             hash,
             prev_hash: head.0,
         };
@@ -409,6 +427,7 @@ mod tests {
         let (head_a, n_a) = idx.head(&a).expect("head");
         assert_eq!(n_a, 20);
         let mut prev = [0u8; 32];
+        let mut n = 0;
         for e in events.iter() {
             let Event::AuditRecorded(r) = e else {
                 unreachable!()
@@ -418,6 +437,8 @@ mod tests {
             }
             let got = idx.get(&r.entry.id).expect("get").expect("ref");
             assert_eq!(got.prev_hash, prev);
+            n += 1;
+            assert_eq!(got.chain_index, n);
             assert_eq!(got.hash, chain_hash(&prev, &r.entry));
             prev = got.hash;
         }

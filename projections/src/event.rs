@@ -272,6 +272,57 @@ pub struct AuditRecorded {
     pub detail: AuditDetail,
 }
 
+/// File format of an audit export.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ExportFormat {
+    Csv,
+    Json,
+}
+
+impl ExportFormat {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            ExportFormat::Csv => "csv",
+            ExportFormat::Json => "json",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ExportRequested {
+    pub export_id: Uuid,
+    pub tenant_id: Uuid,
+    pub format: ExportFormat,
+    /// Inclusive range, micros.
+    pub start_time: i64,
+    pub end_time: i64,
+    pub estimated_records: u64,
+    /// Whether rows carry the tenant chain (business and custom plans).
+    pub with_chain: bool,
+    pub requested_at: i64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ExportCompleted {
+    pub export_id: Uuid,
+    pub tenant_id: Uuid,
+    pub records: u64,
+    pub bytes: u64,
+    #[serde(with = "serde_bytes")]
+    pub blake3: [u8; 32],
+    pub completed_at: i64,
+    pub expires_at: i64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ExportFailed {
+    pub export_id: Uuid,
+    pub tenant_id: Uuid,
+    pub error: String,
+    pub failed_at: i64,
+}
+
 /// Every event kind. Variants are only ever added, never renamed or removed.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Event {
@@ -280,6 +331,9 @@ pub enum Event {
     KeyIssued(KeyIssued),
     KeyRevoked(KeyRevoked),
     AuditRecorded(Box<AuditRecorded>),
+    ExportRequested(ExportRequested),
+    ExportCompleted(ExportCompleted),
+    ExportFailed(ExportFailed),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -316,6 +370,9 @@ impl Event {
             Event::KeyIssued(_) => "KeyIssued",
             Event::KeyRevoked(_) => "KeyRevoked",
             Event::AuditRecorded(_) => "AuditRecorded",
+            Event::ExportRequested(_) => "ExportRequested",
+            Event::ExportCompleted(_) => "ExportCompleted",
+            Event::ExportFailed(_) => "ExportFailed",
         }
     }
 }

@@ -6,14 +6,16 @@
 pub mod audit_index;
 pub mod audit_view;
 pub mod event;
+pub mod exports;
 mod overlay;
 pub mod projection;
 pub mod sorted_index;
 pub mod tenants;
 
 pub use event::{
-    AuditDetail, AuditEntry, AuditRecorded, Event, KeyIssued, KeyRevoked, MemoryType, Permission,
-    Plan, TenantCreated, TenantUpdated, Tokens,
+    AuditDetail, AuditEntry, AuditRecorded, Event, ExportCompleted, ExportFailed, ExportFormat,
+    ExportRequested, KeyIssued, KeyRevoked, MemoryType, Permission, Plan, TenantCreated,
+    TenantUpdated, Tokens,
 };
 pub use projection::{Applied, Projection, ProjectionError};
 
@@ -21,6 +23,7 @@ pub use projection::{Applied, Projection, ProjectionError};
 pub struct Projections {
     pub tenants: tenants::Tenants,
     pub audit: audit_index::AuditIndex,
+    pub exports: exports::Exports,
 }
 
 impl Projections {
@@ -28,11 +31,12 @@ impl Projections {
         Ok(Self {
             tenants: tenants::Tenants::open(db)?,
             audit: audit_index::AuditIndex::open(db)?,
+            exports: exports::Exports::open(db)?,
         })
     }
 
-    pub fn all(&self) -> [&dyn Projection; 2] {
-        [&self.tenants, &self.audit]
+    pub fn all(&self) -> [&dyn Projection; 3] {
+        [&self.tenants, &self.audit, &self.exports]
     }
 
     /// The lowest checkpoint: catch-up starts right after it.

@@ -32,6 +32,10 @@ impl<'t> Overlay<'t> {
         self.pending.insert(key, Some(value));
     }
 
+    pub fn remove(&mut self, key: Vec<u8>) {
+        self.pending.insert(key, None);
+    }
+
     /// Writes every pending change and the new checkpoint in one atomic batch.
     pub fn commit(self, checkpoint: u64) -> Result<()> {
         let mut batch = sled::Batch::default();

@@ -153,7 +153,7 @@ impl Tenants {
                     }
                 }
             }
-            Event::AuditRecorded(_) => {}
+            _ => {}
         }
         Ok(())
     }

@@ -517,6 +517,8 @@ async fn ingest_audit(
                 return Err(bad("metadata must be a JSON object".into()));
             }
         }
+        // Empty strings are stored as null: an export cell cannot tell the two apart.
+        let text = |v: Option<String>| v.filter(|s| !s.is_empty());
         let id = Uuid::now_v7();
         ids.push(id);
         events.push(Event::AuditRecorded(Box::new(AuditRecorded {
@@ -524,16 +526,16 @@ async fn ingest_audit(
             entry: AuditEntry {
                 id,
                 action: e.action,
-                model_id: e.model_id,
-                project_id: e.project_id,
-                gateway_id: e.gateway_id,
-                ip_address: e.ip_address,
-                user_agent: e.user_agent,
+                model_id: text(e.model_id),
+                project_id: text(e.project_id),
+                gateway_id: text(e.gateway_id),
+                ip_address: text(e.ip_address),
+                user_agent: text(e.user_agent),
                 http_status: e.http_status,
                 is_success: (200..300).contains(&e.http_status),
                 is_cache_hit: e.is_cache_hit.unwrap_or(false),
                 error_code: e.error_code,
-                error_msg: e.error_msg,
+                error_msg: text(e.error_msg),
                 duration: e.duration,
                 credits_consumed: e.credits_consumed.unwrap_or(0.0),
                 balance_consumed_usd: e.balance_consumed_usd.unwrap_or(0.0),

@@ -60,6 +60,29 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
     }
 }
 
+/// Parses a body taken as bytes with the same checks and messages as [`ApiJson`].
+pub fn parse_json_body<T: DeserializeOwned>(
+    headers: &axum::http::HeaderMap,
+    body: &[u8],
+) -> Result<T, ApiError> {
+    let is_json = headers
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|ct| {
+            let ct = ct.trim();
+            ct == "application/json" || (ct.starts_with("application/") && ct.ends_with("+json"))
+        });
+    if !is_json {
+        return Err(ApiError::new(
+            ErrorCode::UnsupportedMediaType,
+            "the body must be JSON sent with Content-Type: application/json",
+        ));
+    }
+    serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
+}
+
 fn json_rejection(r: JsonRejection) -> ApiError {
     let status = r.status();
     let code = match status {

@@ -8,7 +8,9 @@ pub mod admin;
 pub mod audit;
 pub mod envelope;
 pub mod error;
+pub mod export;
 pub mod gate;
+pub mod metrics;
 
 use std::time::Duration;
 
@@ -30,8 +32,12 @@ use error::ApiError;
 pub fn app(state: AppState, request_timeout: Duration) -> Router {
     let v1 = Router::new()
         .merge(audit::router())
+        .merge(export::router())
         .route_layer(from_fn_with_state(state.clone(), gate::v1_gate));
-    let mut router = Router::new().route("/healthz", get(healthz)).merge(v1);
+    let mut router = Router::new()
+        .route("/healthz", get(healthz))
+        .route("/metrics", get(metrics::render))
+        .merge(v1);
     if state.settings.admin_token.is_some() {
         router = router.merge(
             admin::router().route_layer(from_fn_with_state(state.clone(), admin::require_admin)),
@@ -39,6 +45,7 @@ pub fn app(state: AppState, request_timeout: Duration) -> Router {
     }
     let request_id = HeaderName::from_static("x-request-id");
     router
+        .route_layer(from_fn(metrics::track))
         .fallback(fallback)
         .layer(DefaultBodyLimit::max(state.settings.max_body_bytes))
         // Refuses by Content-Length before a byte of the body is read.

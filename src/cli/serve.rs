@@ -90,8 +90,21 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             audit_body_limit: args.audit_body_limit,
             custom_retention_days: args.custom_retention_days,
         },
+        exports: crate::export::ExportSettings {
+            dir: args.data_dir.join(crate::export::EXPORTS_DIR),
+            ttl: Duration::from_secs(args.export_ttl_secs),
+            start_delay: Duration::from_millis(args.export_start_delay_ms),
+        },
+        metrics: Some(crate::api::metrics::install()?),
     }));
-    let app = crate::api::app(state, Duration::from_secs(args.request_timeout_secs.max(1)));
+    let export_worker = tokio::spawn(crate::export::run_worker(
+        state.clone(),
+        state.exports.clone(),
+    ));
+    let app = crate::api::app(
+        state.clone(),
+        Duration::from_secs(args.request_timeout_secs.max(1)),
+    );
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("binding {}", args.listen))?;
@@ -110,9 +123,11 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
 
     tracing::info!("draining the appender");
     let head = appender.head();
+    drop(state);
     drop(appender);
     appender_thread.stop().await;
     let _ = signer_task.await;
+    let _ = export_worker.await;
     if head.seq > 0 {
         signer.sign_logged(head);
     }

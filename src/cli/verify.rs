@@ -29,6 +29,9 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
         .map(parse_public_key)
         .transpose()
         .map_err(anyhow::Error::msg)?;
+    if let Some(file) = &args.export {
+        return verify_export(file, args.json);
+    }
     let report = if let Some(dir) = &args.data_dir {
         verify_dir(dir, expect_head, &checkpoints, pinned.as_ref())?
     } else if let Some(url) = &args.url {
@@ -50,6 +53,28 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
             )?
         );
     } else {
+        println!("{}", report.render());
+    }
+    Ok(if report.clean() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+fn verify_export(file: &Path, json: bool) -> anyhow::Result<ExitCode> {
+    let bytes = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
+    let rows = crate::export::rows::parse(&bytes).map_err(anyhow::Error::msg)?;
+    let report = crate::export::verify::verify_rows(rows).map_err(anyhow::Error::msg)?;
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(
+                &serde_json::json!({"clean": report.clean(), "report": report})
+            )?
+        );
+    } else {
+        println!("file blake3 {}", blake3::hash(&bytes).to_hex());
         println!("{}", report.render());
     }
     Ok(if report.clean() {
@@ -95,6 +120,9 @@ fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
     for entry in std::fs::read_dir(from)? {
         let entry = entry?;
         let target = to.join(entry.file_name());
+        if entry.file_name() == crate::export::EXPORTS_DIR {
+            continue;
+        }
         if entry.file_type()?.is_dir() {
             copy_dir(&entry.path(), &target)?;
         } else {

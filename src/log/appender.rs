@@ -377,6 +377,9 @@ impl Worker {
         }
         drop(applied);
 
+        metrics::histogram!("auditmem_appender_group_events").record(count as f64);
+        metrics::histogram!("auditmem_appender_sync_seconds").record(sync_us as f64 / 1e6);
+        metrics::counter!("auditmem_appender_events_total").increment(count as u64);
         self.stats.groups.fetch_add(1, Ordering::Relaxed);
         self.stats.events.fetch_add(count as u64, Ordering::Relaxed);
         self.stats

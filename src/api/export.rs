@@ -1,0 +1,265 @@
+//! Audit exports: `POST /v1/audit/logs/export`, its status, and the file download.
+
+use auditmem_projections::audit_index::Filter;
+use auditmem_projections::audit_view::format_time;
+use auditmem_projections::exports::{ExportStatus, ExportView};
+use auditmem_projections::{Event, ExportFormat, ExportRequested};
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, State};
+use axum::http::header;
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Extension, Router};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use uuid::Uuid;
+
+use super::audit::{parse_time, retention_start};
+use super::envelope::{parse_json_body, AuditOk};
+use super::error::ApiError;
+use super::gate::{Caller, Pending, PendingOps};
+use crate::log::appender::Rejection;
+use crate::registry::ErrorCode;
+use crate::state::AppState;
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/v1/audit/logs/export", post(create_export))
+        .route("/v1/audit/logs/export/{export_id}", get(export_status))
+        .route(
+            "/v1/audit/logs/export/{export_id}/download",
+            get(download_export),
+        )
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateExport {
+    #[serde(default)]
+    start_time: Option<String>,
+    #[serde(default)]
+    end_time: Option<String>,
+    #[serde(default)]
+    format: Option<String>,
+}
+
+async fn create_export(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let tenant = &caller.tenant;
+    if !tenant.plan.can_export() {
+        return Err(ApiError::new(
+            ErrorCode::ExportNeedsPro,
+            ErrorCode::ExportNeedsPro.label(),
+        ));
+    }
+    // Every field is optional, so an empty body is a valid request.
+    let body: CreateExport = if body.iter().all(u8::is_ascii_whitespace) {
+        CreateExport {
+            start_time: None,
+            end_time: None,
+            format: None,
+        }
+    } else {
+        parse_json_body(&headers, &body)?
+    };
+    let format = match body.format.as_deref().map(str::trim) {
+        None | Some("csv") => ExportFormat::Csv,
+        Some("json") => ExportFormat::Json,
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "format must be csv or json, got '{other}'"
+            )))
+        }
+    };
+    let window = retention_start(&state, tenant.plan);
+    let now = chrono::Utc::now().timestamp_micros();
+    let start = body
+        .start_time
+        .as_deref()
+        .map(|s| parse_time("start_time", s))
+        .transpose()?;
+    let end = body
+        .end_time
+        .as_deref()
+        .map(|s| parse_time("end_time", s))
+        .transpose()?;
+    if let Some(s) = start {
+        if s < window {
+            let days = state.settings.retention_days(tenant.plan);
+            return Err(ApiError::new(
+                ErrorCode::ExportRangeExceedsRetention,
+                format!("export time range exceeds the plan retention days: start_time is more than {days} days ago"),
+            ));
+        }
+    }
+    let (start, end) = (start.unwrap_or(window), end.unwrap_or(now));
+    if end < start {
+        return Err(ApiError::bad_request("end_time is before start_time"));
+    }
+    let estimated = state.projections.audit.count(&Filter {
+        tenant_id: tenant.id,
+        action: None,
+        from: start,
+        to: end,
+    }) as u64;
+    let export_id = Uuid::now_v7();
+    let event = Event::ExportRequested(ExportRequested {
+        export_id,
+        tenant_id: tenant.id,
+        format,
+        start_time: start,
+        end_time: end,
+        estimated_records: estimated,
+        with_chain: tenant.plan.shows_hash(),
+        requested_at: now,
+    });
+    let tenant_id = tenant.id;
+    // Decided by the appender against the applied state, so two racing requests cannot both pass.
+    let check = Box::new(move |p: &auditmem_projections::Projections| {
+        match p.exports.processing_of(&tenant_id) {
+            Ok(None) => Ok(()),
+            Ok(Some(_)) => Err(Rejection {
+                code: ErrorCode::ExportInProgress,
+                message: ErrorCode::ExportInProgress.label().into(),
+            }),
+            Err(e) => Err(Rejection {
+                code: ErrorCode::Internal,
+                message: format!("reading exports: {e}"),
+            }),
+        }
+    });
+    let resp = AuditOk(json!({
+        "export_id": export_id.hyphenated().to_string(),
+        "status": "processing",
+        "estimated_records": estimated,
+        "download_url": null,
+    }));
+    Ok(Pending::attach(
+        resp,
+        PendingOps {
+            events: vec![event],
+            check: Some(check),
+            ..Default::default()
+        },
+    ))
+}
+
+fn owned_export(state: &AppState, caller: &Caller, id: &str) -> Result<ExportView, ApiError> {
+    let not_found = || ApiError::not_found("export not found");
+    let id = Uuid::parse_str(id.trim()).map_err(|_| not_found())?;
+    let v = state.projections.exports.get(&id)?.ok_or_else(not_found)?;
+    if v.tenant_id != caller.tenant.id {
+        return Err(not_found());
+    }
+    Ok(v)
+}
+
+fn is_expired(v: &ExportView) -> bool {
+    v.status == ExportStatus::Completed
+        && v.expires_at
+            .is_some_and(|t| t <= chrono::Utc::now().timestamp_micros())
+}
+
+async fn export_status(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+) -> Result<AuditOk<Value>, ApiError> {
+    let v = owned_export(&state, &caller, &id)?;
+    let expired = is_expired(&v);
+    let status = if expired {
+        "expired"
+    } else {
+        match v.status {
+            ExportStatus::Processing => "processing",
+            ExportStatus::Completed => "completed",
+            ExportStatus::Failed => "failed",
+        }
+    };
+    let download_url =
+        (status == "completed").then(|| format!("/v1/audit/logs/export/{}/download", v.export_id));
+    Ok(AuditOk(json!({
+        "export_id": v.export_id.hyphenated().to_string(),
+        "status": status,
+        "format": v.format,
+        "start_time": format_time(v.start_time),
+        "end_time": format_time(v.end_time),
+        "estimated_records": v.estimated_records,
+        "records": v.records,
+        "file_size": v.file_size,
+        "file_blake3": v.file_blake3,
+        "download_url": download_url,
+        "created_at": format_time(v.created_at),
+        "completed_at": v.completed_at.map(format_time),
+        "expires_at": v.expires_at.map(format_time),
+        "error": v.error,
+    })))
+}
+
+async fn download_export(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let v = owned_export(&state, &caller, &id)?;
+    let path = crate::export::file_path(&state.exports.dir, &v);
+    if is_expired(&v) {
+        // The file is gone for good; remove it now if the sweeper has not yet.
+        let _ = std::fs::remove_file(&path);
+        return Err(ApiError::new(
+            ErrorCode::Gone,
+            "this export has expired; request a new one",
+        ));
+    }
+    match v.status {
+        ExportStatus::Processing => {
+            return Err(ApiError::new(
+                ErrorCode::Conflict,
+                "the export is still processing",
+            ))
+        }
+        ExportStatus::Failed => {
+            return Err(ApiError::new(
+                ErrorCode::Conflict,
+                "the export failed; request a new one",
+            ))
+        }
+        ExportStatus::Completed => {}
+    }
+    let file = tokio::fs::File::open(&path)
+        .await
+        .map_err(|e| ApiError::internal(format!("opening {}: {e}", path.display())))?;
+    let content_type = match v.format {
+        ExportFormat::Csv => "text/csv; charset=utf-8",
+        ExportFormat::Json => "application/json",
+    };
+    let stream = tokio_util::io::ReaderStream::with_capacity(file, 256 * 1024);
+    let resp = (
+        [
+            (header::CONTENT_TYPE, content_type.to_string()),
+            (
+                header::CONTENT_DISPOSITION,
+                format!(
+                    "attachment; filename=\"audit-export-{}.{}\"",
+                    v.export_id,
+                    v.format.as_str()
+                ),
+            ),
+            (header::CONTENT_LENGTH, v.file_size.unwrap_or(0).to_string()),
+        ],
+        Body::from_stream(stream),
+    )
+        .into_response();
+    Ok(Pending::attach(
+        resp,
+        PendingOps {
+            streamed: true,
+            ..Default::default()
+        },
+    ))
+}

@@ -1,0 +1,230 @@
+//! Audit exports: the background worker that writes export files, and their rows.
+//!
+//! An export holds exactly the tenant's entries in its time range that were logged before the
+//! `ExportRequested` record (seq below it), in log order, so the same request always yields
+//! the same file. The worker writes `<export_id>.<ext>.part`, syncs it, renames it, and appends
+//! `ExportCompleted` (records, bytes, blake3 of the file) or `ExportFailed`. Exports still
+//! processing at start (a crash or a stop mid-way) are written again from the start.
+
+pub mod rows;
+pub mod verify;
+
+use std::collections::HashSet;
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use auditmem_projections::audit_index::Filter;
+use auditmem_projections::exports::ExportView;
+use auditmem_projections::{Event, ExportCompleted, ExportFailed, ExportFormat};
+use rayon::prelude::*;
+use serde_json::{Map, Value};
+
+use crate::api::audit::{entry_json, load_entry};
+use crate::api::error::ApiError;
+use crate::state::AppState;
+
+/// Export files live in this subdirectory of the data dir (verify does not copy it).
+pub const EXPORTS_DIR: &str = "exports";
+
+/// Where a completed export's file lives.
+pub fn file_path(dir: &Path, view: &ExportView) -> PathBuf {
+    dir.join(format!("{}.{}", view.export_id, view.format.as_str()))
+}
+
+/// Counts and hashes what passes through.
+struct HashingWriter<W: Write> {
+    inner: W,
+    hasher: blake3::Hasher,
+    bytes: u64,
+}
+
+impl<W: Write> Write for HashingWriter<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.hasher.update(&buf[..n]);
+        self.bytes += n as u64;
+        Ok(n)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// The row of one entry: the list item, plus its chain place when the plan shows the chain.
+fn row(state: &AppState, seq: u64, with_chain: bool) -> Result<Map<String, Value>, ApiError> {
+    let rec = load_entry(state, seq)?;
+    let r = state.projections.audit.get(&rec.entry.id)?.ok_or_else(|| {
+        ApiError::internal(format!(
+            "audit entry {} missing from the index",
+            rec.entry.id
+        ))
+    })?;
+    let mut m = entry_json(&rec, &r, with_chain);
+    if with_chain {
+        m.insert("chain_index".into(), Value::from(r.chain_index));
+        m.insert("prev_hash".into(), Value::String(hex::encode(r.prev_hash)));
+    } else {
+        m.remove("hash");
+    }
+    Ok(m)
+}
+
+/// Writes the export file; returns (records, bytes, blake3).
+pub fn write_file(
+    state: &AppState,
+    dir: &Path,
+    view: &ExportView,
+) -> Result<(u64, u64, [u8; 32]), String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("creating the exports dir: {e}"))?;
+    let filter = Filter {
+        tenant_id: view.tenant_id,
+        action: None,
+        from: view.start_time,
+        to: view.end_time,
+    };
+    let keys = state
+        .projections
+        .audit
+        .in_log_order(&filter, view.request_seq);
+    let final_path = file_path(dir, view);
+    let part = final_path.with_extension(format!("{}.part", view.format.as_str()));
+    let file = File::create(&part).map_err(|e| format!("creating the export file: {e}"))?;
+    let mut out = HashingWriter {
+        inner: BufWriter::with_capacity(1 << 20, file),
+        hasher: blake3::Hasher::new(),
+        bytes: 0,
+    };
+    let columns = rows::columns(view.with_chain);
+    let io = |e: std::io::Error| format!("writing the export file: {e}");
+    // Reading and decoding entries dominates: do it on every core, a chunk at a time, and
+    // write the chunk's rows in order.
+    let chunks = keys.chunks(4096).map(|chunk| {
+        chunk
+            .par_iter()
+            .map(|(_, seq)| row(state, *seq, view.with_chain))
+            .collect::<Result<Vec<Map<String, Value>>, _>>()
+            .map_err(|e| e.message)
+    });
+    let mut written = 0u64;
+    match view.format {
+        ExportFormat::Csv => {
+            let mut w = csv::WriterBuilder::new().from_writer(&mut out);
+            w.write_record(&columns).map_err(|e| e.to_string())?;
+            for rows in chunks {
+                for r in rows? {
+                    let cells = columns
+                        .iter()
+                        .map(|c| rows::cell(c, r.get(*c).unwrap_or(&Value::Null)));
+                    w.write_record(cells).map_err(|e| e.to_string())?;
+                    written += 1;
+                }
+            }
+            w.flush().map_err(io)?;
+        }
+        ExportFormat::Json => {
+            out.write_all(b"[").map_err(io)?;
+            for rows in chunks {
+                for r in rows? {
+                    if written > 0 {
+                        out.write_all(b",\n").map_err(io)?;
+                    }
+                    serde_json::to_writer(&mut out, &r).map_err(|e| e.to_string())?;
+                    written += 1;
+                }
+            }
+            out.write_all(b"]\n").map_err(io)?;
+        }
+    }
+    out.flush().map_err(io)?;
+    let HashingWriter {
+        inner,
+        hasher,
+        bytes,
+    } = out;
+    let file = inner
+        .into_inner()
+        .map_err(|e| format!("writing the export file: {e}"))?;
+    file.sync_all().map_err(io)?;
+    std::fs::rename(&part, &final_path).map_err(io)?;
+    Ok((written, bytes, *hasher.finalize().as_bytes()))
+}
+
+/// Settings of the export worker.
+#[derive(Clone, Debug)]
+pub struct ExportSettings {
+    pub dir: PathBuf,
+    pub ttl: Duration,
+    /// Test hook: wait this long before writing (lets a test stop the server mid-export).
+    pub start_delay: Duration,
+}
+
+/// Watches the log head and writes every export still processing, including those a restart
+/// found unfinished; ends when the appender stops.
+pub async fn run_worker(state: AppState, settings: ExportSettings) {
+    let mut head = state.appender.subscribe();
+    let running: Arc<Mutex<HashSet<uuid::Uuid>>> = Arc::default();
+    loop {
+        match state.projections.exports.processing() {
+            Ok(views) => {
+                for view in views {
+                    let fresh = running
+                        .lock()
+                        .map(|mut r| r.insert(view.export_id))
+                        .unwrap_or(false);
+                    if fresh {
+                        let (state, settings) = (state.clone(), settings.clone());
+                        tokio::spawn(async move { export_one(state, settings, view).await });
+                    }
+                }
+            }
+            Err(e) => tracing::error!(error = %e, "reading pending exports"),
+        }
+        if head.changed().await.is_err() {
+            break;
+        }
+    }
+}
+
+async fn export_one(state: AppState, settings: ExportSettings, view: ExportView) {
+    if !settings.start_delay.is_zero() {
+        tokio::time::sleep(settings.start_delay).await;
+    }
+    metrics::gauge!("auditmem_exports_running").increment(1.0);
+    let (s, dir) = (state.clone(), settings.dir.clone());
+    let v = view.clone();
+    let result = tokio::task::spawn_blocking(move || write_file(&s, &dir, &v))
+        .await
+        .unwrap_or_else(|e| Err(format!("export worker crashed: {e}")));
+    metrics::gauge!("auditmem_exports_running").decrement(1.0);
+    let now = chrono::Utc::now().timestamp_micros();
+    let event = match result {
+        Ok((records, bytes, blake3)) => {
+            metrics::counter!("auditmem_exports_total", "status" => "completed").increment(1);
+            Event::ExportCompleted(ExportCompleted {
+                export_id: view.export_id,
+                tenant_id: view.tenant_id,
+                records,
+                bytes,
+                blake3,
+                completed_at: now,
+                expires_at: now + settings.ttl.as_micros() as i64,
+            })
+        }
+        Err(error) => {
+            tracing::error!(export_id = %view.export_id, %error, "export failed");
+            metrics::counter!("auditmem_exports_total", "status" => "failed").increment(1);
+            Event::ExportFailed(ExportFailed {
+                export_id: view.export_id,
+                tenant_id: view.tenant_id,
+                error,
+                failed_at: now,
+            })
+        }
+    };
+    if let Err(e) = state.appender.append(vec![event]).await {
+        tracing::error!(export_id = %view.export_id, error = %e, "could not record the export's outcome; it resumes at the next start");
+    }
+}
