@@ -472,7 +472,8 @@ async fn ingest_audit(
     let mut ids = Vec::with_capacity(body.entries.len());
     for (i, raw) in body.entries.into_iter().enumerate() {
         let bad = |msg: String| ApiError::bad_request(format!("entries[{i}]: {msg}"));
-        let e: IngestEntry = serde_json::from_value(raw).map_err(|err| bad(err.to_string()))?;
+        let e: IngestEntry =
+            serde_path_to_error::deserialize(raw).map_err(|err| bad(err.to_string()))?;
         let known = match tenants.get(&e.tenant_id) {
             Some(k) => *k,
             None => {

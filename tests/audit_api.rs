@@ -1,0 +1,390 @@
+//! The audit read API and ingestion, to the letter of the interface.
+
+mod common;
+
+use std::collections::HashSet;
+
+use common::{assert_error, Server};
+use reqwest::Method;
+use serde_json::{json, Value};
+
+fn ingest(s: &Server, entries: Vec<Value>) -> (u16, Value) {
+    s.admin(
+        Method::POST,
+        "/admin/v1/audit/logs",
+        Some(json!({"entries": entries})),
+    )
+}
+
+fn ago(days: f64) -> String {
+    (chrono::Utc::now() - chrono::Duration::milliseconds((days * 86_400_000.0) as i64)).to_rfc3339()
+}
+
+#[test]
+fn retention_is_per_plan_and_old_start_times_are_clamped() {
+    let s = Server::start();
+    for (plan, days) in [
+        ("free", 7.0),
+        ("basic", 30.0),
+        ("pro", 90.0),
+        ("business", 365.0),
+    ] {
+        let (tenant, key) = s.tenant_with_key(plan);
+        let (status, v) = ingest(
+            &s,
+            vec![
+                json!({"tenant_id": tenant, "action": "gateway.chat", "http_status": 200, "created_at": ago(days - 1.0)}),
+                json!({"tenant_id": tenant, "action": "gateway.chat", "http_status": 200, "created_at": ago(days + 1.0)}),
+            ],
+        );
+        assert_eq!(status, 200, "{v}");
+        let (inside, outside) = (
+            v["data"]["ids"][0].as_str().expect("id"),
+            v["data"]["ids"][1].as_str().expect("id"),
+        );
+        let (status, list) = s.get("/v1/audit/logs", &key);
+        assert_eq!(status, 200);
+        assert_eq!(list["data"]["total"], json!(1), "{plan}: {list}");
+        assert_eq!(list["data"]["logs"][0]["id"], json!(inside));
+        // A start older than the window is clamped silently, never an error.
+        let (status, clamped) = s.get("/v1/audit/logs?start_time=2000-01-01T00:00:00Z", &key);
+        assert_eq!(status, 200);
+        assert_eq!(
+            clamped["data"]["total"],
+            json!(2),
+            "{plan}: the list call above counts too: {clamped}"
+        );
+        assert_eq!(s.get(&format!("/v1/audit/logs/{inside}"), &key).0, 200);
+        assert_error(
+            &s.get(&format!("/v1/audit/logs/{outside}"), &key),
+            404,
+            4040,
+        );
+    }
+}
+
+#[test]
+fn filters_paging_and_validation() {
+    let s = Server::start();
+    let (tenant, key) = s.tenant_with_key("pro");
+    let entries: Vec<Value> = (0..30)
+        .map(|i| {
+            json!({"tenant_id": tenant, "action": if i % 3 == 0 { "rag.query" } else { "gateway.chat" },
+                   "http_status": 200, "created_at": ago(2.0 - i as f64 * 0.01)})
+        })
+        .collect();
+    let (status, v) = ingest(&s, entries);
+    assert_eq!(status, 200, "{v}");
+    let ids: Vec<String> = v["data"]["ids"]
+        .as_array()
+        .expect("ids")
+        .iter()
+        .map(|i| i.as_str().expect("id").to_string())
+        .collect();
+
+    let (status, v) = s.get("/v1/audit/logs?action=rag.query", &key);
+    assert_eq!(status, 200);
+    assert_eq!(
+        (
+            v["success"].clone(),
+            v["code"].clone(),
+            v["message"].clone()
+        ),
+        (json!(true), json!(1000), json!("ok"))
+    );
+    let d = &v["data"];
+    assert_eq!(
+        (
+            d["total"].clone(),
+            d["page"].clone(),
+            d["page_size"].clone()
+        ),
+        (json!(10), json!(1), json!(50))
+    );
+    // Newest first: the last ingested rag.query (i = 27) leads.
+    assert_eq!(d["logs"][0]["id"], json!(ids[27]));
+    assert!(d["logs"]
+        .as_array()
+        .expect("logs")
+        .iter()
+        .all(|e| e["action"] == json!("rag.query")));
+
+    let (_, v) = s.get(
+        "/v1/audit/logs?action=gateway.chat&page=2&page_size=7",
+        &key,
+    );
+    assert_eq!(v["data"]["total"], json!(20));
+    assert_eq!(v["data"]["logs"].as_array().map(Vec::len), Some(7));
+    let (_, v) = s.get(
+        "/v1/audit/logs?action=gateway.chat&page=9&page_size=7",
+        &key,
+    );
+    assert_eq!(
+        (v["data"]["total"].clone(), v["data"]["logs"].clone()),
+        (json!(20), json!([]))
+    );
+    let (_, v) = s.get("/v1/audit/logs?page_size=1000", &key);
+    assert_eq!(v["data"]["page_size"], json!(100));
+
+    // An inclusive time range around i = 10..=19 holds the rag.query entries 12, 15 and 18.
+    let (status, v) = s.get(
+        &format!(
+            "/v1/audit/logs?start_time={}&end_time={}&action=rag.query",
+            urlencode(&ago(2.0 - 0.095)),
+            urlencode(&ago(2.0 - 0.195))
+        ),
+        &key,
+    );
+    assert_eq!(status, 200);
+    assert_eq!(v["data"]["total"], json!(3), "{v}");
+    let got: Vec<Value> = v["data"]["logs"]
+        .as_array()
+        .expect("logs")
+        .iter()
+        .map(|e| e["id"].clone())
+        .collect();
+    assert_eq!(got, vec![json!(ids[18]), json!(ids[15]), json!(ids[12])]);
+
+    for bad in [
+        "/v1/audit/logs?page=0",
+        "/v1/audit/logs?page=-1",
+        "/v1/audit/logs?page=abc",
+        "/v1/audit/logs?page_size=0",
+        "/v1/audit/logs?start_time=yesterday",
+        "/v1/audit/logs?end_time=2026-13-45",
+        "/v1/audit/logs?start_time=2026-02-01T00:00:00Z&end_time=2026-01-01T00:00:00Z",
+        "/v1/audit/logs?cursor=garbage!",
+    ] {
+        assert_error(&s.get(bad, &key), 400, 4000);
+    }
+}
+
+fn urlencode(s: &str) -> String {
+    s.replace('+', "%2B").replace(':', "%3A")
+}
+
+#[test]
+fn cursor_paging_is_stable_under_concurrent_appends() {
+    let s = Server::start();
+    let (tenant, key) = s.tenant_with_key("business");
+    let entries: Vec<Value> = (0..45).map(|i| json!({"tenant_id": tenant, "action": "gateway.chat", "http_status": 200, "metadata": {"i": i}})).collect();
+    assert_eq!(ingest(&s, entries).0, 200);
+    let (_, first) = s.get("/v1/audit/logs?action=gateway.chat&page_size=10", &key);
+    let mut seen: Vec<String> = first["data"]["logs"]
+        .as_array()
+        .expect("logs")
+        .iter()
+        .map(|e| e["id"].as_str().expect("id").to_string())
+        .collect();
+    let mut cursor = first["data"]["next_cursor"]
+        .as_str()
+        .expect("cursor")
+        .to_string();
+    loop {
+        // New entries keep arriving, one of them backdated into the middle of the range.
+        let backdated = json!({"tenant_id": tenant, "action": "gateway.chat", "http_status": 200, "created_at": ago(0.5)});
+        let fresh = json!({"tenant_id": tenant, "action": "gateway.chat", "http_status": 200});
+        assert_eq!(ingest(&s, vec![backdated, fresh]).0, 200);
+        let (status, page) = s.get(
+            &format!("/v1/audit/logs?action=gateway.chat&page_size=10&cursor={cursor}"),
+            &key,
+        );
+        assert_eq!(status, 200, "{page}");
+        seen.extend(
+            page["data"]["logs"]
+                .as_array()
+                .expect("logs")
+                .iter()
+                .map(|e| e["id"].as_str().expect("id").to_string()),
+        );
+        match page["data"]["next_cursor"].as_str() {
+            Some(c) => cursor = c.to_string(),
+            None => break,
+        }
+    }
+    let unique: HashSet<_> = seen.iter().collect();
+    assert_eq!(
+        seen.len(),
+        45,
+        "exactly the entries of the first page's snapshot"
+    );
+    assert_eq!(unique.len(), 45, "no entry twice");
+}
+
+#[test]
+fn ingestion_validates_each_entry_and_is_atomic() {
+    let s = Server::start();
+    let (tenant, key) = s.tenant_with_key("business");
+    let good = json!({"tenant_id": tenant, "action": "gateway.chat", "http_status": 200});
+    let cases = [
+        (
+            json!({"tenant_id": "00000000-0000-0000-0000-000000000000", "action": "gateway.chat", "http_status": 200}),
+            "unknown tenant_id",
+        ),
+        (
+            json!({"tenant_id": tenant, "action": "gateway.chat", "http_status": "200"}),
+            "http_status",
+        ),
+        (
+            json!({"tenant_id": tenant, "action": "gateway.chat", "http_status": 200, "created_at": ago(-0.01)}),
+            "future",
+        ),
+        (
+            json!({"tenant_id": tenant, "action": "", "http_status": 200}),
+            "action",
+        ),
+        (
+            json!({"tenant_id": tenant, "action": "gateway.chat", "http_status": 200, "tokens": {"prompt_tokens": "x"}}),
+            "prompt_tokens",
+        ),
+        (
+            json!({"tenant_id": tenant, "action": "gateway.chat", "http_status": 200, "metadata": [1]}),
+            "metadata",
+        ),
+        (
+            json!({"tenant_id": tenant, "action": "gateway.chat", "http_status": 200, "surprise": 1}),
+            "surprise",
+        ),
+    ];
+    for (bad, needle) in cases {
+        let resp = ingest(&s, vec![good.clone(), good.clone(), bad]);
+        assert_error(&resp, 400, 4000);
+        let msg = resp.1["message"].as_str().expect("message");
+        assert!(
+            msg.starts_with("entries[2]: ") && msg.contains(needle),
+            "{msg}"
+        );
+    }
+    // Nothing of the refused calls landed; a late entry four minutes ahead is accepted.
+    let (_, v) = s.get("/v1/audit/logs", &key);
+    assert_eq!(v["data"]["total"], json!(0));
+    let skewed = json!({"tenant_id": tenant, "action": "gateway.chat", "http_status": 200, "created_at": ago(-4.0 / 1440.0)});
+    assert_eq!(ingest(&s, vec![skewed]).0, 200);
+    assert_error(&ingest(&s, vec![]), 400, 4000);
+    let too_many: Vec<Value> = (0..1001).map(|_| good.clone()).collect();
+    assert_error(&ingest(&s, too_many), 400, 4000);
+    let (status, v) = ingest(&s, (0..1000).map(|_| good.clone()).collect());
+    assert_eq!(status, 200);
+    assert_eq!(v["data"]["ids"].as_array().map(Vec::len), Some(1000));
+}
+
+#[test]
+fn entries_record_the_request_faithfully() {
+    let s = Server::start_with(&["--audit-body-limit", "200"]);
+    let (tenant, key) = s.tenant_with_key("business");
+    let full = json!({
+        "tenant_id": tenant, "action": "gateway.chat", "model_id": "gpt-4o-mini", "project_id": "p1", "gateway_id": "gw",
+        "ip_address": "10.0.0.7", "user_agent": "gateway/2", "http_status": 429, "error_code": 42, "error_msg": "slow down",
+        "duration": 812.5, "credits_consumed": 2, "balance_consumed_usd": 0.004, "is_cache_hit": true,
+        "tokens": {"prompt_tokens": 120, "completion_tokens": 80, "total_tokens": 200}, "metadata": {"team": "search"},
+        "request_body": {"messages": [{"role": "user", "content": "hi"}]}, "response_body": {"ok": false},
+        "input_content": [{"role": "user", "content": "hi"}], "output_content": "hello",
+        "rag_query": ["q", "q expanded"], "rag_results": [{"content": "doc", "similarity": 0.9, "source": {"document_id": "d1", "name": "a.pdf", "mime_type": "application/pdf", "file_size": 10}}]
+    });
+    let (_, v) = ingest(&s, vec![full]);
+    let id = v["data"]["ids"][0].as_str().expect("id").to_string();
+    let (status, d) = s.get(&format!("/v1/audit/logs/{id}"), &key);
+    assert_eq!(status, 200);
+    let d = &d["data"];
+    for (k, want) in [
+        ("action", json!("gateway.chat")),
+        ("http_status", json!(429)),
+        ("is_success", json!(false)),
+        ("is_cache_hit", json!(true)),
+        ("error_code", json!(42)),
+        ("duration", json!(812.5)),
+        ("credits_consumed", json!(2.0)),
+        (
+            "tokens",
+            json!({"prompt_tokens": 120, "completion_tokens": 80, "total_tokens": 200}),
+        ),
+        ("rag_query", json!(["q", "q expanded"])),
+        ("output_content", json!("hello")),
+        ("memory_query", Value::Null),
+        ("memory_results", Value::Null),
+    ] {
+        assert_eq!(d[k], want, "{k}: {d}");
+    }
+    assert_eq!(d["rag_results"][0]["source"]["file_size"], json!(10));
+    assert_eq!(d["hash"].as_str().map(str::len), Some(64));
+    assert_eq!(d.as_object().map(|o| o.len()), Some(27), "{d}");
+
+    // The tenant's own call: peer address, user agent, metadata header, measured duration,
+    // the response recorded, no Authorization anywhere, a large body truncated with a marker.
+    let resp = s
+        .raw()
+        .get(format!("{}/v1/audit/logs?page_size=1", s.url))
+        .bearer_auth(&key)
+        .header("user-agent", "tour/1.0")
+        .header("x-audit-metadata", r#"{"ticket":"SEC-42"}"#)
+        .send()
+        .expect("send");
+    assert_eq!(resp.status().as_u16(), 200);
+    let (_, list) = s.get("/v1/audit/logs?action=audit.list", &key);
+    let e = &list["data"]["logs"][0];
+    assert_eq!(
+        (
+            e["ip_address"].clone(),
+            e["user_agent"].clone(),
+            e["metadata"].clone()
+        ),
+        (
+            json!("127.0.0.1"),
+            json!("tour/1.0"),
+            json!({"ticket": "SEC-42"})
+        )
+    );
+    assert!(e["duration"].as_f64().is_some_and(|d| d > 0.0), "{e}");
+    assert_eq!(
+        (
+            e["model_id"].clone(),
+            e["tokens"].clone(),
+            e["credits_consumed"].clone()
+        ),
+        (Value::Null, Value::Null, json!(0.0))
+    );
+    let (_, detail) = s.get(
+        &format!("/v1/audit/logs/{}", e["id"].as_str().expect("id")),
+        &key,
+    );
+    let rb = &detail["data"]["response_body"];
+    assert_eq!(rb["_truncated"], json!(true), "{rb}");
+    assert!(rb["_original_bytes"].as_u64().is_some_and(|n| n > 200));
+    assert!(
+        !detail.to_string().contains(&key),
+        "the API key leaked into an entry"
+    );
+    let bad_meta = s
+        .raw()
+        .get(format!("{}/v1/audit/logs", s.url))
+        .bearer_auth(&key)
+        .header("x-audit-metadata", "[1]")
+        .send()
+        .expect("send");
+    let status = bad_meta.status().as_u16();
+    assert_error(&(status, bad_meta.json().expect("json")), 400, 4000);
+}
+
+#[test]
+fn metrics_are_exposed() {
+    let s = Server::start();
+    let (_, key) = s.tenant_with_key("free");
+    assert_eq!(s.get("/v1/audit/logs", &key).0, 200);
+    let text = s
+        .raw()
+        .get(format!("{}/metrics", s.url))
+        .send()
+        .expect("send")
+        .text()
+        .expect("text");
+    for needle in [
+        "auditmem_http_requests_total{route=\"/v1/audit/logs\",method=\"GET\",status=\"200\"} 1",
+        "auditmem_http_request_duration_seconds_bucket{route=\"/v1/audit/logs\"",
+        "auditmem_appender_group_events_bucket",
+        "auditmem_appender_sync_seconds_bucket",
+        "auditmem_log_head_seq 3",
+        "auditmem_exports_processing 0",
+    ] {
+        assert!(text.contains(needle), "missing {needle} in\n{text}");
+    }
+}

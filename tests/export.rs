@@ -1,0 +1,360 @@
+//! Audit exports: rules and codes, files parsed back, the tenant chain checked offline,
+//! isolation, expiry, and a restart in the middle of an export.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{assert_error, cli, path_str, Server, ADMIN_TOKEN};
+use reqwest::Method;
+use serde_json::{json, Value};
+
+fn ingest(s: &Server, entries: Vec<Value>) {
+    let (status, v) = s.admin(
+        Method::POST,
+        "/admin/v1/audit/logs",
+        Some(json!({"entries": entries})),
+    );
+    assert_eq!(status, 200, "{v}");
+}
+
+fn wait_status(s: &Server, key: &str, id: &str, want: &str) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (status, v) = s.get(&format!("/v1/audit/logs/export/{id}"), key);
+        assert_eq!(status, 200, "{v}");
+        if v["data"]["status"] == json!(want) {
+            return v["data"].clone();
+        }
+        assert!(Instant::now() < deadline, "export never became {want}: {v}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn start_export(s: &Server, key: &str, body: Value) -> String {
+    let (status, v) = s.post("/v1/audit/logs/export", key, body);
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(
+        (
+            v["code"].clone(),
+            v["data"]["status"].clone(),
+            v["data"]["download_url"].clone()
+        ),
+        (json!(1000), json!("processing"), Value::Null)
+    );
+    let id = v["data"]["export_id"]
+        .as_str()
+        .expect("export_id")
+        .to_string();
+    assert_eq!(
+        uuid::Uuid::parse_str(&id).map(|u| u.hyphenated().to_string()),
+        Ok(id.clone())
+    );
+    id
+}
+
+fn download(s: &Server, key: &str, id: &str) -> (u16, String, String, Vec<u8>) {
+    let r = s
+        .raw()
+        .get(format!("{}/v1/audit/logs/export/{id}/download", s.url))
+        .bearer_auth(key)
+        .send()
+        .expect("send");
+    let status = r.status().as_u16();
+    let ct = r
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
+    let cd = r
+        .headers()
+        .get("content-disposition")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
+    (status, ct, cd, r.bytes().expect("bytes").to_vec())
+}
+
+#[test]
+fn export_rules_and_codes() {
+    let s = Server::start_with(&["--export-start-delay-ms", "3000"]);
+    for plan in ["free", "basic"] {
+        let (_, key) = s.tenant_with_key(plan);
+        assert_error(&s.post("/v1/audit/logs/export", &key, json!({})), 403, 2202);
+    }
+    let (tenant, key) = s.tenant_with_key("pro");
+    let no_export = s.create_key(&tenant, &["audit.read"]);
+    assert_error(
+        &s.post("/v1/audit/logs/export", &no_export, json!({})),
+        403,
+        4030,
+    );
+    let old = (chrono::Utc::now() - chrono::Duration::days(91)).to_rfc3339();
+    assert_error(
+        &s.post("/v1/audit/logs/export", &key, json!({"start_time": old})),
+        400,
+        2201,
+    );
+    assert_error(
+        &s.post("/v1/audit/logs/export", &key, json!({"format": "xml"})),
+        400,
+        4000,
+    );
+    let (yesterday, before) = (
+        (chrono::Utc::now() - chrono::Duration::days(1)).to_rfc3339(),
+        (chrono::Utc::now() - chrono::Duration::days(2)).to_rfc3339(),
+    );
+    assert_error(
+        &s.post(
+            "/v1/audit/logs/export",
+            &key,
+            json!({"start_time": yesterday, "end_time": before}),
+        ),
+        400,
+        4000,
+    );
+    assert_error(
+        &s.post("/v1/audit/logs/export", &key, json!({"formats": "csv"})),
+        400,
+        4000,
+    );
+    ingest(
+        &s,
+        (0..3)
+            .map(|_| json!({"tenant_id": tenant, "action": "gateway.chat", "http_status": 200}))
+            .collect(),
+    );
+    let (status, v) = s.post("/v1/audit/logs/export", &key, json!({"format": "json"}));
+    assert_eq!(status, 200, "{v}");
+    // Three ingested entries and the tenant's five refused calls before this one.
+    assert_eq!(v["data"]["estimated_records"], json!(8), "{v}");
+    assert_error(&s.post("/v1/audit/logs/export", &key, json!({})), 409, 2203);
+    // Inactive subscriptions close exports too.
+    s.admin(
+        Method::PATCH,
+        &format!("/admin/v1/tenants/{tenant}"),
+        Some(json!({"subscription_active": false})),
+    );
+    assert_error(&s.post("/v1/audit/logs/export", &key, json!({})), 403, 2200);
+    // An empty body is a valid request with every default (here: refused only as in progress).
+    s.admin(
+        Method::PATCH,
+        &format!("/admin/v1/tenants/{tenant}"),
+        Some(json!({"subscription_active": true})),
+    );
+    let r = s
+        .raw()
+        .post(format!("{}/v1/audit/logs/export", s.url))
+        .bearer_auth(&key)
+        .send()
+        .expect("send");
+    assert_eq!(r.status().as_u16(), 409);
+}
+
+#[test]
+fn csv_and_json_exports_parse_back_and_verify() {
+    let s = Server::start();
+    let (tenant, key) = s.tenant_with_key("business");
+    let tricky = "a, \"quoted\" value\nwith a newline";
+    ingest(
+        &s,
+        vec![
+            json!({"tenant_id": tenant, "action": "gateway.chat", "http_status": 200, "error_msg": tricky, "metadata": {"note": tricky}, "tokens": {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3}}),
+            json!({"tenant_id": tenant, "action": "rag.query", "http_status": 502, "user_agent": "ua, with comma", "duration": 12.25}),
+            json!({"tenant_id": tenant, "action": "gateway.chat", "http_status": 200}),
+        ],
+    );
+    let (other_tenant, other) = s.tenant_with_key("business");
+    ingest(
+        &s,
+        vec![json!({"tenant_id": other_tenant, "action": "gateway.chat", "http_status": 200})],
+    );
+
+    let csv_id = start_export(&s, &key, json!({}));
+    let st = wait_status(&s, &key, &csv_id, "completed");
+    assert_eq!(st["records"], json!(3));
+    assert_eq!(st["format"], json!("csv"));
+    assert_eq!(
+        st["download_url"],
+        json!(format!("/v1/audit/logs/export/{csv_id}/download"))
+    );
+    assert!(
+        st["expires_at"].as_str().is_some()
+            && st["completed_at"].as_str().is_some()
+            && st["error"].is_null(),
+        "{st}"
+    );
+
+    // Other tenants see nothing of it.
+    assert_error(
+        &s.get(&format!("/v1/audit/logs/export/{csv_id}"), &other),
+        404,
+        4040,
+    );
+    assert_eq!(download(&s, &other, &csv_id).0, 404);
+
+    let (status, ct, cd, bytes) = download(&s, &key, &csv_id);
+    assert_eq!(status, 200);
+    assert_eq!(ct, "text/csv; charset=utf-8");
+    assert_eq!(
+        cd,
+        format!("attachment; filename=\"audit-export-{csv_id}.csv\"")
+    );
+    assert_eq!(st["file_size"], json!(bytes.len()));
+    assert_eq!(
+        st["file_blake3"],
+        json!(blake3::hash(&bytes).to_hex().to_string())
+    );
+    let mut reader = csv::Reader::from_reader(bytes.as_slice());
+    let headers: Vec<String> = reader
+        .headers()
+        .expect("headers")
+        .iter()
+        .map(str::to_string)
+        .collect();
+    assert_eq!(headers.first().map(String::as_str), Some("id"));
+    assert_eq!(headers.last().map(String::as_str), Some("hash"));
+    let rows: Vec<csv::StringRecord> = reader.records().map(|r| r.expect("row")).collect();
+    assert_eq!(rows.len(), 3);
+    let col = |name: &str| headers.iter().position(|h| h == name).expect("column");
+    assert_eq!(&rows[0][col("error_msg")], tricky);
+    assert_eq!(
+        serde_json::from_str::<Value>(&rows[0][col("metadata")]).expect("json"),
+        json!({"note": tricky})
+    );
+    assert_eq!(&rows[1][col("user_agent")], "ua, with comma");
+    assert_eq!(&rows[1][col("http_status")], "502");
+    assert_eq!(&rows[1][col("chain_index")], "2");
+
+    let json_id = start_export(&s, &key, json!({"format": "json"}));
+    wait_status(&s, &key, &json_id, "completed");
+    let (status, ct, cd, jbytes) = download(&s, &key, &json_id);
+    assert_eq!((status, ct.as_str()), (200, "application/json"));
+    assert!(cd.ends_with(".json\""), "{cd}");
+    let arr: Vec<Value> = serde_json::from_slice(&jbytes).expect("json array");
+    // The second export also holds the first export's own audit entries (seq before it).
+    assert!(arr.len() > 3, "{}", arr.len());
+    assert_eq!(arr[0]["error_msg"], json!(tricky));
+    assert_eq!(arr[0]["chain_index"], json!(1));
+    assert_eq!(arr[1]["prev_hash"], arr[0]["hash"]);
+
+    // verify --export: clean files pass; a modified, removed or reordered row is named.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let write = |name: &str, data: &[u8]| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, data).expect("write");
+        p
+    };
+    let run = |p: &std::path::Path| {
+        let (code, out, err) = cli(&["verify", "--export", path_str(p), "--json"], &[]);
+        let v: Value = serde_json::from_str(&out).unwrap_or_else(|_| panic!("{out}{err}"));
+        (code, v)
+    };
+    for (name, data) in [("clean.csv", bytes.clone()), ("clean.json", jbytes.clone())] {
+        let (code, v) = run(&write(name, &data));
+        assert_eq!(code, 0, "{name}: {v}");
+    }
+    let text = String::from_utf8(bytes.clone()).expect("utf8");
+    let modified = text.replacen("ua, with comma", "ua, with cOmma", 1);
+    let (code, v) = run(&write("modified.csv", modified.as_bytes()));
+    assert_eq!(code, 1);
+    assert_eq!(
+        (
+            v["report"]["failures"][0]["row"].clone(),
+            v["report"]["failures"][0]["kind"].clone()
+        ),
+        (json!(2), json!("hash_mismatch"))
+    );
+
+    let mut removed = arr.clone();
+    removed.remove(1);
+    let (code, v) = run(&write(
+        "removed.json",
+        &serde_json::to_vec(&removed).expect("json"),
+    ));
+    assert_eq!(code, 1);
+    assert_eq!(
+        (
+            v["report"]["failures"][0]["row"].clone(),
+            v["report"]["failures"][0]["kind"].clone()
+        ),
+        (json!(2), json!("missing"))
+    );
+
+    let mut reordered = arr.clone();
+    reordered.swap(0, 2);
+    let (code, v) = run(&write(
+        "reordered.json",
+        &serde_json::to_vec(&reordered).expect("json"),
+    ));
+    assert_eq!(code, 1);
+    assert!(
+        v["report"]["failures"]
+            .as_array()
+            .expect("failures")
+            .iter()
+            .any(|f| f["kind"] == json!("out_of_order")),
+        "{v}"
+    );
+
+    // A pro export carries no chain: verify cannot check it (exit 2), it does not pass it.
+    let (pro_tenant, pro_key) = s.tenant_with_key("pro");
+    ingest(
+        &s,
+        vec![json!({"tenant_id": pro_tenant, "action": "gateway.chat", "http_status": 200})],
+    );
+    let pro_id = start_export(&s, &pro_key, json!({"format": "json"}));
+    wait_status(&s, &pro_key, &pro_id, "completed");
+    let (_, _, _, pbytes) = download(&s, &pro_key, &pro_id);
+    let (code, _, err) = cli(
+        &["verify", "--export", path_str(&write("pro.json", &pbytes))],
+        &[],
+    );
+    assert_eq!(code, 2, "{err}");
+}
+
+#[test]
+fn exports_expire() {
+    let s = Server::start_with(&["--export-ttl-secs", "1"]);
+    let (_, key) = s.tenant_with_key("pro");
+    let id = start_export(&s, &key, json!({}));
+    wait_status(&s, &key, &id, "completed");
+    let st = wait_status(&s, &key, &id, "expired");
+    assert_eq!(st["download_url"], Value::Null);
+    let (status, _, _, body) = download(&s, &key, &id);
+    assert_eq!(status, 410);
+    let v: Value = serde_json::from_slice(&body).expect("json");
+    assert_eq!(v["code"], json!(4100));
+}
+
+#[test]
+fn an_export_interrupted_by_a_crash_completes_after_restart() {
+    let mut s = Server::start_with(&["--export-start-delay-ms", "600000"]);
+    let (tenant, key) = s.tenant_with_key("business");
+    ingest(&s, (0..50).map(|i| json!({"tenant_id": tenant, "action": "gateway.chat", "http_status": 200, "metadata": {"i": i}})).collect());
+    let id = start_export(&s, &key, json!({}));
+    // Entries logged after the request are not part of it.
+    ingest(
+        &s,
+        (0..5)
+            .map(|_| json!({"tenant_id": tenant, "action": "gateway.chat", "http_status": 200}))
+            .collect(),
+    );
+    assert_eq!(
+        s.get(&format!("/v1/audit/logs/export/{id}"), &key).1["data"]["status"],
+        json!("processing")
+    );
+    s.kill();
+    s.extra.clear();
+    s.spawn();
+    let st = wait_status(&s, &key, &id, "completed");
+    assert_eq!(st["records"], json!(50), "{st}");
+    let (status, _, _, bytes) = download(&s, &key, &id);
+    assert_eq!(status, 200);
+    assert_eq!(
+        csv::Reader::from_reader(bytes.as_slice()).records().count(),
+        50
+    );
+    let _ = ADMIN_TOKEN;
+}
