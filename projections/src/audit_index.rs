@@ -2,13 +2,18 @@
 //! per-tenant hash chain over them.
 //!
 //! Tree `proj_audit`:
-//! - `i|audit_id` → [`AuditRef`] (seq of the log record holding the entry, tenant, created_at,
-//!   action key, chain hash and the previous chain hash);
+//! - `g|first_seq` → a block of up to [`BLOCK_REFS`] fixed-size [`AuditRef`]s in seq order
+//!   (audit id, seq of the log record holding the entry, tenant, created_at, action key,
+//!   chain position, chain hash, previous chain hash);
 //! - `h|tenant_id` → chain head (hash, entry count).
 //!
-//! The entry itself is read from the log record at `seq`, never copied. In memory, per tenant,
-//! sorted `(created_at, seq)` indexes (all entries, and per action) are rebuilt from the `i`
-//! keys at open; they answer `total` and any page offset by rank, without scanning entries.
+//! Refs are written a block per group commit rather than a key per entry: sled costs about as
+//! much per key as per kilobyte, so this keeps an audit event at about one log insert and a
+//! fraction of a projection insert (replay and append throughput depend on it).
+//!
+//! The entry itself is read from the log record at `seq`, never copied. In memory: audit id →
+//! seq, and per tenant sorted `(created_at, seq)` indexes (all entries, and per action), rebuilt
+//! from the blocks at open; they answer `total` and any page offset by rank, without scanning.
 
 use std::collections::HashMap;
 use std::sync::RwLock;
@@ -22,10 +27,13 @@ use crate::projection::{corrupt, read_checkpoint, Applied, Projection, Result};
 use crate::sorted_index::{Key, SortedIndex};
 
 const TREE: &str = "proj_audit";
+/// Refs per stored block: small enough that reading one ref reads at most 32 KiB.
+pub const BLOCK_REFS: usize = 256;
 
 /// Where an audit entry lives and its place in its tenant's chain.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AuditRef {
+    pub id: Uuid,
     pub seq: u64,
     pub tenant_id: Uuid,
     pub created_at: i64,
@@ -36,11 +44,11 @@ pub struct AuditRef {
     pub prev_hash: [u8; 32],
 }
 
-const REF_LEN: usize = 8 + 16 + 8 + 8 + 8 + 32 + 32;
+const REF_LEN: usize = 16 + 8 + 16 + 8 + 8 + 8 + 32 + 32;
 
 impl AuditRef {
-    fn to_bytes(self) -> Vec<u8> {
-        let mut v = Vec::with_capacity(REF_LEN);
+    fn write(&self, v: &mut Vec<u8>) {
+        v.extend_from_slice(self.id.as_bytes());
         v.extend_from_slice(&self.seq.to_be_bytes());
         v.extend_from_slice(self.tenant_id.as_bytes());
         v.extend_from_slice(&self.created_at.to_be_bytes());
@@ -48,34 +56,41 @@ impl AuditRef {
         v.extend_from_slice(&self.chain_index.to_be_bytes());
         v.extend_from_slice(&self.hash);
         v.extend_from_slice(&self.prev_hash);
-        v
     }
 
-    fn from_bytes(b: &[u8]) -> Result<Self> {
-        if b.len() != REF_LEN {
-            return Err(corrupt(TREE, format!("audit ref of {} bytes", b.len())));
-        }
-        let u64_at = |o: usize| {
+    fn read(b: &[u8]) -> AuditRef {
+        // Callers pass exactly REF_LEN bytes (blocks are checked to be a multiple of it).
+        let arr = |o: usize| -> [u8; 8] {
             let mut a = [0u8; 8];
             a.copy_from_slice(&b[o..o + 8]);
             a
         };
+        let mut id = [0u8; 16];
+        id.copy_from_slice(&b[0..16]);
         let mut tenant = [0u8; 16];
-        tenant.copy_from_slice(&b[8..24]);
+        tenant.copy_from_slice(&b[24..40]);
         let mut hash = [0u8; 32];
-        hash.copy_from_slice(&b[48..80]);
+        hash.copy_from_slice(&b[64..96]);
         let mut prev_hash = [0u8; 32];
-        prev_hash.copy_from_slice(&b[80..112]);
-        Ok(Self {
-            seq: u64::from_be_bytes(u64_at(0)),
+        prev_hash.copy_from_slice(&b[96..128]);
+        AuditRef {
+            id: Uuid::from_bytes(id),
+            seq: u64::from_be_bytes(arr(16)),
             tenant_id: Uuid::from_bytes(tenant),
-            created_at: i64::from_be_bytes(u64_at(24)),
-            action_key: u64::from_be_bytes(u64_at(32)),
-            chain_index: u64::from_be_bytes(u64_at(40)),
+            created_at: i64::from_be_bytes(arr(40)),
+            action_key: u64::from_be_bytes(arr(48)),
+            chain_index: u64::from_be_bytes(arr(56)),
             hash,
             prev_hash,
-        })
+        }
     }
+}
+
+fn parse_block(b: &[u8]) -> Result<Vec<AuditRef>> {
+    if b.len() % REF_LEN != 0 {
+        return Err(corrupt(TREE, format!("ref block of {} bytes", b.len())));
+    }
+    Ok(b.chunks_exact(REF_LEN).map(AuditRef::read).collect())
 }
 
 /// Stable 64-bit key of an action name for the in-memory per-action index.
@@ -100,6 +115,19 @@ impl TenantIndex {
     }
 }
 
+#[derive(Default)]
+struct Memory {
+    ids: HashMap<Uuid, u64>,
+    tenants: HashMap<Uuid, TenantIndex>,
+}
+
+impl Memory {
+    fn insert(&mut self, r: &AuditRef) {
+        self.ids.insert(r.id, r.seq);
+        self.tenants.entry(r.tenant_id).or_default().insert(r);
+    }
+}
+
 /// A page of the audit index: positions are newest first.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Page {
@@ -118,29 +146,64 @@ pub struct Filter<'a> {
 
 pub struct AuditIndex {
     tree: sled::Tree,
-    mem: RwLock<HashMap<Uuid, TenantIndex>>,
+    mem: RwLock<Memory>,
 }
 
 impl AuditIndex {
     pub fn open(db: &sled::Db) -> Result<Self> {
         let tree = db.open_tree(TREE)?;
-        let mut mem: HashMap<Uuid, TenantIndex> = HashMap::new();
-        for kv in tree.scan_prefix([b'i']) {
+        let mut mem = Memory::default();
+        for kv in tree.scan_prefix([b'g']) {
             let (_, v) = kv?;
-            let r = AuditRef::from_bytes(&v)?;
-            mem.entry(r.tenant_id).or_default().insert(&r);
+            for r in parse_block(&v)? {
+                mem.insert(&r);
+            }
         }
-        Ok(Self {
-            tree,
-            mem: RwLock::new(mem),
-        })
+        Ok(Self { tree, mem: RwLock::new(mem) })
+    }
+
+    fn mem(&self) -> std::sync::RwLockReadGuard<'_, Memory> {
+        self.mem.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The ref of the entry stored at log `seq`.
+    pub fn at_seq(&self, seq: u64) -> Result<Option<AuditRef>> {
+        let upper = prefixed(b'g', &[&seq.to_be_bytes()]);
+        let Some(kv) = self.tree.range(prefixed(b'g', &[])..=upper).next_back() else { return Ok(None) };
+        let (_, block) = kv?;
+        let refs = parse_block(&block)?;
+        Ok(refs.binary_search_by_key(&seq, |r| r.seq).ok().map(|i| refs[i]))
+    }
+
+    /// Refs of several seqs, reading each stored block once.
+    pub fn at_seqs(&self, seqs: &[u64]) -> Result<Vec<Option<AuditRef>>> {
+        let mut out = Vec::with_capacity(seqs.len());
+        let mut cached: Vec<AuditRef> = Vec::new();
+        for &seq in seqs {
+            let hit = cached.binary_search_by_key(&seq, |r| r.seq).ok().map(|i| cached[i]);
+            if let Some(r) = hit {
+                out.push(Some(r));
+                continue;
+            }
+            let upper = prefixed(b'g', &[&seq.to_be_bytes()]);
+            match self.tree.range(prefixed(b'g', &[])..=upper).next_back() {
+                None => out.push(None),
+                Some(kv) => {
+                    let (_, block) = kv?;
+                    cached = parse_block(&block)?;
+                    out.push(cached.binary_search_by_key(&seq, |r| r.seq).ok().map(|i| cached[i]));
+                }
+            }
+        }
+        Ok(out)
     }
 
     pub fn get(&self, audit_id: &Uuid) -> Result<Option<AuditRef>> {
-        self.tree
-            .get(prefixed(b'i', &[audit_id.as_bytes()]))?
-            .map(|v| AuditRef::from_bytes(&v))
-            .transpose()
+        let seq = self.mem().ids.get(audit_id).copied();
+        match seq {
+            None => Ok(None),
+            Some(seq) => self.at_seq(seq),
+        }
     }
 
     /// Chain head of a tenant: (hash of its newest entry, number of entries).
@@ -152,13 +215,8 @@ impl AuditIndex {
     }
 
     fn with_index<T>(&self, f: &Filter<'_>, default: T, op: impl FnOnce(&SortedIndex) -> T) -> T {
-        let mem = match self.mem.read() {
-            Ok(g) => g,
-            Err(poisoned) => poisoned.into_inner(),
-        };
-        let Some(t) = mem.get(&f.tenant_id) else {
-            return default;
-        };
+        let mem = self.mem();
+        let Some(t) = mem.tenants.get(&f.tenant_id) else { return default };
         let idx = match f.action {
             None => Some(&t.all),
             Some(a) => t.by_action.get(&action_key(a)),
@@ -179,30 +237,17 @@ impl AuditIndex {
 
     /// Offset paging, newest first.
     pub fn page(&self, f: &Filter<'_>, offset: usize, limit: usize) -> Page {
-        self.with_index(
-            f,
-            Page {
-                total: 0,
-                items: vec![],
-            },
-            |idx| {
-                let (lo, hi) = idx.range(f.from, f.to);
-                Page {
-                    total: hi - lo,
-                    items: idx.descending(lo, hi, offset, limit),
-                }
-            },
-        )
+        self.with_index(f, Page { total: 0, items: vec![] }, |idx| {
+            let (lo, hi) = idx.range(f.from, f.to);
+            Page { total: hi - lo, items: idx.descending(lo, hi, offset, limit) }
+        })
     }
 
     /// Every matching entry with `seq < before_seq`, in log (chain) order: what an export holds.
     pub fn in_log_order(&self, f: &Filter<'_>, before_seq: u64) -> Vec<Key> {
         self.with_index(f, Vec::new(), |idx| {
             let (lo, hi) = idx.range(f.from, f.to);
-            let mut keys: Vec<Key> = (lo..hi)
-                .filter_map(|i| idx.get(i))
-                .filter(|k| k.1 < before_seq)
-                .collect();
+            let mut keys: Vec<Key> = (lo..hi).filter_map(|i| idx.get(i)).filter(|k| k.1 < before_seq).collect();
             keys.sort_unstable_by_key(|k| k.1);
             keys
         })
@@ -212,68 +257,21 @@ impl AuditIndex {
     /// seq) with `seq <= snapshot`, so entries appended after the first page never shift or
     /// repeat the pages that follow.
     pub fn after(&self, f: &Filter<'_>, after: Key, snapshot: u64, limit: usize) -> Page {
-        self.with_index(
-            f,
-            Page {
-                total: 0,
-                items: vec![],
-            },
-            |idx| {
-                let (lo, hi) = idx.range(f.from, f.to);
-                let end = idx.rank(after).clamp(lo, hi);
-                let mut items = Vec::with_capacity(limit);
-                let mut pos = end;
-                while pos > lo && items.len() < limit {
-                    pos -= 1;
-                    if let Some(k) = idx.get(pos) {
-                        if k.1 <= snapshot {
-                            items.push(k);
-                        }
+        self.with_index(f, Page { total: 0, items: vec![] }, |idx| {
+            let (lo, hi) = idx.range(f.from, f.to);
+            let end = idx.rank(after).clamp(lo, hi);
+            let mut items = Vec::with_capacity(limit);
+            let mut pos = end;
+            while pos > lo && items.len() < limit {
+                pos -= 1;
+                if let Some(k) = idx.get(pos) {
+                    if k.1 <= snapshot {
+                        items.push(k);
                     }
                 }
-                Page {
-                    total: hi - lo,
-                    items,
-                }
-            },
-        )
-    }
-
-    fn fold(
-        ov: &mut Overlay<'_>,
-        heads: &mut HashMap<Uuid, ([u8; 32], u64)>,
-        refs: &mut Vec<AuditRef>,
-        a: &Applied<'_>,
-    ) -> Result<()> {
-        let Event::AuditRecorded(rec) = a.event else {
-            return Ok(());
-        };
-        let id_key = prefixed(b'i', &[rec.entry.id.as_bytes()]);
-        if ov.get(&id_key)?.is_some() {
-            // The same audit id twice would fork the tenant chain; the first one stands.
-            return Ok(());
-        }
-        let head = match heads.get(&rec.tenant_id) {
-            Some(h) => *h,
-            None => match ov.get(&prefixed(b'h', &[rec.tenant_id.as_bytes()]))? {
-                Some(v) => parse_head(&v)?,
-                None => ([0; 32], 0),
-            },
-        };
-        let hash = chain_hash(&head.0, &rec.entry);
-        let r = AuditRef {
-            seq: a.seq,
-            tenant_id: rec.tenant_id,
-            created_at: rec.entry.created_at,
-            action_key: action_key(&rec.entry.action),
-            chain_index: head.1 + 1,
-            hash,
-            prev_hash: head.0,
-        };
-        ov.insert(id_key, r.to_bytes());
-        heads.insert(rec.tenant_id, (hash, head.1 + 1));
-        refs.push(r);
-        Ok(())
+            }
+            Page { total: hi - lo, items }
+        })
     }
 }
 
@@ -300,15 +298,48 @@ impl Projection for AuditIndex {
     fn apply(&self, events: &[Applied<'_>]) -> Result<()> {
         let cp = self.checkpoint()?;
         let mut ov = Overlay::new(&self.tree);
-        let mut heads = HashMap::new();
-        let mut refs = Vec::new();
+        let mut heads: HashMap<Uuid, ([u8; 32], u64)> = HashMap::new();
+        let mut refs: Vec<AuditRef> = Vec::new();
         let mut last = cp;
-        for a in events.iter().filter(|a| a.seq > cp) {
-            Self::fold(&mut ov, &mut heads, &mut refs, a)?;
-            last = a.seq;
+        {
+            let mem = self.mem();
+            for a in events.iter().filter(|a| a.seq > cp) {
+                last = a.seq;
+                let Event::AuditRecorded(rec) = a.event else { continue };
+                if mem.ids.contains_key(&rec.entry.id) || refs.iter().any(|r| r.id == rec.entry.id) {
+                    // The same audit id twice would fork the tenant chain; the first one stands.
+                    continue;
+                }
+                let head = match heads.get(&rec.tenant_id) {
+                    Some(h) => *h,
+                    None => match ov.get(&prefixed(b'h', &[rec.tenant_id.as_bytes()]))? {
+                        Some(v) => parse_head(&v)?,
+                        None => ([0; 32], 0),
+                    },
+                };
+                let hash = chain_hash(&head.0, &rec.entry);
+                refs.push(AuditRef {
+                    id: rec.entry.id,
+                    seq: a.seq,
+                    tenant_id: rec.tenant_id,
+                    created_at: rec.entry.created_at,
+                    action_key: action_key(&rec.entry.action),
+                    chain_index: head.1 + 1,
+                    hash,
+                    prev_hash: head.0,
+                });
+                heads.insert(rec.tenant_id, (hash, head.1 + 1));
+            }
         }
         if last == cp {
             return Ok(());
+        }
+        for block in refs.chunks(BLOCK_REFS) {
+            let mut bytes = Vec::with_capacity(block.len() * REF_LEN);
+            for r in block {
+                r.write(&mut bytes);
+            }
+            ov.insert(prefixed(b'g', &[&block[0].seq.to_be_bytes()]), bytes);
         }
         for (tenant, (hash, n)) in &heads {
             let mut v = hash.to_vec();
@@ -316,22 +347,16 @@ impl Projection for AuditIndex {
             ov.insert(prefixed(b'h', &[tenant.as_bytes()]), v);
         }
         ov.commit(last)?;
-        let mut mem = match self.mem.write() {
-            Ok(g) => g,
-            Err(poisoned) => poisoned.into_inner(),
-        };
+        let mut mem = self.mem.write().unwrap_or_else(|p| p.into_inner());
         for r in &refs {
-            mem.entry(r.tenant_id).or_default().insert(r);
+            mem.insert(r);
         }
         Ok(())
     }
 
     fn reset(&self) -> Result<()> {
         self.tree.clear()?;
-        match self.mem.write() {
-            Ok(mut g) => g.clear(),
-            Err(poisoned) => poisoned.into_inner().clear(),
-        }
+        *self.mem.write().unwrap_or_else(|p| p.into_inner()) = Memory::default();
         Ok(())
     }
 }

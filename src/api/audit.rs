@@ -179,15 +179,12 @@ async fn list_logs(
         }
     };
     let show_hash = caller.tenant.plan.shows_hash();
-    let mut logs = Vec::with_capacity(result.items.len());
-    for (_, seq) in &result.items {
+    let seqs: Vec<u64> = result.items.iter().map(|k| k.1).collect();
+    let refs = state.projections.audit.at_seqs(&seqs)?;
+    let mut logs = Vec::with_capacity(seqs.len());
+    for (seq, r) in seqs.iter().zip(refs) {
+        let r = r.ok_or_else(|| ApiError::internal(format!("seq {seq} missing from the audit index")))?;
         let rec = load_entry(&state, *seq)?;
-        let r = state.projections.audit.get(&rec.entry.id)?.ok_or_else(|| {
-            ApiError::internal(format!(
-                "audit entry {} missing from the index",
-                rec.entry.id
-            ))
-        })?;
         logs.push(Value::Object(entry_json(&rec, &r, show_hash)));
     }
     let next_cursor = match result.items.last() {

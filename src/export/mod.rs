@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use auditmem_projections::audit_index::Filter;
+use auditmem_projections::audit_index::{AuditRef, Filter};
 use auditmem_projections::exports::ExportView;
 use auditmem_projections::{Event, ExportCompleted, ExportFailed, ExportFormat};
 use rayon::prelude::*;
@@ -54,15 +54,9 @@ impl<W: Write> Write for HashingWriter<W> {
 }
 
 /// The row of one entry: the list item, plus its chain place when the plan shows the chain.
-fn row(state: &AppState, seq: u64, with_chain: bool) -> Result<Map<String, Value>, ApiError> {
-    let rec = load_entry(state, seq)?;
-    let r = state.projections.audit.get(&rec.entry.id)?.ok_or_else(|| {
-        ApiError::internal(format!(
-            "audit entry {} missing from the index",
-            rec.entry.id
-        ))
-    })?;
-    let mut m = entry_json(&rec, &r, with_chain);
+fn row(state: &AppState, r: &AuditRef, with_chain: bool) -> Result<Map<String, Value>, ApiError> {
+    let rec = load_entry(state, r.seq)?;
+    let mut m = entry_json(&rec, r, with_chain);
     if with_chain {
         m.insert("chain_index".into(), Value::from(r.chain_index));
         m.insert("prev_hash".into(), Value::String(hex::encode(r.prev_hash)));
@@ -102,9 +96,15 @@ pub fn write_file(
     // Reading and decoding entries dominates: do it on every core, a chunk at a time, and
     // write the chunk's rows in order.
     let chunks = keys.chunks(4096).map(|chunk| {
-        chunk
-            .par_iter()
-            .map(|(_, seq)| row(state, *seq, view.with_chain))
+        let seqs: Vec<u64> = chunk.iter().map(|k| k.1).collect();
+        let refs = state.projections.audit.at_seqs(&seqs).map_err(|e| e.to_string())?;
+        let refs: Vec<AuditRef> = refs
+            .into_iter()
+            .zip(&seqs)
+            .map(|(r, seq)| r.ok_or_else(|| format!("seq {seq} missing from the audit index")))
+            .collect::<Result<_, _>>()?;
+        refs.par_iter()
+            .map(|r| row(state, r, view.with_chain))
             .collect::<Result<Vec<Map<String, Value>>, _>>()
             .map_err(|e| e.message)
     });

@@ -1,10 +1,12 @@
 //! The appender: the only writer of the `log` tree.
 //!
-//! One OS thread owns the chain head. Callers submit the events of one request and await the
-//! outcome. The thread takes what is queued (up to a bounded group), seals the records, writes
-//! them as one atomic sled batch, makes the batch durable (in `fsync` mode: sled's `flush()`,
-//! which on Linux ends in `sync_file_range`, followed by a real `fdatasync` of sled's `db`
-//! file), folds the events into the projections, and only then answers every caller.
+//! One OS thread, the writer, owns the chain head. Callers submit the events of one request and
+//! await the outcome. The writer takes what is queued (up to a bounded group), seals the
+//! records, writes them as one atomic sled batch and makes the batch durable (in `fsync` mode:
+//! sled's `flush()`, which on Linux ends in `sync_file_range`, followed by a real `fdatasync` of
+//! sled's `db` file). A second thread, the applier, folds each durable group into the
+//! projections and only then answers its callers. The two form a pipeline: while group N is
+//! applied, group N+1 is written and synced, so both cores work.
 //!
 //! A submission may carry a precondition, checked against the projections right before its
 //! events are sealed, with everything before it already applied: that is how "one export in
@@ -85,6 +87,7 @@ pub struct AppenderStats {
     pub last_group_events: AtomicU64,
     pub sync_micros_total: AtomicU64,
     pub last_sync_micros: AtomicU64,
+    pub apply_micros_total: AtomicU64,
     pub failed: AtomicBool,
 }
 
@@ -96,16 +99,38 @@ pub struct Appender {
 }
 
 pub struct AppenderThread {
-    handle: std::thread::JoinHandle<()>,
+    writer: std::thread::JoinHandle<()>,
+    applier: std::thread::JoinHandle<()>,
     tx: mpsc::Sender<Msg>,
 }
 
 impl AppenderThread {
-    /// Asks the appender to finish what is queued and stop, and waits for it.
+    /// Asks the appender to finish what is queued and stop, and waits for both threads.
     pub async fn stop(self) {
         let _ = self.tx.send(Msg::Stop).await;
-        let _ = tokio::task::spawn_blocking(move || self.handle.join()).await;
+        let (writer, applier) = (self.writer, self.applier);
+        let _ = tokio::task::spawn_blocking(move || {
+            let _ = writer.join();
+            let _ = applier.join();
+        })
+        .await;
     }
+}
+
+/// How far the applier got; the writer waits on it before checking a precondition.
+#[derive(Default)]
+struct ApplyProgress {
+    seq: std::sync::Mutex<u64>,
+    moved: std::sync::Condvar,
+    failed: std::sync::Mutex<Option<String>>,
+}
+
+/// A durable group on its way to the applier.
+struct ApplyJob {
+    group: Vec<Submission>,
+    outcomes: Vec<Committed>,
+    first_seq: u64,
+    head: Head,
 }
 
 fn now_micros() -> i64 {
@@ -128,21 +153,29 @@ impl Appender {
         let (tx, rx) = mpsc::channel(QUEUE_DEPTH);
         let (head_tx, head_rx) = watch::channel(head);
         let stats = Arc::new(AppenderStats::default());
-        let mut worker = Worker {
+        let progress = Arc::new(ApplyProgress::default());
+        if let Ok(mut seq) = progress.seq.lock() {
+            *seq = head.seq;
+        }
+        let (job_tx, job_rx) = std::sync::mpsc::sync_channel::<ApplyJob>(4);
+        let mut writer = Worker {
             db,
             log,
             db_file,
-            projections,
             durability,
             head,
             last_ts: 0,
-            head_tx,
             stats: stats.clone(),
             failed: None,
+            progress: progress.clone(),
+            jobs: job_tx,
+            projections: projections.clone(),
         };
-        let handle = std::thread::Builder::new()
-            .name("appender".into())
-            .spawn(move || worker.run(rx))?;
+        let applier_stats = stats.clone();
+        let applier = std::thread::Builder::new()
+            .name("appender-apply".into())
+            .spawn(move || apply_loop(job_rx, projections, progress, head_tx, applier_stats))?;
+        let handle = std::thread::Builder::new().name("appender".into()).spawn(move || writer.run(rx))?;
         if let Durability::BatchInterval(every) = durability {
             spawn_interval_syncer(data_dir, every, tx.clone())?;
         }
@@ -152,7 +185,7 @@ impl Appender {
                 head: head_rx,
                 stats,
             },
-            AppenderThread { handle, tx },
+            AppenderThread { writer: handle, applier, tx },
         ))
     }
 
@@ -228,13 +261,56 @@ struct Worker {
     db: sled::Db,
     log: LogReader,
     db_file: File,
-    projections: Arc<Projections>,
     durability: Durability,
     head: Head,
     last_ts: i64,
-    head_tx: watch::Sender<Head>,
     stats: Arc<AppenderStats>,
     failed: Option<String>,
+    progress: Arc<ApplyProgress>,
+    jobs: std::sync::mpsc::SyncSender<ApplyJob>,
+    projections: Arc<Projections>,
+}
+
+/// The applier: folds each durable group into the projections, then answers its callers.
+fn apply_loop(
+    jobs: std::sync::mpsc::Receiver<ApplyJob>,
+    projections: Arc<Projections>,
+    progress: Arc<ApplyProgress>,
+    head_tx: watch::Sender<Head>,
+    stats: Arc<AppenderStats>,
+) {
+    for job in jobs {
+        let started = Instant::now();
+        let mut applied = Vec::new();
+        let mut seq = job.first_seq;
+        for sub in &job.group {
+            for (event, _) in &sub.events {
+                applied.push(Applied { seq, ts_micros: job.outcomes.first().map(|o| o.ts_micros).unwrap_or(0), event });
+                seq += 1;
+            }
+        }
+        let result = projections.apply(&applied);
+        drop(applied);
+        stats.apply_micros_total.fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+        if let Err(e) = result {
+            // The events are durable, so their callers are told they landed; the projections
+            // catch up from their checkpoints at the next start. Writing more on top of stale
+            // projections would decide against the wrong state, so later writes are refused.
+            tracing::error!(error = %e, "projection apply failed; the appender refuses further writes");
+            stats.failed.store(true, Ordering::Relaxed);
+            if let Ok(mut f) = progress.failed.lock() {
+                *f = Some(format!("projection apply failed: {e}"));
+            }
+        }
+        let _ = head_tx.send(job.head);
+        for (sub, outcome) in job.group.into_iter().zip(job.outcomes) {
+            let _ = sub.reply.send(Ok(outcome));
+        }
+        if let Ok(mut s) = progress.seq.lock() {
+            *s = job.head.seq;
+        }
+        progress.moved.notify_all();
+    }
 }
 
 impl Worker {
@@ -285,6 +361,7 @@ impl Worker {
         for mut s in group {
             if let Some(check) = s.check.take() {
                 self.commit(std::mem::take(&mut pending));
+                self.wait_applied();
                 if let Some(why) = &self.failed {
                     let _ = s.reply.send(Err(AppendError::Storage(why.clone())));
                     continue;
@@ -299,9 +376,27 @@ impl Worker {
         self.commit(pending);
     }
 
+    /// Blocks until the applier has folded everything written so far.
+    fn wait_applied(&mut self) {
+        let target = self.head.seq;
+        let mut seq = self.progress.seq.lock().unwrap_or_else(|p| p.into_inner());
+        while *seq < target {
+            seq = self.progress.moved.wait(seq).unwrap_or_else(|p| p.into_inner());
+        }
+        drop(seq);
+        if let Some(why) = self.progress.failed.lock().ok().and_then(|f| f.clone()) {
+            self.failed.get_or_insert(why);
+        }
+    }
+
     fn commit(&mut self, group: Vec<Submission>) {
         if group.is_empty() {
             return;
+        }
+        if self.failed.is_none() {
+            if let Some(why) = self.progress.failed.lock().ok().and_then(|f| f.clone()) {
+                self.failed = Some(why);
+            }
         }
         if let Some(why) = &self.failed {
             for s in group {
@@ -352,48 +447,22 @@ impl Worker {
             self.fail(why, group);
             return;
         }
+        let first_seq = self.head.seq + 1;
         self.head = Head { seq, hash: prev };
         self.last_ts = ts;
-
-        let mut applied = Vec::with_capacity(count);
-        let mut s = self.head.seq - count as u64;
-        for sub in &group {
-            for (event, _) in &sub.events {
-                s += 1;
-                applied.push(Applied {
-                    seq: s,
-                    ts_micros: ts,
-                    event,
-                });
-            }
-        }
-        if let Err(e) = self.projections.apply(&applied) {
-            // The events are durable, so their callers are told they landed; the projections
-            // catch up from their checkpoints at the next start. Writing more on top of stale
-            // projections would decide against the wrong state, so later writes are refused.
-            tracing::error!(error = %e, "projection apply failed; the appender refuses further writes");
-            self.stats.failed.store(true, Ordering::Relaxed);
-            self.failed = Some(format!("projection apply failed: {e}"));
-        }
-        drop(applied);
-
         metrics::histogram!("auditmem_appender_group_events").record(count as f64);
         metrics::histogram!("auditmem_appender_sync_seconds").record(sync_us as f64 / 1e6);
         metrics::counter!("auditmem_appender_events_total").increment(count as u64);
         self.stats.groups.fetch_add(1, Ordering::Relaxed);
         self.stats.events.fetch_add(count as u64, Ordering::Relaxed);
-        self.stats
-            .last_group_events
-            .store(count as u64, Ordering::Relaxed);
-        self.stats
-            .sync_micros_total
-            .fetch_add(sync_us, Ordering::Relaxed);
-        self.stats
-            .last_sync_micros
-            .store(sync_us, Ordering::Relaxed);
-        let _ = self.head_tx.send(self.head);
-        for (sub, outcome) in group.into_iter().zip(outcomes) {
-            let _ = sub.reply.send(Ok(outcome));
+        self.stats.last_group_events.store(count as u64, Ordering::Relaxed);
+        self.stats.sync_micros_total.fetch_add(sync_us, Ordering::Relaxed);
+        self.stats.last_sync_micros.store(sync_us, Ordering::Relaxed);
+        let job = ApplyJob { group, outcomes, first_seq, head: self.head };
+        if let Err(std::sync::mpsc::SendError(job)) = self.jobs.send(job) {
+            // The applier is gone (it only stops with us): the group is durable but cannot be
+            // applied in this process; the next start catches the projections up.
+            self.fail("the projection applier stopped".into(), job.group);
         }
     }
 
