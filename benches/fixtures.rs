@@ -5,7 +5,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use auditmem::log::record::{seq_key, Record};
-use auditmem::log::{open_db, LOG_TREE};
+use auditmem::log::{open_db_with_cache, LOG_TREE};
 use auditmem::projections::{AuditEntry, AuditRecorded, Event, Plan, Projections, TenantCreated};
 use serde_json::json;
 use uuid::Uuid;
@@ -69,7 +69,7 @@ pub fn audit_event(tenant: Uuid, i: u64) -> Event {
 /// Writes `n` audit records (plus tenant creations) straight into a `log` tree, sealed and
 /// chained exactly as the appender does, without folding projections.
 pub fn write_log(dir: &Path, n: u64) -> sled::Db {
-    let db = open_db(dir).expect("open");
+    let db = open_db_with_cache(dir, 2 * 1024 * 1024 * 1024).expect("open");
     let tree = db.open_tree(LOG_TREE).expect("tree");
     let tenants = tenant_ids();
     let mut prev = [0u8; 32];

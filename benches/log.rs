@@ -119,7 +119,7 @@ fn verify_and_replay(c: &mut Criterion) {
     g.throughput(Throughput::Elements(records));
     g.bench_function("verify", |b| {
         b.iter(|| {
-            let report = verify_tree(&tree, None, &[], None, |_| {});
+            let report = verify_tree(&tree, None, &[], None, &|_| {});
             assert!(report.clean());
             report.valid
         })

@@ -28,7 +28,7 @@ pub enum LogFormat {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Run the HTTP service.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Prove the log's hash chain (offline from a data dir, live from a URL, or a tenant export).
     Verify(VerifyArgs),
     /// Drop every projection and rebuild them all from the log.
@@ -43,6 +43,22 @@ pub enum DurabilityMode {
     Fsync,
     /// Acknowledge at once; flush + fdatasync every --batch-interval-ms (can lose that window).
     BatchInterval,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum EmbedderKind {
+    /// all-MiniLM-L6-v2 in process (candle).
+    Minilm,
+    /// An OpenAI-compatible /v1/embeddings API (OpenAI, Ollama, vLLM, TEI).
+    Openai,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ExtractorKind {
+    /// The embedded rule-based extractor (no model).
+    Rules,
+    /// An OpenAI-compatible /v1/chat/completions API.
+    Openai,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -105,6 +121,63 @@ pub struct ServeArgs {
         hide = true
     )]
     pub export_start_delay_ms: u64,
+    /// Directory of the all-MiniLM-L6-v2 model (installed by `bash .ci/setup`).
+    #[arg(
+        long,
+        env = "AUDITMEM_MODEL_DIR",
+        default_value = "models/all-MiniLM-L6-v2"
+    )]
+    pub model_dir: PathBuf,
+    /// Embedding provider: the in-process model, or an OpenAI-compatible /v1/embeddings API.
+    #[arg(long, env = "AUDITMEM_EMBEDDER", value_enum, default_value_t = EmbedderKind::Minilm)]
+    pub embedder: EmbedderKind,
+    /// Base URL of the OpenAI-compatible embeddings API (with --embedder openai).
+    #[arg(long, env = "AUDITMEM_EMBED_URL")]
+    pub embed_url: Option<String>,
+    /// Model name sent to the embeddings API.
+    #[arg(
+        long,
+        env = "AUDITMEM_EMBED_MODEL",
+        default_value = "text-embedding-3-small"
+    )]
+    pub embed_model: String,
+    /// API key of the embeddings API.
+    #[arg(long, env = "AUDITMEM_EMBED_API_KEY", hide_env_values = true)]
+    pub embed_api_key: Option<String>,
+    /// Extraction: the embedded rule-based extractor, or an OpenAI-compatible chat API.
+    #[arg(long, env = "AUDITMEM_EXTRACTOR", value_enum, default_value_t = ExtractorKind::Rules)]
+    pub extractor: ExtractorKind,
+    /// Base URL of the OpenAI-compatible chat completions API (with --extractor openai).
+    #[arg(long, env = "AUDITMEM_EXTRACT_URL")]
+    pub extract_url: Option<String>,
+    /// Model name sent to the chat API.
+    #[arg(long, env = "AUDITMEM_EXTRACT_MODEL", default_value = "gpt-4o-mini")]
+    pub extract_model: String,
+    /// API key of the chat API.
+    #[arg(long, env = "AUDITMEM_EXTRACT_API_KEY", hide_env_values = true)]
+    pub extract_api_key: Option<String>,
+    /// Timeout of provider calls, seconds.
+    #[arg(long, env = "AUDITMEM_PROVIDER_TIMEOUT_SECS", default_value_t = 20)]
+    pub provider_timeout_secs: u64,
+    /// Credits an extraction costs per call.
+    #[arg(long, env = "AUDITMEM_EXTRACT_CREDITS_PER_CALL", default_value_t = 1.0)]
+    pub extract_credits_per_call: f64,
+    /// Credits an extraction costs per started 1,000 input characters.
+    #[arg(
+        long,
+        env = "AUDITMEM_EXTRACT_CREDITS_PER_1K_CHARS",
+        default_value_t = 1.0
+    )]
+    pub extract_credits_per_1k_chars: f64,
+    /// USD per credit, for `balance_consumed_usd`.
+    #[arg(long, env = "AUDITMEM_USD_PER_CREDIT", default_value_t = 0.001)]
+    pub usd_per_credit: f64,
+    /// Cosine at or above which an extracted memory duplicates an existing one.
+    #[arg(long, env = "AUDITMEM_DEDUP_THRESHOLD", default_value_t = 0.9)]
+    pub dedup_threshold: f32,
+    /// Longest extraction input, characters.
+    #[arg(long, env = "AUDITMEM_MAX_EXTRACT_CHARS", default_value_t = 100_000)]
+    pub max_extract_chars: usize,
     /// Admin API bearer token; the admin API is off when unset.
     #[arg(long, env = "AUDITMEM_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,

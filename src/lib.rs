@@ -7,7 +7,9 @@
 pub mod api;
 pub mod cli;
 pub mod config;
+pub mod embed;
 pub mod export;
+pub mod extract;
 pub mod log;
 pub mod registry;
 pub mod state;

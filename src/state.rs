@@ -41,6 +41,19 @@ pub struct Inner {
     pub settings: Settings,
     pub exports: crate::export::ExportSettings,
     pub metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
+    pub embed: crate::embed::EmbedService,
+    pub extractor: Arc<dyn crate::extract::Extractor>,
+    pub memory: MemorySettings,
+}
+
+/// Settings of the memory endpoints.
+#[derive(Clone, Debug)]
+pub struct MemorySettings {
+    pub credits_per_call: f64,
+    pub credits_per_1k_chars: f64,
+    pub usd_per_credit: f64,
+    pub dedup_threshold: f32,
+    pub max_extract_chars: usize,
 }
 
 #[derive(Clone)]

@@ -87,7 +87,7 @@ impl AuditRef {
 }
 
 fn parse_block(b: &[u8]) -> Result<Vec<AuditRef>> {
-    if b.len() % REF_LEN != 0 {
+    if !b.len().is_multiple_of(REF_LEN) {
         return Err(corrupt(TREE, format!("ref block of {} bytes", b.len())));
     }
     Ok(b.chunks_exact(REF_LEN).map(AuditRef::read).collect())
@@ -159,7 +159,10 @@ impl AuditIndex {
                 mem.insert(&r);
             }
         }
-        Ok(Self { tree, mem: RwLock::new(mem) })
+        Ok(Self {
+            tree,
+            mem: RwLock::new(mem),
+        })
     }
 
     fn mem(&self) -> std::sync::RwLockReadGuard<'_, Memory> {
@@ -169,10 +172,15 @@ impl AuditIndex {
     /// The ref of the entry stored at log `seq`.
     pub fn at_seq(&self, seq: u64) -> Result<Option<AuditRef>> {
         let upper = prefixed(b'g', &[&seq.to_be_bytes()]);
-        let Some(kv) = self.tree.range(prefixed(b'g', &[])..=upper).next_back() else { return Ok(None) };
+        let Some(kv) = self.tree.range(prefixed(b'g', &[])..=upper).next_back() else {
+            return Ok(None);
+        };
         let (_, block) = kv?;
         let refs = parse_block(&block)?;
-        Ok(refs.binary_search_by_key(&seq, |r| r.seq).ok().map(|i| refs[i]))
+        Ok(refs
+            .binary_search_by_key(&seq, |r| r.seq)
+            .ok()
+            .map(|i| refs[i]))
     }
 
     /// Refs of several seqs, reading each stored block once.
@@ -180,7 +188,10 @@ impl AuditIndex {
         let mut out = Vec::with_capacity(seqs.len());
         let mut cached: Vec<AuditRef> = Vec::new();
         for &seq in seqs {
-            let hit = cached.binary_search_by_key(&seq, |r| r.seq).ok().map(|i| cached[i]);
+            let hit = cached
+                .binary_search_by_key(&seq, |r| r.seq)
+                .ok()
+                .map(|i| cached[i]);
             if let Some(r) = hit {
                 out.push(Some(r));
                 continue;
@@ -191,7 +202,12 @@ impl AuditIndex {
                 Some(kv) => {
                     let (_, block) = kv?;
                     cached = parse_block(&block)?;
-                    out.push(cached.binary_search_by_key(&seq, |r| r.seq).ok().map(|i| cached[i]));
+                    out.push(
+                        cached
+                            .binary_search_by_key(&seq, |r| r.seq)
+                            .ok()
+                            .map(|i| cached[i]),
+                    );
                 }
             }
         }
@@ -216,7 +232,9 @@ impl AuditIndex {
 
     fn with_index<T>(&self, f: &Filter<'_>, default: T, op: impl FnOnce(&SortedIndex) -> T) -> T {
         let mem = self.mem();
-        let Some(t) = mem.tenants.get(&f.tenant_id) else { return default };
+        let Some(t) = mem.tenants.get(&f.tenant_id) else {
+            return default;
+        };
         let idx = match f.action {
             None => Some(&t.all),
             Some(a) => t.by_action.get(&action_key(a)),
@@ -237,17 +255,30 @@ impl AuditIndex {
 
     /// Offset paging, newest first.
     pub fn page(&self, f: &Filter<'_>, offset: usize, limit: usize) -> Page {
-        self.with_index(f, Page { total: 0, items: vec![] }, |idx| {
-            let (lo, hi) = idx.range(f.from, f.to);
-            Page { total: hi - lo, items: idx.descending(lo, hi, offset, limit) }
-        })
+        self.with_index(
+            f,
+            Page {
+                total: 0,
+                items: vec![],
+            },
+            |idx| {
+                let (lo, hi) = idx.range(f.from, f.to);
+                Page {
+                    total: hi - lo,
+                    items: idx.descending(lo, hi, offset, limit),
+                }
+            },
+        )
     }
 
     /// Every matching entry with `seq < before_seq`, in log (chain) order: what an export holds.
     pub fn in_log_order(&self, f: &Filter<'_>, before_seq: u64) -> Vec<Key> {
         self.with_index(f, Vec::new(), |idx| {
             let (lo, hi) = idx.range(f.from, f.to);
-            let mut keys: Vec<Key> = (lo..hi).filter_map(|i| idx.get(i)).filter(|k| k.1 < before_seq).collect();
+            let mut keys: Vec<Key> = (lo..hi)
+                .filter_map(|i| idx.get(i))
+                .filter(|k| k.1 < before_seq)
+                .collect();
             keys.sort_unstable_by_key(|k| k.1);
             keys
         })
@@ -257,21 +288,31 @@ impl AuditIndex {
     /// seq) with `seq <= snapshot`, so entries appended after the first page never shift or
     /// repeat the pages that follow.
     pub fn after(&self, f: &Filter<'_>, after: Key, snapshot: u64, limit: usize) -> Page {
-        self.with_index(f, Page { total: 0, items: vec![] }, |idx| {
-            let (lo, hi) = idx.range(f.from, f.to);
-            let end = idx.rank(after).clamp(lo, hi);
-            let mut items = Vec::with_capacity(limit);
-            let mut pos = end;
-            while pos > lo && items.len() < limit {
-                pos -= 1;
-                if let Some(k) = idx.get(pos) {
-                    if k.1 <= snapshot {
-                        items.push(k);
+        self.with_index(
+            f,
+            Page {
+                total: 0,
+                items: vec![],
+            },
+            |idx| {
+                let (lo, hi) = idx.range(f.from, f.to);
+                let end = idx.rank(after).clamp(lo, hi);
+                let mut items = Vec::with_capacity(limit);
+                let mut pos = end;
+                while pos > lo && items.len() < limit {
+                    pos -= 1;
+                    if let Some(k) = idx.get(pos) {
+                        if k.1 <= snapshot {
+                            items.push(k);
+                        }
                     }
                 }
-            }
-            Page { total: hi - lo, items }
-        })
+                Page {
+                    total: hi - lo,
+                    items,
+                }
+            },
+        )
     }
 }
 
@@ -300,13 +341,16 @@ impl Projection for AuditIndex {
         let mut ov = Overlay::new(&self.tree);
         let mut heads: HashMap<Uuid, ([u8; 32], u64)> = HashMap::new();
         let mut refs: Vec<AuditRef> = Vec::new();
+        let mut fresh: std::collections::HashSet<Uuid> = std::collections::HashSet::new();
         let mut last = cp;
         {
             let mem = self.mem();
             for a in events.iter().filter(|a| a.seq > cp) {
                 last = a.seq;
-                let Event::AuditRecorded(rec) = a.event else { continue };
-                if mem.ids.contains_key(&rec.entry.id) || refs.iter().any(|r| r.id == rec.entry.id) {
+                let Event::AuditRecorded(rec) = a.event else {
+                    continue;
+                };
+                if mem.ids.contains_key(&rec.entry.id) || !fresh.insert(rec.entry.id) {
                     // The same audit id twice would fork the tenant chain; the first one stands.
                     continue;
                 }

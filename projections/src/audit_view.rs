@@ -126,7 +126,12 @@ pub fn canonical_entry_bytes(e: &AuditEntry) -> Vec<u8> {
     let mut out = Vec::with_capacity(512);
     out.push(b'{');
     field(&mut out, true, "action", &e.action);
-    field(&mut out, false, "balance_consumed_usd", &e.balance_consumed_usd);
+    field(
+        &mut out,
+        false,
+        "balance_consumed_usd",
+        &e.balance_consumed_usd,
+    );
     field(&mut out, false, "created_at", &format_time(e.created_at));
     field(&mut out, false, "credits_consumed", &e.credits_consumed);
     field(&mut out, false, "duration", &e.duration);
@@ -215,13 +220,26 @@ mod tests {
     #[test]
     fn fast_canonical_bytes_equal_the_generic_ones() {
         let mut e = entry();
-        assert_eq!(canonical_entry_bytes(&e), canonical_bytes(&entry_fields(&e)));
-        e.tokens = Some(crate::event::Tokens { prompt_tokens: 1, completion_tokens: 2, total_tokens: 3 });
+        assert_eq!(
+            canonical_entry_bytes(&e),
+            canonical_bytes(&entry_fields(&e))
+        );
+        e.tokens = Some(crate::event::Tokens {
+            prompt_tokens: 1,
+            completion_tokens: 2,
+            total_tokens: 3,
+        });
         e.error_msg = Some("quote \" and \n newline, unicode é".into());
         e.metadata = None;
         e.ip_address = Some("::1".into());
-        assert_eq!(canonical_entry_bytes(&e), canonical_bytes(&entry_fields(&e)));
-        assert_eq!(chain_hash(&[3; 32], &e), chain_hash_fields(&[3; 32], &entry_fields(&e)));
+        assert_eq!(
+            canonical_entry_bytes(&e),
+            canonical_bytes(&entry_fields(&e))
+        );
+        assert_eq!(
+            chain_hash(&[3; 32], &e),
+            chain_hash_fields(&[3; 32], &entry_fields(&e))
+        );
     }
 
     #[test]

@@ -323,6 +323,71 @@ pub struct ExportFailed {
     pub failed_at: i64,
 }
 
+/// A vector as stored in events: f32 little-endian bytes (compact, and decoded without parsing).
+pub fn vector_to_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+pub fn vector_from_bytes(b: &[u8]) -> Vec<f32> {
+    b.chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MemoryCreated {
+    pub memory_id: Uuid,
+    pub tenant_id: Uuid,
+    pub content: String,
+    pub memory_type: MemoryType,
+    pub importance: f64,
+    pub created_at: i64,
+    /// Embedding model id and the vector (normalised, f32 LE), so replay never calls a model.
+    pub model: String,
+    #[serde(with = "serde_bytes")]
+    pub vector: Vec<u8>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MemoryUpdated {
+    pub memory_id: Uuid,
+    pub tenant_id: Uuid,
+    #[serde(default)]
+    pub content: Option<String>,
+    #[serde(default)]
+    pub importance: Option<f64>,
+    pub updated_at: i64,
+    /// Set with a new vector when the content changed.
+    #[serde(default)]
+    pub model: Option<String>,
+    #[serde(default, with = "serde_bytes")]
+    pub vector: Option<Vec<u8>>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MemoryDeleted {
+    pub memory_id: Uuid,
+    pub tenant_id: Uuid,
+    pub deleted_at: i64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MemoriesDeletedByType {
+    pub tenant_id: Uuid,
+    pub memory_type: MemoryType,
+    /// Exactly the memories deleted, decided by the handler: replay deletes the same ones.
+    pub memory_ids: Vec<Uuid>,
+    pub deleted_at: i64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CreditsConsumed {
+    pub tenant_id: Uuid,
+    pub credits: f64,
+    pub usd: f64,
+    pub at: i64,
+}
+
 /// Every event kind. Variants are only ever added, never renamed or removed.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Event {
@@ -334,6 +399,11 @@ pub enum Event {
     ExportRequested(ExportRequested),
     ExportCompleted(ExportCompleted),
     ExportFailed(ExportFailed),
+    MemoryCreated(MemoryCreated),
+    MemoryUpdated(MemoryUpdated),
+    MemoryDeleted(MemoryDeleted),
+    MemoriesDeletedByType(MemoriesDeletedByType),
+    CreditsConsumed(CreditsConsumed),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -373,6 +443,11 @@ impl Event {
             Event::ExportRequested(_) => "ExportRequested",
             Event::ExportCompleted(_) => "ExportCompleted",
             Event::ExportFailed(_) => "ExportFailed",
+            Event::MemoryCreated(_) => "MemoryCreated",
+            Event::MemoryUpdated(_) => "MemoryUpdated",
+            Event::MemoryDeleted(_) => "MemoryDeleted",
+            Event::MemoriesDeletedByType(_) => "MemoriesDeletedByType",
+            Event::CreditsConsumed(_) => "CreditsConsumed",
         }
     }
 }

@@ -7,11 +7,17 @@ pub mod audit_index;
 pub mod audit_view;
 pub mod event;
 pub mod exports;
+pub mod memories;
 mod overlay;
 pub mod projection;
 pub mod sorted_index;
 pub mod tenants;
+pub mod vector_table;
 
+pub use event::{
+    vector_from_bytes, vector_to_bytes, CreditsConsumed, MemoriesDeletedByType, MemoryCreated,
+    MemoryDeleted, MemoryUpdated,
+};
 pub use event::{
     AuditDetail, AuditEntry, AuditRecorded, Event, ExportCompleted, ExportFailed, ExportFormat,
     ExportRequested, KeyIssued, KeyRevoked, MemoryType, Permission, Plan, TenantCreated,
@@ -24,6 +30,7 @@ pub struct Projections {
     pub tenants: tenants::Tenants,
     pub audit: audit_index::AuditIndex,
     pub exports: exports::Exports,
+    pub memories: memories::Memories,
 }
 
 impl Projections {
@@ -32,11 +39,12 @@ impl Projections {
             tenants: tenants::Tenants::open(db)?,
             audit: audit_index::AuditIndex::open(db)?,
             exports: exports::Exports::open(db)?,
+            memories: memories::Memories::open(db)?,
         })
     }
 
-    pub fn all(&self) -> [&dyn Projection; 3] {
-        [&self.tenants, &self.audit, &self.exports]
+    pub fn all(&self) -> [&dyn Projection; 4] {
+        [&self.tenants, &self.audit, &self.exports, &self.memories]
     }
 
     /// The lowest checkpoint: catch-up starts right after it.

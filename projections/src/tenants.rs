@@ -153,6 +153,14 @@ impl Tenants {
                     }
                 }
             }
+            Event::CreditsConsumed(e) => {
+                let key = prefixed(b't', &[e.tenant_id.as_bytes()]);
+                if let Some(bytes) = ov.get(&key)? {
+                    let mut t: Tenant = dec(&bytes, "tenant")?;
+                    t.credits = (t.credits - e.credits).max(0.0);
+                    ov.insert(key, enc(&t));
+                }
+            }
             _ => {}
         }
         Ok(())
@@ -205,7 +213,7 @@ mod tests {
         let p = Tenants::open(&db).expect("open");
         let tid = Uuid::now_v7();
         let kid = Uuid::now_v7();
-        let events = vec![
+        let events = [
             Event::TenantCreated(TenantCreated {
                 tenant_id: tid,
                 name: "acme".into(),

@@ -183,7 +183,8 @@ async fn list_logs(
     let refs = state.projections.audit.at_seqs(&seqs)?;
     let mut logs = Vec::with_capacity(seqs.len());
     for (seq, r) in seqs.iter().zip(refs) {
-        let r = r.ok_or_else(|| ApiError::internal(format!("seq {seq} missing from the audit index")))?;
+        let r =
+            r.ok_or_else(|| ApiError::internal(format!("seq {seq} missing from the audit index")))?;
         let rec = load_entry(&state, *seq)?;
         logs.push(Value::Object(entry_json(&rec, &r, show_hash)));
     }

@@ -10,6 +10,7 @@ pub mod envelope;
 pub mod error;
 pub mod export;
 pub mod gate;
+pub mod memory;
 pub mod metrics;
 
 use std::time::Duration;
@@ -33,6 +34,7 @@ pub fn app(state: AppState, request_timeout: Duration) -> Router {
     let v1 = Router::new()
         .merge(audit::router())
         .merge(export::router())
+        .merge(memory::router())
         .route_layer(from_fn_with_state(state.clone(), gate::v1_gate));
     let mut router = Router::new()
         .route("/healthz", get(healthz))

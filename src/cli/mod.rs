@@ -26,7 +26,7 @@ pub fn init_tracing(format: LogFormat) {
 
 pub fn run(cli: Cli) -> ExitCode {
     let result = match cli.command {
-        Command::Serve(args) => serve::run(args),
+        Command::Serve(args) => serve::run(*args),
         Command::Verify(args) => verify::run(args),
         Command::Replay(args) => replay::run(args),
         Command::Admin(args) => admin::run(args),

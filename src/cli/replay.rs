@@ -7,7 +7,7 @@ use anyhow::Context;
 use auditmem_projections::Projections;
 
 use crate::config::ReplayArgs;
-use crate::log::{catch_up::catch_up, open_db, LogReader};
+use crate::log::{catch_up::catch_up, open_db_with_cache, LogReader};
 
 pub fn run(args: ReplayArgs) -> anyhow::Result<ExitCode> {
     if !args.data_dir.join("db").is_file() {
@@ -16,7 +16,7 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<ExitCode> {
             args.data_dir.display()
         );
     }
-    let db = open_db(&args.data_dir).with_context(|| {
+    let db = open_db_with_cache(&args.data_dir, 2 * 1024 * 1024 * 1024).with_context(|| {
         format!(
             "opening {} (a running server holds it: stop it first)",
             args.data_dir.display()

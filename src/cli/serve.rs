@@ -78,6 +78,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         Duration::from_secs(args.checkpoint_interval_secs.max(1)),
     ));
 
+    let (embed, extractor) = providers(&args)?;
     let state = AppState(Arc::new(Inner {
         log,
         projections,
@@ -96,6 +97,15 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             start_delay: Duration::from_millis(args.export_start_delay_ms),
         },
         metrics: Some(crate::api::metrics::install()?),
+        embed,
+        extractor,
+        memory: crate::state::MemorySettings {
+            credits_per_call: args.extract_credits_per_call,
+            credits_per_1k_chars: args.extract_credits_per_1k_chars,
+            usd_per_credit: args.usd_per_credit,
+            dedup_threshold: args.dedup_threshold,
+            max_extract_chars: args.max_extract_chars,
+        },
     }));
     let export_worker = tokio::spawn(crate::export::run_worker(
         state.clone(),
@@ -134,6 +144,51 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     db.flush_async().await.context("final flush")?;
     tracing::info!(head_seq = head.seq, "stopped");
     Ok(())
+}
+
+/// The embedder and extractor the configuration asks for; a missing model is an error that
+/// names the set-up command (nothing is fetched at run time).
+fn providers(
+    args: &ServeArgs,
+) -> anyhow::Result<(
+    crate::embed::EmbedService,
+    Arc<dyn crate::extract::Extractor>,
+)> {
+    use crate::config::{EmbedderKind, ExtractorKind};
+    let timeout = Duration::from_secs(args.provider_timeout_secs.max(1));
+    let embedder: Arc<dyn crate::embed::Embedder> = match args.embedder {
+        EmbedderKind::Minilm => Arc::new(
+            crate::embed::MiniLm::load(&args.model_dir).map_err(|e| anyhow::anyhow!("{e}"))?,
+        ),
+        EmbedderKind::Openai => {
+            let url = args
+                .embed_url
+                .clone()
+                .context("--embedder openai needs --embed-url")?;
+            let mut cfg = crate::embed::OpenAiEmbedConfig::new(url, args.embed_model.clone());
+            cfg.api_key = args.embed_api_key.clone();
+            cfg.timeout = timeout;
+            Arc::new(crate::embed::OpenAiEmbedder::new(cfg).map_err(|e| anyhow::anyhow!("{e}"))?)
+        }
+    };
+    let embed = crate::embed::EmbedService::new(embedder).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let extractor: Arc<dyn crate::extract::Extractor> = match args.extractor {
+        ExtractorKind::Rules => Arc::new(crate::extract::RuleExtractor::new()),
+        ExtractorKind::Openai => {
+            let url = args
+                .extract_url
+                .clone()
+                .context("--extractor openai needs --extract-url")?;
+            let mut cfg = crate::extract::OpenAiChatConfig::new(url, args.extract_model.clone());
+            cfg.api_key = args.extract_api_key.clone();
+            cfg.timeout = timeout;
+            Arc::new(
+                crate::extract::OpenAiChatExtractor::new(cfg)
+                    .map_err(|e| anyhow::anyhow!("{e}"))?,
+            )
+        }
+    };
+    Ok((embed, extractor))
 }
 
 async fn shutdown_signal() {

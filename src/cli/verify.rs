@@ -15,7 +15,7 @@ use ed25519_dalek::VerifyingKey;
 use crate::config::VerifyArgs;
 use crate::log::checkpoint::{self, parse_public_key, Checkpoint};
 use crate::log::verify::{verify_tree, Report, Verifier};
-use crate::log::{open_db, Head, LOG_TREE};
+use crate::log::{Head, LOG_TREE};
 
 pub fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
     let expect_head = args.expect_head.as_deref().map(parse_head).transpose()?;
@@ -156,10 +156,15 @@ fn verify_dir(
         .tempdir()
         .context("creating a temporary copy")?;
     copy_dir(dir, tmp.path()).context("copying the data dir")?;
-    let db = open_db(tmp.path()).context("opening the copy of the data dir")?;
+    // A cache larger than the log keeps sled from re-reading pages while it is scanned.
+    let db = sled::Config::new()
+        .path(tmp.path())
+        .cache_capacity(2 * 1024 * 1024 * 1024)
+        .open()
+        .context("opening the copy of the data dir")?;
     let tree = db.open_tree(LOG_TREE)?;
     let pb = super::progress(tree.len() as u64, "verifying");
-    let report = verify_tree(&tree, expect_head, checkpoints, pinned, |n| pb.inc(n));
+    let report = verify_tree(&tree, expect_head, checkpoints, pinned, &|n| pb.inc(n));
     pb.finish_and_clear();
     Ok(report)
 }

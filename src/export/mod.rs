@@ -97,7 +97,11 @@ pub fn write_file(
     // write the chunk's rows in order.
     let chunks = keys.chunks(4096).map(|chunk| {
         let seqs: Vec<u64> = chunk.iter().map(|k| k.1).collect();
-        let refs = state.projections.audit.at_seqs(&seqs).map_err(|e| e.to_string())?;
+        let refs = state
+            .projections
+            .audit
+            .at_seqs(&seqs)
+            .map_err(|e| e.to_string())?;
         let refs: Vec<AuditRef> = refs
             .into_iter()
             .zip(&seqs)

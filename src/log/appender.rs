@@ -175,7 +175,9 @@ impl Appender {
         let applier = std::thread::Builder::new()
             .name("appender-apply".into())
             .spawn(move || apply_loop(job_rx, projections, progress, head_tx, applier_stats))?;
-        let handle = std::thread::Builder::new().name("appender".into()).spawn(move || writer.run(rx))?;
+        let handle = std::thread::Builder::new()
+            .name("appender".into())
+            .spawn(move || writer.run(rx))?;
         if let Durability::BatchInterval(every) = durability {
             spawn_interval_syncer(data_dir, every, tx.clone())?;
         }
@@ -185,7 +187,11 @@ impl Appender {
                 head: head_rx,
                 stats,
             },
-            AppenderThread { writer: handle, applier, tx },
+            AppenderThread {
+                writer: handle,
+                applier,
+                tx,
+            },
         ))
     }
 
@@ -285,13 +291,19 @@ fn apply_loop(
         let mut seq = job.first_seq;
         for sub in &job.group {
             for (event, _) in &sub.events {
-                applied.push(Applied { seq, ts_micros: job.outcomes.first().map(|o| o.ts_micros).unwrap_or(0), event });
+                applied.push(Applied {
+                    seq,
+                    ts_micros: job.outcomes.first().map(|o| o.ts_micros).unwrap_or(0),
+                    event,
+                });
                 seq += 1;
             }
         }
         let result = projections.apply(&applied);
         drop(applied);
-        stats.apply_micros_total.fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+        stats
+            .apply_micros_total
+            .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
         if let Err(e) = result {
             // The events are durable, so their callers are told they landed; the projections
             // catch up from their checkpoints at the next start. Writing more on top of stale
@@ -381,7 +393,11 @@ impl Worker {
         let target = self.head.seq;
         let mut seq = self.progress.seq.lock().unwrap_or_else(|p| p.into_inner());
         while *seq < target {
-            seq = self.progress.moved.wait(seq).unwrap_or_else(|p| p.into_inner());
+            seq = self
+                .progress
+                .moved
+                .wait(seq)
+                .unwrap_or_else(|p| p.into_inner());
         }
         drop(seq);
         if let Some(why) = self.progress.failed.lock().ok().and_then(|f| f.clone()) {
@@ -455,10 +471,21 @@ impl Worker {
         metrics::counter!("auditmem_appender_events_total").increment(count as u64);
         self.stats.groups.fetch_add(1, Ordering::Relaxed);
         self.stats.events.fetch_add(count as u64, Ordering::Relaxed);
-        self.stats.last_group_events.store(count as u64, Ordering::Relaxed);
-        self.stats.sync_micros_total.fetch_add(sync_us, Ordering::Relaxed);
-        self.stats.last_sync_micros.store(sync_us, Ordering::Relaxed);
-        let job = ApplyJob { group, outcomes, first_seq, head: self.head };
+        self.stats
+            .last_group_events
+            .store(count as u64, Ordering::Relaxed);
+        self.stats
+            .sync_micros_total
+            .fetch_add(sync_us, Ordering::Relaxed);
+        self.stats
+            .last_sync_micros
+            .store(sync_us, Ordering::Relaxed);
+        let job = ApplyJob {
+            group,
+            outcomes,
+            first_seq,
+            head: self.head,
+        };
         if let Err(std::sync::mpsc::SendError(job)) = self.jobs.send(job) {
             // The applier is gone (it only stops with us): the group is durable but cannot be
             // applied in this process; the next start catches the projections up.

@@ -3,6 +3,7 @@
 
 use auditmem_projections::{Applied, Event, Projections};
 use indicatif::ProgressBar;
+use rayon::prelude::*;
 
 use super::{LogError, LogReader, Record};
 
@@ -39,30 +40,39 @@ pub fn catch_up(
         chunk.clear();
         Ok(())
     };
-    for item in log.raw_from(from) {
-        let (seq, value) = item?;
-        let record = Record::decode(&value).map_err(|e| LogError::Undecodable {
-            seq,
-            why: e.to_string(),
-        })?;
-        let event = Event::decode(&record.event).map_err(|e| LogError::Undecodable {
-            seq,
-            why: e.to_string(),
-        })?;
-        chunk.push((record.seq, record.ts_micros, event));
-        total += 1;
-        if chunk.len() == CHUNK {
-            flush(&mut chunk)?;
-            if let Some(p) = progress {
-                p.inc(CHUNK as u64);
-            }
+    let mut raw: Vec<(u64, sled::IVec)> = Vec::with_capacity(CHUNK);
+    let mut items = log.raw_from(from);
+    loop {
+        raw.clear();
+        for item in items.by_ref().take(CHUNK) {
+            raw.push(item?);
         }
-    }
-    let rest = chunk.len() as u64;
-    if rest > 0 {
+        if raw.is_empty() {
+            break;
+        }
+        // Decoding dominates replay (events carry JSON values): decode on every core, apply in order.
+        let decoded: Vec<Result<(u64, i64, Event), LogError>> = raw
+            .par_iter()
+            .map(|(seq, value)| {
+                let record = Record::decode(value).map_err(|e| LogError::Undecodable {
+                    seq: *seq,
+                    why: e.to_string(),
+                })?;
+                let event = Event::decode(&record.event).map_err(|e| LogError::Undecodable {
+                    seq: *seq,
+                    why: e.to_string(),
+                })?;
+                Ok((record.seq, record.ts_micros, event))
+            })
+            .collect();
+        for d in decoded {
+            chunk.push(d?);
+        }
+        total += chunk.len() as u64;
+        let n = chunk.len() as u64;
         flush(&mut chunk)?;
         if let Some(p) = progress {
-            p.inc(rest);
+            p.inc(n);
         }
     }
     Ok(total)

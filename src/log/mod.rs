@@ -109,11 +109,17 @@ impl LogReader {
 
 /// Opens the sled database of a data dir with the settings the service uses.
 pub fn open_db(dir: &Path) -> Result<sled::Db, sled::Error> {
+    open_db_with_cache(dir, 256 * 1024 * 1024)
+}
+
+/// Like [`open_db`] with another page cache size: one-off scans (replay) want the whole log
+/// in cache so sled never re-reads a page.
+pub fn open_db_with_cache(dir: &Path, cache_bytes: u64) -> Result<sled::Db, sled::Error> {
     sled::Config::new()
         .path(dir)
         // The appender decides durability itself (flush + fdatasync per group); sled's own
         // background flusher stays as a backstop.
         .flush_every_ms(Some(500))
-        .cache_capacity(256 * 1024 * 1024)
+        .cache_capacity(cache_bytes)
         .open()
 }

@@ -397,46 +397,69 @@ impl Verifier {
 }
 
 /// Verifies a whole `log` tree, reporting progress through `tick(records_done)`.
+///
+/// The key range is split across the cores: each part is iterated and hashed on its own
+/// thread (sled serves concurrent readers), then every record is linked in order here.
 pub fn verify_tree(
     tree: &sled::Tree,
     expect_head: Option<Head>,
     checkpoints: &[Checkpoint],
     pinned: Option<&VerifyingKey>,
-    mut tick: impl FnMut(u64),
+    tick: &(dyn Fn(u64) + Sync),
 ) -> Report {
-    const CHUNK: usize = 16_384;
     let anchors = checkpoints
         .iter()
         .map(|c| c.seq)
         .chain(expect_head.map(|h| h.seq));
     let mut v = Verifier::new(anchors);
-    let mut chunk: Vec<(u64, sled::IVec)> = Vec::with_capacity(CHUNK);
-    for kv in tree.iter() {
-        match kv {
-            Ok((k, val)) => {
-                let key = super::record::seq_from_key(&k).unwrap_or(0);
-                chunk.push((key, val));
+    let bound = |kv: Option<sled::Result<(sled::IVec, sled::IVec)>>| {
+        kv.and_then(|r| r.ok())
+            .and_then(|(k, _)| super::record::seq_from_key(&k))
+    };
+    let (Some(lo), Some(hi)) = (
+        bound(tree.first().transpose()),
+        bound(tree.last().transpose()),
+    ) else {
+        return v.finish(expect_head, checkpoints, pinned);
+    };
+    let parts = rayon::current_num_threads().max(1) as u64;
+    let span = (hi - lo) / parts + 1;
+    let ranges: Vec<(u64, u64)> = (0..parts)
+        .map(|i| (lo + i * span, (lo + (i + 1) * span).min(hi + 1)))
+        .filter(|(a, b)| a < b)
+        .collect();
+    let checked: Vec<Vec<Parsed>> = ranges
+        .par_iter()
+        .map(|&(a, b)| {
+            let mut out = Vec::with_capacity((b - a) as usize);
+            for kv in tree.range(super::record::seq_key(a)..super::record::seq_key(b)) {
+                match kv {
+                    Ok((k, val)) => out.push(check_one(
+                        super::record::seq_from_key(&k).unwrap_or(0),
+                        &val,
+                    )),
+                    Err(e) => {
+                        let at = out.last().map(|p: &Parsed| p.key + 1).unwrap_or(a);
+                        out.push(Parsed {
+                            key: at,
+                            result: Err(format!("storage error reading the log: {e}")),
+                        });
+                        break;
+                    }
+                }
+                if out.len() % 65_536 == 0 {
+                    tick(65_536);
+                }
             }
-            Err(e) => {
-                v.feed(&chunk);
-                chunk.clear();
-                let at = v.expected;
-                v.fail(
-                    at,
-                    FailureKind::Undecodable,
-                    format!("storage error reading the log: {e}"),
-                );
-                break;
-            }
-        }
-        if chunk.len() == CHUNK {
-            v.feed(&chunk);
-            tick(chunk.len() as u64);
-            chunk.clear();
+            tick(out.len() as u64 % 65_536);
+            out
+        })
+        .collect();
+    for part in checked {
+        for p in part {
+            v.link(p);
         }
     }
-    v.feed(&chunk);
-    tick(chunk.len() as u64);
     v.finish(expect_head, checkpoints, pinned)
 }
 

@@ -1,0 +1,106 @@
+//! Memory extraction: turning a conversation or a free text into candidate
+//! memories (rule / fact / context, with an importance). Owns the
+//! [`Extractor`] abstraction, the model-free [`RuleExtractor`] used by
+//! default, and [`OpenAiChatExtractor`] for an OpenAI-compatible chat model.
+//! What each one catches is documented in docs/EXTRACTION.md.
+
+mod openai;
+mod rules;
+
+use auditmem_projections::MemoryType;
+use serde::{Deserialize, Serialize};
+
+pub use openai::{OpenAiChatConfig, OpenAiChatExtractor, SYSTEM_PROMPT};
+pub use rules::RuleExtractor;
+
+/// Longest memory content kept, in characters; longer statements are cut so
+/// that one pasted document cannot become one giant memory.
+pub const MAX_CONTENT_CHARS: usize = 10_000;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChatMessage {
+    pub role: String,
+    pub content: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ExtractInput {
+    Messages(Vec<ChatMessage>),
+    Text(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Candidate {
+    pub content: String,
+    pub memory_type: MemoryType,
+    /// In [0, 1], rounded to 2 decimals.
+    pub importance: f32,
+}
+
+/// Blocking (may call a remote model): async callers use `spawn_blocking`.
+pub trait Extractor: Send + Sync {
+    fn name(&self) -> &str;
+    fn extract(&self, input: &ExtractInput) -> Result<Vec<Candidate>, ExtractError>;
+}
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ExtractError {
+    /// The extraction provider failed or answered nonsense; an HTTP layer
+    /// should report this as 502 Bad Gateway.
+    #[error("extraction provider failed: {0}")]
+    Provider(String),
+    /// The extractor could not be set up from its configuration.
+    #[error("extractor misconfigured: {0}")]
+    Config(String),
+}
+
+/// Clamps to [0, 1] and rounds to 2 decimals so that the same input always
+/// stores the same number, whichever extractor produced it.
+pub(crate) fn normalize_importance(x: f32) -> f32 {
+    let x = if x.is_finite() {
+        x.clamp(0.0, 1.0)
+    } else {
+        0.0
+    };
+    (x * 100.0).round() / 100.0
+}
+
+/// Trims and caps at [`MAX_CONTENT_CHARS`] on a char boundary.
+pub(crate) fn cap_content(s: &str) -> String {
+    let s = s.trim();
+    match s.char_indices().nth(MAX_CONTENT_CHARS) {
+        Some((cut, _)) => s[..cut].trim_end().to_string(),
+        None => s.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn importance_is_clamped_and_rounded() {
+        assert_eq!(normalize_importance(1.7), 1.0);
+        assert_eq!(normalize_importance(-0.2), 0.0);
+        assert_eq!(normalize_importance(0.456), 0.46);
+        assert_eq!(normalize_importance(f32::NAN), 0.0);
+    }
+
+    #[test]
+    fn content_is_capped_on_char_boundary() {
+        let long = "é".repeat(MAX_CONTENT_CHARS + 5);
+        assert_eq!(cap_content(&long).chars().count(), MAX_CONTENT_CHARS);
+        assert_eq!(cap_content("  x  "), "x");
+    }
+
+    #[test]
+    fn candidate_serializes_with_lowercase_type() {
+        let c = Candidate {
+            content: "I am vegan".into(),
+            memory_type: MemoryType::Fact,
+            importance: 0.6,
+        };
+        let json = serde_json::to_value(&c).unwrap();
+        assert_eq!(json["memory_type"], "fact");
+    }
+}

@@ -1,0 +1,396 @@
+//! Extraction by an OpenAI-compatible chat model
+//! (`POST {base_url}/v1/chat/completions`) asked for a JSON object. The prompt
+//! and the JSON contract are documented in docs/EXTRACTION.md.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use auditmem_projections::MemoryType;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::{
+    cap_content, normalize_importance, Candidate, ChatMessage, ExtractError, ExtractInput,
+    Extractor,
+};
+
+/// Sent as the system message; the user message carries the input.
+pub const SYSTEM_PROMPT: &str = r#"You extract long-term memories about the user from a conversation or a text.
+Return ONLY a JSON object of the form:
+{"memories": [{"content": "...", "memory_type": "rule" | "fact" | "context", "importance": 0.0-1.0}]}
+- "rule": an instruction or preference about how the assistant should behave (e.g. "Always answer in French").
+- "fact": a stable fact about the user or their world (name, job, location, family, allergies, tools they use).
+- "context": the user's current task or situation (what they are working on now, deadlines).
+Only use what the user said; ignore what the assistant, system or tools said. Skip greetings, thanks, small talk and questions that carry no information.
+Write each memory as one short self-contained statement, keeping the user's first-person wording.
+importance: 0.9-1.0 for safety/health facts and hard rules ("always", "never"), about 0.7 for rules, 0.6 for facts, 0.4 for context.
+If there is nothing worth remembering, return {"memories": []}."#;
+
+#[derive(Debug, Clone)]
+pub struct OpenAiChatConfig {
+    /// e.g. `http://127.0.0.1:11434`; `/v1/chat/completions` is appended (a
+    /// trailing `/v1` in the base is accepted and not doubled).
+    pub base_url: String,
+    pub model: String,
+    /// Sent as `Authorization: Bearer <key>` when set.
+    pub api_key: Option<String>,
+    /// Per attempt, connection included.
+    pub timeout: Duration,
+    /// Pause before the single retry.
+    pub retry_backoff: Duration,
+}
+
+impl OpenAiChatConfig {
+    pub fn new(base_url: impl Into<String>, model: impl Into<String>) -> Self {
+        Self {
+            base_url: base_url.into(),
+            model: model.into(),
+            api_key: None,
+            timeout: Duration::from_secs(60),
+            retry_backoff: Duration::from_millis(250),
+        }
+    }
+}
+
+pub struct OpenAiChatExtractor {
+    client: reqwest::blocking::Client,
+    url: String,
+    model: String,
+    api_key: Option<String>,
+    retry_backoff: Duration,
+}
+
+#[derive(Serialize)]
+struct ChatRequest<'a> {
+    model: &'a str,
+    messages: Vec<ChatMessage>,
+    response_format: ResponseFormat,
+    temperature: f32,
+}
+
+#[derive(Serialize)]
+struct ResponseFormat {
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+#[derive(Deserialize)]
+struct ChatResponse {
+    choices: Vec<Choice>,
+}
+
+#[derive(Deserialize)]
+struct Choice {
+    message: AssistantMessage,
+}
+
+#[derive(Deserialize)]
+struct AssistantMessage {
+    content: Option<String>,
+}
+
+/// Outcome of one HTTP attempt; only `Retryable` gets a second try.
+enum Attempt {
+    Done(String),
+    Retryable(String),
+    Fatal(String),
+}
+
+const MAX_ERROR_BODY: usize = 300;
+
+fn snippet(body: &str) -> String {
+    let body = body.trim();
+    match body.char_indices().nth(MAX_ERROR_BODY) {
+        Some((cut, _)) => format!("{}…", &body[..cut]),
+        None => body.to_string(),
+    }
+}
+
+impl OpenAiChatExtractor {
+    /// Builds the client; does not contact the provider.
+    pub fn new(config: OpenAiChatConfig) -> Result<Self, ExtractError> {
+        let client = reqwest::blocking::Client::builder()
+            .timeout(config.timeout)
+            .connect_timeout(config.timeout)
+            .build()
+            .map_err(|e| ExtractError::Config(format!("cannot build HTTP client: {e}")))?;
+        let base = config.base_url.trim_end_matches('/');
+        let base = base.strip_suffix("/v1").unwrap_or(base);
+        Ok(Self {
+            client,
+            url: format!("{base}/v1/chat/completions"),
+            model: config.model,
+            api_key: config.api_key,
+            retry_backoff: config.retry_backoff,
+        })
+    }
+
+    /// The endpoint requests go to.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    fn attempt(&self, body: &ChatRequest<'_>) -> Attempt {
+        let mut req = self.client.post(&self.url).json(body);
+        if let Some(key) = &self.api_key {
+            req = req.bearer_auth(key);
+        }
+        let resp = match req.send() {
+            Ok(r) => r,
+            // Timeouts, refused and reset connections are worth one retry;
+            // anything else (bad URL, TLS) will fail the same way again.
+            Err(e) if e.is_timeout() || e.is_connect() || e.is_request() => {
+                return Attempt::Retryable(format!("POST {}: {e}", self.url))
+            }
+            Err(e) => return Attempt::Fatal(format!("POST {}: {e}", self.url)),
+        };
+        let status = resp.status();
+        let text = match resp.text() {
+            Ok(t) => t,
+            Err(e) if e.is_timeout() => {
+                return Attempt::Retryable(format!("reading response: {e}"))
+            }
+            Err(e) => return Attempt::Fatal(format!("reading response: {e}")),
+        };
+        if status.is_server_error() {
+            Attempt::Retryable(format!("HTTP {}: {}", status.as_u16(), snippet(&text)))
+        } else if !status.is_success() {
+            Attempt::Fatal(format!("HTTP {}: {}", status.as_u16(), snippet(&text)))
+        } else {
+            Attempt::Done(text)
+        }
+    }
+}
+
+impl Extractor for OpenAiChatExtractor {
+    fn name(&self) -> &str {
+        "openai-chat"
+    }
+
+    fn extract(&self, input: &ExtractInput) -> Result<Vec<Candidate>, ExtractError> {
+        let user_content = match render_input(input)? {
+            Some(c) => c,
+            None => return Ok(Vec::new()),
+        };
+        let body = ChatRequest {
+            model: &self.model,
+            messages: vec![
+                ChatMessage {
+                    role: "system".into(),
+                    content: SYSTEM_PROMPT.into(),
+                },
+                ChatMessage {
+                    role: "user".into(),
+                    content: user_content,
+                },
+            ],
+            response_format: ResponseFormat {
+                kind: "json_object",
+            },
+            // Extraction should be repeatable, not creative.
+            temperature: 0.0,
+        };
+        let text = match self.attempt(&body) {
+            Attempt::Done(t) => t,
+            Attempt::Fatal(e) => return Err(ExtractError::Provider(e)),
+            Attempt::Retryable(first) => {
+                tracing::warn!(error = %first, "extraction provider failed, retrying once");
+                std::thread::sleep(self.retry_backoff);
+                match self.attempt(&body) {
+                    Attempt::Done(t) => t,
+                    Attempt::Fatal(e) | Attempt::Retryable(e) => {
+                        return Err(ExtractError::Provider(format!(
+                            "{e} (after retry; first attempt: {first})"
+                        )))
+                    }
+                }
+            }
+        };
+        parse_response(&text)
+    }
+}
+
+/// The model sees the whole conversation (so it can resolve "that" or "it")
+/// as JSON, which keeps message boundaries unambiguous even when a message
+/// itself contains "user:". `None` when there is nothing to send.
+fn render_input(input: &ExtractInput) -> Result<Option<String>, ExtractError> {
+    match input {
+        ExtractInput::Text(t) if t.trim().is_empty() => Ok(None),
+        ExtractInput::Text(t) => Ok(Some(format!("Text:\n{t}"))),
+        ExtractInput::Messages(m) if m.iter().all(|m| m.content.trim().is_empty()) => Ok(None),
+        ExtractInput::Messages(m) => {
+            let json = serde_json::to_string_pretty(m)
+                .map_err(|e| ExtractError::Provider(format!("cannot encode messages: {e}")))?;
+            Ok(Some(format!(
+                "Conversation (JSON array of messages):\n{json}"
+            )))
+        }
+    }
+}
+
+/// Parses a chat completion body into candidates. Items with an unknown
+/// `memory_type`, an empty `content` or a non-numeric `importance` are skipped
+/// (models occasionally invent a category); a body that is not a completion,
+/// or content that is not the `{"memories": [...]}` object, is an error.
+pub(crate) fn parse_response(body: &str) -> Result<Vec<Candidate>, ExtractError> {
+    let resp: ChatResponse = serde_json::from_str(body).map_err(|e| {
+        ExtractError::Provider(format!(
+            "response is not a chat completion: {e}; body: {}",
+            snippet(body)
+        ))
+    })?;
+    let content = resp
+        .choices
+        .into_iter()
+        .next()
+        .and_then(|c| c.message.content)
+        .ok_or_else(|| {
+            ExtractError::Provider("response has no choices[0].message.content".into())
+        })?;
+    let json = strip_fence(&content);
+    let value: Value = serde_json::from_str(json).map_err(|e| {
+        ExtractError::Provider(format!(
+            "model output is not JSON: {e}; content: {}",
+            snippet(&content)
+        ))
+    })?;
+    let items = value
+        .get("memories")
+        .and_then(Value::as_array)
+        .ok_or_else(|| {
+            ExtractError::Provider(format!(
+                "model output lacks a \"memories\" array: {}",
+                snippet(&content)
+            ))
+        })?;
+    let mut out = Vec::with_capacity(items.len());
+    for item in items {
+        match parse_item(item) {
+            Some(c) => out.push(c),
+            None => tracing::warn!(item = %item, "skipping invalid memory from extraction model"),
+        }
+    }
+    Ok(out)
+}
+
+fn parse_item(item: &Value) -> Option<Candidate> {
+    let content = cap_content(item.get("content")?.as_str()?);
+    if content.is_empty() {
+        return None;
+    }
+    let memory_type = MemoryType::from_str(
+        item.get("memory_type")?
+            .as_str()?
+            .trim()
+            .to_lowercase()
+            .as_str(),
+    )
+    .ok()?;
+    let importance = match item.get("importance") {
+        None | Some(Value::Null) => default_importance(memory_type),
+        Some(v) => v.as_f64()? as f32,
+    };
+    Some(Candidate {
+        content,
+        memory_type,
+        importance: normalize_importance(importance),
+    })
+}
+
+/// Same base weights as the rule extractor, for models that omit the field.
+fn default_importance(t: MemoryType) -> f32 {
+    match t {
+        MemoryType::Rule => 0.7,
+        MemoryType::Fact => 0.6,
+        MemoryType::Context => 0.4,
+    }
+}
+
+/// Accepts output wrapped in a Markdown code fence (```json ... ```), which
+/// some models emit despite `response_format`.
+fn strip_fence(s: &str) -> &str {
+    let t = s.trim();
+    let Some(rest) = t.strip_prefix("```") else {
+        return t;
+    };
+    let rest = rest.strip_prefix("json").unwrap_or(rest);
+    let rest = rest.strip_prefix("JSON").unwrap_or(rest);
+    rest.strip_suffix("```").unwrap_or(rest).trim()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn completion(content: &str) -> String {
+        serde_json::json!({"choices": [{"message": {"role": "assistant", "content": content}}]})
+            .to_string()
+    }
+
+    #[test]
+    fn fenced_output_is_accepted() {
+        let c = "```json\n{\"memories\": [{\"content\": \"I am vegan\", \"memory_type\": \"fact\", \"importance\": 0.66666}]}\n```";
+        let got = parse_response(&completion(c)).unwrap();
+        assert_eq!(
+            got,
+            vec![Candidate {
+                content: "I am vegan".into(),
+                memory_type: MemoryType::Fact,
+                importance: 0.67
+            }]
+        );
+    }
+
+    #[test]
+    fn invalid_items_are_skipped_and_importance_clamped() {
+        let c = r#"{"memories": [
+            {"content": "A", "memory_type": "Rule", "importance": 3},
+            {"content": "B", "memory_type": "preference", "importance": 0.5},
+            {"content": "  ", "memory_type": "fact"},
+            {"content": "C", "memory_type": "context"},
+            {"content": "D", "memory_type": "fact", "importance": "high"}
+        ]}"#;
+        let got = parse_response(&completion(c)).unwrap();
+        let summary: Vec<(&str, MemoryType, f32)> = got
+            .iter()
+            .map(|c| (c.content.as_str(), c.memory_type, c.importance))
+            .collect();
+        assert_eq!(
+            summary,
+            vec![
+                ("A", MemoryType::Rule, 1.0),
+                ("C", MemoryType::Context, 0.4)
+            ]
+        );
+    }
+
+    #[test]
+    fn wrong_shapes_are_provider_errors() {
+        for body in [
+            "not json".to_string(),
+            r#"{"choices": []}"#.to_string(),
+            r#"{"choices": [{"message": {"content": null}}]}"#.to_string(),
+            completion("I think you like cats"),
+            completion(r#"{"memory": []}"#),
+            completion(r#"{"memories": {"content": "x"}}"#),
+        ] {
+            assert!(
+                matches!(parse_response(&body), Err(ExtractError::Provider(_))),
+                "{body}"
+            );
+        }
+    }
+
+    #[test]
+    fn empty_input_makes_no_request() {
+        let x = OpenAiChatExtractor::new(OpenAiChatConfig::new("http://127.0.0.1:9", "m")).unwrap();
+        assert_eq!(x.extract(&ExtractInput::Text("  ".into())).unwrap(), vec![]);
+        assert_eq!(x.extract(&ExtractInput::Messages(vec![])).unwrap(), vec![]);
+    }
+
+    #[test]
+    fn url_is_built_without_doubling_v1() {
+        let x = OpenAiChatExtractor::new(OpenAiChatConfig::new("http://h:1/v1/", "m")).unwrap();
+        assert_eq!(x.url(), "http://h:1/v1/chat/completions");
+    }
+}
