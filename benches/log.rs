@@ -115,7 +115,7 @@ fn verify_and_replay(c: &mut Criterion) {
     let records = tree.len() as u64;
 
     let mut g = c.benchmark_group("log_1m");
-    g.sample_size(10).measurement_time(Duration::from_secs(30));
+    g.sample_size(10).measurement_time(Duration::from_secs(10));
     g.throughput(Throughput::Elements(records));
     g.bench_function("verify", |b| {
         b.iter(|| {

@@ -27,6 +27,8 @@ use uuid::Uuid;
 
 use super::envelope::{ApiJson, Created, Data as Done};
 use super::error::ApiError;
+#[allow(unused_imports)]
+use super::openapi::*;
 use crate::state::AppState;
 
 pub const MAX_INGEST_ENTRIES: usize = 1000;
@@ -114,7 +116,7 @@ fn check_name(name: &str) -> Result<String, ApiError> {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct CreateTenant {
+pub(crate) struct CreateTenant {
     name: String,
     plan: String,
     #[serde(default)]
@@ -123,7 +125,9 @@ struct CreateTenant {
     credits: Option<f64>,
 }
 
-async fn create_tenant(
+#[utoipa::path(post, path = "/admin/v1/tenants", tag = "admin", security(("admin_token" = [])), 
+    responses((status = 201, description = "the tenant", body = AdminEnvelope), (status = 400, description = "invalid request (4000)", body = ErrorEnvelope), (status = 401, description = "missing or wrong admin token (4010)", body = ErrorEnvelope)))]
+pub(crate) async fn create_tenant(
     State(state): State<AppState>,
     ApiJson(body): ApiJson<CreateTenant>,
 ) -> Result<Created<Value>, ApiError> {
@@ -151,7 +155,9 @@ async fn create_tenant(
     Ok(Created(tenant_json(&t)))
 }
 
-async fn list_tenants(State(state): State<AppState>) -> Result<Done<Value>, ApiError> {
+#[utoipa::path(get, path = "/admin/v1/tenants", tag = "admin", security(("admin_token" = [])), 
+    responses((status = 200, description = "every tenant", body = AdminEnvelope), (status = 400, description = "invalid request (4000)", body = ErrorEnvelope), (status = 401, description = "missing or wrong admin token (4010)", body = ErrorEnvelope)))]
+pub(crate) async fn list_tenants(State(state): State<AppState>) -> Result<Done<Value>, ApiError> {
     let tenants: Vec<Value> = state
         .projections
         .tenants
@@ -168,7 +174,9 @@ fn tenant_by_path(state: &AppState, id: &str) -> Result<Tenant, ApiError> {
     state.projections.tenants.tenant(&id)?.ok_or_else(not_found)
 }
 
-async fn get_tenant(
+#[utoipa::path(get, path = "/admin/v1/tenants/{id}", tag = "admin", security(("admin_token" = [])), params(("id" = String, Path, description = "id")), 
+    responses((status = 200, description = "the tenant", body = AdminEnvelope), (status = 400, description = "invalid request (4000)", body = ErrorEnvelope), (status = 401, description = "missing or wrong admin token (4010)", body = ErrorEnvelope)))]
+pub(crate) async fn get_tenant(
     State(state): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Done<Value>, ApiError> {
@@ -177,7 +185,7 @@ async fn get_tenant(
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct UpdateTenant {
+pub(crate) struct UpdateTenant {
     #[serde(default)]
     name: Option<String>,
     #[serde(default)]
@@ -188,7 +196,9 @@ struct UpdateTenant {
     credits: Option<f64>,
 }
 
-async fn update_tenant(
+#[utoipa::path(patch, path = "/admin/v1/tenants/{id}", tag = "admin", security(("admin_token" = [])), params(("id" = String, Path, description = "id")), 
+    responses((status = 200, description = "the tenant", body = AdminEnvelope), (status = 400, description = "invalid request (4000)", body = ErrorEnvelope), (status = 401, description = "missing or wrong admin token (4010)", body = ErrorEnvelope)))]
+pub(crate) async fn update_tenant(
     State(state): State<AppState>,
     Path(id): Path<String>,
     ApiJson(body): ApiJson<UpdateTenant>,
@@ -220,7 +230,7 @@ async fn update_tenant(
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct CreateKey {
+pub(crate) struct CreateKey {
     permissions: Vec<String>,
     #[serde(default)]
     name: Option<String>,
@@ -238,7 +248,9 @@ pub fn new_api_key() -> (String, [u8; 32]) {
     (key, hash)
 }
 
-async fn create_key(
+#[utoipa::path(post, path = "/admin/v1/tenants/{id}/keys", tag = "admin", security(("admin_token" = [])), params(("id" = String, Path, description = "id")), 
+    responses((status = 201, description = "the key, shown once", body = AdminEnvelope), (status = 400, description = "invalid request (4000)", body = ErrorEnvelope), (status = 401, description = "missing or wrong admin token (4010)", body = ErrorEnvelope)))]
+pub(crate) async fn create_key(
     State(state): State<AppState>,
     Path(id): Path<String>,
     ApiJson(body): ApiJson<CreateKey>,
@@ -282,7 +294,9 @@ async fn create_key(
     })))
 }
 
-async fn revoke_key(
+#[utoipa::path(delete, path = "/admin/v1/keys/{key_id}", tag = "admin", security(("admin_token" = [])), params(("key_id" = String, Path, description = "key_id")), 
+    responses((status = 200, description = "revoked", body = AdminEnvelope), (status = 400, description = "invalid request (4000)", body = ErrorEnvelope), (status = 401, description = "missing or wrong admin token (4010)", body = ErrorEnvelope)))]
+pub(crate) async fn revoke_key(
     State(state): State<AppState>,
     Path(key_id): Path<String>,
 ) -> Result<Done<Value>, ApiError> {
@@ -313,12 +327,18 @@ async fn revoke_key(
     ))
 }
 
-async fn log_head(State(state): State<AppState>) -> Done<Value> {
+#[utoipa::path(get, path = "/admin/v1/log/head", tag = "admin", security(("admin_token" = [])), 
+    responses((status = 200, description = "{seq, hash}", body = AdminEnvelope), (status = 400, description = "invalid request (4000)", body = ErrorEnvelope), (status = 401, description = "missing or wrong admin token (4010)", body = ErrorEnvelope)))]
+pub(crate) async fn log_head(State(state): State<AppState>) -> Done<Value> {
     let head = state.appender.head();
     Done(json!({"seq": head.seq, "hash": hex::encode(head.hash)}))
 }
 
-async fn latest_checkpoint(State(state): State<AppState>) -> Result<Done<Value>, ApiError> {
+#[utoipa::path(get, path = "/admin/v1/log/checkpoint", tag = "admin", security(("admin_token" = [])), 
+    responses((status = 200, description = "the latest signed checkpoint", body = AdminEnvelope), (status = 400, description = "invalid request (4000)", body = ErrorEnvelope), (status = 401, description = "missing or wrong admin token (4010)", body = ErrorEnvelope)))]
+pub(crate) async fn latest_checkpoint(
+    State(state): State<AppState>,
+) -> Result<Done<Value>, ApiError> {
     match state.signer.latest() {
         Some(cp) => Ok(Done(json!(cp))),
         None => {
@@ -332,7 +352,11 @@ async fn latest_checkpoint(State(state): State<AppState>) -> Result<Done<Value>,
     }
 }
 
-async fn sign_checkpoint(State(state): State<AppState>) -> Result<Done<Value>, ApiError> {
+#[utoipa::path(post, path = "/admin/v1/log/checkpoint", tag = "admin", security(("admin_token" = [])), 
+    responses((status = 200, description = "a checkpoint signed now", body = AdminEnvelope), (status = 400, description = "invalid request (4000)", body = ErrorEnvelope), (status = 401, description = "missing or wrong admin token (4010)", body = ErrorEnvelope)))]
+pub(crate) async fn sign_checkpoint(
+    State(state): State<AppState>,
+) -> Result<Done<Value>, ApiError> {
     let head = state.appender.head();
     if head.seq == 0 {
         return Err(ApiError::bad_request("the log is empty: nothing to sign"));
@@ -341,13 +365,17 @@ async fn sign_checkpoint(State(state): State<AppState>) -> Result<Done<Value>, A
     Ok(Done(json!(cp)))
 }
 
-async fn public_key(State(state): State<AppState>) -> Done<Value> {
+#[utoipa::path(get, path = "/admin/v1/log/pubkey", tag = "admin", security(("admin_token" = [])), 
+    responses((status = 200, description = "the ed25519 public key", body = AdminEnvelope), (status = 400, description = "invalid request (4000)", body = ErrorEnvelope), (status = 401, description = "missing or wrong admin token (4010)", body = ErrorEnvelope)))]
+pub(crate) async fn public_key(State(state): State<AppState>) -> Done<Value> {
     Done(json!({"public_key": state.signer.public_key_hex(), "algorithm": "ed25519"}))
 }
 
 /// `GET /admin/v1/log?from=SEQ`: every stored record from `from` on as NDJSON lines
 /// `{"seq": N, "record": "<base64 of the stored bytes>"}`, for client-side verification.
-async fn stream_log(
+#[utoipa::path(get, path = "/admin/v1/log", tag = "admin", security(("admin_token" = [])), params(("from" = Option<u64>, Query, description = "first seq, default 1")), 
+    responses((status = 200, description = "NDJSON lines {seq, record (base64)}", content_type = "application/x-ndjson"), (status = 400, description = "invalid request (4000)", body = ErrorEnvelope), (status = 401, description = "missing or wrong admin token (4010)", body = ErrorEnvelope)))]
+pub(crate) async fn stream_log(
     State(state): State<AppState>,
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
@@ -392,7 +420,7 @@ async fn stream_log(
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct IngestBody {
+pub(crate) struct IngestBody {
     entries: Vec<Value>,
 }
 
@@ -457,7 +485,9 @@ fn valid_action(a: &str) -> bool {
 
 /// `POST /admin/v1/audit/logs`: entries the gateway reports (gateway.chat, rag.query, ...),
 /// validated one by one, appended as one atomic group.
-async fn ingest_audit(
+#[utoipa::path(post, path = "/admin/v1/audit/logs", tag = "admin", security(("admin_token" = [])), 
+    responses((status = 200, description = "the ids of the entries", body = AdminEnvelope), (status = 400, description = "invalid request (4000)", body = ErrorEnvelope), (status = 401, description = "missing or wrong admin token (4010)", body = ErrorEnvelope)))]
+pub(crate) async fn ingest_audit(
     State(state): State<AppState>,
     ApiJson(body): ApiJson<IngestBody>,
 ) -> Result<Done<Value>, ApiError> {

@@ -19,6 +19,8 @@ use uuid::Uuid;
 use super::envelope::AuditOk;
 use super::error::ApiError;
 use super::gate::Caller;
+#[allow(unused_imports)]
+use super::openapi::*;
 use crate::state::AppState;
 
 pub const DEFAULT_PAGE_SIZE: usize = 50;
@@ -125,7 +127,15 @@ fn decode_cursor(s: &str) -> Result<Cursor, ApiError> {
     })
 }
 
-async fn list_logs(
+#[utoipa::path(get, path = "/v1/audit/logs", tag = "audit", security(("api_key" = [])),
+    params(("start_time" = Option<String>, Query, description = "ISO 8601; clamped to the retention window"),
+           ("end_time" = Option<String>, Query, description = "ISO 8601, inclusive"),
+           ("action" = Option<String>, Query, description = "exact action name"),
+           ("page" = Option<u64>, Query, description = "default 1"),
+           ("page_size" = Option<u64>, Query, description = "default 50, above 100 clamped"),
+           ("cursor" = Option<String>, Query, description = "next_cursor of a previous page")),
+    responses((status = 200, description = "newest first", body = AuditLogPageEnvelope), (status = 400, description = "bad parameter (4000)", body = ErrorEnvelope), (status = 401, description = "missing, unknown or revoked key (4010)", body = ErrorEnvelope), (status = 403, description = "permission (4030) or inactive subscription (2200)", body = ErrorEnvelope)))]
+pub(crate) async fn list_logs(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     Query(q): Query<HashMap<String, String>>,
@@ -207,7 +217,10 @@ async fn list_logs(
     })))
 }
 
-async fn get_log(
+#[utoipa::path(get, path = "/v1/audit/logs/{audit_id}", tag = "audit", security(("api_key" = [])),
+    params(("audit_id" = String, Path, description = "audit log id")),
+    responses((status = 200, description = "the entry and its detail", body = AuditLogDetailEnvelope), (status = 401, description = "missing, unknown or revoked key (4010)", body = ErrorEnvelope), (status = 403, description = "permission (4030) or inactive subscription (2200)", body = ErrorEnvelope), (status = 404, description = "missing, foreign or outside retention (4040)", body = ErrorEnvelope)))]
+pub(crate) async fn get_log(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     Path(audit_id): Path<String>,

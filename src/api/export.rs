@@ -19,6 +19,8 @@ use super::audit::{parse_time, retention_start};
 use super::envelope::{parse_json_body, AuditOk};
 use super::error::ApiError;
 use super::gate::{Caller, Pending, PendingOps};
+#[allow(unused_imports)]
+use super::openapi::*;
 use crate::log::appender::Rejection;
 use crate::registry::ErrorCode;
 use crate::state::AppState;
@@ -44,7 +46,10 @@ struct CreateExport {
     format: Option<String>,
 }
 
-async fn create_export(
+#[utoipa::path(post, path = "/v1/audit/logs/export", tag = "audit", security(("api_key" = [])),
+    request_body(content = ExportRequest, description = "every field optional"),
+    responses((status = 200, description = "the task, processing", body = ExportCreatedEnvelope), (status = 400, description = "bad format or times (4000), start beyond retention (2201)", body = ErrorEnvelope), (status = 401, description = "missing, unknown or revoked key (4010)", body = ErrorEnvelope), (status = 403, description = "permission (4030), subscription (2200), below Pro (2202)", body = ErrorEnvelope), (status = 409, description = "an export is in progress (2203)", body = ErrorEnvelope)))]
+pub(crate) async fn create_export(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     headers: HeaderMap,
@@ -165,7 +170,10 @@ fn is_expired(v: &ExportView) -> bool {
             .is_some_and(|t| t <= chrono::Utc::now().timestamp_micros())
 }
 
-async fn export_status(
+#[utoipa::path(get, path = "/v1/audit/logs/export/{export_id}", tag = "audit", security(("api_key" = [])),
+    params(("export_id" = String, Path, description = "export id")),
+    responses((status = 200, description = "the task", body = ExportTaskEnvelope), (status = 401, description = "missing, unknown or revoked key (4010)", body = ErrorEnvelope), (status = 404, description = "missing or foreign (4040)", body = ErrorEnvelope)))]
+pub(crate) async fn export_status(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
@@ -201,7 +209,10 @@ async fn export_status(
     })))
 }
 
-async fn download_export(
+#[utoipa::path(get, path = "/v1/audit/logs/export/{export_id}/download", tag = "audit", security(("api_key" = [])),
+    params(("export_id" = String, Path, description = "export id")),
+    responses((status = 200, description = "the file (text/csv or application/json)", content_type = "text/csv"), (status = 401, description = "missing, unknown or revoked key (4010)", body = ErrorEnvelope), (status = 404, description = "missing or foreign (4040)", body = ErrorEnvelope), (status = 409, description = "not completed (4090)", body = ErrorEnvelope), (status = 410, description = "expired (4100)", body = ErrorEnvelope)))]
+pub(crate) async fn download_export(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     Path(id): Path<String>,

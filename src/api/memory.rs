@@ -24,6 +24,8 @@ use uuid::Uuid;
 use super::envelope::{parse_json_body, Data};
 use super::error::ApiError;
 use super::gate::{Caller, Pending, PendingOps};
+#[allow(unused_imports)]
+use super::openapi::*;
 use crate::extract::{ChatMessage, ExtractInput};
 use crate::log::appender::Rejection;
 use crate::registry::ErrorCode;
@@ -168,7 +170,10 @@ fn owned(state: &AppState, caller: &Caller, id: &str) -> Result<MemoryView, ApiE
         .ok_or_else(|| ApiError::not_found("memory not found"))
 }
 
-async fn create_memory(
+#[utoipa::path(post, path = "/v1/memories", tag = "memory", security(("api_key" = [])),
+    request_body = MemoryCreateRequest,
+    responses((status = 200, description = "the memory", body = MemoryEnvelope), (status = 400, description = "invalid field (4000)", body = ErrorEnvelope), (status = 401, description = "missing, unknown or revoked key (4010)", body = ErrorEnvelope), (status = 403, description = "permission (4030)", body = ErrorEnvelope), (status = 502, description = "embedding provider failed (5020)", body = ErrorEnvelope)))]
+pub(crate) async fn create_memory(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     headers: HeaderMap,
@@ -233,7 +238,12 @@ fn page_params(
     ))
 }
 
-async fn list_memories(
+#[utoipa::path(get, path = "/v1/memories", tag = "memory", security(("api_key" = [])),
+    params(("memory_type" = Option<String>, Query, description = "rule, fact or context"),
+           ("page" = Option<u64>, Query, description = "default 1"),
+           ("page_size" = Option<u64>, Query, description = "default 20, above 100 clamped")),
+    responses((status = 200, description = "newest first", body = MemoryPageEnvelope), (status = 400, description = "bad parameter (4000)", body = ErrorEnvelope), (status = 401, description = "missing, unknown or revoked key (4010)", body = ErrorEnvelope), (status = 403, description = "permission (4030)", body = ErrorEnvelope)))]
+pub(crate) async fn list_memories(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     Query(q): Query<HashMap<String, String>>,
@@ -261,7 +271,10 @@ async fn list_memories(
     })))
 }
 
-async fn get_memory(
+#[utoipa::path(get, path = "/v1/memories/{id}", tag = "memory", security(("api_key" = [])),
+    params(("id" = String, Path, description = "memory id")),
+    responses((status = 200, description = "the memory", body = MemoryEnvelope), (status = 401, description = "missing, unknown or revoked key (4010)", body = ErrorEnvelope), (status = 403, description = "permission (4030)", body = ErrorEnvelope), (status = 404, description = "missing or foreign (4040)", body = ErrorEnvelope)))]
+pub(crate) async fn get_memory(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
@@ -278,7 +291,10 @@ async fn get_memory(
     Ok(Pending::attach(Data(data), ops))
 }
 
-async fn update_memory(
+#[utoipa::path(patch, path = "/v1/memories/{id}", tag = "memory", security(("api_key" = [])),
+    params(("id" = String, Path, description = "memory id")), request_body = MemoryUpdateRequest,
+    responses((status = 200, description = "the memory", body = MemoryEnvelope), (status = 400, description = "empty body or another field (4000)", body = ErrorEnvelope), (status = 401, description = "missing, unknown or revoked key (4010)", body = ErrorEnvelope), (status = 403, description = "permission (4030)", body = ErrorEnvelope), (status = 404, description = "missing or foreign (4040)", body = ErrorEnvelope)))]
+pub(crate) async fn update_memory(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
@@ -341,7 +357,10 @@ async fn update_memory(
     Ok(Pending::attach(Data(data), ops))
 }
 
-async fn delete_memory(
+#[utoipa::path(delete, path = "/v1/memories/{id}", tag = "memory", security(("api_key" = [])),
+    params(("id" = String, Path, description = "memory id")),
+    responses((status = 200, description = "deleted", body = MemoryDeletedEnvelope), (status = 401, description = "missing, unknown or revoked key (4010)", body = ErrorEnvelope), (status = 403, description = "permission (4030)", body = ErrorEnvelope), (status = 404, description = "missing or foreign (4040)", body = ErrorEnvelope)))]
+pub(crate) async fn delete_memory(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
@@ -366,7 +385,10 @@ async fn delete_memory(
     ))
 }
 
-async fn delete_by_type(
+#[utoipa::path(delete, path = "/v1/memories", tag = "memory", security(("api_key" = [])),
+    request_body = BatchDeleteRequest,
+    responses((status = 200, description = "how many were deleted", body = BatchDeletedEnvelope), (status = 400, description = "empty body or bad memory_type (4000)", body = ErrorEnvelope), (status = 401, description = "missing, unknown or revoked key (4010)", body = ErrorEnvelope), (status = 403, description = "permission (4030)", body = ErrorEnvelope)))]
+pub(crate) async fn delete_by_type(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     headers: HeaderMap,
@@ -410,7 +432,10 @@ async fn delete_by_type(
     ))
 }
 
-async fn search_memories(
+#[utoipa::path(post, path = "/v1/memories/search", tag = "memory", security(("api_key" = [])),
+    request_body = SearchRequest,
+    responses((status = 200, description = "ranked by 0.85 * score + 0.15 * importance", body = SearchEnvelope), (status = 400, description = "invalid field (4000)", body = ErrorEnvelope), (status = 401, description = "missing, unknown or revoked key (4010)", body = ErrorEnvelope), (status = 403, description = "permission (4030)", body = ErrorEnvelope), (status = 502, description = "embedding provider failed (5020)", body = ErrorEnvelope)))]
+pub(crate) async fn search_memories(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     headers: HeaderMap,
@@ -492,7 +517,10 @@ pub fn extraction_cost(state: &AppState, input_chars: usize) -> (f64, f64) {
     (credits, ((credits * s.usd_per_credit) * 1e6).round() / 1e6)
 }
 
-async fn extract_memories(
+#[utoipa::path(post, path = "/v1/memories/extract", tag = "memory", security(("api_key" = [])),
+    request_body = ExtractRequest,
+    responses((status = 200, description = "created and skipped memories", body = ExtractEnvelope), (status = 400, description = "invalid input (4000)", body = ErrorEnvelope), (status = 401, description = "missing, unknown or revoked key (4010)", body = ErrorEnvelope), (status = 402, description = "insufficient credits (4020)", body = ErrorEnvelope), (status = 403, description = "permission (4030)", body = ErrorEnvelope), (status = 502, description = "provider failed (5020)", body = ErrorEnvelope)))]
+pub(crate) async fn extract_memories(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     headers: HeaderMap,
@@ -687,7 +715,10 @@ fn insufficient(needed: f64, have: f64) -> ApiError {
     )
 }
 
-async fn memory_history(
+#[utoipa::path(get, path = "/v1/memories/{id}/history", tag = "memory", security(("api_key" = [])),
+    params(("id" = String, Path, description = "memory id")),
+    responses((status = 200, description = "every version, from the log", body = MemoryHistoryEnvelope), (status = 401, description = "missing, unknown or revoked key (4010)", body = ErrorEnvelope), (status = 403, description = "permission (4030)", body = ErrorEnvelope), (status = 404, description = "missing or foreign (4040)", body = ErrorEnvelope)))]
+pub(crate) async fn memory_history(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     Path(id): Path<String>,

@@ -12,6 +12,7 @@ pub mod export;
 pub mod gate;
 pub mod memory;
 pub mod metrics;
+pub mod openapi;
 
 use std::time::Duration;
 
@@ -39,6 +40,7 @@ pub fn app(state: AppState, request_timeout: Duration) -> Router {
     let mut router = Router::new()
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics::render))
+        .route("/openapi.json", get(openapi::serve_document))
         .merge(v1);
     if state.settings.admin_token.is_some() {
         router = router.merge(

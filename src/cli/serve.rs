@@ -78,7 +78,11 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         Duration::from_secs(args.checkpoint_interval_secs.max(1)),
     ));
 
-    let (embed, extractor) = providers(&args)?;
+    // The HTTP providers hold blocking clients, which must be built (and dropped) off the runtime.
+    let provider_args = args.clone();
+    let (embed, extractor) = tokio::task::spawn_blocking(move || providers(&provider_args))
+        .await
+        .context("starting the providers")??;
     let state = AppState(Arc::new(Inner {
         log,
         projections,
@@ -133,11 +137,12 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
 
     tracing::info!("draining the appender");
     let head = appender.head();
-    drop(state);
     drop(appender);
     appender_thread.stop().await;
     let _ = signer_task.await;
     let _ = export_worker.await;
+    // Last reference: dropping the providers' blocking clients must happen off the runtime.
+    let _ = tokio::task::spawn_blocking(move || drop(state)).await;
     if head.seq > 0 {
         signer.sign_logged(head);
     }

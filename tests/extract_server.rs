@@ -1,0 +1,133 @@
+//! Extraction through an OpenAI-compatible chat provider, end to end: a real local server
+//! speaking the protocol, the real auditmem binary in front of it.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use axum::routing::post;
+use axum::{Json, Router};
+use common::{assert_error, Server};
+use serde_json::{json, Value};
+
+struct Provider {
+    failing: AtomicBool,
+    calls: AtomicUsize,
+}
+
+/// Starts the protocol server on a loopback port; returns its base URL.
+fn start_provider(state: Arc<Provider>) -> String {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(async move {
+            let app = Router::new().route(
+                "/v1/chat/completions",
+                post(move |headers: axum::http::HeaderMap, Json(req): Json<Value>| {
+                    let state = state.clone();
+                    async move {
+                        state.calls.fetch_add(1, Ordering::SeqCst);
+                        let authorized = headers.get("authorization").and_then(|v| v.to_str().ok()) == Some("Bearer sk-test");
+                        if state.failing.load(Ordering::SeqCst) || !authorized || req["model"] != json!("mini-llm") {
+                            return (axum::http::StatusCode::INTERNAL_SERVER_ERROR, Json(json!({"error": {"message": "down"}})));
+                        }
+                        let content = json!({"memories": [
+                            {"content": "The user's name is Dana", "memory_type": "fact", "importance": 0.8},
+                            {"content": "Reply in Spanish", "memory_type": "rule", "importance": 0.9}
+                        ]})
+                        .to_string();
+                        (
+                            axum::http::StatusCode::OK,
+                            Json(json!({"id": "x", "object": "chat.completion", "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}]})),
+                        )
+                    }
+                }),
+            );
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+            tx.send(listener.local_addr().expect("addr")).expect("send");
+            axum::serve(listener, app).await.expect("serve");
+        });
+    });
+    format!("http://{}", rx.recv().expect("provider address"))
+}
+
+#[test]
+fn extraction_uses_the_chat_provider_and_a_provider_failure_stores_nothing() {
+    let provider = Arc::new(Provider {
+        failing: AtomicBool::new(false),
+        calls: AtomicUsize::new(0),
+    });
+    let url = start_provider(provider.clone());
+    let s = Server::start_with(&[
+        "--extractor",
+        "openai",
+        "--extract-url",
+        &url,
+        "--extract-model",
+        "mini-llm",
+        "--extract-api-key",
+        "sk-test",
+    ]);
+    let tenant = s.create_tenant("pro");
+    let key = s.create_key(&tenant, &["memory.read", "memory.write", "audit.read"]);
+
+    let (status, v) = s.post(
+        "/v1/memories/extract",
+        &key,
+        json!({"text": "Hola, soy Dana. Contesta en español."}),
+    );
+    assert_eq!(status, 200, "{v}");
+    let contents: Vec<&str> = v["data"]["memories"]
+        .as_array()
+        .expect("memories")
+        .iter()
+        .map(|m| m["content"].as_str().expect("content"))
+        .collect();
+    assert_eq!(
+        contents,
+        vec!["The user's name is Dana", "Reply in Spanish"]
+    );
+    assert_eq!(v["data"]["memories"][1]["importance"], json!(0.9));
+    assert_eq!(provider.calls.load(Ordering::SeqCst), 1);
+
+    provider.failing.store(true, Ordering::SeqCst);
+    let resp = s.post(
+        "/v1/memories/extract",
+        &key,
+        json!({"text": "I live in Oslo."}),
+    );
+    assert_error(&resp, 502, 5020);
+    assert_eq!(
+        provider.calls.load(Ordering::SeqCst),
+        3,
+        "one retry, then the failure"
+    );
+    let (_, list) = s.get("/v1/memories", &key);
+    assert_eq!(
+        list["data"]["total"],
+        json!(2),
+        "nothing stored by the failed call"
+    );
+    let (_, t) = s.admin(
+        reqwest::Method::GET,
+        &format!("/admin/v1/tenants/{tenant}"),
+        None,
+    );
+    assert_eq!(
+        t["data"]["credits"],
+        json!(98.0),
+        "the failed call charged nothing"
+    );
+    let (_, audit) = s.get("/v1/audit/logs?action=memory.extract&page_size=1", &key);
+    assert_eq!(
+        (
+            audit["data"]["logs"][0]["http_status"].clone(),
+            audit["data"]["logs"][0]["error_code"].clone()
+        ),
+        (json!(502), json!(5020))
+    );
+}
