@@ -22,7 +22,7 @@ use uuid::Uuid;
 
 use crate::audit_view::chain_hash;
 use crate::event::Event;
-use crate::overlay::{prefixed, Overlay};
+use crate::overlay::{fold_new, prefixed};
 use crate::projection::{corrupt, read_checkpoint, Applied, Projection, Result};
 use crate::sorted_index::{Key, SortedIndex};
 
@@ -337,22 +337,18 @@ impl Projection for AuditIndex {
     }
 
     fn apply(&self, events: &[Applied<'_>]) -> Result<()> {
-        let cp = self.checkpoint()?;
-        let mut ov = Overlay::new(&self.tree);
         let mut heads: HashMap<Uuid, ([u8; 32], u64)> = HashMap::new();
         let mut refs: Vec<AuditRef> = Vec::new();
         let mut fresh: std::collections::HashSet<Uuid> = std::collections::HashSet::new();
-        let mut last = cp;
-        {
+        let folded = {
             let mem = self.mem();
-            for a in events.iter().filter(|a| a.seq > cp) {
-                last = a.seq;
+            fold_new(&self.tree, TREE, events, |ov, a| {
                 let Event::AuditRecorded(rec) = a.event else {
-                    continue;
+                    return Ok(());
                 };
                 if mem.ids.contains_key(&rec.entry.id) || !fresh.insert(rec.entry.id) {
                     // The same audit id twice would fork the tenant chain; the first one stands.
-                    continue;
+                    return Ok(());
                 }
                 let head = match heads.get(&rec.tenant_id) {
                     Some(h) => *h,
@@ -373,11 +369,12 @@ impl Projection for AuditIndex {
                     prev_hash: head.0,
                 });
                 heads.insert(rec.tenant_id, (hash, head.1 + 1));
-            }
-        }
-        if last == cp {
+                Ok(())
+            })?
+        };
+        let Some((mut ov, last)) = folded else {
             return Ok(());
-        }
+        };
         for block in refs.chunks(BLOCK_REFS) {
             let mut bytes = Vec::with_capacity(block.len() * REF_LEN);
             for r in block {

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::event::{Event, ExportFormat};
-use crate::overlay::{prefixed, Overlay};
+use crate::overlay::{fold_new, prefixed, Overlay};
 use crate::projection::{corrupt, read_checkpoint, Applied, Projection, Result};
 
 const TREE: &str = "proj_exports";
@@ -126,11 +126,7 @@ impl Projection for Exports {
     }
 
     fn apply(&self, events: &[Applied<'_>]) -> Result<()> {
-        let cp = self.checkpoint()?;
-        let mut ov = Overlay::new(&self.tree);
-        let mut last = cp;
-        for a in events.iter().filter(|a| a.seq > cp) {
-            last = a.seq;
+        let folded = fold_new(&self.tree, TREE, events, |ov, a| {
             match a.event {
                 Event::ExportRequested(e) => {
                     let v = ExportView {
@@ -157,7 +153,7 @@ impl Projection for Exports {
                         Vec::new(),
                     );
                 }
-                Event::ExportCompleted(e) => Self::finish(&mut ov, &e.export_id, |v| {
+                Event::ExportCompleted(e) => Self::finish(ov, &e.export_id, |v| {
                     v.status = ExportStatus::Completed;
                     v.records = Some(e.records);
                     v.file_size = Some(e.bytes);
@@ -165,15 +161,16 @@ impl Projection for Exports {
                     v.completed_at = Some(e.completed_at);
                     v.expires_at = Some(e.expires_at);
                 })?,
-                Event::ExportFailed(e) => Self::finish(&mut ov, &e.export_id, |v| {
+                Event::ExportFailed(e) => Self::finish(ov, &e.export_id, |v| {
                     v.status = ExportStatus::Failed;
                     v.error = Some(e.error.clone());
                     v.completed_at = Some(e.failed_at);
                 })?,
                 _ => {}
             }
-        }
-        if last > cp {
+            Ok(())
+        })?;
+        if let Some((ov, last)) = folded {
             ov.commit(last)?;
         }
         Ok(())

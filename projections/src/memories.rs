@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::event::{vector_from_bytes, Event, MemoryType};
-use crate::overlay::{prefixed, Overlay};
+use crate::overlay::{fold_new, prefixed, Overlay};
 use crate::projection::{corrupt, read_checkpoint, Applied, Projection, Result};
 use crate::vector_table::{Hit, VectorTable};
 
@@ -300,17 +300,13 @@ impl Projection for Memories {
     }
 
     fn apply(&self, events: &[Applied<'_>]) -> Result<()> {
-        let cp = self.checkpoint()?;
-        let mut ov = Overlay::new(&self.tree);
         let mut touched = Vec::new();
-        let mut last = cp;
-        for a in events.iter().filter(|a| a.seq > cp) {
-            last = a.seq;
-            Self::fold(&mut ov, &mut touched, a)?;
-        }
-        if last == cp {
+        let Some((ov, last)) = fold_new(&self.tree, TREE, events, |ov, a| {
+            Self::fold(ov, &mut touched, a)
+        })?
+        else {
             return Ok(());
-        }
+        };
         // The final state of each touched memory, read back from the overlay before it lands.
         let mut finals = Vec::with_capacity(touched.len());
         touched.sort();

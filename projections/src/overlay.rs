@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 
-use crate::projection::{Result, CHECKPOINT_KEY};
+use crate::projection::{read_checkpoint, Applied, Result, CHECKPOINT_KEY};
 
 pub(crate) struct Overlay<'t> {
     tree: &'t sled::Tree,
@@ -59,4 +59,23 @@ pub(crate) fn prefixed(prefix: u8, parts: &[&[u8]]) -> Vec<u8> {
         key.extend_from_slice(p);
     }
     key
+}
+
+/// The shared shape of every projection's `apply`: fold the events above the tree's checkpoint
+/// into one overlay. Returns the overlay and the last seq folded (for `commit`), or `None` when
+/// every event was already applied.
+pub(crate) fn fold_new<'t>(
+    tree: &'t sled::Tree,
+    name: &'static str,
+    events: &[Applied<'_>],
+    mut fold: impl FnMut(&mut Overlay<'t>, &Applied<'_>) -> Result<()>,
+) -> Result<Option<(Overlay<'t>, u64)>> {
+    let cp = read_checkpoint(tree, name)?;
+    let mut ov = Overlay::new(tree);
+    let mut last = cp;
+    for a in events.iter().filter(|a| a.seq > cp) {
+        fold(&mut ov, a)?;
+        last = a.seq;
+    }
+    Ok((last > cp).then_some((ov, last)))
 }

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::event::{Event, Permission, Plan};
-use crate::overlay::{prefixed, Overlay};
+use crate::overlay::{fold_new, prefixed, Overlay};
 use crate::projection::{corrupt, read_checkpoint, Applied, Projection, Result};
 
 const TREE: &str = "proj_tenants";
@@ -177,14 +177,9 @@ impl Projection for Tenants {
     }
 
     fn apply(&self, events: &[Applied<'_>]) -> Result<()> {
-        let cp = self.checkpoint()?;
-        let mut ov = Overlay::new(&self.tree);
-        let mut last = cp;
-        for a in events.iter().filter(|a| a.seq > cp) {
-            Self::fold(&mut ov, a.event)?;
-            last = a.seq;
-        }
-        if last > cp {
+        if let Some((ov, last)) =
+            fold_new(&self.tree, TREE, events, |ov, a| Self::fold(ov, a.event))?
+        {
             ov.commit(last)?;
         }
         Ok(())
