@@ -11,6 +11,7 @@ pub mod embed;
 pub mod export;
 pub mod extract;
 pub mod log;
+mod openai_compat;
 pub mod registry;
 pub mod state;
 

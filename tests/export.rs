@@ -5,7 +5,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{assert_error, cli, path_str, Server, ADMIN_TOKEN};
+use common::{assert_error, cli, path_str, Server};
 use reqwest::Method;
 use serde_json::{json, Value};
 
@@ -356,5 +356,4 @@ fn an_export_interrupted_by_a_crash_completes_after_restart() {
         csv::Reader::from_reader(bytes.as_slice()).records().count(),
         50
     );
-    let _ = ADMIN_TOKEN;
 }

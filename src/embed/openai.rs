@@ -7,6 +7,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::{l2_normalize, EmbedError, Embedder};
+use crate::openai_compat::snippet;
 
 #[derive(Debug, Clone)]
 pub struct OpenAiEmbedConfig {
@@ -61,34 +62,18 @@ struct Item {
     embedding: Vec<f32>,
 }
 
-/// Enough of an error body to diagnose, without flooding logs with an HTML
-/// error page.
-const MAX_ERROR_BODY: usize = 300;
-
-fn snippet(body: &str) -> String {
-    let body = body.trim();
-    match body.char_indices().nth(MAX_ERROR_BODY) {
-        Some((cut, _)) => format!("{}…", &body[..cut]),
-        None => body.to_string(),
-    }
-}
-
 impl OpenAiEmbedder {
     /// Builds the client; does not contact the provider.
     pub fn new(config: OpenAiEmbedConfig) -> Result<Self, EmbedError> {
-        let client = reqwest::blocking::Client::builder()
-            .timeout(config.timeout)
-            .connect_timeout(config.timeout)
-            .build()
-            .map_err(|e| EmbedError::ProviderHttp {
+        let client = crate::openai_compat::blocking_client(config.timeout).map_err(|e| {
+            EmbedError::ProviderHttp {
                 status: None,
                 message: format!("cannot build HTTP client: {e}"),
-            })?;
-        let base = config.base_url.trim_end_matches('/');
-        let base = base.strip_suffix("/v1").unwrap_or(base);
+            }
+        })?;
         Ok(Self {
             client,
-            url: format!("{base}/v1/embeddings"),
+            url: crate::openai_compat::endpoint(&config.base_url, "embeddings"),
             model: config.model,
             api_key: config.api_key,
             dim: AtomicUsize::new(config.dim.unwrap_or(0)),
@@ -220,12 +205,5 @@ mod tests {
     fn empty_input_makes_no_request() {
         let e = OpenAiEmbedder::new(OpenAiEmbedConfig::new("http://127.0.0.1:9", "m")).unwrap();
         assert_eq!(e.embed_batch(&[]).ok(), Some(vec![]));
-    }
-
-    #[test]
-    fn snippet_cuts_long_bodies_on_char_boundaries() {
-        let long = "é".repeat(1000);
-        let s = snippet(&long);
-        assert_eq!(s.chars().count(), MAX_ERROR_BODY + 1);
     }
 }

@@ -9,6 +9,8 @@ use auditmem_projections::MemoryType;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::openai_compat::snippet;
+
 use super::{
     cap_content, normalize_importance, Candidate, ChatMessage, ExtractError, ExtractInput,
     Extractor,
@@ -96,29 +98,14 @@ enum Attempt {
     Fatal(String),
 }
 
-const MAX_ERROR_BODY: usize = 300;
-
-fn snippet(body: &str) -> String {
-    let body = body.trim();
-    match body.char_indices().nth(MAX_ERROR_BODY) {
-        Some((cut, _)) => format!("{}…", &body[..cut]),
-        None => body.to_string(),
-    }
-}
-
 impl OpenAiChatExtractor {
     /// Builds the client; does not contact the provider.
     pub fn new(config: OpenAiChatConfig) -> Result<Self, ExtractError> {
-        let client = reqwest::blocking::Client::builder()
-            .timeout(config.timeout)
-            .connect_timeout(config.timeout)
-            .build()
+        let client = crate::openai_compat::blocking_client(config.timeout)
             .map_err(|e| ExtractError::Config(format!("cannot build HTTP client: {e}")))?;
-        let base = config.base_url.trim_end_matches('/');
-        let base = base.strip_suffix("/v1").unwrap_or(base);
         Ok(Self {
             client,
-            url: format!("{base}/v1/chat/completions"),
+            url: crate::openai_compat::endpoint(&config.base_url, "chat/completions"),
             model: config.model,
             api_key: config.api_key,
             retry_backoff: config.retry_backoff,
