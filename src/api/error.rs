@@ -92,9 +92,13 @@ impl From<crate::log::LogError> for ApiError {
 }
 
 /// Builds the error envelope for a registry row.
+/// The error envelope's JSON.
+pub fn error_body(code: ErrorCode, message: &str) -> serde_json::Value {
+    json!({"success": false, "code": code.code(), "message": message, "data": null})
+}
+
 pub fn error_response(code: ErrorCode, message: &str) -> Response {
-    let body = json!({"success": false, "code": code.code(), "message": message, "data": null});
-    let mut resp = (code.status(), axum::Json(body)).into_response();
+    let mut resp = (code.status(), axum::Json(error_body(code, message))).into_response();
     resp.extensions_mut().insert(ErrorInfo {
         code: code.code(),
         message: message.to_string(),

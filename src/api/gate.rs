@@ -13,7 +13,7 @@ use std::time::Instant;
 use auditmem_projections::audit_view::format_time;
 use auditmem_projections::tenants::{ApiKey, Tenant};
 use auditmem_projections::{AuditDetail, AuditEntry, AuditRecorded, Event, Permission};
-use axum::body::{Body, Bytes};
+use axum::body::Body;
 use axum::extract::{ConnectInfo, MatchedPath, Request, State};
 use axum::http::{HeaderMap, Method};
 use axum::middleware::Next;
@@ -21,7 +21,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-use super::error::{error_response, ApiError, ErrorInfo};
+use super::error::{error_body, error_response, ApiError, ErrorInfo};
 use crate::log::appender::{AppendError, Precondition};
 use crate::registry::ErrorCode;
 use crate::state::AppState;
@@ -293,15 +293,11 @@ async fn finish(state: &AppState, ctx: Ctx, resp: Response) -> Response {
         Err(AppendError::Rejected(r)) => {
             // The precondition refused the operation: record the refusal alone.
             let refused = error_response(r.code, &r.message);
-            let (parts, _) = refused.into_parts();
-            let body = json!({"success": false, "code": r.code.code(), "message": r.message, "data": null});
-            let bytes = Bytes::from(body.to_string());
-            let mut detail = AuditDetail {
+            let detail = AuditDetail {
                 request_body: ctx.request_body.clone(),
+                response_body: Some(error_body(r.code, &r.message)),
                 ..Default::default()
             };
-            detail.response_body = Some(body);
-            let refused = Response::from_parts(parts, Body::from(bytes));
             let audit = audit_event(&ctx, &refused, detail, 0.0, 0.0);
             match state.appender.append(vec![audit]).await {
                 Ok(_) => refused,
