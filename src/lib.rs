@@ -16,3 +16,10 @@ pub mod registry;
 pub mod state;
 
 pub use auditmem_projections as projections;
+
+/// glibc's malloc serialises the appender, the applier and the request threads on its arena
+/// locks and spent about a third of the append benchmark's CPU time (perf, docs/PERFORMANCE.md);
+/// mimalloc's thread-local free lists remove that. Declared in the library so the binary, the
+/// benches and the tests all run on the same allocator.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;

@@ -5,7 +5,10 @@
 //! - `g|first_seq` → a block of up to [`BLOCK_REFS`] fixed-size [`AuditRef`]s in seq order
 //!   (audit id, seq of the log record holding the entry, tenant, created_at, action key,
 //!   chain position, chain hash, previous chain hash);
-//! - `h|tenant_id` → chain head (hash, entry count).
+//!
+//! Chain heads (hash of a tenant's newest entry, entry count) are not stored apart: the newest
+//! ref of each tenant already holds them, so they are rebuilt with the in-memory index at open
+//! and a group commit writes one block and a checkpoint, not a key per tenant as well.
 //!
 //! Refs are written a block per group commit rather than a key per entry: sled costs about as
 //! much per key as per kilobyte, so this keeps an audit event at about one log insert and a
@@ -15,16 +18,16 @@
 //! seq, and per tenant sorted `(created_at, seq)` indexes (all entries, and per action), rebuilt
 //! from the blocks at open; they answer `total` and any page offset by rank, without scanning.
 
-use std::collections::HashMap;
 use std::sync::RwLock;
 
 use uuid::Uuid;
 
-use crate::audit_view::chain_hash;
+use crate::audit_view::{canonical_entry_bytes, chain_hash_canonical};
 use crate::event::Event;
 use crate::overlay::{fold_new, prefixed};
-use crate::projection::{corrupt, read_checkpoint, Applied, Projection, Result};
+use crate::projection::{corrupt, Applied, Projection, Result};
 use crate::sorted_index::{Key, SortedIndex};
+use crate::FastMap;
 
 const TREE: &str = "proj_audit";
 /// Refs per stored block: small enough that reading one ref reads at most 32 KiB.
@@ -104,7 +107,7 @@ pub fn action_key(action: &str) -> u64 {
 #[derive(Default)]
 struct TenantIndex {
     all: SortedIndex,
-    by_action: HashMap<u64, SortedIndex>,
+    by_action: FastMap<u64, SortedIndex>,
 }
 
 impl TenantIndex {
@@ -117,14 +120,18 @@ impl TenantIndex {
 
 #[derive(Default)]
 struct Memory {
-    ids: HashMap<Uuid, u64>,
-    tenants: HashMap<Uuid, TenantIndex>,
+    ids: FastMap<Uuid, u64>,
+    tenants: FastMap<Uuid, TenantIndex>,
+    /// Per tenant: hash of its newest entry and its number of entries.
+    heads: FastMap<Uuid, ([u8; 32], u64)>,
 }
 
 impl Memory {
+    /// Refs must come in seq order: the last one of a tenant is its chain head.
     fn insert(&mut self, r: &AuditRef) {
         self.ids.insert(r.id, r.seq);
         self.tenants.entry(r.tenant_id).or_default().insert(r);
+        self.heads.insert(r.tenant_id, (r.hash, r.chain_index));
     }
 }
 
@@ -223,11 +230,12 @@ impl AuditIndex {
     }
 
     /// Chain head of a tenant: (hash of its newest entry, number of entries).
-    pub fn head(&self, tenant_id: &Uuid) -> Result<([u8; 32], u64)> {
-        match self.tree.get(prefixed(b'h', &[tenant_id.as_bytes()]))? {
-            None => Ok(([0; 32], 0)),
-            Some(v) => parse_head(&v),
-        }
+    pub fn head(&self, tenant_id: &Uuid) -> ([u8; 32], u64) {
+        self.mem()
+            .heads
+            .get(tenant_id)
+            .copied()
+            .unwrap_or(([0; 32], 0))
     }
 
     fn with_index<T>(&self, f: &Filter<'_>, default: T, op: impl FnOnce(&SortedIndex) -> T) -> T {
@@ -316,33 +324,22 @@ impl AuditIndex {
     }
 }
 
-fn parse_head(v: &[u8]) -> Result<([u8; 32], u64)> {
-    if v.len() != 40 {
-        return Err(corrupt(TREE, "chain head is not 40 bytes"));
-    }
-    let mut h = [0u8; 32];
-    h.copy_from_slice(&v[..32]);
-    let mut n = [0u8; 8];
-    n.copy_from_slice(&v[32..]);
-    Ok((h, u64::from_be_bytes(n)))
-}
-
 impl Projection for AuditIndex {
     fn name(&self) -> &'static str {
         TREE
     }
 
-    fn checkpoint(&self) -> Result<u64> {
-        read_checkpoint(&self.tree, TREE)
+    fn tree(&self) -> &sled::Tree {
+        &self.tree
     }
 
     fn apply(&self, events: &[Applied<'_>]) -> Result<()> {
-        let mut heads: HashMap<Uuid, ([u8; 32], u64)> = HashMap::new();
+        let mut heads: FastMap<Uuid, ([u8; 32], u64)> = FastMap::default();
         let mut refs: Vec<AuditRef> = Vec::new();
         let mut fresh: std::collections::HashSet<Uuid> = std::collections::HashSet::new();
         let folded = {
             let mem = self.mem();
-            fold_new(&self.tree, TREE, events, |ov, a| {
+            fold_new(&self.tree, TREE, events, |_, a| {
                 let Event::AuditRecorded(rec) = a.event else {
                     return Ok(());
                 };
@@ -352,18 +349,27 @@ impl Projection for AuditIndex {
                 }
                 let head = match heads.get(&rec.tenant_id) {
                     Some(h) => *h,
-                    None => match ov.get(&prefixed(b'h', &[rec.tenant_id.as_bytes()]))? {
-                        Some(v) => parse_head(&v)?,
-                        None => ([0; 32], 0),
-                    },
+                    None => mem
+                        .heads
+                        .get(&rec.tenant_id)
+                        .copied()
+                        .unwrap_or(([0; 32], 0)),
                 };
-                let hash = chain_hash(&head.0, &rec.entry);
+                let (hash, action) = match a.prepared.and_then(|p| p.audit.as_ref()) {
+                    Some((canonical, action)) => {
+                        (chain_hash_canonical(&head.0, canonical), *action)
+                    }
+                    None => (
+                        chain_hash_canonical(&head.0, &canonical_entry_bytes(&rec.entry)),
+                        action_key(&rec.entry.action),
+                    ),
+                };
                 refs.push(AuditRef {
                     id: rec.entry.id,
                     seq: a.seq,
                     tenant_id: rec.tenant_id,
                     created_at: rec.entry.created_at,
-                    action_key: action_key(&rec.entry.action),
+                    action_key: action,
                     chain_index: head.1 + 1,
                     hash,
                     prev_hash: head.0,
@@ -381,11 +387,6 @@ impl Projection for AuditIndex {
                 r.write(&mut bytes);
             }
             ov.insert(prefixed(b'g', &[&block[0].seq.to_be_bytes()]), bytes);
-        }
-        for (tenant, (hash, n)) in &heads {
-            let mut v = hash.to_vec();
-            v.extend_from_slice(&n.to_be_bytes());
-            ov.insert(prefixed(b'h', &[tenant.as_bytes()]), v);
         }
         ov.commit(last)?;
         let mut mem = self.mem.write().unwrap_or_else(|p| p.into_inner());
@@ -405,6 +406,7 @@ impl Projection for AuditIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::audit_view::chain_hash;
     use crate::event::{AuditEntry, AuditRecorded};
 
     fn entry(action: &str, created_at: i64) -> AuditEntry {
@@ -457,6 +459,7 @@ mod tests {
                 seq: i as u64 + 1,
                 ts_micros: 0,
                 event: e,
+                prepared: None,
             })
             .collect();
         idx.apply(&applied[..10]).expect("apply");
@@ -490,7 +493,7 @@ mod tests {
         assert_eq!(next.items, vec![(1025, 26), (1023, 24)]);
 
         // Chains: each tenant's first entry links to zeros, each later one to the one before.
-        let (head_a, n_a) = idx.head(&a).expect("head");
+        let (head_a, n_a) = idx.head(&a);
         assert_eq!(n_a, 20);
         let mut prev = [0u8; 32];
         let mut n = 0;

@@ -104,10 +104,16 @@ pub fn chain_hash_fields(prev: &[u8; 32], fields: &Map<String, Value>) -> [u8; 3
 /// written field by field in key order without building a JSON map: this runs once per audit
 /// event on the appender's path and in replay.
 pub fn chain_hash(prev: &[u8; 32], entry: &AuditEntry) -> [u8; 32] {
+    chain_hash_canonical(prev, &canonical_entry_bytes(entry))
+}
+
+/// The chain hash from an entry's canonical bytes computed beforehand (replay computes them
+/// on every core; only the linking is sequential).
+pub fn chain_hash_canonical(prev: &[u8; 32], canonical: &[u8]) -> [u8; 32] {
     let mut h = blake3::Hasher::new();
     h.update(TENANT_CHAIN_DOMAIN);
     h.update(prev);
-    h.update(&canonical_entry_bytes(entry));
+    h.update(canonical);
     *h.finalize().as_bytes()
 }
 

@@ -8,7 +8,7 @@ use uuid::Uuid;
 
 use crate::event::{Event, ExportFormat};
 use crate::overlay::{fold_new, prefixed, Overlay};
-use crate::projection::{corrupt, read_checkpoint, Applied, Projection, Result};
+use crate::projection::{corrupt, Applied, Projection, Result};
 
 const TREE: &str = "proj_exports";
 
@@ -121,8 +121,8 @@ impl Projection for Exports {
         TREE
     }
 
-    fn checkpoint(&self) -> Result<u64> {
-        read_checkpoint(&self.tree, TREE)
+    fn tree(&self) -> &sled::Tree {
+        &self.tree
     }
 
     fn apply(&self, events: &[Applied<'_>]) -> Result<()> {
@@ -207,6 +207,7 @@ mod tests {
             seq: 7,
             ts_micros: 0,
             event: &req,
+            prepared: None,
         }])
         .expect("apply");
         assert_eq!(p.processing_of(&tenant).expect("read"), Some(id));
@@ -225,6 +226,7 @@ mod tests {
             seq: 8,
             ts_micros: 0,
             event: &done,
+            prepared: None,
         }])
         .expect("apply");
         let v = p.get(&id).expect("read").expect("view");

@@ -14,7 +14,7 @@ use uuid::Uuid;
 
 use crate::event::{vector_from_bytes, Event, MemoryType};
 use crate::overlay::{fold_new, prefixed, Overlay};
-use crate::projection::{corrupt, read_checkpoint, Applied, Projection, Result};
+use crate::projection::{corrupt, Applied, Projection, Result};
 use crate::vector_table::{Hit, VectorTable};
 
 const TREE: &str = "proj_memories";
@@ -295,8 +295,8 @@ impl Projection for Memories {
         TREE
     }
 
-    fn checkpoint(&self) -> Result<u64> {
-        read_checkpoint(&self.tree, TREE)
+    fn tree(&self) -> &sled::Tree {
+        &self.tree
     }
 
     fn apply(&self, events: &[Applied<'_>]) -> Result<()> {
@@ -389,6 +389,7 @@ mod tests {
                 seq: i as u64 + 1,
                 ts_micros: 0,
                 event: e,
+                prepared: None,
             })
             .collect();
         p.apply(&applied[..3]).expect("apply");
@@ -440,6 +441,7 @@ mod tests {
             seq: 7,
             ts_micros: 0,
             event: &batch,
+            prepared: None,
         }])
         .expect("apply");
         assert_eq!(p.count(&t), 0);

@@ -4,20 +4,22 @@
 //! one group commit); the overlay lets `apply` read its own pending writes, then lands them,
 //! with the checkpoint, as one atomic sled batch.
 
-use std::collections::HashMap;
-
 use crate::projection::{read_checkpoint, Applied, Result, CHECKPOINT_KEY};
+use crate::FastMap;
 
 pub(crate) struct Overlay<'t> {
     tree: &'t sled::Tree,
-    pending: HashMap<Vec<u8>, Option<Vec<u8>>>,
+    pending: FastMap<Vec<u8>, Option<Vec<u8>>>,
+    /// The checkpoint stored when the overlay was started.
+    base: u64,
 }
 
 impl<'t> Overlay<'t> {
-    pub fn new(tree: &'t sled::Tree) -> Self {
+    pub fn new(tree: &'t sled::Tree, base: u64) -> Self {
         Self {
             tree,
-            pending: HashMap::new(),
+            pending: FastMap::default(),
+            base,
         }
     }
 
@@ -37,7 +39,15 @@ impl<'t> Overlay<'t> {
     }
 
     /// Writes every pending change and the new checkpoint in one atomic batch.
+    ///
+    /// With no change pending, nothing is written unless the stored checkpoint trails by
+    /// [`CHECKPOINT_LAG`] or more: on the append path a group of audit events would otherwise
+    /// cost every other projection a sled batch of its own, and re-folding events that change
+    /// nothing here is harmless.
     pub fn commit(self, checkpoint: u64) -> Result<()> {
+        if self.pending.is_empty() && checkpoint.saturating_sub(self.base) < CHECKPOINT_LAG {
+            return Ok(());
+        }
         let mut batch = sled::Batch::default();
         for (k, v) in self.pending {
             match v {
@@ -61,6 +71,10 @@ pub(crate) fn prefixed(prefix: u8, parts: &[&[u8]]) -> Vec<u8> {
     key
 }
 
+/// How far a projection's checkpoint may trail the events it has seen before an empty commit
+/// writes it anyway: a bound on what the next start re-reads for it.
+pub(crate) const CHECKPOINT_LAG: u64 = 65_536;
+
 /// The shared shape of every projection's `apply`: fold the events above the tree's checkpoint
 /// into one overlay. Returns the overlay and the last seq folded (for `commit`), or `None` when
 /// every event was already applied.
@@ -71,7 +85,7 @@ pub(crate) fn fold_new<'t>(
     mut fold: impl FnMut(&mut Overlay<'t>, &Applied<'_>) -> Result<()>,
 ) -> Result<Option<(Overlay<'t>, u64)>> {
     let cp = read_checkpoint(tree, name)?;
-    let mut ov = Overlay::new(tree);
+    let mut ov = Overlay::new(tree, cp);
     let mut last = cp;
     for a in events.iter().filter(|a| a.seq > cp) {
         fold(&mut ov, a)?;

@@ -18,6 +18,31 @@ pub struct Applied<'a> {
     pub seq: u64,
     pub ts_micros: i64,
     pub event: &'a Event,
+    /// The event's state-independent work, when a caller did it ahead (on every core).
+    pub prepared: Option<&'a Prepared>,
+}
+
+/// The part of folding an event that depends on nothing before it. Replay computes it on
+/// every core while decoding, so the sequential fold only links; without it a projection
+/// computes the same itself.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Prepared {
+    /// For an audit entry: its canonical bytes (what the tenant chain hashes) and action key.
+    pub audit: Option<(Vec<u8>, u64)>,
+}
+
+impl Prepared {
+    pub fn for_event(event: &Event) -> Prepared {
+        match event {
+            Event::AuditRecorded(rec) => Prepared {
+                audit: Some((
+                    crate::audit_view::canonical_entry_bytes(&rec.entry),
+                    crate::audit_index::action_key(&rec.entry.action),
+                )),
+            },
+            _ => Prepared::default(),
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -33,8 +58,22 @@ pub type Result<T> = std::result::Result<T, ProjectionError>;
 pub trait Projection: Send + Sync {
     /// Name of the sled tree holding this projection.
     fn name(&self) -> &'static str;
+    /// The sled tree holding this projection's state and checkpoint.
+    fn tree(&self) -> &sled::Tree;
     /// Last applied seq (0 before any).
-    fn checkpoint(&self) -> Result<u64>;
+    fn checkpoint(&self) -> Result<u64> {
+        read_checkpoint(self.tree(), self.name())
+    }
+    /// Records that every event up to `seq` has been applied. `apply` leaves the checkpoint
+    /// behind while it only sees events that change nothing here (see `fold_new`); a caller
+    /// that knows everything up to `seq` was applied moves it up so the next start has nothing
+    /// to catch up.
+    fn settle(&self, seq: u64) -> Result<()> {
+        if self.checkpoint()? < seq {
+            self.tree().insert(CHECKPOINT_KEY, &seq.to_be_bytes())?;
+        }
+        Ok(())
+    }
     /// Folds `events` (ascending seq) into the state; events at or below the checkpoint are skipped.
     fn apply(&self, events: &[Applied<'_>]) -> Result<()>;
     /// Forgets every piece of state, checkpoint included (replay starts from nothing).

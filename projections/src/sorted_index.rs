@@ -35,6 +35,14 @@ impl SortedIndex {
         if self.blocks.is_empty() {
             self.blocks.push(Vec::with_capacity(BLOCK));
         }
+        // Entries mostly arrive in time order: past the last key, append without searching.
+        if let Some(last) = self.blocks.last_mut() {
+            if last.last().is_some_and(|k| *k < key) && last.len() < BLOCK {
+                last.push(key);
+                self.len += 1;
+                return;
+            }
+        }
         // The first block whose last key is >= key holds the insertion point; past every
         // block, append to the last one (the common case: entries arrive in time order).
         let b = self

@@ -9,7 +9,7 @@ use uuid::Uuid;
 
 use crate::event::{Event, Permission, Plan};
 use crate::overlay::{fold_new, prefixed, Overlay};
-use crate::projection::{corrupt, read_checkpoint, Applied, Projection, Result};
+use crate::projection::{corrupt, Applied, Projection, Result};
 
 const TREE: &str = "proj_tenants";
 
@@ -172,8 +172,8 @@ impl Projection for Tenants {
         TREE
     }
 
-    fn checkpoint(&self) -> Result<u64> {
-        read_checkpoint(&self.tree, TREE)
+    fn tree(&self) -> &sled::Tree {
+        &self.tree
     }
 
     fn apply(&self, events: &[Applied<'_>]) -> Result<()> {
@@ -241,6 +241,7 @@ mod tests {
                 seq: i as u64 + 1,
                 ts_micros: 0,
                 event: e,
+                prepared: None,
             })
             .collect();
         p.apply(&applied).expect("apply");
@@ -263,6 +264,7 @@ mod tests {
             seq: 4,
             ts_micros: 0,
             event: &revoke,
+            prepared: None,
         }])
         .expect("apply");
         assert_eq!(

@@ -285,18 +285,29 @@ fn apply_loop(
     head_tx: watch::Sender<Head>,
     stats: Arc<AppenderStats>,
 ) {
-    for job in jobs {
+    let mut applied_to = 0u64;
+    while let Ok(first) = jobs.recv() {
+        // Jobs that queued up while the last ones were applied are folded together: one
+        // projection batch for all of them, so the applier keeps pace with the writer.
+        let mut batch = vec![first];
+        while let Ok(more) = jobs.try_recv() {
+            batch.push(more);
+        }
         let started = Instant::now();
         let mut applied = Vec::new();
-        let mut seq = job.first_seq;
-        for sub in &job.group {
-            for (event, _) in &sub.events {
-                applied.push(Applied {
-                    seq,
-                    ts_micros: job.outcomes.first().map(|o| o.ts_micros).unwrap_or(0),
-                    event,
-                });
-                seq += 1;
+        for job in &batch {
+            let ts = job.outcomes.first().map_or(0, |o| o.ts_micros);
+            let mut seq = job.first_seq;
+            for sub in &job.group {
+                for (event, _) in &sub.events {
+                    applied.push(Applied {
+                        seq,
+                        ts_micros: ts,
+                        event,
+                        prepared: None,
+                    });
+                    seq += 1;
+                }
             }
         }
         let result = projections.apply(&applied);
@@ -304,24 +315,44 @@ fn apply_loop(
         stats
             .apply_micros_total
             .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
-        if let Err(e) = result {
-            // The events are durable, so their callers are told they landed; the projections
-            // catch up from their checkpoints at the next start. Writing more on top of stale
-            // projections would decide against the wrong state, so later writes are refused.
-            tracing::error!(error = %e, "projection apply failed; the appender refuses further writes");
-            stats.failed.store(true, Ordering::Relaxed);
-            if let Ok(mut f) = progress.failed.lock() {
-                *f = Some(format!("projection apply failed: {e}"));
+        match result {
+            Ok(()) => {
+                applied_to = batch.last().map_or(applied_to, |j| j.head.seq);
+            }
+            Err(e) => {
+                // The events are durable, so their callers are told they landed; the
+                // projections catch up from their checkpoints at the next start. Writing more
+                // on top of stale projections would decide against the wrong state, so later
+                // writes are refused.
+                tracing::error!(error = %e, "projection apply failed; the appender refuses further writes");
+                stats.failed.store(true, Ordering::Relaxed);
+                if let Ok(mut f) = progress.failed.lock() {
+                    *f = Some(format!("projection apply failed: {e}"));
+                }
             }
         }
-        let _ = head_tx.send(job.head);
-        for (sub, outcome) in job.group.into_iter().zip(job.outcomes) {
-            let _ = sub.reply.send(Ok(outcome));
+        let mut head = None;
+        for job in batch {
+            head = Some(job.head);
+            for (sub, outcome) in job.group.into_iter().zip(job.outcomes) {
+                let _ = sub.reply.send(Ok(outcome));
+            }
         }
-        if let Ok(mut s) = progress.seq.lock() {
-            *s = job.head.seq;
+        if let Some(head) = head {
+            let _ = head_tx.send(head);
+            if let Ok(mut s) = progress.seq.lock() {
+                *s = head.seq;
+            }
         }
         progress.moved.notify_all();
+    }
+    // Stopping with everything applied: move the checkpoints that trail (see `Overlay::commit`)
+    // up to the head, so the next start has nothing to catch up.
+    let failed = progress.failed.lock().map_or(true, |f| f.is_some());
+    if applied_to > 0 && !failed {
+        if let Err(e) = projections.settle(applied_to) {
+            tracing::warn!(error = %e, "could not settle projection checkpoints at stop");
+        }
     }
 }
 
@@ -430,9 +461,9 @@ impl Worker {
             let first = seq + 1;
             for (_, bytes) in &s.events {
                 seq += 1;
-                let record = Record::seal(seq, ts, prev, bytes.clone());
-                prev = record.hash;
-                batch.insert(&seq_key(seq), record.encode());
+                let (hash, encoded) = Record::seal_encoded(seq, ts, &prev, bytes);
+                prev = hash;
+                batch.insert(&seq_key(seq), encoded);
                 count += 1;
             }
             outcomes.push(Committed {

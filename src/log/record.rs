@@ -45,7 +45,40 @@ pub fn record_hash(prev: &[u8], seq: u64, ts_micros: i64, event: &[u8]) -> [u8; 
     *h.finalize().as_bytes()
 }
 
+/// What [`Record`] serializes to, borrowing the event bytes (the appender seals without a copy).
+#[derive(Serialize)]
+struct RecordOut<'a> {
+    seq: u64,
+    ts_micros: i64,
+    #[serde(with = "serde_bytes")]
+    prev: &'a [u8; 32],
+    #[serde(with = "serde_bytes")]
+    hash: &'a [u8; 32],
+    #[serde(with = "serde_bytes")]
+    event: &'a [u8],
+}
+
 impl Record {
+    /// Seals the record that follows `prev` and returns its hash and stored bytes, the same
+    /// bytes as `Record::seal(..).encode()`.
+    pub fn seal_encoded(
+        seq: u64,
+        ts_micros: i64,
+        prev: &[u8; 32],
+        event: &[u8],
+    ) -> ([u8; 32], Vec<u8>) {
+        let hash = record_hash(prev, seq, ts_micros, event);
+        let out = RecordOut {
+            seq,
+            ts_micros,
+            prev,
+            hash: &hash,
+            event,
+        };
+        // Encoding integers and byte strings into a Vec cannot fail.
+        (hash, rmp_serde::to_vec(&out).unwrap_or_default())
+    }
+
     /// Builds the record that follows `prev`, hash included.
     pub fn seal(seq: u64, ts_micros: i64, prev: [u8; 32], event: Vec<u8>) -> Record {
         let hash = record_hash(&prev, seq, ts_micros, &event);
@@ -97,6 +130,10 @@ mod tests {
         let r = Record::seal(7, 1_700_000_000_000_000, [3; 32], b"event bytes".to_vec());
         let bytes = r.encode();
         assert_eq!(Record::decode(&bytes).expect("decode"), r);
+        assert_eq!(
+            Record::seal_encoded(7, 1_700_000_000_000_000, &[3; 32], b"event bytes"),
+            (r.hash, bytes.clone())
+        );
         let rr = RecordRef::decode(&bytes).expect("decode ref");
         assert_eq!(rr.computed_hash(), r.hash);
         assert_eq!(
