@@ -203,6 +203,51 @@ mod tests {
     }
 
     #[test]
+    fn events_that_change_nothing_leave_the_checkpoint_behind_until_settled_or_far() {
+        let (_d, db) = db();
+        let p = Tenants::open(&db).expect("open");
+        let tid = Uuid::now_v7();
+        let created = Event::TenantCreated(TenantCreated {
+            tenant_id: tid,
+            name: "acme".into(),
+            plan: Plan::Free,
+            subscription_active: true,
+            credits: 0.0,
+            created_at: 1,
+        });
+        fn at(seq: u64, event: &Event) -> Vec<Applied<'_>> {
+            vec![Applied {
+                seq,
+                ts_micros: 0,
+                event,
+                prepared: None,
+            }]
+        }
+        p.apply(&at(1, &created)).expect("apply");
+        assert_eq!(p.checkpoint().expect("cp"), 1);
+        // A key revocation of an unknown key changes nothing here: no write, not even the
+        // checkpoint.
+        let noop = Event::KeyRevoked(KeyRevoked {
+            key_id: Uuid::now_v7(),
+            tenant_id: tid,
+            revoked_at: 2,
+        });
+        p.apply(&at(2, &noop)).expect("apply");
+        assert_eq!(p.checkpoint().expect("cp"), 1);
+        p.settle(2).expect("settle");
+        assert_eq!(p.checkpoint().expect("cp"), 2);
+        // Settling never moves a checkpoint back.
+        p.settle(1).expect("settle");
+        assert_eq!(p.checkpoint().expect("cp"), 2);
+        // Far enough behind, an empty batch writes the checkpoint anyway.
+        let far = 2 + crate::overlay::CHECKPOINT_LAG;
+        p.apply(&at(far - 1, &noop)).expect("apply");
+        assert_eq!(p.checkpoint().expect("cp"), 2);
+        p.apply(&at(far, &noop)).expect("apply");
+        assert_eq!(p.checkpoint().expect("cp"), far);
+    }
+
+    #[test]
     fn given_tenant_and_key_events_then_lookups_answer() {
         let (_d, db) = db();
         let p = Tenants::open(&db).expect("open");

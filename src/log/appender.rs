@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use auditmem_projections::{Applied, Event, Projections};
+use auditmem_projections::{Applied, Event, Prepared, Projections};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::record::{seq_key, Record};
@@ -69,7 +69,8 @@ pub struct Committed {
 }
 
 struct Submission {
-    events: Vec<(Event, Vec<u8>)>,
+    /// Each event with its stored bytes and its state-independent folding work.
+    events: Vec<(Event, Vec<u8>, Prepared)>,
     check: Option<Precondition>,
     reply: oneshot::Sender<Result<Committed, AppendError>>,
 }
@@ -222,11 +223,13 @@ impl Appender {
         events: Vec<Event>,
         check: Option<Precondition>,
     ) -> Result<Committed, AppendError> {
-        // Encode on the caller's thread: the appender thread only hashes and writes.
+        // Encode and prepare on the caller's thread (many run at once): the writer only hashes
+        // and writes, the applier only links and indexes.
         let mut encoded = Vec::with_capacity(events.len());
         for e in events {
             let bytes = e.encode().map_err(|e| AppendError::Encode(e.to_string()))?;
-            encoded.push((e, bytes));
+            let prepared = Prepared::for_event(&e);
+            encoded.push((e, bytes, prepared));
         }
         let (reply, rx) = oneshot::channel();
         self.tx
@@ -299,12 +302,12 @@ fn apply_loop(
             let ts = job.outcomes.first().map_or(0, |o| o.ts_micros);
             let mut seq = job.first_seq;
             for sub in &job.group {
-                for (event, _) in &sub.events {
+                for (event, _, prepared) in &sub.events {
                     applied.push(Applied {
                         seq,
                         ts_micros: ts,
                         event,
-                        prepared: None,
+                        prepared: Some(prepared),
                     });
                     seq += 1;
                 }
@@ -459,7 +462,7 @@ impl Worker {
         let mut count = 0usize;
         for s in &group {
             let first = seq + 1;
-            for (_, bytes) in &s.events {
+            for (_, bytes, _) in &s.events {
                 seq += 1;
                 let (hash, encoded) = Record::seal_encoded(seq, ts, &prev, bytes);
                 prev = hash;
