@@ -66,9 +66,46 @@ pub fn audit_event(tenant: Uuid, i: u64) -> Event {
     }))
 }
 
-/// Writes `n` audit records (plus tenant creations) straight into a `log` tree, sealed and
-/// chained exactly as the appender does, without folding projections.
+/// Writes `n` audit records (plus tenant creations) straight into a `log` tree.
 pub fn write_log(dir: &Path, n: u64) -> sled::Db {
+    write_events(dir, n, audit_event)
+}
+
+/// A `MemoryCreated` event with a normalised 384-dimension vector, as the API appends it.
+pub fn memory_created(tenant: Uuid, i: u64) -> Event {
+    use auditmem::projections::{vector_to_bytes, MemoryCreated, MemoryType};
+    // A cheap deterministic pseudo-random vector (xorshift), normalised like an embedding.
+    let mut x = i.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut v: Vec<f32> = (0..384)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 40) as f32 / (1u64 << 24) as f32 - 0.5
+        })
+        .collect();
+    let norm = v
+        .iter()
+        .map(|a| a * a)
+        .sum::<f32>()
+        .sqrt()
+        .max(f32::EPSILON);
+    v.iter_mut().for_each(|a| *a /= norm);
+    Event::MemoryCreated(MemoryCreated {
+        memory_id: Uuid::from_u128(0x0190_0000_0000_7000_9000_0000_0000_0000 + i as u128),
+        tenant_id: tenant,
+        content: format!("The user prefers short answers about topic number {i}."),
+        memory_type: MemoryType::ALL[i as usize % 3],
+        importance: 0.5,
+        created_at: 1_700_000_000_000_000 + i as i64,
+        model: "all-MiniLM-L6-v2".into(),
+        vector: vector_to_bytes(&v),
+    })
+}
+
+/// Writes tenant creations and then `events(i)` for `i in 0..n` into a `log` tree, sealed and
+/// chained exactly as the appender does, without folding projections.
+pub fn write_events(dir: &Path, n: u64, events: impl Fn(Uuid, u64) -> Event) -> sled::Db {
     let db = open_db_with_cache(dir, 2 * 1024 * 1024 * 1024).expect("open");
     let tree = db.open_tree(LOG_TREE).expect("tree");
     let tenants = tenant_ids();
@@ -90,7 +127,7 @@ pub fn write_log(dir: &Path, n: u64) -> sled::Db {
         push(tenant_created(*t), &mut batch);
     }
     for i in 0..n {
-        push(audit_event(tenants[i as usize % TENANTS], i), &mut batch);
+        push(events(tenants[i as usize % TENANTS], i), &mut batch);
         if i % 10_000 == 9_999 {
             tree.apply_batch(std::mem::take(&mut batch)).expect("batch");
         }
@@ -101,5 +138,5 @@ pub fn write_log(dir: &Path, n: u64) -> sled::Db {
 }
 
 pub fn projections(db: &sled::Db) -> Arc<Projections> {
-    Arc::new(Projections::open(db).expect("projections"))
+    Arc::new(auditmem::log::open_projections(db).expect("projections"))
 }

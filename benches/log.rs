@@ -143,5 +143,32 @@ fn verify_and_replay(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, append, record_codec, verify_and_replay);
+/// Memory events carry their 384-dimension vectors, so replay folds them without a model.
+const MEMORIES: u64 = 100_000;
+
+fn replay_memories(c: &mut Criterion) {
+    let mut g = c.benchmark_group("memories_100k");
+    g.sample_size(10).measurement_time(Duration::from_secs(10));
+    g.throughput(Throughput::Elements(MEMORIES + fixtures::TENANTS as u64));
+    g.bench_function("replay", |b| {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = fixtures::write_events(dir.path(), MEMORIES, fixtures::memory_created);
+        b.iter(|| auditmem::cli::replay::replay(&db).expect("replay"));
+        let projections = fixtures::projections(&db);
+        let live: usize = fixtures::tenant_ids()
+            .iter()
+            .map(|t| projections.memories.count(t))
+            .sum();
+        assert_eq!(live as u64, MEMORIES);
+    });
+    g.finish();
+}
+
+criterion_group!(
+    benches,
+    append,
+    record_codec,
+    verify_and_replay,
+    replay_memories
+);
 criterion_main!(benches);

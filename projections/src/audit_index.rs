@@ -29,7 +29,7 @@ use crate::projection::{corrupt, Applied, Projection, Result};
 use crate::sorted_index::{Key, SortedIndex};
 use crate::FastMap;
 
-const TREE: &str = "proj_audit";
+pub const TREE: &str = "proj_audit";
 /// Refs per stored block: small enough that reading one ref reads at most 32 KiB.
 pub const BLOCK_REFS: usize = 256;
 

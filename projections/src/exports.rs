@@ -10,7 +10,7 @@ use crate::event::{Event, ExportFormat};
 use crate::overlay::{fold_new, prefixed, Overlay};
 use crate::projection::{corrupt, Applied, Projection, Result};
 
-const TREE: &str = "proj_exports";
+pub const TREE: &str = "proj_exports";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

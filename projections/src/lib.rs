@@ -39,12 +39,22 @@ pub struct Projections {
 }
 
 impl Projections {
-    pub fn open(db: &sled::Db) -> projection::Result<Self> {
+    /// The sled tree of every projection (what `auditmem replay` drops).
+    pub const TREES: [&'static str; 4] = [
+        tenants::TREE,
+        audit_index::TREE,
+        exports::TREE,
+        memories::TREE,
+    ];
+
+    /// Opens every projection; `vectors` reads a memory event's vector from the log, for the
+    /// memories projection rebuilding its vector table.
+    pub fn open(db: &sled::Db, vectors: memories::VectorSource<'_>) -> projection::Result<Self> {
         Ok(Self {
             tenants: tenants::Tenants::open(db)?,
             audit: audit_index::AuditIndex::open(db)?,
             exports: exports::Exports::open(db)?,
-            memories: memories::Memories::open(db)?,
+            memories: memories::Memories::open(db, vectors)?,
         })
     }
 

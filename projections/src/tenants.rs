@@ -11,7 +11,7 @@ use crate::event::{Event, Permission, Plan};
 use crate::overlay::{fold_new, prefixed, Overlay};
 use crate::projection::{corrupt, Applied, Projection, Result};
 
-const TREE: &str = "proj_tenants";
+pub const TREE: &str = "proj_tenants";
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Tenant {

@@ -34,16 +34,12 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<ExitCode> {
 
 /// Drops every projection tree and folds the whole log again; returns the records replayed.
 pub fn replay(db: &sled::Db) -> anyhow::Result<u64> {
-    let names: Vec<&'static str> = Projections::open(db)
-        .context("opening projections")?
-        .all()
-        .map(|p| p.name())
-        .to_vec();
-    for name in names {
+    // By name, without opening them: replay must work whatever state they are in.
+    for name in Projections::TREES {
         db.drop_tree(name)
             .with_context(|| format!("dropping {name}"))?;
     }
-    let projections = Projections::open(db).context("reopening projections")?;
+    let projections = crate::log::open_projections(db).context("reopening projections")?;
     let log = LogReader::open(db)?;
     let pb = super::progress(log.head()?.seq, "replaying");
     let n = catch_up(&log, &projections, Some(&pb)).context("replaying")?;

@@ -8,7 +8,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use auditmem_projections::Projections;
 
 use crate::config::{DurabilityMode, ServeArgs};
 use crate::log::appender::{Appender, Durability};
@@ -33,7 +32,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             args.data_dir.display()
         )
     })?;
-    let projections = Arc::new(Projections::open(&db).context("opening projections")?);
+    let projections = Arc::new(crate::log::open_projections(&db).context("opening projections")?);
     let log = LogReader::open(&db)?;
 
     let behind = log

@@ -14,7 +14,7 @@ pub mod verify;
 
 use std::path::Path;
 
-use auditmem_projections::Event;
+use auditmem_projections::{Event, Projections};
 
 pub use record::{Record, RecordRef};
 
@@ -84,6 +84,16 @@ impl LogReader {
         }
     }
 
+    /// The vector (f32 little-endian bytes) carried by the memory event at `seq`: the memories
+    /// projection keeps only that seq and reads the vector back from here at open.
+    pub fn vector_at(&self, seq: u64) -> Result<Option<Vec<u8>>, LogError> {
+        Ok(match self.event(seq)? {
+            Some((_, Event::MemoryCreated(e))) => Some(e.vector),
+            Some((_, Event::MemoryUpdated(e))) => e.vector,
+            _ => None,
+        })
+    }
+
     /// The event stored at `seq`.
     pub fn event(&self, seq: u64) -> Result<Option<(Record, Event)>, LogError> {
         match self.get(seq)? {
@@ -108,6 +118,13 @@ impl LogReader {
 }
 
 /// Opens the sled database of a data dir with the settings the service uses.
+/// Opens every projection over `db`, the memories projection reading vectors from its log.
+pub fn open_projections(db: &sled::Db) -> anyhow::Result<Projections> {
+    let log = LogReader::open(db)?;
+    let vectors = |seq: u64| log.vector_at(seq).map_err(|e| e.to_string());
+    Ok(Projections::open(db, &vectors)?)
+}
+
 pub fn open_db(dir: &Path) -> Result<sled::Db, sled::Error> {
     open_db_with_cache(dir, 256 * 1024 * 1024)
 }
