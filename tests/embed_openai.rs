@@ -2,6 +2,8 @@
 //! `/v1/embeddings` protocol. The first path segment picks the server's
 //! behaviour, so one server serves every case.
 
+mod common;
+
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -50,24 +52,13 @@ async fn embeddings(
     (StatusCode::OK, answer.to_string())
 }
 
-/// Serves on 127.0.0.1:0 from a background runtime (the client under test is
-/// blocking and must not run inside one).
+/// The protocol server on a loopback port.
 fn start_server() -> (SocketAddr, Seen) {
     let seen: Seen = Arc::default();
     let app = Router::new()
         .route("/{mode}/v1/embeddings", post(embeddings))
         .with_state(seen.clone());
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.set_nonblocking(true).unwrap();
-    let addr = listener.local_addr().unwrap();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Runtime::new().unwrap();
-        rt.block_on(async move {
-            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
-            axum::serve(listener, app).await.unwrap();
-        });
-    });
-    (addr, seen)
+    (common::serve_in_background(app), seen)
 }
 
 fn embedder(addr: SocketAddr, mode: &str, dim: Option<usize>) -> OpenAiEmbedder {

@@ -2,6 +2,8 @@
 //! `/v1/chat/completions` protocol. The first path segment picks the
 //! server's behaviour; requests are counted per behaviour to observe retries.
 
+mod common;
+
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -73,24 +75,13 @@ async fn chat(
     }
 }
 
-/// Serves on 127.0.0.1:0 from a background runtime (the client under test is
-/// blocking and must not run inside one).
+/// The protocol server on a loopback port.
 fn start_server() -> (SocketAddr, Shared) {
     let seen: Shared = Arc::default();
     let app = Router::new()
         .route("/{mode}/v1/chat/completions", post(chat))
         .with_state(seen.clone());
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.set_nonblocking(true).unwrap();
-    let addr = listener.local_addr().unwrap();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Runtime::new().unwrap();
-        rt.block_on(async move {
-            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
-            axum::serve(listener, app).await.unwrap();
-        });
-    });
-    (addr, seen)
+    (common::serve_in_background(app), seen)
 }
 
 fn extractor(addr: SocketAddr, mode: &str) -> OpenAiChatExtractor {

@@ -136,7 +136,7 @@ impl Memory {
 }
 
 /// A page of the audit index: positions are newest first.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Page {
     pub total: usize,
     pub items: Vec<Key>,
@@ -263,20 +263,13 @@ impl AuditIndex {
 
     /// Offset paging, newest first.
     pub fn page(&self, f: &Filter<'_>, offset: usize, limit: usize) -> Page {
-        self.with_index(
-            f,
+        self.with_index(f, Page::default(), |idx| {
+            let (lo, hi) = idx.range(f.from, f.to);
             Page {
-                total: 0,
-                items: vec![],
-            },
-            |idx| {
-                let (lo, hi) = idx.range(f.from, f.to);
-                Page {
-                    total: hi - lo,
-                    items: idx.descending(lo, hi, offset, limit),
-                }
-            },
-        )
+                total: hi - lo,
+                items: idx.descending(lo, hi, offset, limit),
+            }
+        })
     }
 
     /// Every matching entry with `seq < before_seq`, in log (chain) order: what an export holds.
@@ -296,31 +289,24 @@ impl AuditIndex {
     /// seq) with `seq <= snapshot`, so entries appended after the first page never shift or
     /// repeat the pages that follow.
     pub fn after(&self, f: &Filter<'_>, after: Key, snapshot: u64, limit: usize) -> Page {
-        self.with_index(
-            f,
-            Page {
-                total: 0,
-                items: vec![],
-            },
-            |idx| {
-                let (lo, hi) = idx.range(f.from, f.to);
-                let end = idx.rank(after).clamp(lo, hi);
-                let mut items = Vec::with_capacity(limit);
-                let mut pos = end;
-                while pos > lo && items.len() < limit {
-                    pos -= 1;
-                    if let Some(k) = idx.get(pos) {
-                        if k.1 <= snapshot {
-                            items.push(k);
-                        }
+        self.with_index(f, Page::default(), |idx| {
+            let (lo, hi) = idx.range(f.from, f.to);
+            let end = idx.rank(after).clamp(lo, hi);
+            let mut items = Vec::with_capacity(limit);
+            let mut pos = end;
+            while pos > lo && items.len() < limit {
+                pos -= 1;
+                if let Some(k) = idx.get(pos) {
+                    if k.1 <= snapshot {
+                        items.push(k);
                     }
                 }
-                Page {
-                    total: hi - lo,
-                    items,
-                }
-            },
-        )
+            }
+            Page {
+                total: hi - lo,
+                items,
+            }
+        })
     }
 }
 
@@ -452,16 +438,7 @@ mod tests {
                 detail: Default::default(),
             })));
         }
-        let applied: Vec<Applied> = events
-            .iter()
-            .enumerate()
-            .map(|(i, e)| Applied {
-                seq: i as u64 + 1,
-                ts_micros: 0,
-                event: e,
-                prepared: None,
-            })
-            .collect();
+        let applied = Applied::in_order(&events);
         idx.apply(&applied[..10]).expect("apply");
         idx.apply(&applied).expect("apply overlapping");
 

@@ -553,7 +553,7 @@ mod tests {
                 (id, Some("a"), None)
             );
         }
-        // A v1 event whose optional fields were left out decodes with them unset.
+        // A v1 event missing a required field is refused, never completed with an invented value.
         let bytes = rmp_serde::to_vec_named(&(
             1u16,
             OldEvent::TenantUpdated(OldUpdate {
@@ -563,7 +563,6 @@ mod tests {
         ))
         .expect("encode");
         let err = Event::decode(&bytes);
-        // `updated_at` is required: an event missing it is refused, not invented.
         assert!(err.is_err(), "{err:?}");
     }
 

@@ -203,13 +203,7 @@ mod tests {
             with_chain: true,
             requested_at: 5,
         });
-        p.apply(&[Applied {
-            seq: 7,
-            ts_micros: 0,
-            event: &req,
-            prepared: None,
-        }])
-        .expect("apply");
+        p.apply(&[Applied::at(7, &req)]).expect("apply");
         assert_eq!(p.processing_of(&tenant).expect("read"), Some(id));
         let v = p.get(&id).expect("read").expect("view");
         assert_eq!((v.status, v.request_seq), (ExportStatus::Processing, 7));
@@ -222,13 +216,7 @@ mod tests {
             completed_at: 8,
             expires_at: 9,
         });
-        p.apply(&[Applied {
-            seq: 8,
-            ts_micros: 0,
-            event: &done,
-            prepared: None,
-        }])
-        .expect("apply");
+        p.apply(&[Applied::at(8, &done)]).expect("apply");
         let v = p.get(&id).expect("read").expect("view");
         assert_eq!(
             (v.status, v.records, v.file_size),

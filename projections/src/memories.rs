@@ -270,18 +270,23 @@ impl Memories {
         t.vectors.most_similar(query, memory_type)
     }
 
-    /// Folds one event; `vectors` learns which event holds each touched memory's new vector.
+    /// Folds one event; `finals` keeps the latest state of each memory the batch touched (what
+    /// the in-memory view takes once the batch landed), `vectors` which event holds each
+    /// touched memory's new vector.
     fn fold(
         ov: &mut Overlay<'_>,
-        touched: &mut Vec<Uuid>,
+        finals: &mut FastMap<Uuid, StoredMemory>,
         vectors: &mut FastMap<Uuid, u64>,
         a: &Applied<'_>,
     ) -> Result<()> {
         let mut update =
             |ov: &mut Overlay<'_>, id: &Uuid, f: &mut dyn FnMut(&mut StoredMemory)| -> Result<()> {
                 let key = prefixed(b'm', &[id.as_bytes()]);
-                if let Some(bytes) = ov.get(&key)? {
-                    let mut m = dec(&bytes)?;
+                let current = match finals.get(id) {
+                    Some(m) => Some(m.clone()),
+                    None => ov.get(&key)?.map(|bytes| dec(&bytes)).transpose()?,
+                };
+                if let Some(mut m) = current {
                     if m.deleted_at.is_some() {
                         return Ok(());
                     }
@@ -290,7 +295,7 @@ impl Memories {
                         m.versions.push(a.seq);
                     }
                     ov.insert(key, enc(&m));
-                    touched.push(*id);
+                    finals.insert(*id, m);
                 }
                 Ok(())
             };
@@ -313,7 +318,7 @@ impl Memories {
                         vector_seq: a.seq,
                     };
                     ov.insert(key, enc(&m));
-                    touched.push(e.memory_id);
+                    finals.insert(e.memory_id, m);
                     vectors.insert(e.memory_id, a.seq);
                 }
             }
@@ -372,26 +377,17 @@ impl Projection for Memories {
     }
 
     fn apply(&self, events: &[Applied<'_>]) -> Result<()> {
-        let mut touched = Vec::new();
+        let mut finals: FastMap<Uuid, StoredMemory> = FastMap::default();
         let mut new_vectors: FastMap<Uuid, u64> = FastMap::default();
         let Some((ov, last)) = fold_new(&self.tree, TREE, events, |ov, a| {
-            Self::fold(ov, &mut touched, &mut new_vectors, a)
+            Self::fold(ov, &mut finals, &mut new_vectors, a)
         })?
         else {
             return Ok(());
         };
-        // The final state of each touched memory, read back from the overlay before it lands.
-        let mut finals = Vec::with_capacity(touched.len());
-        touched.sort();
-        touched.dedup();
-        for id in &touched {
-            if let Some(bytes) = ov.get(&prefixed(b'm', &[id.as_bytes()]))? {
-                finals.push(dec(&bytes)?);
-            }
-        }
         ov.commit(last)?;
         let mut mem = self.mem.write().unwrap_or_else(|p| p.into_inner());
-        for m in finals {
+        for m in finals.into_values() {
             let t = mem.entry(m.tenant_id).or_default();
             if m.deleted_at.is_some() {
                 t.drop_memory(&m.id);
@@ -459,16 +455,7 @@ mod tests {
                 deleted_at: 60,
             }),
         ];
-        let applied: Vec<Applied> = events
-            .iter()
-            .enumerate()
-            .map(|(i, e)| Applied {
-                seq: i as u64 + 1,
-                ts_micros: 0,
-                event: e,
-                prepared: None,
-            })
-            .collect();
+        let applied = Applied::in_order(&events);
         p.apply(&applied[..3]).expect("apply");
         p.apply(&applied).expect("apply overlapping");
 
@@ -514,13 +501,7 @@ mod tests {
             memory_ids: p.ids_of_type(&t, MemoryType::Fact),
             deleted_at: 70,
         });
-        p.apply(&[Applied {
-            seq: 7,
-            ts_micros: 0,
-            event: &batch,
-            prepared: None,
-        }])
-        .expect("apply");
+        p.apply(&[Applied::at(7, &batch)]).expect("apply");
         assert_eq!(p.count(&t), 0);
         assert_eq!(p.count(&other), 1);
         drop(p);

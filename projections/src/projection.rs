@@ -22,6 +22,27 @@ pub struct Applied<'a> {
     pub prepared: Option<&'a Prepared>,
 }
 
+#[cfg(test)]
+impl<'a> Applied<'a> {
+    /// An event at `seq`, nothing prepared ahead (the projection does all the work itself).
+    pub(crate) fn at(seq: u64, event: &'a Event) -> Applied<'a> {
+        Applied {
+            seq,
+            ts_micros: 0,
+            event,
+            prepared: None,
+        }
+    }
+
+    /// Events as the log hands them over: seqs 1, 2, 3 ... in order.
+    pub(crate) fn in_order(events: &'a [Event]) -> Vec<Applied<'a>> {
+        (1..)
+            .zip(events)
+            .map(|(seq, e)| Applied::at(seq, e))
+            .collect()
+    }
+}
+
 /// The part of folding an event that depends on nothing before it. Replay computes it on
 /// every core while decoding, so the sequential fold only links; without it a projection
 /// computes the same itself.

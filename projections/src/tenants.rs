@@ -215,15 +215,7 @@ mod tests {
             credits: 0.0,
             created_at: 1,
         });
-        fn at(seq: u64, event: &Event) -> Vec<Applied<'_>> {
-            vec![Applied {
-                seq,
-                ts_micros: 0,
-                event,
-                prepared: None,
-            }]
-        }
-        p.apply(&at(1, &created)).expect("apply");
+        p.apply(&[Applied::at(1, &created)]).expect("apply");
         assert_eq!(p.checkpoint().expect("cp"), 1);
         // A key revocation of an unknown key changes nothing here: no write, not even the
         // checkpoint.
@@ -232,7 +224,7 @@ mod tests {
             tenant_id: tid,
             revoked_at: 2,
         });
-        p.apply(&at(2, &noop)).expect("apply");
+        p.apply(&[Applied::at(2, &noop)]).expect("apply");
         assert_eq!(p.checkpoint().expect("cp"), 1);
         p.settle(2).expect("settle");
         assert_eq!(p.checkpoint().expect("cp"), 2);
@@ -241,9 +233,9 @@ mod tests {
         assert_eq!(p.checkpoint().expect("cp"), 2);
         // Far enough behind, an empty batch writes the checkpoint anyway.
         let far = 2 + crate::overlay::CHECKPOINT_LAG;
-        p.apply(&at(far - 1, &noop)).expect("apply");
+        p.apply(&[Applied::at(far - 1, &noop)]).expect("apply");
         assert_eq!(p.checkpoint().expect("cp"), 2);
-        p.apply(&at(far, &noop)).expect("apply");
+        p.apply(&[Applied::at(far, &noop)]).expect("apply");
         assert_eq!(p.checkpoint().expect("cp"), far);
     }
 
@@ -279,16 +271,7 @@ mod tests {
                 created_at: 3,
             }),
         ];
-        let applied: Vec<Applied> = events
-            .iter()
-            .enumerate()
-            .map(|(i, e)| Applied {
-                seq: i as u64 + 1,
-                ts_micros: 0,
-                event: e,
-                prepared: None,
-            })
-            .collect();
+        let applied = Applied::in_order(&events);
         p.apply(&applied).expect("apply");
         // Applying the same events again changes nothing.
         p.apply(&applied).expect("apply again");
@@ -305,13 +288,7 @@ mod tests {
             tenant_id: tid,
             revoked_at: 9,
         });
-        p.apply(&[Applied {
-            seq: 4,
-            ts_micros: 0,
-            event: &revoke,
-            prepared: None,
-        }])
-        .expect("apply");
+        p.apply(&[Applied::at(4, &revoke)]).expect("apply");
         assert_eq!(
             p.key_by_id(&kid).expect("read").expect("key").revoked_at,
             Some(9)

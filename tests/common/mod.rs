@@ -266,3 +266,19 @@ pub fn assert_error(resp: &(u16, Value), status: u16, code: i64) {
     assert_eq!(v["data"], Value::Null, "{v}");
     assert_eq!(v.as_object().map(|o| o.len()), Some(4), "{v}");
 }
+
+/// Serves `app` on 127.0.0.1:0 from a runtime on a thread of its own (the provider clients
+/// under test are blocking and must not run inside one); returns the bound address.
+pub fn serve_in_background(app: axum::Router) -> std::net::SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(async move {
+            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+            axum::serve(listener, app).await.unwrap();
+        });
+    });
+    addr
+}
