@@ -362,7 +362,17 @@ fn entries_record_the_request_faithfully() {
         .send()
         .expect("send");
     let status = bad_meta.status().as_u16();
-    assert_error(&(status, bad_meta.json().expect("json")), 400, 4000);
+    let body: Value = bad_meta.json().expect("json");
+    assert_error(&(status, body.clone()), 400, 4000);
+    // A response within the limit is recorded whole, exactly as it was sent.
+    let (_, list) = s.get("/v1/audit/logs?action=audit.list&page_size=1", &key);
+    let refused = &list["data"]["logs"][0];
+    assert_eq!(refused["http_status"], json!(400), "{refused}");
+    let (_, detail) = s.get(
+        &format!("/v1/audit/logs/{}", refused["id"].as_str().expect("id")),
+        &key,
+    );
+    assert_eq!(detail["data"]["response_body"], body);
 }
 
 #[test]

@@ -222,6 +222,26 @@ pub struct AuditDetail {
     pub memory_query: Option<Vec<String>>,
     #[serde(default)]
     pub memory_results: Option<Vec<Value>>,
+    /// The response body as the JSON text the service sent, when within the audit body limit:
+    /// kept as written rather than parsed into `response_body` (an audit list answer is tens
+    /// of kilobytes; parsing, encoding and freeing it as a tree cost more than the list
+    /// itself). Read it through [`AuditDetail::response_body_value`]. Added after the v2
+    /// layout: last and defaulted, so older records decode.
+    #[serde(default)]
+    pub response_json: Option<String>,
+}
+
+impl AuditDetail {
+    /// `response_body` as the interface shows it, from whichever of the two forms is stored.
+    pub fn response_body_value(&self) -> Option<Value> {
+        match &self.response_json {
+            Some(text) => Some(
+                serde_json::from_str(text)
+                    .unwrap_or_else(|_| serde_json::json!({ "_unparsed": text })),
+            ),
+            None => self.response_body.clone(),
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -410,6 +430,46 @@ pub enum Event {
     CreditsConsumed(CreditsConsumed),
 }
 
+/// [`Event::decode_audit_entry`] on the v2 layout: `Ok(None)` when the bytes are laid out
+/// otherwise (the caller then decodes them whole), `Ok(Some(None))` for another event.
+#[allow(clippy::type_complexity)]
+fn audit_head_v2(bytes: &[u8]) -> Result<Option<Option<(Uuid, AuditEntry)>>, EventCodecError> {
+    use rmp::decode;
+    let mut rd = bytes;
+    let Ok(2) = decode::read_array_len(&mut rd) else {
+        return Ok(None);
+    };
+    let Ok(version) = decode::read_int::<u16, _>(&mut rd) else {
+        return Ok(None);
+    };
+    if version > EVENT_FORMAT_VERSION {
+        return Err(EventCodecError::Version(version));
+    }
+    if version < 2 {
+        return Ok(None);
+    }
+    let Ok(1) = decode::read_map_len(&mut rd) else {
+        return Ok(None);
+    };
+    let Ok(name_len) = decode::read_str_len(&mut rd) else {
+        return Ok(None);
+    };
+    let Some((name, rest)) = rd.split_at_checked(name_len as usize) else {
+        return Ok(None);
+    };
+    if name != b"AuditRecorded" {
+        return Ok(Some(None));
+    }
+    let mut rd = rest;
+    let Ok(3..) = decode::read_array_len(&mut rd) else {
+        return Ok(None);
+    };
+    let mut de = rmp_serde::Deserializer::from_read_ref(rd);
+    let tenant_id = Uuid::deserialize(&mut de)?;
+    let entry = AuditEntry::deserialize(&mut de)?;
+    Ok(Some(Some((tenant_id, entry))))
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum EventCodecError {
     #[error("event could not be encoded: {0}")]
@@ -434,6 +494,24 @@ impl Event {
             return Err(EventCodecError::Version(version));
         }
         Ok(event)
+    }
+
+    /// The tenant and list fields of an audit event, without its detail; `None` for any
+    /// other event.
+    ///
+    /// The detail holds whole request and response bodies (an audit list's response is tens of
+    /// kilobytes): lists and exports need only the entry, and decoding the detail into JSON
+    /// values cost them ~45x the entry itself (perf, docs/PERFORMANCE.md). The v2 layout is
+    /// `[version, {"AuditRecorded": [tenant_id, entry, detail]}]`, so the entry is read and the
+    /// rest left unread; any other layout (v1 named maps) takes the full decode.
+    pub fn decode_audit_entry(bytes: &[u8]) -> Result<Option<(Uuid, AuditEntry)>, EventCodecError> {
+        if let Some(head) = audit_head_v2(bytes)? {
+            return Ok(head);
+        }
+        Ok(match Event::decode(bytes)? {
+            Event::AuditRecorded(rec) => Some((rec.tenant_id, rec.entry)),
+            _ => None,
+        })
     }
 
     /// Short name of the variant, for logs and the history view.
@@ -507,6 +585,37 @@ mod tests {
         assert!(
             matches!(Event::decode(&bytes), Err(EventCodecError::Version(v)) if v == EVENT_FORMAT_VERSION + 1)
         );
+    }
+
+    #[test]
+    fn audit_entry_decodes_alone_from_both_layouts() {
+        let event = sample_audit();
+        let Event::AuditRecorded(rec) = &event else {
+            unreachable!()
+        };
+        let want = Some((rec.tenant_id, rec.entry.clone()));
+        let v2 = event.encode().expect("encode");
+        assert!(
+            audit_head_v2(&v2).expect("v2").is_some(),
+            "v2 takes the light path"
+        );
+        assert_eq!(Event::decode_audit_entry(&v2).expect("v2"), want);
+        let v1 = rmp_serde::to_vec_named(&(1u16, &event)).expect("encode");
+        assert_eq!(Event::decode_audit_entry(&v1).expect("v1"), want);
+        let other = Event::CreditsConsumed(CreditsConsumed {
+            tenant_id: rec.tenant_id,
+            credits: 1.0,
+            usd: 0.001,
+            at: 1,
+        })
+        .encode()
+        .expect("encode");
+        assert_eq!(Event::decode_audit_entry(&other).expect("other"), None);
+        let newer = rmp_serde::to_vec(&(EVENT_FORMAT_VERSION + 1, &event)).expect("encode");
+        assert!(matches!(
+            Event::decode_audit_entry(&newer),
+            Err(EventCodecError::Version(_))
+        ));
     }
 
     #[test]

@@ -583,6 +583,7 @@ pub(crate) async fn ingest_audit(
                 rag_results: e.rag_results,
                 memory_query: None,
                 memory_results: None,
+                response_json: None,
             },
         })));
     }

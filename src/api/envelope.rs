@@ -9,7 +9,6 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use serde_json::json;
 
 use super::error::ApiError;
 use crate::registry::ErrorCode;
@@ -21,8 +20,22 @@ pub struct AuditOk<T>(pub T);
 
 impl<T: Serialize> IntoResponse for AuditOk<T> {
     fn into_response(self) -> Response {
-        axum::Json(json!({"success": true, "code": SUCCESS_CODE, "message": "ok", "data": self.0}))
-            .into_response()
+        #[derive(Serialize)]
+        struct Envelope<T> {
+            success: bool,
+            code: i64,
+            message: &'static str,
+            data: T,
+        }
+        json_response(
+            StatusCode::OK,
+            &Envelope {
+                success: true,
+                code: SUCCESS_CODE,
+                message: "ok",
+                data: self.0,
+            },
+        )
     }
 }
 
@@ -30,19 +43,46 @@ impl<T: Serialize> IntoResponse for AuditOk<T> {
 pub struct Data<T>(pub T);
 pub struct Created<T>(pub T);
 
+#[derive(Serialize)]
+struct DataEnvelope<T> {
+    success: bool,
+    data: T,
+}
+
 impl<T: Serialize> IntoResponse for Data<T> {
     fn into_response(self) -> Response {
-        axum::Json(json!({"success": true, "data": self.0})).into_response()
+        let body = DataEnvelope {
+            success: true,
+            data: self.0,
+        };
+        json_response(StatusCode::OK, &body)
     }
 }
 
 impl<T: Serialize> IntoResponse for Created<T> {
     fn into_response(self) -> Response {
-        (
-            StatusCode::CREATED,
-            axum::Json(json!({"success": true, "data": self.0})),
+        let body = DataEnvelope {
+            success: true,
+            data: self.0,
+        };
+        json_response(StatusCode::CREATED, &body)
+    }
+}
+
+/// Serialises straight to bytes: going through a `serde_json::Value` first (what `json!`
+/// does) built, walked and freed a tree of every list item.
+fn json_response<B: Serialize>(status: StatusCode, body: &B) -> Response {
+    match serde_json::to_vec(body) {
+        Ok(bytes) => (
+            status,
+            [(
+                axum::http::header::CONTENT_TYPE,
+                axum::http::HeaderValue::from_static("application/json"),
+            )],
+            bytes,
         )
-            .into_response()
+            .into_response(),
+        Err(e) => ApiError::internal(format!("serialising the response: {e}")).into_response(),
     }
 }
 

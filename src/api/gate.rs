@@ -260,14 +260,21 @@ async fn finish(state: &AppState, ctx: Ctx, resp: Response) -> Response {
         .get::<Pending>()
         .and_then(Pending::take)
         .unwrap_or_default();
-    let (resp, response_body) = if pending.streamed {
-        (resp, None)
+    let (resp, response_body, response_json) = if pending.streamed {
+        (resp, None, None)
     } else {
         let (parts, body) = resp.into_parts();
         match axum::body::to_bytes(body, usize::MAX).await {
             Ok(b) => {
-                let recorded = bounded_json(&b, state.settings.audit_body_limit);
-                (Response::from_parts(parts, Body::from(b)), recorded)
+                // Within the limit the text is kept as sent (see `AuditDetail::response_json`).
+                let limit = state.settings.audit_body_limit;
+                let (value, text) = match std::str::from_utf8(&b) {
+                    Ok(text) if !text.is_empty() && text.len() <= limit => {
+                        (None, Some(text.to_string()))
+                    }
+                    _ => (bounded_json(&b, limit), None),
+                };
+                (Response::from_parts(parts, Body::from(b)), value, text)
             }
             Err(e) => return ApiError::internal(format!("response body: {e}")).into_response(),
         }
@@ -282,6 +289,7 @@ async fn finish(state: &AppState, ctx: Ctx, resp: Response) -> Response {
     } = pending;
     detail.request_body = ctx.request_body.clone();
     detail.response_body = response_body;
+    detail.response_json = response_json;
     let audit = audit_event(&ctx, &resp, detail.clone(), credits, usd);
     events.push(audit);
     let outcome = match check {

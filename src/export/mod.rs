@@ -18,12 +18,11 @@ use std::time::Duration;
 
 use auditmem_projections::audit_index::{AuditRef, Filter};
 use auditmem_projections::exports::ExportView;
-use auditmem_projections::{Event, ExportCompleted, ExportFailed, ExportFormat};
+use auditmem_projections::{AuditEntry, Event, ExportCompleted, ExportFailed, ExportFormat};
 use rayon::prelude::*;
 use serde_json::{Map, Value};
 
-use crate::api::audit::{entry_json, load_entry};
-use crate::api::error::ApiError;
+use crate::api::audit::entry_json;
 use crate::state::AppState;
 
 /// Export files live in this subdirectory of the data dir (verify does not copy it).
@@ -53,17 +52,55 @@ impl<W: Write> Write for HashingWriter<W> {
     }
 }
 
-/// The row of one entry: the list item, plus its chain place when the plan shows the chain.
-fn row(state: &AppState, r: &AuditRef, with_chain: bool) -> Result<Map<String, Value>, ApiError> {
-    let rec = load_entry(state, r.seq)?;
-    let mut m = entry_json(&rec, r, with_chain);
+/// The JSON row of one entry: the list item, plus its chain place when the plan shows the
+/// chain (else without `hash`).
+fn json_row(entry: &AuditEntry, r: &AuditRef, with_chain: bool) -> Map<String, Value> {
+    let mut m = entry_json(entry, r, with_chain);
     if with_chain {
         m.insert("chain_index".into(), Value::from(r.chain_index));
         m.insert("prev_hash".into(), Value::String(hex::encode(r.prev_hash)));
     } else {
         m.remove("hash");
     }
-    Ok(m)
+    m
+}
+
+/// Rows of `refs` as file bytes (CSV records, or JSON objects joined by `,\n`) and their count.
+fn encode_rows(
+    state: &AppState,
+    refs: &[AuditRef],
+    format: ExportFormat,
+    with_chain: bool,
+) -> Result<(Vec<u8>, u64), String> {
+    let mut buf = Vec::with_capacity(refs.len() * 400);
+    let mut csv = csv::WriterBuilder::new().from_writer(Vec::new());
+    let seqs: Vec<u64> = refs.iter().map(|r| r.seq).collect();
+    let entries = state.log.audit_entries(&seqs).map_err(|e| e.to_string())?;
+    for (i, (r, entry)) in refs.iter().zip(entries).enumerate() {
+        let Some((_, entry)) = entry else {
+            return Err(format!("seq {} holds no audit entry", r.seq));
+        };
+        match format {
+            ExportFormat::Csv => csv
+                .write_record(
+                    rows::csv_cells(&entry, r, with_chain)
+                        .iter()
+                        .map(|c| c.as_bytes()),
+                )
+                .map_err(|e| e.to_string())?,
+            ExportFormat::Json => {
+                if i > 0 {
+                    buf.extend_from_slice(b",\n");
+                }
+                serde_json::to_writer(&mut buf, &json_row(&entry, r, with_chain))
+                    .map_err(|e| e.to_string())?;
+            }
+        }
+    }
+    if format == ExportFormat::Csv {
+        buf = csv.into_inner().map_err(|e| e.to_string())?;
+    }
+    Ok((buf, refs.len() as u64))
 }
 
 /// Writes the export file; returns (records, bytes, blake3).
@@ -93,9 +130,9 @@ pub fn write_file(
     };
     let columns = rows::columns(view.with_chain);
     let io = |e: std::io::Error| format!("writing the export file: {e}");
-    // Reading and decoding entries dominates: do it on every core, a chunk at a time, and
-    // write the chunk's rows in order.
-    let chunks = keys.chunks(4096).map(|chunk| {
+    // Reading, decoding and formatting entries dominates: every core encodes a slice of rows
+    // into bytes of its own, and this thread only writes and hashes them, in order.
+    let encoded = keys.chunks(4096).map(|chunk| {
         let seqs: Vec<u64> = chunk.iter().map(|k| k.1).collect();
         let refs = state
             .projections
@@ -107,40 +144,34 @@ pub fn write_file(
             .zip(&seqs)
             .map(|(r, seq)| r.ok_or_else(|| format!("seq {seq} missing from the audit index")))
             .collect::<Result<_, _>>()?;
-        refs.par_iter()
-            .map(|r| row(state, r, view.with_chain))
-            .collect::<Result<Vec<Map<String, Value>>, _>>()
-            .map_err(|e| e.message)
+        refs.par_chunks(256)
+            .map(|part| encode_rows(state, part, view.format, view.with_chain))
+            .collect::<Result<Vec<(Vec<u8>, u64)>, String>>()
     });
     let mut written = 0u64;
     match view.format {
         ExportFormat::Csv => {
-            let mut w = csv::WriterBuilder::new().from_writer(&mut out);
+            let mut w = csv::WriterBuilder::new().from_writer(Vec::new());
             w.write_record(&columns).map_err(|e| e.to_string())?;
-            for rows in chunks {
-                for r in rows? {
-                    let cells = columns
-                        .iter()
-                        .map(|c| rows::cell(c, r.get(*c).unwrap_or(&Value::Null)));
-                    w.write_record(cells).map_err(|e| e.to_string())?;
-                    written += 1;
-                }
-            }
-            w.flush().map_err(io)?;
+            let header = w.into_inner().map_err(|e| e.to_string())?;
+            out.write_all(&header).map_err(io)?;
         }
-        ExportFormat::Json => {
-            out.write_all(b"[").map_err(io)?;
-            for rows in chunks {
-                for r in rows? {
-                    if written > 0 {
-                        out.write_all(b",\n").map_err(io)?;
-                    }
-                    serde_json::to_writer(&mut out, &r).map_err(|e| e.to_string())?;
-                    written += 1;
-                }
+        ExportFormat::Json => out.write_all(b"[").map_err(io)?,
+    }
+    for parts in encoded {
+        for (bytes, n) in parts? {
+            if n == 0 {
+                continue;
             }
-            out.write_all(b"]\n").map_err(io)?;
+            if view.format == ExportFormat::Json && written > 0 {
+                out.write_all(b",\n").map_err(io)?;
+            }
+            out.write_all(&bytes).map_err(io)?;
+            written += n;
         }
+    }
+    if view.format == ExportFormat::Json {
+        out.write_all(b"]\n").map_err(io)?;
     }
     out.flush().map_err(io)?;
     let HashingWriter {

@@ -5,6 +5,11 @@
 //! `metadata`) as JSON text. JSON: an array of row objects. Business and custom exports add
 //! `chain_index`, `prev_hash` and `hash`: the entry's place in its tenant's chain.
 
+use std::borrow::Cow;
+
+use auditmem_projections::audit_index::AuditRef;
+use auditmem_projections::audit_view::format_time;
+use auditmem_projections::AuditEntry;
 use serde_json::{Map, Value};
 
 pub const BASE_COLUMNS: [&str; 18] = [
@@ -53,13 +58,62 @@ pub fn columns(with_chain: bool) -> Vec<&'static str> {
     c
 }
 
-/// One CSV cell of a row value.
-pub fn cell(column: &str, v: &Value) -> String {
-    match v {
-        Value::Null => String::new(),
-        Value::String(s) if STRING_COLUMNS.contains(&column) => s.clone(),
-        other => other.to_string(),
+/// A number cell as the JSON literal of the value (empty for a non-finite one, which JSON
+/// cannot hold and the list shows as null).
+fn number(v: f64) -> Cow<'static, str> {
+    match serde_json::Number::from_f64(v) {
+        Some(n) => Cow::Owned(n.to_string()),
+        None => Cow::Borrowed(""),
     }
+}
+
+fn text(v: &Option<String>) -> Cow<'_, str> {
+    Cow::Borrowed(v.as_deref().unwrap_or(""))
+}
+
+fn json_text<T: serde::Serialize>(v: &Option<T>) -> Cow<'static, str> {
+    match v {
+        // Writing JSON of a serialisable value into a String cannot fail.
+        Some(v) => Cow::Owned(serde_json::to_string(v).unwrap_or_default()),
+        None => Cow::Borrowed(""),
+    }
+}
+
+/// The CSV cells of one entry, in [`columns`] order, straight from its fields: what
+/// [`uncell`] reads back into the values the list shows.
+pub fn csv_cells<'a>(e: &'a AuditEntry, r: &AuditRef, with_chain: bool) -> Vec<Cow<'a, str>> {
+    let flag = |b: bool| Cow::Borrowed(if b { "true" } else { "false" });
+    let mut cells = Vec::with_capacity(BASE_COLUMNS.len() + CHAIN_COLUMNS.len());
+    cells.extend([
+        Cow::Owned(e.id.to_string()),
+        Cow::Borrowed(e.action.as_str()),
+        text(&e.model_id),
+        text(&e.project_id),
+        text(&e.gateway_id),
+        text(&e.ip_address),
+        text(&e.user_agent),
+        Cow::Owned(e.http_status.to_string()),
+        flag(e.is_success),
+        flag(e.is_cache_hit),
+        e.error_code
+            .map(|c| Cow::Owned(c.to_string()))
+            .unwrap_or_default(),
+        text(&e.error_msg),
+        e.duration.map(number).unwrap_or_default(),
+        number(e.credits_consumed),
+        number(e.balance_consumed_usd),
+        json_text(&e.tokens),
+        json_text(&e.metadata),
+        Cow::Owned(format_time(e.created_at)),
+    ]);
+    if with_chain {
+        cells.extend([
+            Cow::Owned(r.chain_index.to_string()),
+            Cow::Owned(hex::encode(r.prev_hash)),
+            Cow::Owned(hex::encode(r.hash)),
+        ]);
+    }
+    cells
 }
 
 /// Reads a CSV cell back into the value it was written from.
@@ -110,4 +164,62 @@ pub fn parse(bytes: &[u8]) -> Result<Vec<Map<String, Value>>, String> {
         out.push(m);
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use uuid::Uuid;
+
+    #[test]
+    fn csv_cells_read_back_as_the_values_the_list_shows() {
+        let mut entry = AuditEntry {
+            id: Uuid::now_v7(),
+            action: "gateway.chat".into(),
+            model_id: Some("m, \"quoted\"".into()),
+            project_id: None,
+            gateway_id: Some("g\nline".into()),
+            ip_address: Some("10.0.0.1".into()),
+            user_agent: None,
+            http_status: 429,
+            is_success: false,
+            is_cache_hit: true,
+            error_code: Some(4290),
+            error_msg: Some("slow down".into()),
+            duration: Some(100.0),
+            credits_consumed: 0.25,
+            balance_consumed_usd: 1e-7,
+            tokens: Some(auditmem_projections::Tokens {
+                prompt_tokens: 1,
+                completion_tokens: 2,
+                total_tokens: 3,
+            }),
+            metadata: Some(serde_json::json!({"b": [1, 2.5], "a": null})),
+            created_at: 1_700_000_000_123_000,
+        };
+        let r = AuditRef {
+            id: entry.id,
+            seq: 7,
+            tenant_id: Uuid::now_v7(),
+            created_at: entry.created_at,
+            action_key: 1,
+            chain_index: 3,
+            hash: [7; 32],
+            prev_hash: [9; 32],
+        };
+        for with_chain in [true, false] {
+            let mut want = crate::api::audit::entry_json(&entry, &r, true);
+            want.insert("chain_index".into(), Value::from(3));
+            want.insert("prev_hash".into(), Value::String(hex::encode([9u8; 32])));
+            let cols = columns(with_chain);
+            let cells = csv_cells(&entry, &r, with_chain);
+            assert_eq!(cells.len(), cols.len());
+            for (c, cell) in cols.iter().zip(&cells) {
+                assert_eq!(uncell(c, cell).as_ref(), Ok(&want[*c]), "column {c}");
+            }
+        }
+        entry.duration = None;
+        let cells = csv_cells(&entry, &r, false);
+        assert_eq!(cells[12], "");
+    }
 }

@@ -1,0 +1,983 @@
+//! The load driver: real HTTP against a real `auditmem serve`, named scenarios at a given
+//! concurrency for a given time, throughput and latency percentiles per operation.
+//!
+//! ```text
+//! cargo bench --bench load -- --scenarios ingest,list,export --concurrency 64 --secs 20
+//! ```
+//!
+//! It starts the release binary on a data dir under `--dir` (default `target/load`), or targets
+//! `--url`. The first run seeds that dir through the admin and public APIs (1,000,000 audit
+//! entries in one business tenant; memories with real embeddings when a memory scenario asks
+//! for them) and records the tenants and keys in `driver.json`, so later runs skip seeding.
+//! Results are printed as a table and, with `--json FILE`, written as JSON. `hello` measures
+//! the limit every HTTP figure is compared with: an axum hello-world at the same concurrency.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use clap::{Parser, ValueEnum};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "snake_case")]
+enum Scenario {
+    /// Admin audit ingestion, batches of `--batch` entries, into a tenant of its own.
+    Ingest,
+    /// `POST /v1/memories` with distinct content (every request embeds).
+    Create,
+    /// `POST /v1/memories/search` over the seeded memories.
+    Search,
+    /// `GET /v1/audit/logs` on the 1,000,000-entry tenant: no filter, action, time range, both.
+    List,
+    /// 70% reads (audit list, memory list, search) / 30% writes (memory create, ingestion).
+    Mixed,
+    /// One CSV export of the whole 1,000,000-entry tenant, timed to completion.
+    Export,
+    /// An axum hello-world in this process at the same concurrency: the HTTP limit.
+    Hello,
+}
+
+impl Scenario {
+    fn needs_memories(self) -> bool {
+        matches!(self, Scenario::Search | Scenario::Mixed)
+    }
+}
+
+#[derive(Parser, Debug)]
+#[command(about = "auditmem load driver")]
+struct Args {
+    /// Scenarios to run, in order.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "ingest,list")]
+    scenarios: Vec<Scenario>,
+    /// Concurrent clients.
+    #[arg(long, default_value_t = 64)]
+    concurrency: usize,
+    /// Measured seconds per scenario (after the warm-up).
+    #[arg(long, default_value_t = 20)]
+    secs: u64,
+    /// Warm-up seconds per scenario, not measured.
+    #[arg(long, default_value_t = 2)]
+    warmup_secs: u64,
+    /// Entries per ingestion call in the `ingest` scenario.
+    #[arg(long, default_value_t = 100)]
+    batch: usize,
+    /// Working dir: data, keys and driver.json (the seeded tenants). Reused across runs.
+    #[arg(long, default_value = "target/load")]
+    dir: PathBuf,
+    /// Target a running server instead of starting one (its admin token in --admin-token).
+    #[arg(long)]
+    url: Option<String>,
+    #[arg(long, env = "AUDITMEM_ADMIN_TOKEN", default_value = "load-admin-token")]
+    admin_token: String,
+    /// Audit entries to seed in the list tenant.
+    #[arg(long, default_value_t = 1_000_000)]
+    audit_entries: u64,
+    /// Memories to seed in the memory tenant (for search and mixed).
+    #[arg(long, default_value_t = 100_000)]
+    memories: u64,
+    /// Write the results as JSON to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Extra flags for `auditmem serve` (e.g. `--durability=batch-interval`).
+    #[arg(long, allow_hyphen_values = true)]
+    serve_arg: Vec<String>,
+    /// Passed by `cargo bench`; ignored.
+    #[arg(long, hide = true)]
+    bench: bool,
+}
+
+/// Tenants and keys of a seeded dir.
+#[derive(Serialize, Deserialize, Default, Clone)]
+struct Seeded {
+    audit: Option<TenantKey>,
+    audit_entries: u64,
+    ingest: Option<TenantKey>,
+    memory: Option<TenantKey>,
+    memories: u64,
+}
+
+#[derive(Serialize, Deserialize, Clone)]
+struct TenantKey {
+    id: String,
+    key: String,
+}
+
+const ACTIONS: [&str; 5] = [
+    "gateway.chat",
+    "gateway.embeddings",
+    "rag.query",
+    "gateway.completion",
+    "gateway.chat.stream",
+];
+const DAY_MICROS: i64 = 86_400_000_000;
+/// Seeded entries span this many days before the seeding moment.
+const SEED_SPAN_DAYS: i64 = 20;
+
+fn main() -> Result<()> {
+    let args = Args::parse();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(run(args))
+}
+
+async fn run(args: Args) -> Result<()> {
+    std::fs::create_dir_all(&args.dir)?;
+    let mut server = match &args.url {
+        Some(url) => Target {
+            url: url.trim_end_matches('/').to_string(),
+            child: None,
+        },
+        None => Target::spawn(&args.dir, &args.admin_token, &args.serve_arg)?,
+    };
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(args.concurrency * 2)
+        .timeout(Duration::from_secs(120))
+        .build()?;
+    let admin = Admin {
+        client: client.clone(),
+        url: server.url.clone(),
+        token: args.admin_token.clone(),
+    };
+    let state_file = args.dir.join("driver.json");
+    let mut seeded: Seeded = match std::fs::read(&state_file) {
+        Ok(b) => serde_json::from_slice(&b).context("reading driver.json")?,
+        Err(_) => Seeded::default(),
+    };
+    seed_audit(&admin, &mut seeded, args.audit_entries, &state_file).await?;
+    if args.scenarios.iter().any(|s| s.needs_memories()) {
+        seed_memories(&admin, &mut seeded, args.memories, &state_file).await?;
+    }
+
+    let ctx = Arc::new(Ctx {
+        client,
+        url: server.url.clone(),
+        admin_token: args.admin_token.clone(),
+        seeded: seeded.clone(),
+        batch: args.batch,
+        counter: AtomicU64::new(0),
+        started_micros: chrono::Utc::now().timestamp_micros(),
+    });
+    let mut results = Vec::new();
+    for &scenario in &args.scenarios {
+        let mut r = match scenario {
+            Scenario::Export => export(&ctx).await?,
+            Scenario::Hello => hello(&args).await?,
+            _ => {
+                drive(
+                    &ctx,
+                    scenario,
+                    args.concurrency,
+                    Duration::from_secs(args.warmup_secs),
+                    Duration::from_secs(args.secs),
+                )
+                .await?
+            }
+        };
+        r.rss = server.rss();
+        print_result(&r);
+        results.push(r);
+    }
+    if let Some(path) = &args.json {
+        let doc = json!({
+            "commit": git_commit(),
+            "cpu": cpu_model(),
+            "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+            "concurrency": args.concurrency,
+            "secs": args.secs,
+            "audit_entries": seeded.audit_entries,
+            "memories": seeded.memories,
+            "results": results,
+        });
+        std::fs::write(path, serde_json::to_vec_pretty(&doc)?)?;
+    }
+    server.stop();
+    Ok(())
+}
+
+/// The server under load: a child process of ours, or one given by URL.
+struct Target {
+    url: String,
+    child: Option<Child>,
+}
+
+impl Target {
+    fn spawn(dir: &Path, admin_token: &str, extra: &[String]) -> Result<Target> {
+        let keys = dir.join("keys");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_auditmem"))
+            .arg("serve")
+            .arg("--data-dir")
+            .arg(dir.join("data"))
+            .arg("--listen")
+            .arg("127.0.0.1:0")
+            .arg("--signing-key")
+            .arg(keys.join("signing.key"))
+            .arg("--checkpoints-file")
+            .arg(keys.join("checkpoints.ndjson"))
+            .args(extra)
+            .env("AUDITMEM_ADMIN_TOKEN", admin_token)
+            .env("AUDITMEM_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .context("starting auditmem serve")?;
+        let stdout = child.stdout.take().context("server stdout")?;
+        let mut lines = BufReader::new(stdout).lines();
+        let url = loop {
+            match lines.next() {
+                Some(Ok(line)) => {
+                    if let Some(u) = line.strip_prefix("auditmem listening on ") {
+                        break u.trim().to_string();
+                    }
+                }
+                _ => bail!("the server exited before listening"),
+            }
+        };
+        std::thread::spawn(move || for _ in lines {});
+        Ok(Target {
+            url,
+            child: Some(child),
+        })
+    }
+
+    /// Resident and peak resident memory of the server, MiB (only for a child of ours).
+    fn rss(&self) -> Option<Rss> {
+        let pid = self.child.as_ref()?.id();
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        let field = |name: &str| -> Option<f64> {
+            let line = status.lines().find(|l| l.starts_with(name))?;
+            let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+            Some(kb / 1024.0)
+        };
+        Some(Rss {
+            rss_mib: field("VmRSS:")?,
+            peak_mib: field("VmHWM:")?,
+        })
+    }
+
+    fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            // SIGTERM: the server drains and signs a last checkpoint, so the dir stays reusable.
+            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for Target {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+struct Admin {
+    client: reqwest::Client,
+    url: String,
+    token: String,
+}
+
+impl Admin {
+    async fn post(&self, path: &str, body: Value) -> Result<Value> {
+        let resp = self
+            .client
+            .post(format!("{}{path}", self.url))
+            .bearer_auth(&self.token)
+            .json(&body)
+            .send()
+            .await?;
+        let status = resp.status();
+        let v: Value = resp.json().await?;
+        if !status.is_success() {
+            bail!("POST {path}: {status} {v}");
+        }
+        Ok(v["data"].clone())
+    }
+
+    async fn tenant(&self, name: &str, plan: &str, permissions: &[&str]) -> Result<TenantKey> {
+        let t = self
+            .post(
+                "/admin/v1/tenants",
+                json!({"name": name, "plan": plan, "credits": 1.0e9}),
+            )
+            .await?;
+        let id = t["id"].as_str().context("tenant id")?.to_string();
+        let k = self
+            .post(
+                &format!("/admin/v1/tenants/{id}/keys"),
+                json!({"permissions": permissions}),
+            )
+            .await?;
+        let key = k["api_key"].as_str().context("api key")?.to_string();
+        Ok(TenantKey { id, key })
+    }
+}
+
+fn save(state_file: &Path, seeded: &Seeded) -> Result<()> {
+    std::fs::write(state_file, serde_json::to_vec_pretty(seeded)?)?;
+    Ok(())
+}
+
+/// A gateway-style entry, as the platform would forward it.
+fn gateway_entry(tenant: &str, i: u64, created_at: i64) -> Value {
+    let prompt = 50 + (i * 7919) % 2000;
+    let completion = 10 + (i * 104_729) % 800;
+    json!({
+        "tenant_id": tenant,
+        "action": ACTIONS[(i % ACTIONS.len() as u64) as usize],
+        "created_at": chrono::DateTime::from_timestamp_micros(created_at)
+            .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)),
+        "model_id": if i % 3 == 0 { "gpt-4o-mini" } else { "claude-sonnet" },
+        "project_id": format!("proj-{}", i % 17),
+        "ip_address": format!("10.0.{}.{}", (i / 256) % 256, i % 256),
+        "user_agent": "gateway/1.4",
+        "http_status": if i % 50 == 0 { 429 } else { 200 },
+        "duration": (i % 900) as f64 + 12.5,
+        "credits_consumed": ((prompt + completion) as f64) / 1000.0,
+        "tokens": {"prompt_tokens": prompt, "completion_tokens": completion,
+                   "total_tokens": prompt + completion},
+    })
+}
+
+async fn seed_audit(admin: &Admin, seeded: &mut Seeded, want: u64, file: &Path) -> Result<()> {
+    if seeded.audit.is_none() {
+        seeded.audit = Some(
+            admin
+                .tenant(
+                    "load-audit",
+                    "business",
+                    &["audit.read", "audit.export", "memory.read", "memory.write"],
+                )
+                .await?,
+        );
+        seeded.ingest = Some(
+            admin
+                .tenant("load-ingest", "business", &["audit.read"])
+                .await?,
+        );
+        save(file, seeded)?;
+    }
+    if seeded.audit_entries >= want {
+        return Ok(());
+    }
+    let tenant = seeded.audit.as_ref().context("audit tenant")?.id.clone();
+    let (from, n) = (seeded.audit_entries, want - seeded.audit_entries);
+    let now = chrono::Utc::now().timestamp_micros();
+    let step = (SEED_SPAN_DAYS * DAY_MICROS) / want.max(1) as i64;
+    let pb = indicatif::ProgressBar::new(n);
+    pb.set_message("seeding audit entries");
+    const BATCH: u64 = 1000;
+    let next = Arc::new(AtomicU64::new(from));
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let (next, pb, tenant) = (next.clone(), pb.clone(), tenant.clone());
+        let admin = Admin {
+            client: admin.client.clone(),
+            url: admin.url.clone(),
+            token: admin.token.clone(),
+        };
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let start = next.fetch_add(BATCH, Ordering::Relaxed);
+                if start >= want {
+                    return Ok::<_, anyhow::Error>(());
+                }
+                let end = (start + BATCH).min(want);
+                let entries: Vec<Value> = (start..end)
+                    .map(|i| {
+                        let at = now - (want - i) as i64 * step;
+                        gateway_entry(&tenant, i, at)
+                    })
+                    .collect();
+                admin
+                    .post("/admin/v1/audit/logs", json!({"entries": entries}))
+                    .await?;
+                pb.inc(end - start);
+            }
+        }));
+    }
+    for t in tasks {
+        t.await??;
+    }
+    pb.finish_and_clear();
+    seeded.audit_entries = want;
+    save(file, seeded)
+}
+
+/// Distinct, plausible memory sentences: every index gives another one.
+fn memory_text(i: u64) -> String {
+    const WHO: [&str; 8] = [
+        "The user",
+        "Our customer",
+        "The team lead",
+        "The on-call engineer",
+        "The analyst",
+        "The project owner",
+        "The designer",
+        "The support agent",
+    ];
+    const WHAT: [&str; 12] = [
+        "prefers concise answers with code examples",
+        "works mostly with Rust and PostgreSQL",
+        "wants weekly summaries of open incidents",
+        "is based in Berlin and works in CET",
+        "deploys to Kubernetes on Fridays only after review",
+        "asked to never include personal data in reports",
+        "uses dark mode and a large font",
+        "is allergic to peanuts and avoids them at lunch",
+        "tracks sprint velocity in a spreadsheet",
+        "needs invoices in EUR with VAT shown",
+        "reviews pull requests every morning",
+        "likes hiking in the Alps on weekends",
+    ];
+    const WHEN: [&str; 6] = [
+        "since last spring",
+        "for project {}",
+        "according to ticket {}",
+        "as noted in meeting {}",
+        "per the onboarding form {}",
+        "as of release {}",
+    ];
+    let when = WHEN[(i / 96 % 6) as usize].replace("{}", &(i / 576).to_string());
+    format!(
+        "{} {} {}.",
+        WHO[(i % 8) as usize],
+        WHAT[(i / 8 % 12) as usize],
+        when
+    )
+}
+
+const MEMORY_TYPES: [&str; 3] = ["fact", "rule", "context"];
+
+async fn seed_memories(admin: &Admin, seeded: &mut Seeded, want: u64, file: &Path) -> Result<()> {
+    if seeded.memory.is_none() {
+        seeded.memory = Some(
+            admin
+                .tenant(
+                    "load-memory",
+                    "business",
+                    &["audit.read", "memory.read", "memory.write"],
+                )
+                .await?,
+        );
+        save(file, seeded)?;
+    }
+    if seeded.memories >= want {
+        return Ok(());
+    }
+    let key = seeded.memory.as_ref().context("memory tenant")?.key.clone();
+    let pb = indicatif::ProgressBar::new(want - seeded.memories);
+    pb.set_message("seeding memories (embedding each)");
+    let next = Arc::new(AtomicU64::new(seeded.memories));
+    let mut tasks = Vec::new();
+    for _ in 0..32 {
+        let (next, pb, key) = (next.clone(), pb.clone(), key.clone());
+        let (client, url) = (admin.client.clone(), admin.url.clone());
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= want {
+                    return Ok::<_, anyhow::Error>(());
+                }
+                let body = json!({"content": memory_text(i),
+                    "memory_type": MEMORY_TYPES[(i % 3) as usize],
+                    "importance": (i % 10) as f64 / 10.0});
+                let resp = client
+                    .post(format!("{url}/v1/memories"))
+                    .bearer_auth(&key)
+                    .json(&body)
+                    .send()
+                    .await?;
+                if !resp.status().is_success() {
+                    bail!("seeding memory {i}: {}", resp.status());
+                }
+                pb.inc(1);
+            }
+        }));
+    }
+    for t in tasks {
+        t.await??;
+    }
+    pb.finish_and_clear();
+    seeded.memories = want;
+    save(file, seeded)
+}
+
+struct Ctx {
+    client: reqwest::Client,
+    url: String,
+    admin_token: String,
+    seeded: Seeded,
+    batch: usize,
+    /// Makes every created memory and ingested entry distinct across workers.
+    counter: AtomicU64,
+    started_micros: i64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Op {
+    Ingest,
+    Create,
+    Search,
+    List,
+    ListAction,
+    ListRange,
+    ListActionRange,
+    MemoryList,
+}
+
+impl Op {
+    fn name(self) -> &'static str {
+        match self {
+            Op::Ingest => "ingest",
+            Op::Create => "memory create",
+            Op::Search => "memory search",
+            Op::List => "audit list",
+            Op::ListAction => "audit list ?action",
+            Op::ListRange => "audit list ?start_time&end_time",
+            Op::ListActionRange => "audit list ?action&start_time&end_time",
+            Op::MemoryList => "memory list",
+        }
+    }
+
+    /// The op a worker performs for its `n`th request in `scenario`.
+    fn pick(scenario: Scenario, n: u64) -> Op {
+        match scenario {
+            Scenario::Ingest => Op::Ingest,
+            Scenario::Create => Op::Create,
+            Scenario::Search => Op::Search,
+            Scenario::List => {
+                [Op::List, Op::ListAction, Op::ListRange, Op::ListActionRange][(n % 4) as usize]
+            }
+            // 70% reads / 30% writes, interleaved by a fixed pattern of ten.
+            _ => [
+                Op::List,
+                Op::Search,
+                Op::MemoryList,
+                Op::Create,
+                Op::ListAction,
+                Op::Search,
+                Op::Ingest,
+                Op::MemoryList,
+                Op::ListRange,
+                Op::Create,
+            ][(n % 10) as usize],
+        }
+    }
+}
+
+fn time_param(micros: i64) -> String {
+    chrono::DateTime::from_timestamp_micros(micros)
+        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
+        .unwrap_or_default()
+}
+
+/// Performs one request; returns the units it carried (entries for ingestion, else 1).
+async fn perform(ctx: &Ctx, op: Op, n: u64) -> Result<u64> {
+    let key = |t: &Option<TenantKey>| -> Result<String> {
+        Ok(t.as_ref().context("tenant not seeded")?.key.clone())
+    };
+    let url = &ctx.url;
+    let c = &ctx.client;
+    let (req, units) = match op {
+        Op::Ingest => {
+            let tenant = ctx.seeded.ingest.as_ref().context("ingest tenant")?;
+            let base = ctx.counter.fetch_add(ctx.batch as u64, Ordering::Relaxed);
+            let now = chrono::Utc::now().timestamp_micros();
+            let entries: Vec<Value> = (0..ctx.batch as u64)
+                .map(|i| gateway_entry(&tenant.id, base + i, now))
+                .collect();
+            let req = c
+                .post(format!("{url}/admin/v1/audit/logs"))
+                .bearer_auth(&ctx.admin_token)
+                .json(&json!({"entries": entries}));
+            (req, ctx.batch as u64)
+        }
+        Op::Create => {
+            let i = ctx.counter.fetch_add(1, Ordering::Relaxed);
+            // Past the seeded range, so the text (and its embedding) is new.
+            let text = format!("{} (load {i})", memory_text(ctx.seeded.memories + i));
+            let req = c
+                .post(format!("{url}/v1/memories"))
+                .bearer_auth(key(&ctx.seeded.memory)?)
+                .json(&json!({"content": text, "memory_type": MEMORY_TYPES[(i % 3) as usize]}));
+            (req, 1)
+        }
+        Op::Search => {
+            // Queries vary so the embedder's cache does not answer them.
+            let i = ctx.counter.fetch_add(1, Ordering::Relaxed);
+            let q = format!(
+                "what does {} like? ({i})",
+                memory_text(i * 31).to_lowercase()
+            );
+            let req = c
+                .post(format!("{url}/v1/memories/search"))
+                .bearer_auth(key(&ctx.seeded.memory)?)
+                .json(&json!({"query": q, "top_k": 5}));
+            (req, 1)
+        }
+        Op::MemoryList => {
+            let req = c
+                .get(format!("{url}/v1/memories?page={}&page_size=20", 1 + n % 5))
+                .bearer_auth(key(&ctx.seeded.memory)?);
+            (req, 1)
+        }
+        Op::List | Op::ListAction | Op::ListRange | Op::ListActionRange => {
+            let mut q: Vec<(&str, String)> = Vec::new();
+            if matches!(op, Op::ListAction | Op::ListActionRange) {
+                q.push(("action", ACTIONS[(n % 3) as usize].to_string()));
+            }
+            if matches!(op, Op::ListRange | Op::ListActionRange) {
+                // A window in the middle of the seeded span: its first page is found by rank.
+                let end = ctx.started_micros - 3 * DAY_MICROS;
+                q.push(("start_time", time_param(end - 7 * DAY_MICROS)));
+                q.push(("end_time", time_param(end)));
+            }
+            let req = c
+                .get(format!("{url}/v1/audit/logs"))
+                .query(&q)
+                .bearer_auth(key(&ctx.seeded.audit)?);
+            (req, 1)
+        }
+    };
+    let resp = req.send().await?;
+    let status = resp.status();
+    let body = resp.bytes().await?;
+    if !status.is_success() {
+        bail!(
+            "{} -> {status}: {}",
+            op.name(),
+            String::from_utf8_lossy(&body)
+        );
+    }
+    Ok(units)
+}
+
+#[derive(Default)]
+struct Samples {
+    micros: Vec<u32>,
+    units: u64,
+    errors: u64,
+    first_error: Option<String>,
+}
+
+#[derive(Serialize)]
+struct OpResult {
+    op: &'static str,
+    requests: u64,
+    units: u64,
+    units_per_sec: f64,
+    requests_per_sec: f64,
+    p50_ms: f64,
+    p90_ms: f64,
+    p99_ms: f64,
+    max_ms: f64,
+    errors: u64,
+    first_error: Option<String>,
+}
+
+#[derive(Serialize)]
+struct Rss {
+    rss_mib: f64,
+    peak_mib: f64,
+}
+
+#[derive(Serialize)]
+struct ScenarioResult {
+    scenario: Scenario,
+    concurrency: usize,
+    secs: f64,
+    ops: Vec<OpResult>,
+    /// Extra figures of one-shot scenarios (export).
+    extra: Option<Value>,
+    rss: Option<Rss>,
+}
+
+fn percentile(sorted: &[u32], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1;
+    sorted[i] as f64 / 1000.0
+}
+
+fn summarise(op: &'static str, mut s: Samples, secs: f64) -> OpResult {
+    s.micros.sort_unstable();
+    let requests = s.micros.len() as u64;
+    OpResult {
+        op,
+        requests,
+        units: s.units,
+        units_per_sec: s.units as f64 / secs,
+        requests_per_sec: requests as f64 / secs,
+        p50_ms: percentile(&s.micros, 0.50),
+        p90_ms: percentile(&s.micros, 0.90),
+        p99_ms: percentile(&s.micros, 0.99),
+        max_ms: s.micros.last().map(|&m| m as f64 / 1000.0).unwrap_or(0.0),
+        errors: s.errors,
+        first_error: s.first_error,
+    }
+}
+
+/// Runs `scenario` with `concurrency` workers; requests finishing in the warm-up are not counted.
+async fn drive(
+    ctx: &Arc<Ctx>,
+    scenario: Scenario,
+    concurrency: usize,
+    warmup: Duration,
+    measure: Duration,
+) -> Result<ScenarioResult> {
+    let start = Instant::now();
+    let (from, until) = (start + warmup, start + warmup + measure);
+    let mut tasks = Vec::new();
+    for w in 0..concurrency {
+        let ctx = ctx.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut samples: BTreeMap<Op, Samples> = BTreeMap::new();
+            let mut n = w as u64;
+            loop {
+                let op = Op::pick(scenario, n);
+                n += concurrency as u64;
+                let t0 = Instant::now();
+                if t0 >= until {
+                    break;
+                }
+                let r = perform(&ctx, op, n).await;
+                let t1 = Instant::now();
+                if t0 < from || t1 > until {
+                    continue;
+                }
+                let s = samples.entry(op).or_default();
+                match r {
+                    Ok(units) => {
+                        s.micros.push(t1.duration_since(t0).as_micros() as u32);
+                        s.units += units;
+                    }
+                    Err(e) => {
+                        s.errors += 1;
+                        s.first_error.get_or_insert_with(|| e.to_string());
+                    }
+                }
+            }
+            samples
+        }));
+    }
+    let mut merged: BTreeMap<Op, Samples> = BTreeMap::new();
+    for t in tasks {
+        for (op, s) in t.await? {
+            let m = merged.entry(op).or_default();
+            m.micros.extend(s.micros);
+            m.units += s.units;
+            m.errors += s.errors;
+            if m.first_error.is_none() {
+                m.first_error = s.first_error;
+            }
+        }
+    }
+    let secs = measure.as_secs_f64();
+    Ok(ScenarioResult {
+        scenario,
+        concurrency,
+        secs,
+        ops: merged
+            .into_iter()
+            .map(|(op, s)| summarise(op.name(), s, secs))
+            .collect(),
+        extra: None,
+        rss: None,
+    })
+}
+
+/// One CSV export of the whole seeded tenant, polled to completion.
+async fn export(ctx: &Ctx) -> Result<ScenarioResult> {
+    let key = &ctx.seeded.audit.as_ref().context("audit tenant")?.key;
+    let t0 = Instant::now();
+    let resp = ctx
+        .client
+        .post(format!("{}/v1/audit/logs/export", ctx.url))
+        .bearer_auth(key)
+        .json(&json!({"format": "csv"}))
+        .send()
+        .await?;
+    let status = resp.status();
+    let v: Value = resp.json().await?;
+    if !status.is_success() {
+        bail!("export request: {status} {v}");
+    }
+    let id = v["data"]["export_id"]
+        .as_str()
+        .context("export_id")?
+        .to_string();
+    let done = loop {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let v: Value = ctx
+            .client
+            .get(format!("{}/v1/audit/logs/export/{id}", ctx.url))
+            .bearer_auth(key)
+            .send()
+            .await?
+            .json()
+            .await?;
+        match v["data"]["status"].as_str() {
+            Some("processing") => continue,
+            Some("completed") => break v["data"].clone(),
+            _ => return Err(anyhow!("export ended as {v}")),
+        }
+    };
+    let secs = t0.elapsed().as_secs_f64();
+    let records = done["records"].as_u64().unwrap_or(0);
+    let bytes = done["file_size"].as_u64().unwrap_or(0);
+    Ok(ScenarioResult {
+        scenario: Scenario::Export,
+        concurrency: 1,
+        secs,
+        ops: Vec::new(),
+        extra: Some(json!({
+            "records": records,
+            "file_bytes": bytes,
+            "rows_per_sec": records as f64 / secs,
+            "mib_per_sec": bytes as f64 / secs / 1_048_576.0,
+        })),
+        rss: None,
+    })
+}
+
+/// The HTTP limit: axum answering "hello" on its own 2-thread runtime, driven like the server.
+async fn hello(args: &Args) -> Result<ScenarioResult> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    listener.set_nonblocking(true)?;
+    let addr = listener.local_addr()?;
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build();
+        if let Ok(rt) = rt {
+            rt.block_on(async move {
+                let app = axum::Router::new().route("/", axum::routing::get(|| async { "hello" }));
+                if let Ok(l) = tokio::net::TcpListener::from_std(listener) {
+                    let _ = axum::serve(l, app).await;
+                }
+            });
+        }
+    });
+    let client = reqwest::Client::new();
+    let url = format!("http://{addr}/");
+    let start = Instant::now();
+    let (from, until) = (
+        start + Duration::from_secs(args.warmup_secs),
+        start + Duration::from_secs(args.warmup_secs + args.secs),
+    );
+    let mut tasks = Vec::new();
+    for _ in 0..args.concurrency {
+        let (client, url) = (client.clone(), url.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut s = Samples::default();
+            loop {
+                let t0 = Instant::now();
+                if t0 >= until {
+                    break;
+                }
+                let ok = match client.get(&url).send().await {
+                    Ok(r) => r.status().is_success() && r.bytes().await.is_ok(),
+                    Err(_) => false,
+                };
+                let t1 = Instant::now();
+                if t0 < from || t1 > until {
+                    continue;
+                }
+                if ok {
+                    s.micros.push(t1.duration_since(t0).as_micros() as u32);
+                    s.units += 1;
+                } else {
+                    s.errors += 1;
+                }
+            }
+            s
+        }));
+    }
+    let mut all = Samples::default();
+    for t in tasks {
+        let s = t.await?;
+        all.micros.extend(s.micros);
+        all.units += s.units;
+        all.errors += s.errors;
+    }
+    let secs = args.secs as f64;
+    Ok(ScenarioResult {
+        scenario: Scenario::Hello,
+        concurrency: args.concurrency,
+        secs,
+        ops: vec![summarise("GET / (axum hello)", all, secs)],
+        extra: None,
+        rss: None,
+    })
+}
+
+fn print_result(r: &ScenarioResult) {
+    println!(
+        "\n## {:?}  (concurrency {}, {:.1} s)",
+        r.scenario, r.concurrency, r.secs
+    );
+    if !r.ops.is_empty() {
+        println!(
+            "| {:<40} | {:>9} | {:>10} | {:>9} | {:>8} | {:>8} | {:>8} | {:>8} | {:>6} |",
+            "op", "requests", "units/s", "req/s", "p50 ms", "p90 ms", "p99 ms", "max ms", "errors"
+        );
+        println!("|{}|", "-".repeat(130));
+    }
+    for o in &r.ops {
+        println!(
+            "| {:<40} | {:>9} | {:>10.0} | {:>9.0} | {:>8.2} | {:>8.2} | {:>8.2} | {:>8.2} | {:>6} |",
+            o.op,
+            o.requests,
+            o.units_per_sec,
+            o.requests_per_sec,
+            o.p50_ms,
+            o.p90_ms,
+            o.p99_ms,
+            o.max_ms,
+            o.errors
+        );
+        if let Some(e) = &o.first_error {
+            println!("  first error: {e}");
+        }
+    }
+    if let Some(x) = &r.extra {
+        println!("{x}");
+    }
+    if let Some(m) = &r.rss {
+        println!(
+            "server RSS {:.0} MiB, peak {:.0} MiB",
+            m.rss_mib, m.peak_mib
+        );
+    }
+}
+
+fn git_commit() -> String {
+    Command::new("git")
+        .args(["rev-parse", "--short", "HEAD"])
+        .output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default()
+}
+
+fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_string())
+        })
+        .unwrap_or_default()
+}
