@@ -421,7 +421,27 @@ pub(crate) async fn stream_log(
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct IngestBody {
-    entries: Vec<Value>,
+    entries: Vec<IngestEntry>,
+}
+
+/// A parse error of an ingestion body, naming the entry as validation errors do
+/// (`entries[3]: http_status: invalid type ...`).
+fn ingest_parse_error(e: serde_path_to_error::Error<serde_json::Error>) -> ApiError {
+    let path = e.path().to_string();
+    let inner = e.into_inner();
+    if let Some((index, field)) = path
+        .strip_prefix("entries[")
+        .and_then(|rest| rest.split_once(']'))
+    {
+        let field = field.trim_start_matches('.');
+        let field = if field.is_empty() {
+            String::new()
+        } else {
+            format!("{field}: ")
+        };
+        return ApiError::bad_request(format!("entries[{index}]: {field}{inner}"));
+    }
+    ApiError::bad_request(format!("invalid JSON body: {inner}"))
 }
 
 #[derive(Deserialize)]
@@ -485,12 +505,19 @@ fn valid_action(a: &str) -> bool {
 
 /// `POST /admin/v1/audit/logs`: entries the gateway reports (gateway.chat, rag.query, ...),
 /// validated one by one, appended as one atomic group.
-#[utoipa::path(post, path = "/admin/v1/audit/logs", tag = "admin", security(("admin_token" = [])), 
+#[utoipa::path(post, path = "/admin/v1/audit/logs", tag = "admin", security(("admin_token" = [])), request_body = super::openapi::IngestRequest,
     responses((status = 200, description = "the ids of the entries", body = AdminEnvelope), (status = 400, description = "invalid request (4000)", body = ErrorEnvelope), (status = 401, description = "missing or wrong admin token (4010)", body = ErrorEnvelope)))]
 pub(crate) async fn ingest_audit(
     State(state): State<AppState>,
-    ApiJson(body): ApiJson<IngestBody>,
+    headers: axum::http::HeaderMap,
+    body: axum::body::Bytes,
 ) -> Result<Done<Value>, ApiError> {
+    // Parsed straight into typed entries (never a JSON tree first: that was a quarter of the
+    // ingestion CPU), with the path of a bad field kept to name its entry.
+    super::envelope::require_json(&headers)?;
+    let body: IngestBody =
+        serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_slice(&body))
+            .map_err(ingest_parse_error)?;
     if body.entries.is_empty() || body.entries.len() > MAX_INGEST_ENTRIES {
         return Err(ApiError::bad_request(format!(
             "entries must hold 1 to {MAX_INGEST_ENTRIES} entries"
@@ -500,10 +527,8 @@ pub(crate) async fn ingest_audit(
     let mut tenants: HashMap<Uuid, bool> = HashMap::new();
     let mut events = Vec::with_capacity(body.entries.len());
     let mut ids = Vec::with_capacity(body.entries.len());
-    for (i, raw) in body.entries.into_iter().enumerate() {
+    for (i, e) in body.entries.into_iter().enumerate() {
         let bad = |msg: String| ApiError::bad_request(format!("entries[{i}]: {msg}"));
-        let e: IngestEntry =
-            serde_path_to_error::deserialize(raw).map_err(|err| bad(err.to_string()))?;
         let known = match tenants.get(&e.tenant_id) {
             Some(k) => *k,
             None => {

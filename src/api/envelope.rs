@@ -105,6 +105,13 @@ pub fn parse_json_body<T: DeserializeOwned>(
     headers: &axum::http::HeaderMap,
     body: &[u8],
 ) -> Result<T, ApiError> {
+    require_json(headers)?;
+    serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
+}
+
+/// 415 unless the request says its body is JSON.
+pub fn require_json(headers: &axum::http::HeaderMap) -> Result<(), ApiError> {
     let is_json = headers
         .get(axum::http::header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -119,8 +126,7 @@ pub fn parse_json_body<T: DeserializeOwned>(
             "the body must be JSON sent with Content-Type: application/json",
         ));
     }
-    serde_json::from_slice(body)
-        .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
+    Ok(())
 }
 
 fn json_rejection(r: JsonRejection) -> ApiError {

@@ -65,6 +65,41 @@ pub struct AuditLogDetail {
     pub memory_results: Option<Vec<serde_json::Value>>,
 }
 
+/// One entry of `POST /admin/v1/audit/logs`; `tenant_id`, `action` and `http_status` are
+/// required. `created_at` defaults to now and may lie at most 5 minutes ahead.
+#[derive(Serialize, ToSchema)]
+pub struct IngestEntry {
+    pub tenant_id: String,
+    pub action: String,
+    pub created_at: Option<String>,
+    pub model_id: Option<String>,
+    pub project_id: Option<String>,
+    pub gateway_id: Option<String>,
+    pub ip_address: Option<String>,
+    pub user_agent: Option<String>,
+    pub http_status: u16,
+    pub error_code: Option<i64>,
+    pub error_msg: Option<String>,
+    pub duration: Option<f64>,
+    pub credits_consumed: Option<f64>,
+    pub balance_consumed_usd: Option<f64>,
+    pub is_cache_hit: Option<bool>,
+    pub tokens: Option<Tokens>,
+    pub metadata: Option<serde_json::Value>,
+    pub request_body: Option<serde_json::Value>,
+    pub response_body: Option<serde_json::Value>,
+    pub input_content: Option<serde_json::Value>,
+    pub output_content: Option<serde_json::Value>,
+    pub rag_query: Option<Vec<String>>,
+    pub rag_results: Option<Vec<serde_json::Value>>,
+}
+
+/// `POST /admin/v1/audit/logs`: 1 to 1,000 entries, appended atomically.
+#[derive(Serialize, ToSchema)]
+pub struct IngestRequest {
+    pub entries: Vec<IngestEntry>,
+}
+
 #[derive(Serialize, ToSchema)]
 pub struct AuditLogPage {
     pub logs: Vec<AuditLogEntry>,
