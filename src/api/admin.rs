@@ -513,11 +513,21 @@ pub(crate) async fn ingest_audit(
     body: axum::body::Bytes,
 ) -> Result<Done<Value>, ApiError> {
     // Parsed straight into typed entries (never a JSON tree first: that was a quarter of the
-    // ingestion CPU), with the path of a bad field kept to name its entry.
+    // ingestion CPU). Only a body that fails is parsed again with its path tracked, to name
+    // the entry: tracking costs a string per key.
     super::envelope::require_json(&headers)?;
-    let body: IngestBody =
-        serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_slice(&body))
-            .map_err(ingest_parse_error)?;
+    let body: IngestBody = match serde_json::from_slice(&body) {
+        Ok(b) => b,
+        Err(plain) => {
+            let tracked = serde_path_to_error::deserialize::<_, IngestBody>(
+                &mut serde_json::Deserializer::from_slice(&body),
+            );
+            return Err(match tracked {
+                Err(e) => ingest_parse_error(e),
+                Ok(_) => ApiError::bad_request(format!("invalid JSON body: {plain}")),
+            });
+        }
+    };
     if body.entries.is_empty() || body.entries.len() > MAX_INGEST_ENTRIES {
         return Err(ApiError::bad_request(format!(
             "entries must hold 1 to {MAX_INGEST_ENTRIES} entries"
