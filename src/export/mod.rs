@@ -58,7 +58,10 @@ fn json_row(entry: &AuditEntry, r: &AuditRef, with_chain: bool) -> Map<String, V
     let mut m = entry_json(entry, r, with_chain);
     if with_chain {
         m.insert("chain_index".into(), Value::from(r.chain_index));
-        m.insert("prev_hash".into(), Value::String(hex::encode(r.prev_hash)));
+        m.insert(
+            "prev_hash".into(),
+            Value::String(rows::hash_hex(&r.prev_hash)),
+        );
     } else {
         m.remove("hash");
     }
@@ -72,8 +75,10 @@ fn encode_rows(
     format: ExportFormat,
     with_chain: bool,
 ) -> Result<(Vec<u8>, u64), String> {
-    let mut buf = Vec::with_capacity(refs.len() * 400);
-    let mut csv = csv::WriterBuilder::new().from_writer(Vec::new());
+    // Rows are 300-400 bytes: sized once rather than grown by doubling.
+    let capacity = refs.len() * 400;
+    let mut buf = Vec::with_capacity(capacity);
+    let mut csv = csv::WriterBuilder::new().from_writer(Vec::with_capacity(capacity));
     let seqs: Vec<u64> = refs.iter().map(|r| r.seq).collect();
     let entries = state.log.audit_entries(&seqs).map_err(|e| e.to_string())?;
     for (i, (r, entry)) in refs.iter().zip(entries).enumerate() {
@@ -101,6 +106,38 @@ fn encode_rows(
         buf = csv.into_inner().map_err(|e| e.to_string())?;
     }
     Ok((buf, refs.len() as u64))
+}
+
+/// Starts the disk writing what is written so far, every 32 MiB, without waiting for it: the
+/// final sync of a 370 MB file then finds little left to write (it took a tenth of an export).
+fn start_writeback(
+    out: &mut HashingWriter<BufWriter<File>>,
+    flushed_to: &mut u64,
+) -> std::io::Result<()> {
+    const STEP: u64 = 32 << 20;
+    if out.bytes < *flushed_to + STEP {
+        return Ok(());
+    }
+    out.inner.flush()?;
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        let fd = out.inner.get_ref().as_raw_fd();
+        // SAFETY: fd is the open export file; the call only schedules its pages for writing.
+        let rc = unsafe {
+            libc::sync_file_range(
+                fd,
+                *flushed_to as libc::off64_t,
+                (out.bytes - *flushed_to) as libc::off64_t,
+                libc::SYNC_FILE_RANGE_WRITE,
+            )
+        };
+        if rc != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    *flushed_to = out.bytes;
+    Ok(())
 }
 
 /// Writes the export file; returns (records, bytes, blake3).
@@ -158,6 +195,7 @@ pub fn write_file(
         }
         ExportFormat::Json => out.write_all(b"[").map_err(io)?,
     }
+    let mut flushed_to = 0u64;
     for parts in encoded {
         for (bytes, n) in parts? {
             if n == 0 {
@@ -169,6 +207,7 @@ pub fn write_file(
             out.write_all(&bytes).map_err(io)?;
             written += n;
         }
+        start_writeback(&mut out, &mut flushed_to).map_err(io)?;
     }
     if view.format == ExportFormat::Json {
         out.write_all(b"]\n").map_err(io)?;

@@ -79,6 +79,12 @@ fn json_text<T: serde::Serialize>(v: &Option<T>) -> Cow<'static, str> {
     }
 }
 
+/// Lower-case hex of a hash. blake3's table-driven encoder: `hex::encode` builds the string a
+/// char at a time and was a tenth of an export's CPU.
+pub fn hash_hex(h: &[u8; 32]) -> String {
+    blake3::Hash::from_bytes(*h).to_hex().to_string()
+}
+
 /// The CSV cells of one entry, in [`columns`] order, straight from its fields: what
 /// [`uncell`] reads back into the values the list shows.
 pub fn csv_cells<'a>(e: &'a AuditEntry, r: &AuditRef, with_chain: bool) -> Vec<Cow<'a, str>> {
@@ -109,8 +115,8 @@ pub fn csv_cells<'a>(e: &'a AuditEntry, r: &AuditRef, with_chain: bool) -> Vec<C
     if with_chain {
         cells.extend([
             Cow::Owned(r.chain_index.to_string()),
-            Cow::Owned(hex::encode(r.prev_hash)),
-            Cow::Owned(hex::encode(r.hash)),
+            Cow::Owned(hash_hex(&r.prev_hash)),
+            Cow::Owned(hash_hex(&r.hash)),
         ]);
     }
     cells
