@@ -157,10 +157,7 @@ fn verify_dir(
         .context("creating a temporary copy")?;
     copy_dir(dir, tmp.path()).context("copying the data dir")?;
     // A cache larger than the log keeps sled from re-reading pages while it is scanned.
-    let db = sled::Config::new()
-        .path(tmp.path())
-        .cache_capacity(2 * 1024 * 1024 * 1024)
-        .open()
+    let db = crate::log::open_db_with_cache(tmp.path(), 2 * 1024 * 1024 * 1024)
         .context("opening the copy of the data dir")?;
     let tree = db.open_tree(LOG_TREE)?;
     let pb = super::progress(tree.len() as u64, "verifying");

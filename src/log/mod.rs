@@ -177,11 +177,32 @@ pub fn open_db(dir: &Path) -> Result<sled::Db, sled::Error> {
     open_db_with_cache(dir, 256 * 1024 * 1024)
 }
 
+/// Segment size of new data dirs: sled writes any page over a quarter segment as a file of its
+/// own, and a log leaf holds up to 16 records. An audited list response is 30-60 KB, so with
+/// sled's 512 KiB default nearly every leaf written was a separate blob file (thousands of
+/// files, an extra file creation on the append path); 8 MiB keeps leaves of such records
+/// inline.
+const SEGMENT_SIZE: usize = 8 << 20;
+
+/// The segment size a data dir was created with (sled refuses to open it with another), or
+/// [`SEGMENT_SIZE`] for a new one.
+fn segment_size(dir: &Path) -> usize {
+    std::fs::read(dir.join("conf"))
+        .ok()
+        .and_then(|conf| {
+            String::from_utf8_lossy(&conf)
+                .lines()
+                .find_map(|l| l.strip_prefix("segment_size: ")?.trim().parse().ok())
+        })
+        .unwrap_or(SEGMENT_SIZE)
+}
+
 /// Like [`open_db`] with another page cache size: one-off scans (replay) want the whole log
 /// in cache so sled never re-reads a page.
 pub fn open_db_with_cache(dir: &Path, cache_bytes: u64) -> Result<sled::Db, sled::Error> {
     sled::Config::new()
         .path(dir)
+        .segment_size(segment_size(dir))
         // The appender decides durability itself (flush + fdatasync per group); sled's own
         // background flusher stays as a backstop.
         .flush_every_ms(Some(500))
@@ -219,6 +240,24 @@ mod tests {
             },
             detail: Default::default(),
         }))
+    }
+
+    #[test]
+    fn data_dirs_reopen_with_the_segment_size_they_were_created_with() {
+        // A dir of an earlier build (sled's 512 KiB default) and a new one (8 MiB) both open.
+        let old = tempfile::tempdir().expect("tempdir");
+        let db = sled::Config::new().path(old.path()).open().expect("create");
+        db.insert(b"k", b"v".to_vec()).expect("insert");
+        db.flush().expect("flush");
+        drop(db);
+        assert_eq!(segment_size(old.path()), 512 * 1024);
+        let db = open_db(old.path()).expect("reopen an old dir");
+        assert_eq!(db.get(b"k").expect("get").as_deref(), Some(&b"v"[..]));
+
+        let new = tempfile::tempdir().expect("tempdir");
+        drop(open_db(new.path()).expect("create"));
+        assert_eq!(segment_size(new.path()), SEGMENT_SIZE);
+        assert!(open_db(new.path()).is_ok());
     }
 
     #[test]
