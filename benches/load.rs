@@ -154,6 +154,9 @@ async fn run(args: Args) -> Result<()> {
     seed_audit(&admin, &mut seeded, args.audit_entries, &state_file).await?;
     if args.scenarios.iter().any(|s| s.needs_memories()) {
         seed_memories(&admin, &mut seeded, args.memories, &state_file).await?;
+    } else if args.scenarios.contains(&Scenario::Create) {
+        // Creating needs the memory tenant, not the seeded memories.
+        seed_memories(&admin, &mut seeded, 0, &state_file).await?;
     }
 
     let ingest_bodies = match &seeded.ingest {
