@@ -237,7 +237,8 @@ impl Memories {
         self.mem().get(tenant).map(|t| t.live.len()).unwrap_or(0)
     }
 
-    /// Exact search over the tenant's vectors; hits with their memories, best first.
+    /// Search over the tenant's vectors (exact; through the quantised first pass from
+    /// `vector_table::FAST_MIN_ROWS` rows on); hits with their memories, best first.
     pub fn search(
         &self,
         tenant: &Uuid,
@@ -251,7 +252,7 @@ impl Memories {
             return Vec::new();
         };
         t.vectors
-            .search(query, memory_type, min_similarity, k)
+            .search_fast(query, memory_type, min_similarity, k)
             .into_iter()
             .filter_map(|h| t.live.get(&h.id).map(|m| (m.clone(), h)))
             .collect()
