@@ -42,6 +42,9 @@ enum Scenario {
     Export,
     /// An axum hello-world in this process at the same concurrency: the HTTP limit.
     Hello,
+    /// The embedding model alone, in this process, on the sentences `create` sends, in
+    /// batches of 32 (while the server idles): the limit memory creation is held to.
+    Embed,
 }
 
 impl Scenario {
@@ -189,6 +192,7 @@ async fn run(args: Args) -> Result<()> {
         let mut r = match scenario {
             Scenario::Export => export(&ctx).await?,
             Scenario::Hello => hello(&args).await?,
+            Scenario::Embed => embed_limit(&args, seeded.memories).await?,
             _ => {
                 drive(
                     &ctx,
@@ -938,6 +942,40 @@ async fn hello(args: &Args) -> Result<ScenarioResult> {
         extra: None,
         rss: None,
     })
+}
+
+/// The model's own throughput on `create`'s sentences, batches of 32, for `--secs`.
+async fn embed_limit(args: &Args, seeded: u64) -> Result<ScenarioResult> {
+    use auditmem::embed::{Embedder, MiniLm};
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("models/all-MiniLM-L6-v2");
+    let secs = args.secs;
+    tokio::task::spawn_blocking(move || {
+        let model = MiniLm::load(&dir).context("loading the model (bash .ci/setup)")?;
+        let mut s = Samples::default();
+        let until = Instant::now() + Duration::from_secs(secs);
+        let mut i = 0u64;
+        let started = Instant::now();
+        while Instant::now() < until {
+            let batch: Vec<String> = (i..i + 32)
+                .map(|j| format!("{} (load {j})", memory_text(seeded + j)))
+                .collect();
+            i += 32;
+            let t0 = Instant::now();
+            model.embed_batch(&batch)?;
+            s.micros.push(t0.elapsed().as_micros() as u32);
+            s.units += 32;
+        }
+        let elapsed = started.elapsed().as_secs_f64();
+        Ok(ScenarioResult {
+            scenario: Scenario::Embed,
+            concurrency: 1,
+            secs: elapsed,
+            ops: vec![summarise("embed batch of 32 (sentences/s)", s, elapsed)],
+            extra: None,
+            rss: None,
+        })
+    })
+    .await?
 }
 
 fn print_result(r: &ScenarioResult) {
