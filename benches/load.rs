@@ -307,21 +307,36 @@ struct Admin {
     token: String,
 }
 
+/// POSTs `body` and returns the `data` of a success envelope.
+async fn post_data(
+    client: &reqwest::Client,
+    url: String,
+    bearer: &str,
+    body: &Value,
+) -> Result<Value> {
+    let resp = client
+        .post(&url)
+        .bearer_auth(bearer)
+        .json(body)
+        .send()
+        .await?;
+    let status = resp.status();
+    let v: Value = resp.json().await?;
+    if !status.is_success() {
+        bail!("POST {url}: {status} {v}");
+    }
+    Ok(v["data"].clone())
+}
+
 impl Admin {
     async fn post(&self, path: &str, body: Value) -> Result<Value> {
-        let resp = self
-            .client
-            .post(format!("{}{path}", self.url))
-            .bearer_auth(&self.token)
-            .json(&body)
-            .send()
-            .await?;
-        let status = resp.status();
-        let v: Value = resp.json().await?;
-        if !status.is_success() {
-            bail!("POST {path}: {status} {v}");
-        }
-        Ok(v["data"].clone())
+        post_data(
+            &self.client,
+            format!("{}{path}", self.url),
+            &self.token,
+            &body,
+        )
+        .await
     }
 
     async fn tenant(&self, name: &str, plan: &str, permissions: &[&str]) -> Result<TenantKey> {
@@ -548,7 +563,7 @@ struct Ctx {
     started_micros: i64,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Op {
     Ingest,
     Create,
@@ -749,30 +764,34 @@ fn summarise(op: &'static str, mut s: Samples, secs: f64) -> OpResult {
     }
 }
 
-/// Runs `scenario` with `concurrency` workers; requests finishing in the warm-up are not counted.
-async fn drive(
-    ctx: &Arc<Ctx>,
-    scenario: Scenario,
+/// Runs `concurrency` workers, each calling `request(n)` for its `n`th turn until the time is
+/// up; requests finishing in the warm-up or after the end are not counted. `request` names the
+/// operation it performed and returns the units it carried.
+async fn run_workers<F, Fut>(
     concurrency: usize,
     warmup: Duration,
     measure: Duration,
-) -> Result<ScenarioResult> {
+    request: F,
+) -> Result<BTreeMap<&'static str, Samples>>
+where
+    F: Fn(u64) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = (&'static str, Result<u64>)> + Send,
+{
     let start = Instant::now();
     let (from, until) = (start + warmup, start + warmup + measure);
     let mut tasks = Vec::new();
     for w in 0..concurrency {
-        let ctx = ctx.clone();
+        let request = request.clone();
         tasks.push(tokio::spawn(async move {
-            let mut samples: BTreeMap<Op, Samples> = BTreeMap::new();
+            let mut samples: BTreeMap<&'static str, Samples> = BTreeMap::new();
             let mut n = w as u64;
             loop {
-                let op = Op::pick(scenario, n);
-                n += concurrency as u64;
                 let t0 = Instant::now();
                 if t0 >= until {
                     break;
                 }
-                let r = perform(&ctx, op, n).await;
+                let (op, r) = request(n).await;
+                n += concurrency as u64;
                 let t1 = Instant::now();
                 if t0 < from || t1 > until {
                     continue;
@@ -792,7 +811,7 @@ async fn drive(
             samples
         }));
     }
-    let mut merged: BTreeMap<Op, Samples> = BTreeMap::new();
+    let mut merged: BTreeMap<&'static str, Samples> = BTreeMap::new();
     for t in tasks {
         for (op, s) in t.await? {
             let m = merged.entry(op).or_default();
@@ -804,40 +823,56 @@ async fn drive(
             }
         }
     }
+    Ok(merged)
+}
+
+fn scenario_result(
+    scenario: Scenario,
+    concurrency: usize,
+    measure: Duration,
+    samples: BTreeMap<&'static str, Samples>,
+) -> ScenarioResult {
     let secs = measure.as_secs_f64();
-    Ok(ScenarioResult {
+    ScenarioResult {
         scenario,
         concurrency,
         secs,
-        ops: merged
+        ops: samples
             .into_iter()
-            .map(|(op, s)| summarise(op.name(), s, secs))
+            .map(|(op, s)| summarise(op, s, secs))
             .collect(),
         extra: None,
         rss: None,
+    }
+}
+
+/// Runs `scenario` against the server.
+async fn drive(
+    ctx: &Arc<Ctx>,
+    scenario: Scenario,
+    concurrency: usize,
+    warmup: Duration,
+    measure: Duration,
+) -> Result<ScenarioResult> {
+    let ctx = ctx.clone();
+    let samples = run_workers(concurrency, warmup, measure, move |n| {
+        let ctx = ctx.clone();
+        async move {
+            let op = Op::pick(scenario, n);
+            (op.name(), perform(&ctx, op, n).await)
+        }
     })
+    .await?;
+    Ok(scenario_result(scenario, concurrency, measure, samples))
 }
 
 /// One CSV export of the whole seeded tenant, polled to completion.
 async fn export(ctx: &Ctx) -> Result<ScenarioResult> {
     let key = &ctx.seeded.audit.as_ref().context("audit tenant")?.key;
     let t0 = Instant::now();
-    let resp = ctx
-        .client
-        .post(format!("{}/v1/audit/logs/export", ctx.url))
-        .bearer_auth(key)
-        .json(&json!({"format": "csv"}))
-        .send()
-        .await?;
-    let status = resp.status();
-    let v: Value = resp.json().await?;
-    if !status.is_success() {
-        bail!("export request: {status} {v}");
-    }
-    let id = v["data"]["export_id"]
-        .as_str()
-        .context("export_id")?
-        .to_string();
+    let url = format!("{}/v1/audit/logs/export", ctx.url);
+    let v = post_data(&ctx.client, url, key, &json!({"format": "csv"})).await?;
+    let id = v["export_id"].as_str().context("export_id")?.to_string();
     let done = loop {
         tokio::time::sleep(Duration::from_millis(20)).await;
         let v: Value = ctx
@@ -893,55 +928,30 @@ async fn hello(args: &Args) -> Result<ScenarioResult> {
     });
     let client = reqwest::Client::new();
     let url = format!("http://{addr}/");
-    let start = Instant::now();
-    let (from, until) = (
-        start + Duration::from_secs(args.warmup_secs),
-        start + Duration::from_secs(args.warmup_secs + args.secs),
-    );
-    let mut tasks = Vec::new();
-    for _ in 0..args.concurrency {
-        let (client, url) = (client.clone(), url.clone());
-        tasks.push(tokio::spawn(async move {
-            let mut s = Samples::default();
-            loop {
-                let t0 = Instant::now();
-                if t0 >= until {
-                    break;
-                }
-                let ok = match client.get(&url).send().await {
-                    Ok(r) => r.status().is_success() && r.bytes().await.is_ok(),
-                    Err(_) => false,
+    let measure = Duration::from_secs(args.secs);
+    let samples = run_workers(
+        args.concurrency,
+        Duration::from_secs(args.warmup_secs),
+        measure,
+        move |_| {
+            let (client, url) = (client.clone(), url.clone());
+            async move {
+                let r = async {
+                    let resp = client.get(&url).send().await?.error_for_status()?;
+                    resp.bytes().await?;
+                    Ok(1)
                 };
-                let t1 = Instant::now();
-                if t0 < from || t1 > until {
-                    continue;
-                }
-                if ok {
-                    s.micros.push(t1.duration_since(t0).as_micros() as u32);
-                    s.units += 1;
-                } else {
-                    s.errors += 1;
-                }
+                ("GET / (axum hello)", r.await)
             }
-            s
-        }));
-    }
-    let mut all = Samples::default();
-    for t in tasks {
-        let s = t.await?;
-        all.micros.extend(s.micros);
-        all.units += s.units;
-        all.errors += s.errors;
-    }
-    let secs = args.secs as f64;
-    Ok(ScenarioResult {
-        scenario: Scenario::Hello,
-        concurrency: args.concurrency,
-        secs,
-        ops: vec![summarise("GET / (axum hello)", all, secs)],
-        extra: None,
-        rss: None,
-    })
+        },
+    )
+    .await?;
+    Ok(scenario_result(
+        Scenario::Hello,
+        args.concurrency,
+        measure,
+        samples,
+    ))
 }
 
 /// The model's own throughput on `create`'s sentences, batches of 32, for `--secs`.
