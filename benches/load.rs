@@ -45,6 +45,9 @@ enum Scenario {
     /// The embedding model alone, in this process, on the sentences `create` sends, in
     /// batches of 32 (while the server idles): the limit memory creation is held to.
     Embed,
+    /// This machine's limits, in this process: synced 4 KiB writes in the data dir's
+    /// filesystem, blake3, sled inserts and iteration, a memory scan.
+    Limits,
 }
 
 impl Scenario {
@@ -193,6 +196,10 @@ async fn run(args: Args) -> Result<()> {
             Scenario::Export => export(&ctx).await?,
             Scenario::Hello => hello(&args).await?,
             Scenario::Embed => embed_limit(&args, seeded.memories).await?,
+            Scenario::Limits => {
+                let dir = args.dir.clone();
+                tokio::task::spawn_blocking(move || limits(&dir)).await??
+            }
             _ => {
                 drive(
                     &ctx,
@@ -986,6 +993,78 @@ async fn embed_limit(args: &Args, seeded: u64) -> Result<ScenarioResult> {
         })
     })
     .await?
+}
+
+/// The physical limits every figure is compared with, measured here and now.
+fn limits(dir: &Path) -> Result<ScenarioResult> {
+    use std::io::Write;
+    let scratch = tempfile::tempdir_in(dir)?;
+    // Synced 4 KiB appends: what one durable group commit costs at least.
+    let mut f = std::fs::File::create(scratch.path().join("fsync"))?;
+    let page = [7u8; 4096];
+    let mut sync = Samples::default();
+    let t = Instant::now();
+    for _ in 0..2000 {
+        let t0 = Instant::now();
+        f.write_all(&page)?;
+        f.sync_data()?;
+        sync.micros.push(t0.elapsed().as_micros() as u32);
+        sync.units += 1;
+    }
+    let sync_secs = t.elapsed().as_secs_f64();
+    // blake3 over 256 MiB, one thread (the appender hashes on one).
+    let buf = vec![1u8; 256 << 20];
+    let t = Instant::now();
+    let h = blake3::hash(&buf);
+    let blake3_gib = 0.25 / t.elapsed().as_secs_f64();
+    // A single-pass f32 scan with independent accumulators: the bandwidth a vector scan gets.
+    let floats: Vec<f32> = buf.chunks_exact(4).map(|c| f32::from(c[0])).collect();
+    let t = Instant::now();
+    let mut acc = [0f32; 8];
+    for c in floats.chunks_exact(8) {
+        for i in 0..8 {
+            acc[i] += c[i];
+        }
+    }
+    let scan_gib = 0.25 / t.elapsed().as_secs_f64();
+    drop(buf);
+    // sled: 200,000 values of 342 bytes (an audit record) in batches of 128, then one scan.
+    let db = auditmem::log::open_db(&scratch.path().join("sled"))?;
+    let tree = db.open_tree("limits")?;
+    let value = vec![3u8; 342];
+    let t = Instant::now();
+    for chunk in (0..200_000u64).collect::<Vec<_>>().chunks(128) {
+        let mut batch = sled::Batch::default();
+        for k in chunk {
+            batch.insert(&k.to_be_bytes(), value.clone());
+        }
+        tree.apply_batch(batch)?;
+    }
+    let insert_per_sec = 200_000.0 / t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    let n = tree.iter().count();
+    let iter_per_sec = n as f64 / t.elapsed().as_secs_f64();
+    let mut ops = vec![summarise(
+        "synced 4 KiB write (write + fdatasync)",
+        sync,
+        sync_secs,
+    )];
+    ops[0].units_per_sec = ops[0].requests_per_sec;
+    Ok(ScenarioResult {
+        scenario: Scenario::Limits,
+        concurrency: 1,
+        secs: sync_secs,
+        ops,
+        extra: Some(json!({
+            "blake3_gib_per_sec_one_thread": blake3_gib,
+            "f32_scan_gib_per_sec_one_thread": scan_gib,
+            "sled_batched_inserts_per_sec": insert_per_sec,
+            "sled_iterated_records_per_sec": iter_per_sec,
+            // Printed so the work above cannot be optimised away.
+            "checksum": format!("{}/{}", &h.to_hex()[..8], acc.iter().sum::<f32>()),
+        })),
+        rss: None,
+    })
 }
 
 fn print_result(r: &ScenarioResult) {
