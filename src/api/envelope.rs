@@ -51,22 +51,24 @@ struct DataEnvelope<T> {
 
 impl<T: Serialize> IntoResponse for Data<T> {
     fn into_response(self) -> Response {
-        let body = DataEnvelope {
-            success: true,
-            data: self.0,
-        };
-        json_response(StatusCode::OK, &body)
+        data_response(StatusCode::OK, self.0)
     }
 }
 
 impl<T: Serialize> IntoResponse for Created<T> {
     fn into_response(self) -> Response {
-        let body = DataEnvelope {
-            success: true,
-            data: self.0,
-        };
-        json_response(StatusCode::CREATED, &body)
+        data_response(StatusCode::CREATED, self.0)
     }
+}
+
+fn data_response<T: Serialize>(status: StatusCode, data: T) -> Response {
+    json_response(
+        status,
+        &DataEnvelope {
+            success: true,
+            data,
+        },
+    )
 }
 
 /// Serialises straight to bytes: going through a `serde_json::Value` first (what `json!`
