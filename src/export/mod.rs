@@ -77,8 +77,17 @@ fn encode_rows(
 ) -> Result<(Vec<u8>, u64), String> {
     // Rows are 300-400 bytes: sized once rather than grown by doubling.
     let capacity = refs.len() * 400;
-    let mut buf = Vec::with_capacity(capacity);
-    let mut csv = csv::WriterBuilder::new().from_writer(Vec::with_capacity(capacity));
+    let mut buf = Vec::with_capacity(if format == ExportFormat::Json {
+        capacity
+    } else {
+        0
+    });
+    let mut csv =
+        csv::WriterBuilder::new().from_writer(Vec::with_capacity(if format == ExportFormat::Csv {
+            capacity
+        } else {
+            0
+        }));
     let seqs: Vec<u64> = refs.iter().map(|r| r.seq).collect();
     let entries = state.log.audit_entries(&seqs).map_err(|e| e.to_string())?;
     for (i, (r, entry)) in refs.iter().zip(entries).enumerate() {
