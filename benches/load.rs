@@ -521,9 +521,24 @@ async fn seed_memories(admin: &Admin, seeded: &mut Seeded, want: u64, file: &Pat
     let pb = indicatif::ProgressBar::new(want - seeded.memories);
     pb.set_message("seeding memories (embedding each)");
     let next = Arc::new(AtomicU64::new(seeded.memories));
+    let done = Arc::new(AtomicU64::new(seeded.memories));
+    // Seeding takes half an hour: record progress every 10 s, so an interrupted run resumes
+    // about where it stopped (at most the requests in flight are sent twice).
+    let ticker = {
+        let (done, file, mut snapshot) = (done.clone(), file.to_path_buf(), seeded.clone());
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_secs(10)).await;
+                snapshot.memories = done.load(Ordering::Relaxed);
+                if let Err(e) = save(&file, &snapshot) {
+                    eprintln!("recording seeding progress: {e}");
+                }
+            }
+        })
+    };
     let mut tasks = Vec::new();
     for _ in 0..32 {
-        let (next, pb, key) = (next.clone(), pb.clone(), key.clone());
+        let (next, done, pb, key) = (next.clone(), done.clone(), pb.clone(), key.clone());
         let (client, url) = (admin.client.clone(), admin.url.clone());
         tasks.push(tokio::spawn(async move {
             loop {
@@ -543,6 +558,7 @@ async fn seed_memories(admin: &Admin, seeded: &mut Seeded, want: u64, file: &Pat
                 if !resp.status().is_success() {
                     bail!("seeding memory {i}: {}", resp.status());
                 }
+                done.fetch_add(1, Ordering::Relaxed);
                 pb.inc(1);
             }
         }));
@@ -550,6 +566,7 @@ async fn seed_memories(admin: &Admin, seeded: &mut Seeded, want: u64, file: &Pat
     for t in tasks {
         t.await??;
     }
+    ticker.abort();
     pb.finish_and_clear();
     seeded.memories = want;
     save(file, seeded)
