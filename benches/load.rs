@@ -1061,12 +1061,11 @@ fn limits(dir: &Path) -> Result<ScenarioResult> {
     let t = Instant::now();
     let n = tree.iter().count();
     let iter_per_sec = n as f64 / t.elapsed().as_secs_f64();
-    let mut ops = vec![summarise(
+    let ops = vec![summarise(
         "synced 4 KiB write (write + fdatasync)",
         sync,
         sync_secs,
     )];
-    ops[0].units_per_sec = ops[0].requests_per_sec;
     Ok(ScenarioResult {
         scenario: Scenario::Limits,
         concurrency: 1,

@@ -323,45 +323,52 @@ pub(crate) async fn get_log(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    #[test]
-    fn list_items_serialise_as_the_entry_fields_do() {
+    /// An entry with every kind of cell (text needing CSV quoting, nulls, nested objects,
+    /// small floats) and its ref; shared with the export rows' tests.
+    pub(crate) fn sample() -> (AuditEntry, AuditRef) {
         let entry = AuditEntry {
             id: Uuid::now_v7(),
             action: "gateway.chat".into(),
-            model_id: Some("m".into()),
+            model_id: Some("m, \"quoted\"".into()),
             project_id: None,
-            gateway_id: Some("g".into()),
+            gateway_id: Some("g\nline".into()),
             ip_address: Some("10.0.0.1".into()),
             user_agent: None,
-            http_status: 503,
+            http_status: 429,
             is_success: false,
             is_cache_hit: true,
-            error_code: Some(5030),
-            error_msg: Some("down".into()),
-            duration: Some(12.5),
-            credits_consumed: 1.0,
-            balance_consumed_usd: 0.001,
+            error_code: Some(4290),
+            error_msg: Some("slow down".into()),
+            duration: Some(100.0),
+            credits_consumed: 0.25,
+            balance_consumed_usd: 1e-7,
             tokens: Some(auditmem_projections::Tokens {
                 prompt_tokens: 1,
                 completion_tokens: 2,
                 total_tokens: 3,
             }),
-            metadata: Some(json!({"team": "a"})),
+            metadata: Some(json!({"b": [1, 2.5], "a": null})),
             created_at: 1_700_000_000_123_000,
         };
         let r = AuditRef {
             id: entry.id,
-            seq: 1,
+            seq: 7,
             tenant_id: Uuid::now_v7(),
             created_at: entry.created_at,
-            action_key: 0,
-            chain_index: 1,
-            hash: [5; 32],
-            prev_hash: [0; 32],
+            action_key: 1,
+            chain_index: 3,
+            hash: [7; 32],
+            prev_hash: [9; 32],
         };
+        (entry, r)
+    }
+
+    #[test]
+    fn list_items_serialise_as_the_entry_fields_do() {
+        let (entry, r) = sample();
         for show_hash in [true, false] {
             let view = serde_json::to_value(EntryView::new(&entry, &r, show_hash)).expect("json");
             assert_eq!(view, Value::Object(entry_json(&entry, &r, show_hash)));

@@ -175,44 +175,10 @@ pub fn parse(bytes: &[u8]) -> Result<Vec<Map<String, Value>>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use uuid::Uuid;
 
     #[test]
     fn csv_cells_read_back_as_the_values_the_list_shows() {
-        let mut entry = AuditEntry {
-            id: Uuid::now_v7(),
-            action: "gateway.chat".into(),
-            model_id: Some("m, \"quoted\"".into()),
-            project_id: None,
-            gateway_id: Some("g\nline".into()),
-            ip_address: Some("10.0.0.1".into()),
-            user_agent: None,
-            http_status: 429,
-            is_success: false,
-            is_cache_hit: true,
-            error_code: Some(4290),
-            error_msg: Some("slow down".into()),
-            duration: Some(100.0),
-            credits_consumed: 0.25,
-            balance_consumed_usd: 1e-7,
-            tokens: Some(auditmem_projections::Tokens {
-                prompt_tokens: 1,
-                completion_tokens: 2,
-                total_tokens: 3,
-            }),
-            metadata: Some(serde_json::json!({"b": [1, 2.5], "a": null})),
-            created_at: 1_700_000_000_123_000,
-        };
-        let r = AuditRef {
-            id: entry.id,
-            seq: 7,
-            tenant_id: Uuid::now_v7(),
-            created_at: entry.created_at,
-            action_key: 1,
-            chain_index: 3,
-            hash: [7; 32],
-            prev_hash: [9; 32],
-        };
+        let (mut entry, r) = crate::api::audit::tests::sample();
         for with_chain in [true, false] {
             let mut want = crate::api::audit::entry_json(&entry, &r, true);
             want.insert("chain_index".into(), Value::from(3));

@@ -98,12 +98,10 @@ impl LogReader {
     /// The tenant and entry of the audit event at `seq` (`None` for another event), its
     /// detail left undecoded: what lists and exports show.
     pub fn audit_entry(&self, seq: u64) -> Result<Option<(Uuid, AuditEntry)>, LogError> {
-        let Some(v) = self.tree.get(record::seq_key(seq))? else {
-            return Ok(None);
-        };
-        let undecodable = |why: String| LogError::Undecodable { seq, why };
-        let r = RecordRef::decode(&v).map_err(|e| undecodable(e.to_string()))?;
-        Event::decode_audit_entry(r.event).map_err(|e| undecodable(e.to_string()))
+        match self.tree.get(record::seq_key(seq))? {
+            Some(v) => audit_entry_of(seq, &v),
+            None => Ok(None),
+        }
     }
 
     /// [`LogReader::audit_entry`] for ascending `seqs`, in their order. Where they lie densely
@@ -131,11 +129,7 @@ impl LogReader {
                 out.push(None);
             }
             if wanted.next_if_eq(&seq).is_some() {
-                let undecodable = |why: String| LogError::Undecodable { seq, why };
-                let r = RecordRef::decode(&v).map_err(|e| undecodable(e.to_string()))?;
-                out.push(
-                    Event::decode_audit_entry(r.event).map_err(|e| undecodable(e.to_string()))?,
-                );
+                out.push(audit_entry_of(seq, &v)?);
             }
         }
         out.extend(wanted.map(|_| None));
@@ -163,6 +157,13 @@ impl LogReader {
             Ok((record::seq_from_key(&k).unwrap_or(0), v))
         })
     }
+}
+
+/// The tenant and entry of the stored record `value` at `seq`, if it holds an audit event.
+fn audit_entry_of(seq: u64, value: &[u8]) -> Result<Option<(Uuid, AuditEntry)>, LogError> {
+    let undecodable = |why: String| LogError::Undecodable { seq, why };
+    let r = RecordRef::decode(value).map_err(|e| undecodable(e.to_string()))?;
+    Event::decode_audit_entry(r.event).map_err(|e| undecodable(e.to_string()))
 }
 
 /// Opens the sled database of a data dir with the settings the service uses.
@@ -216,28 +217,13 @@ mod tests {
     use auditmem_projections::{AuditRecorded, CreditsConsumed};
 
     fn audit(tenant: Uuid, n: u64) -> Event {
+        let (mut entry, _) = crate::api::audit::tests::sample();
+        entry.id = Uuid::now_v7();
+        entry.action = format!("gateway.chat{n}");
+        entry.created_at = n as i64;
         Event::AuditRecorded(Box::new(AuditRecorded {
             tenant_id: tenant,
-            entry: AuditEntry {
-                id: Uuid::now_v7(),
-                action: format!("gateway.chat{n}"),
-                model_id: None,
-                project_id: None,
-                gateway_id: None,
-                ip_address: None,
-                user_agent: None,
-                http_status: 200,
-                is_success: true,
-                is_cache_hit: false,
-                error_code: None,
-                error_msg: None,
-                duration: Some(n as f64),
-                credits_consumed: 0.0,
-                balance_consumed_usd: 0.0,
-                tokens: None,
-                metadata: None,
-                created_at: n as i64,
-            },
+            entry,
             detail: Default::default(),
         }))
     }
