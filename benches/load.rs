@@ -169,11 +169,7 @@ async fn run(args: Args) -> Result<()> {
         Some(t) => (0..64u64)
             .map(|b| {
                 let entries: Vec<Value> = (0..args.batch as u64)
-                    .map(|i| {
-                        let mut e = gateway_entry(&t.id, b * 1000 + i, 0);
-                        e.as_object_mut().map(|o| o.remove("created_at"));
-                        e
-                    })
+                    .map(|i| gateway_entry(&t.id, b * 1000 + i, None))
                     .collect();
                 serde_json::to_vec(&json!({ "entries": entries })).map(axum::body::Bytes::from)
             })
@@ -370,15 +366,13 @@ fn save(state_file: &Path, seeded: &Seeded) -> Result<()> {
     Ok(())
 }
 
-/// A gateway-style entry, as the platform would forward it.
-fn gateway_entry(tenant: &str, i: u64, created_at: i64) -> Value {
+/// A gateway-style entry, as the platform would forward it (dated now without `created_at`).
+fn gateway_entry(tenant: &str, i: u64, created_at: Option<i64>) -> Value {
     let prompt = 50 + (i * 7919) % 2000;
     let completion = 10 + (i * 104_729) % 800;
-    json!({
+    let mut entry = json!({
         "tenant_id": tenant,
         "action": ACTIONS[(i % ACTIONS.len() as u64) as usize],
-        "created_at": chrono::DateTime::from_timestamp_micros(created_at)
-            .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)),
         "model_id": if i % 3 == 0 { "gpt-4o-mini" } else { "claude-sonnet" },
         "project_id": format!("proj-{}", i % 17),
         "ip_address": format!("10.0.{}.{}", (i / 256) % 256, i % 256),
@@ -388,7 +382,11 @@ fn gateway_entry(tenant: &str, i: u64, created_at: i64) -> Value {
         "credits_consumed": ((prompt + completion) as f64) / 1000.0,
         "tokens": {"prompt_tokens": prompt, "completion_tokens": completion,
                    "total_tokens": prompt + completion},
-    })
+    });
+    if let Some(at) = created_at {
+        entry["created_at"] = json!(time_param(at));
+    }
+    entry
 }
 
 async fn seed_audit(admin: &Admin, seeded: &mut Seeded, want: u64, file: &Path) -> Result<()> {
@@ -438,7 +436,7 @@ async fn seed_audit(admin: &Admin, seeded: &mut Seeded, want: u64, file: &Path) 
                 let entries: Vec<Value> = (start..end)
                     .map(|i| {
                         let at = now - (want - i) as i64 * step;
-                        gateway_entry(&tenant, i, at)
+                        gateway_entry(&tenant, i, Some(at))
                     })
                     .collect();
                 admin

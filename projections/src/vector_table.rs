@@ -94,12 +94,12 @@ fn quantize(v: &[f32], out: &mut [i8]) -> f32 {
     scale
 }
 
-/// Integer dot product of two int8 rows, sixteen independent lanes (vectorised by the compiler;
-/// 127 * 127 * 384 fits an i32 many times over).
+/// Integer dot product of an int8 row with the quantised query (held as i16, the width the
+/// products are taken at), sixteen independent lanes.
 #[inline(always)]
-fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
+fn dot_i8(row: &[i8], query: &[i16]) -> i32 {
     let mut acc = [0i32; 16];
-    let (ca, cb) = (a.chunks_exact(16), b.chunks_exact(16));
+    let (ca, cb) = (row.chunks_exact(16), query.chunks_exact(16));
     let (ra, rb) = (ca.remainder(), cb.remainder());
     for (x, y) in ca.zip(cb) {
         for i in 0..16 {
@@ -158,30 +158,6 @@ const MIN_CANDIDATES: usize = 100;
 /// the exact score would keep.
 const MIN_SIMILARITY_SLACK: f32 = 0.02;
 
-/// A first-pass candidate: approximate final score and row; min-heap order (worst on top).
-#[derive(Clone, Copy, PartialEq)]
-struct Candidate {
-    key: f32,
-    row: usize,
-}
-
-impl Eq for Candidate {}
-
-impl PartialOrd for Candidate {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl Ord for Candidate {
-    fn cmp(&self, other: &Self) -> Ordering {
-        other
-            .key
-            .total_cmp(&self.key)
-            .then_with(|| self.row.cmp(&other.row))
-    }
-}
-
 /// Keeps the best `k` of what is pushed (the heap's top is the worst kept).
 fn keep_best<T: Ord>(heap: &mut BinaryHeap<T>, item: T, k: usize) {
     if heap.len() < k {
@@ -190,6 +166,28 @@ fn keep_best<T: Ord>(heap: &mut BinaryHeap<T>, item: T, k: usize) {
         heap.pop();
         heap.push(item);
     }
+}
+
+/// The best `k` over rows `0..n`, `scan` scoring a range of rows: on all cores in
+/// [`PAR_ROWS`] ranges from two of them on, else on this thread.
+fn best_of_rows<T: Ord + Send>(
+    n: usize,
+    k: usize,
+    scan: impl Fn(std::ops::Range<usize>) -> BinaryHeap<T> + Sync,
+) -> BinaryHeap<T> {
+    if n < 2 * PAR_ROWS {
+        return scan(0..n);
+    }
+    let starts: Vec<usize> = (0..n).step_by(PAR_ROWS).collect();
+    starts
+        .par_iter()
+        .map(|&s| scan(s..(s + PAR_ROWS).min(n)))
+        .reduce(BinaryHeap::new, |mut a, b| {
+            for h in b {
+                keep_best(&mut a, h, k);
+            }
+            a
+        })
 }
 
 impl VectorTable {
@@ -312,25 +310,14 @@ impl VectorTable {
             return Vec::new();
         }
         let n = self.ids.len();
-        let heap = if n < 2 * PAR_ROWS {
-            self.scan(0..n, query, filter, min_similarity, k)
-        } else {
-            let starts: Vec<usize> = (0..n).step_by(PAR_ROWS).collect();
-            starts
-                .par_iter()
-                .map(|&s| self.scan(s..(s + PAR_ROWS).min(n), query, filter, min_similarity, k))
-                .reduce(BinaryHeap::new, |mut a, b| {
-                    for h in b {
-                        keep_best(&mut a, h, k);
-                    }
-                    a
-                })
-        };
+        let heap = best_of_rows(n, k, |rows| {
+            self.scan(rows, query, filter, min_similarity, k)
+        });
         // Min-heap order sorted ascending is best first.
         heap.into_sorted_vec()
     }
 
-    /// First pass over the int8 rows: the best `n` rows by approximate final score, with
+    /// First pass over the int8 rows: the best `n` rows as hits with approximate scores, with
     /// `dot` the integer dot product of a row with the quantised query.
     #[inline(always)]
     fn scan_quantized_with(
@@ -341,7 +328,7 @@ impl VectorTable {
         filter: Option<MemoryType>,
         min: f32,
         n: usize,
-    ) -> BinaryHeap<Candidate> {
+    ) -> BinaryHeap<Hit> {
         let mut heap = BinaryHeap::with_capacity(n + 1);
         for r in rows {
             if filter.is_some_and(|t| self.types[r] != t) {
@@ -352,8 +339,12 @@ impl VectorTable {
             if score < min {
                 continue;
             }
-            let key = SIMILARITY_WEIGHT * score + IMPORTANCE_WEIGHT * self.importance[r];
-            keep_best(&mut heap, Candidate { key, row: r }, n);
+            let hit = Hit {
+                id: self.ids[r],
+                score,
+                final_score: SIMILARITY_WEIGHT * score + IMPORTANCE_WEIGHT * self.importance[r],
+            };
+            keep_best(&mut heap, hit, n);
         }
         heap
     }
@@ -363,38 +354,48 @@ impl VectorTable {
     fn scan_quantized_avx2(
         &self,
         rows: std::ops::Range<usize>,
-        query: &[i8],
+        query: &[i16],
         query_scale: f32,
         filter: Option<MemoryType>,
         min: f32,
         n: usize,
-    ) -> BinaryHeap<Candidate> {
-        let wide: Vec<i16> = query.iter().map(|&q| i16::from(q)).collect();
-        self.scan_quantized_with(
-            rows,
-            |row| dot_i8_i16_avx2(row, &wide),
-            query_scale,
-            filter,
-            min,
-            n,
-        )
+    ) -> BinaryHeap<Hit> {
+        let dot = |row: &[i8]| dot_i8_i16_avx2(row, query);
+        self.scan_quantized_with(rows, dot, query_scale, filter, min, n)
     }
 
     fn scan_quantized(
         &self,
         rows: std::ops::Range<usize>,
-        query: &[i8],
+        query: &[i16],
         query_scale: f32,
         filter: Option<MemoryType>,
         min: f32,
         n: usize,
-    ) -> BinaryHeap<Candidate> {
+    ) -> BinaryHeap<Hit> {
         #[cfg(target_arch = "x86_64")]
         if std::arch::is_x86_feature_detected!("avx2") {
             // SAFETY: the CPU was just found to support AVX2.
             return unsafe { self.scan_quantized_avx2(rows, query, query_scale, filter, min, n) };
         }
         self.scan_quantized_with(rows, |row| dot_i8(row, query), query_scale, filter, min, n)
+    }
+
+    /// The first pass of [`Self::search_fast`]: the best `n` rows by approximate final score
+    /// among those whose approximate cosine is at least `min`.
+    fn first_pass(
+        &self,
+        query: &[f32],
+        filter: Option<MemoryType>,
+        min: f32,
+        n: usize,
+    ) -> BinaryHeap<Hit> {
+        let mut q = vec![0i8; self.dim];
+        let q_scale = quantize(query, &mut q);
+        let wide: Vec<i16> = q.iter().map(|&v| i16::from(v)).collect();
+        best_of_rows(self.ids.len(), n, |rows| {
+            self.scan_quantized(rows, &wide, q_scale, filter, min, n)
+        })
     }
 
     /// Top-k like [`Self::search`], through a quantised first pass on large tables: every
@@ -410,33 +411,22 @@ impl VectorTable {
         min_similarity: f32,
         k: usize,
     ) -> Vec<Hit> {
-        let n = self.ids.len();
-        if n < FAST_MIN_ROWS || k == 0 || query.len() != self.dim {
+        if self.ids.len() < FAST_MIN_ROWS || k == 0 || query.len() != self.dim {
             return self.search(query, filter, min_similarity, k);
         }
-        let mut q = vec![0i8; self.dim];
-        let q_scale = quantize(query, &mut q);
         let want = (k * CANDIDATES_PER_HIT).max(MIN_CANDIDATES);
         let min = min_similarity - MIN_SIMILARITY_SLACK;
-        let starts: Vec<usize> = (0..n).step_by(PAR_ROWS).collect();
-        let candidates = starts
-            .par_iter()
-            .map(|&s| self.scan_quantized(s..(s + PAR_ROWS).min(n), &q, q_scale, filter, min, want))
-            .reduce(BinaryHeap::new, |mut a, b| {
-                for c in b {
-                    keep_best(&mut a, c, want);
-                }
-                a
-            });
         let mut heap = BinaryHeap::with_capacity(k + 1);
-        for c in candidates {
-            let r = c.row;
+        for c in self.first_pass(query, filter, min, want) {
+            let Some(&r) = self.pos.get(&c.id) else {
+                continue;
+            };
             let score = dot(&self.data[r * self.dim..(r + 1) * self.dim], query);
             if score < min_similarity {
                 continue;
             }
             let hit = Hit {
-                id: self.ids[r],
+                id: c.id,
                 score,
                 final_score: SIMILARITY_WEIGHT * score + IMPORTANCE_WEIGHT * self.importance[r],
             };
@@ -548,6 +538,26 @@ mod tests {
             found as f64 / total as f64 >= 0.99,
             "recall {found}/{total}"
         );
+        // The first pass alone already holds each exact top 5 among its candidates (so the
+        // recall above is its doing, not a fallback's), and the int8 copy matches the f32 rows
+        // after the updates and removals.
+        for q in &queries {
+            let candidates: Vec<Uuid> = t
+                .first_pass(q, None, -1.0, MIN_CANDIDATES)
+                .into_iter()
+                .map(|h| h.id)
+                .collect();
+            assert_eq!(candidates.len(), MIN_CANDIDATES);
+            for h in t.search(q, None, 0.0, 5) {
+                assert!(candidates.contains(&h.id), "{} missing", h.id);
+            }
+        }
+        let mut row = vec![0i8; t.dim];
+        for r in 0..t.len() {
+            let scale = quantize(&t.data[r * t.dim..(r + 1) * t.dim], &mut row);
+            assert_eq!(scale, t.scales[r]);
+            assert_eq!(&row[..], &t.quant[r * t.dim..(r + 1) * t.dim]);
+        }
         // The updated row is found with its new vector.
         assert_eq!(
             t.search_fast(queries.last().expect("query"), None, 0.0, 1)[0].id,
@@ -569,16 +579,15 @@ mod tests {
             let mut a: Vec<i8> = (0..len).map(|_| byte()).collect();
             let b: Vec<i8> = (0..len).map(|_| byte()).collect();
             a[0] = -128;
-            let plain = dot_i8(&a, &b);
+            let wide: Vec<i16> = b.iter().map(|&q| i16::from(q)).collect();
             let naive: i32 = a
                 .iter()
                 .zip(&b)
                 .map(|(p, q)| i32::from(*p) * i32::from(*q))
                 .sum();
-            assert_eq!(plain, naive);
+            assert_eq!(dot_i8(&a, &wide), naive);
             #[cfg(target_arch = "x86_64")]
             if std::arch::is_x86_feature_detected!("avx2") {
-                let wide: Vec<i16> = b.iter().map(|&q| i16::from(q)).collect();
                 // SAFETY: AVX2 was just detected.
                 assert_eq!(unsafe { dot_i8_i16_avx2(&a, &wide) }, naive);
             }

@@ -82,7 +82,7 @@ pub fn entry_json(entry: &AuditEntry, r: &AuditRef, show_hash: bool) -> Map<Stri
     m.insert(
         "hash".into(),
         if show_hash {
-            Value::String(crate::export::rows::hash_hex(&r.hash))
+            Value::String(auditmem_projections::audit_view::hash_hex(&r.hash))
         } else {
             Value::Null
         },
@@ -136,7 +136,7 @@ impl<'a> EntryView<'a> {
             tokens: &e.tokens,
             metadata: &e.metadata,
             created_at: auditmem_projections::audit_view::format_time(e.created_at),
-            hash: show_hash.then(|| crate::export::rows::hash_hex(&r.hash)),
+            hash: show_hash.then(|| auditmem_projections::audit_view::hash_hex(&r.hash)),
         }
     }
 }

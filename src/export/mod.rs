@@ -60,7 +60,7 @@ fn json_row(entry: &AuditEntry, r: &AuditRef, with_chain: bool) -> Map<String, V
         m.insert("chain_index".into(), Value::from(r.chain_index));
         m.insert(
             "prev_hash".into(),
-            Value::String(rows::hash_hex(&r.prev_hash)),
+            Value::String(auditmem_projections::audit_view::hash_hex(&r.prev_hash)),
         );
     } else {
         m.remove("hash");

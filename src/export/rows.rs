@@ -8,7 +8,7 @@
 use std::borrow::Cow;
 
 use auditmem_projections::audit_index::AuditRef;
-use auditmem_projections::audit_view::format_time;
+use auditmem_projections::audit_view::{format_time, hash_hex};
 use auditmem_projections::AuditEntry;
 use serde_json::{Map, Value};
 
@@ -77,12 +77,6 @@ fn json_text<T: serde::Serialize>(v: &Option<T>) -> Cow<'static, str> {
         Some(v) => Cow::Owned(serde_json::to_string(v).unwrap_or_default()),
         None => Cow::Borrowed(""),
     }
-}
-
-/// Lower-case hex of a hash. blake3's table-driven encoder: `hex::encode` builds the string a
-/// char at a time and was a tenth of an export's CPU.
-pub fn hash_hex(h: &[u8; 32]) -> String {
-    blake3::Hash::from_bytes(*h).to_hex().to_string()
 }
 
 /// The CSV cells of one entry, in [`columns`] order, straight from its fields: what
