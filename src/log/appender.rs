@@ -334,17 +334,17 @@ fn apply_loop(
                 }
             }
         }
-        let mut head = None;
-        for job in batch {
-            head = Some(job.head);
-            for (sub, outcome) in job.group.into_iter().zip(job.outcomes) {
-                let _ = sub.reply.send(Ok(outcome));
-            }
-        }
-        if let Some(head) = head {
+        // The head moves before any caller hears back: a caller's next request must see its
+        // own write in the head (a list's cursor snapshot is taken from it).
+        if let Some(head) = batch.last().map(|j| j.head) {
             let _ = head_tx.send(head);
             if let Ok(mut s) = progress.seq.lock() {
                 *s = head.seq;
+            }
+        }
+        for job in batch {
+            for (sub, outcome) in job.group.into_iter().zip(job.outcomes) {
+                let _ = sub.reply.send(Ok(outcome));
             }
         }
         progress.moved.notify_all();
