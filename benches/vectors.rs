@@ -90,22 +90,35 @@ fn search(c: &mut Criterion) {
     );
 }
 
+/// The in-process embedder (our forward pass) next to candle's `BertModel` on the same
+/// weights: a batch of 64 sentences, and one search-sized query.
 fn embed(c: &mut Criterion) {
+    use auditmem::embed::{CandleMiniLm, Embedder, MiniLm};
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("models/all-MiniLM-L6-v2");
-    let Ok(model) = auditmem::embed::MiniLm::load(&dir) else {
+    let (Ok(ours), Ok(candle)) = (MiniLm::load(&dir), CandleMiniLm::load(&dir)) else {
         eprintln!("model not installed (bash .ci/setup): skipping the embedder bench");
         return;
     };
-    use auditmem::embed::Embedder;
     let sentences: Vec<String> = (0..64)
         .map(|i| format!("The quick brown fox number {i} jumps over the lazy dog today"))
         .collect();
+    let query =
+        vec!["Which programming language does the user prefer for backend services?".to_string()];
+    let models: [(&str, &dyn Embedder); 2] = [("minilm", &ours), ("candle", &candle)];
     let mut g = c.benchmark_group("embed");
     g.sample_size(10).measurement_time(Duration::from_secs(10));
     g.throughput(Throughput::Elements(64));
-    g.bench_function("minilm_batch_64", |b| {
-        b.iter(|| model.embed_batch(&sentences))
-    });
+    for (name, model) in models {
+        g.bench_function(format!("{name}_batch_64"), |b| {
+            b.iter(|| model.embed_batch(&sentences))
+        });
+    }
+    g.throughput(Throughput::Elements(1));
+    for (name, model) in models {
+        g.bench_function(format!("{name}_query"), |b| {
+            b.iter(|| model.embed_batch(&query))
+        });
+    }
     g.finish();
 }
 

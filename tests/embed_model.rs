@@ -145,3 +145,43 @@ fn throughput_report() {
         (64 * rounds) as f64 / secs
     );
 }
+
+/// The service's forward pass (our kernels, unpadded) against candle's
+/// `BertModel` (padded, masked) on the same weights: every component of every
+/// vector within 1e-5, alone and in a mixed-length batch, including a text
+/// past the 256-token truncation.
+#[test]
+fn own_forward_pass_equals_candles() {
+    let dir = std::env::var_os("AUDITMEM_MODEL_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("models/all-MiniLM-L6-v2"));
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(dir);
+    let reference = match auditmem::embed::CandleMiniLm::load(&dir) {
+        Ok(m) => m,
+        Err(e) => panic!("{e}"),
+    };
+    let long = "the audit log keeps every call and its answer ".repeat(40);
+    let texts: Vec<String> = [
+        "The cat sits on the mat",
+        "",
+        "I prefer dark mode in every editor I use, and I never want light themes.",
+        "ok",
+        long.as_str(),
+        "Ünïcödé, emoji 🚀 and numbers 12345 mixed together.",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let ours = model().embed_batch(&texts).unwrap();
+    let theirs = reference.embed_batch(&texts).unwrap();
+    assert_eq!(ours.len(), texts.len());
+    for ((text, a), b) in texts.iter().zip(&ours).zip(&theirs) {
+        assert_eq!(a.len(), 384);
+        let max_diff = a
+            .iter()
+            .zip(b)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0.0f32, f32::max);
+        assert!(max_diff < 1e-5, "{:.40}: max diff {max_diff}", text);
+    }
+}

@@ -6,11 +6,13 @@
 //! Every vector that leaves this module is L2-normalised, so cosine
 //! similarity is a plain dot product for callers.
 
+mod bert;
+mod kernels;
 mod minilm;
 mod openai;
 mod service;
 
-pub use minilm::{MiniLm, MINILM_DIM, MINILM_MAX_TOKENS, MINILM_MODEL_ID};
+pub use minilm::{CandleMiniLm, MiniLm, MINILM_DIM, MINILM_MAX_TOKENS, MINILM_MODEL_ID};
 pub use openai::{OpenAiEmbedConfig, OpenAiEmbedder};
 pub use service::{EmbedService, EmbedServiceConfig};
 
