@@ -1,17 +1,24 @@
 //! The memory store and its vector table, folded from `MemoryCreated`, `MemoryUpdated`,
 //! `MemoryDeleted` and `MemoriesDeletedByType`.
 //!
-//! Tree `proj_memories`: `m|memory_id` → [`StoredMemory`] (content, type, importance, times,
-//! the model, the seq of the event holding its current vector, the seqs of every event that
-//! changed it, and `deleted_at` once deleted: a deleted memory answers nothing but its
-//! history). In memory, per tenant: the live memories, their order (newest first) overall and
-//! per type, and the [`VectorTable`].
+//! In memory: every memory ever created with its current [`StoredMemory`] (content, type,
+//! importance, times, the model, the seq of the event holding its current vector, the seqs of
+//! every event that changed it, and `deleted_at` once deleted: a deleted memory answers nothing
+//! but its history), and per tenant the order of its live memories (newest first) overall and
+//! per type, and its [`VectorTable`].
+//!
+//! Tree `proj_memories` persists the states in blocks: each `apply` writes the states it
+//! changed as `b|last seq|part` → up to [`BLOCK_STATES`] states, one sled value per few
+//! hundred memories instead of one per memory (a sled insert costs ~10 µs here, as much as
+//! the whole budget of a replayed event). Opening reads the blocks in order, later states
+//! replacing earlier ones. A block whose states were all superseded is removed in the batch
+//! that superseded the last; one that falls below a quarter current has its current states
+//! carried into the batch being written, so the tree stays within 4x of the live data.
+//! (Trees written by older builds hold one `m|id` key per memory; they are read as the
+//! oldest states and removed as their memories change.)
 //!
 //! The vector itself is not copied into the tree: it stays in its log record, like an audit
 //! entry, and is read from there (through a [`VectorSource`]) when the table is rebuilt at open.
-//! A stored memory is ~250 bytes instead of ~1.8 KB, and sled's cost grows with the bytes it
-//! moves: its leaf nodes are cloned and re-serialized as they fill (replaying 100,000 memory
-//! events went from 30k to 51k events/s, `memories_100k/replay`).
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{RwLock, RwLockReadGuard};
@@ -27,6 +34,10 @@ use crate::vector_table::{Hit, VectorTable};
 use crate::FastMap;
 
 pub const TREE: &str = "proj_memories";
+
+/// States per block value: ~250 bytes each, so a block stays well below sled's large-value
+/// threshold while a replay writes a few hundred values per 100,000 memories.
+const BLOCK_STATES: usize = 256;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct StoredMemory {
@@ -77,9 +88,46 @@ impl From<&StoredMemory> for MemoryView {
     }
 }
 
+/// A block: the seq of the last event of the batch that wrote it, and its part number.
+type BlockId = (u64, u32);
+
+fn block_key((seq, part): BlockId) -> Vec<u8> {
+    prefixed(b'b', &[&seq.to_be_bytes(), &part.to_be_bytes()])
+}
+
+fn block_id(key: &[u8]) -> Result<BlockId> {
+    match key {
+        [b'b', rest @ ..] if rest.len() == 12 => {
+            let (seq, part) = rest.split_at(8);
+            let seq = u64::from_be_bytes(seq.try_into().unwrap_or_default());
+            let part = u32::from_be_bytes(part.try_into().unwrap_or_default());
+            Ok((seq, part))
+        }
+        _ => Err(corrupt(TREE, format!("block key of {} bytes", key.len()))),
+    }
+}
+
+/// Where a memory's current state is persisted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Home {
+    /// An `m|id` key of an older build.
+    Single,
+    Block(BlockId),
+}
+
+struct Kept {
+    m: StoredMemory,
+    home: Home,
+}
+
+/// What a block holds: the ids written into it, and how many of them still live there.
+struct BlockUse {
+    members: Vec<Uuid>,
+    current: usize,
+}
+
 #[derive(Default)]
 struct TenantMemories {
-    live: HashMap<Uuid, MemoryView>,
     order: BTreeSet<(i64, Uuid)>,
     by_type: HashMap<MemoryType, BTreeSet<(i64, Uuid)>>,
     vectors: VectorTable,
@@ -87,18 +135,14 @@ struct TenantMemories {
 
 impl TenantMemories {
     /// Puts a live memory; `vector` is its new vector, or `None` when it did not change.
+    /// Creation time and type never change, so a memory already listed keeps its places.
     fn put(&mut self, m: &StoredMemory, vector: Option<&[f32]>) {
-        if let Some(old) = self.live.get(&m.id) {
-            self.order.remove(&(old.created_at, old.id));
-            if let Some(s) = self.by_type.get_mut(&old.memory_type) {
-                s.remove(&(old.created_at, old.id));
-            }
+        if self.order.insert((m.created_at, m.id)) {
+            self.by_type
+                .entry(m.memory_type)
+                .or_default()
+                .insert((m.created_at, m.id));
         }
-        self.order.insert((m.created_at, m.id));
-        self.by_type
-            .entry(m.memory_type)
-            .or_default()
-            .insert((m.created_at, m.id));
         match vector {
             Some(v) => {
                 self.vectors
@@ -106,46 +150,101 @@ impl TenantMemories {
             }
             None => self.vectors.set_importance(&m.id, m.importance as f32),
         }
-        self.live.insert(m.id, MemoryView::from(m));
     }
 
-    fn drop_memory(&mut self, id: &Uuid) {
-        if let Some(old) = self.live.remove(id) {
-            self.order.remove(&(old.created_at, old.id));
-            if let Some(s) = self.by_type.get_mut(&old.memory_type) {
-                s.remove(&(old.created_at, old.id));
+    fn drop_memory(&mut self, m: &StoredMemory) {
+        if self.order.remove(&(m.created_at, m.id)) {
+            if let Some(s) = self.by_type.get_mut(&m.memory_type) {
+                s.remove(&(m.created_at, m.id));
             }
-            self.vectors.remove(id);
+            self.vectors.remove(&m.id);
         }
+    }
+}
+
+#[derive(Default)]
+struct State {
+    /// Every memory ever created, deleted ones too (their history stays readable).
+    all: FastMap<Uuid, Kept>,
+    blocks: FastMap<BlockId, BlockUse>,
+    tenants: HashMap<Uuid, TenantMemories>,
+}
+
+impl State {
+    fn live(&self, tenant: &Uuid, id: &Uuid) -> Option<&StoredMemory> {
+        self.all
+            .get(id)
+            .map(|k| &k.m)
+            .filter(|m| m.tenant_id == *tenant && m.deleted_at.is_none())
     }
 }
 
 pub struct Memories {
     tree: sled::Tree,
-    mem: RwLock<HashMap<Uuid, TenantMemories>>,
+    state: RwLock<State>,
 }
 
 fn dec(bytes: &[u8]) -> Result<StoredMemory> {
     rmp_serde::from_slice(bytes).map_err(|e| corrupt(TREE, format!("memory: {e}")))
 }
 
-fn enc(m: &StoredMemory) -> Vec<u8> {
-    // A plain struct of strings, numbers and bytes: encoding into a Vec cannot fail.
-    rmp_serde::to_vec_named(m).unwrap_or_default()
+fn dec_block(bytes: &[u8]) -> Result<Vec<StoredMemory>> {
+    rmp_serde::from_slice(bytes).map_err(|e| corrupt(TREE, format!("memory block: {e}")))
+}
+
+fn enc_block(states: &[&StoredMemory]) -> Vec<u8> {
+    // Plain structs of strings, numbers and bytes: encoding into a Vec cannot fail.
+    rmp_serde::to_vec_named(states).unwrap_or_default()
 }
 
 impl Memories {
     pub fn open(db: &sled::Db, vectors: VectorSource<'_>) -> Result<Self> {
         let tree = db.open_tree(TREE)?;
-        let mut live = Vec::new();
+        let mut state = State::default();
         for kv in tree.scan_prefix([b'm']) {
             let (_, v) = kv?;
             let m = dec(&v)?;
-            if m.deleted_at.is_none() {
-                live.push(m);
+            state.all.insert(
+                m.id,
+                Kept {
+                    m,
+                    home: Home::Single,
+                },
+            );
+        }
+        // Keys sort by seq, so a later state of a memory replaces an earlier one.
+        for kv in tree.scan_prefix([b'b']) {
+            let (k, v) = kv?;
+            let block = block_id(&k)?;
+            let states = dec_block(&v)?;
+            let mut members = Vec::with_capacity(states.len());
+            for m in states {
+                members.push(m.id);
+                let home = Home::Block(block);
+                state.all.insert(m.id, Kept { m, home });
+            }
+            state.blocks.insert(
+                block,
+                BlockUse {
+                    members,
+                    current: 0,
+                },
+            );
+        }
+        for kept in state.all.values() {
+            if let Home::Block(b) = kept.home {
+                if let Some(u) = state.blocks.get_mut(&b) {
+                    u.current += 1;
+                }
             }
         }
         // Reading the vectors back from the log is random reads and decoding: on every core.
+        let live: Vec<&StoredMemory> = state
+            .all
+            .values()
+            .map(|k| &k.m)
+            .filter(|m| m.deleted_at.is_none())
+            .collect();
         let found: Vec<Result<Vec<f32>>> = live
             .par_iter()
             .map(|m| {
@@ -168,31 +267,29 @@ impl Memories {
                 }
             })
             .collect();
-        let mut mem: HashMap<Uuid, TenantMemories> = HashMap::new();
+        let mut tenants: HashMap<Uuid, TenantMemories> = HashMap::new();
         for (m, v) in live.iter().zip(found) {
-            mem.entry(m.tenant_id).or_default().put(m, Some(&v?));
+            tenants.entry(m.tenant_id).or_default().put(m, Some(&v?));
         }
+        state.tenants = tenants;
         Ok(Self {
             tree,
-            mem: RwLock::new(mem),
+            state: RwLock::new(state),
         })
     }
 
-    fn mem(&self) -> RwLockReadGuard<'_, HashMap<Uuid, TenantMemories>> {
-        self.mem.read().unwrap_or_else(|p| p.into_inner())
+    fn state(&self) -> RwLockReadGuard<'_, State> {
+        self.state.read().unwrap_or_else(|p| p.into_inner())
     }
 
     /// A live memory of the tenant.
     pub fn get(&self, tenant: &Uuid, id: &Uuid) -> Option<MemoryView> {
-        self.mem().get(tenant).and_then(|t| t.live.get(id).cloned())
+        self.state().live(tenant, id).map(MemoryView::from)
     }
 
     /// The stored record, live or deleted, of any tenant (history reads it).
     pub fn stored(&self, id: &Uuid) -> Result<Option<StoredMemory>> {
-        self.tree
-            .get(prefixed(b'm', &[id.as_bytes()]))?
-            .map(|v| dec(&v))
-            .transpose()
+        Ok(self.state().all.get(id).map(|k| k.m.clone()))
     }
 
     /// Newest first; returns (total, page).
@@ -203,8 +300,8 @@ impl Memories {
         offset: usize,
         limit: usize,
     ) -> (usize, Vec<MemoryView>) {
-        let mem = self.mem();
-        let Some(t) = mem.get(tenant) else {
+        let state = self.state();
+        let Some(t) = state.tenants.get(tenant) else {
             return (0, Vec::new());
         };
         let set = match memory_type {
@@ -219,14 +316,15 @@ impl Memories {
             .rev()
             .skip(offset)
             .take(limit)
-            .filter_map(|(_, id)| t.live.get(id).cloned())
+            .filter_map(|(_, id)| state.live(tenant, id).map(MemoryView::from))
             .collect();
         (set.len(), page)
     }
 
     /// Ids of the tenant's live memories of a type.
     pub fn ids_of_type(&self, tenant: &Uuid, memory_type: MemoryType) -> Vec<Uuid> {
-        self.mem()
+        self.state()
+            .tenants
             .get(tenant)
             .and_then(|t| t.by_type.get(&memory_type))
             .map(|s| s.iter().map(|(_, id)| *id).collect())
@@ -234,7 +332,11 @@ impl Memories {
     }
 
     pub fn count(&self, tenant: &Uuid) -> usize {
-        self.mem().get(tenant).map(|t| t.live.len()).unwrap_or(0)
+        self.state()
+            .tenants
+            .get(tenant)
+            .map(|t| t.order.len())
+            .unwrap_or(0)
     }
 
     /// Search over the tenant's vectors (exact; through the quantised first pass from
@@ -247,14 +349,14 @@ impl Memories {
         min_similarity: f32,
         k: usize,
     ) -> Vec<(MemoryView, Hit)> {
-        let mem = self.mem();
-        let Some(t) = mem.get(tenant) else {
+        let state = self.state();
+        let Some(t) = state.tenants.get(tenant) else {
             return Vec::new();
         };
         t.vectors
             .search_fast(query, memory_type, min_similarity, k)
             .into_iter()
-            .filter_map(|h| t.live.get(&h.id).map(|m| (m.clone(), h)))
+            .filter_map(|h| state.live(tenant, &h.id).map(|m| (MemoryView::from(m), h)))
             .collect()
     }
 
@@ -265,67 +367,65 @@ impl Memories {
         query: &[f32],
         memory_type: Option<MemoryType>,
     ) -> Option<(Uuid, f32)> {
-        let mem = self.mem();
-        let t = mem.get(tenant)?;
+        let state = self.state();
+        let t = state.tenants.get(tenant)?;
         // Similarity alone: importance must not decide what counts as a duplicate.
         t.vectors.most_similar(query, memory_type)
     }
 
-    /// Folds one event; `finals` keeps the latest state of each memory the batch touched (what
-    /// the in-memory view takes once the batch landed), `vectors` which event holds each
-    /// touched memory's new vector.
+    /// Folds one event into `finals`, the latest state of each memory the batch touched (what
+    /// the stored and in-memory state take once the batch landed); `vectors` records which
+    /// event holds each touched memory's new vector. Reads only memory: `all` is the state
+    /// before the batch.
     fn fold(
-        ov: &mut Overlay<'_>,
+        all: &FastMap<Uuid, Kept>,
         finals: &mut FastMap<Uuid, StoredMemory>,
         vectors: &mut FastMap<Uuid, u64>,
         a: &Applied<'_>,
-    ) -> Result<()> {
-        let mut update =
-            |ov: &mut Overlay<'_>, id: &Uuid, f: &mut dyn FnMut(&mut StoredMemory)| -> Result<()> {
-                let key = prefixed(b'm', &[id.as_bytes()]);
-                let current = match finals.get(id) {
-                    Some(m) => Some(m.clone()),
-                    None => ov.get(&key)?.map(|bytes| dec(&bytes)).transpose()?,
-                };
-                if let Some(mut m) = current {
-                    if m.deleted_at.is_some() {
-                        return Ok(());
-                    }
-                    f(&mut m);
-                    if m.versions.last() != Some(&a.seq) {
-                        m.versions.push(a.seq);
-                    }
-                    ov.insert(key, enc(&m));
-                    finals.insert(*id, m);
-                }
-                Ok(())
+    ) {
+        // Applies `f` to the memory's latest state unless it is deleted or unknown.
+        let update = |finals: &mut FastMap<Uuid, StoredMemory>,
+                      id: &Uuid,
+                      f: &mut dyn FnMut(&mut StoredMemory)| {
+            let current = match finals.get_mut(id) {
+                Some(m) => m,
+                None => match all.get(id) {
+                    Some(k) => finals.entry(*id).or_insert_with(|| k.m.clone()),
+                    None => return,
+                },
             };
+            if current.deleted_at.is_some() {
+                return;
+            }
+            f(current);
+            if current.versions.last() != Some(&a.seq) {
+                current.versions.push(a.seq);
+            }
+        };
         match a.event {
-            Event::MemoryCreated(e) => {
-                let key = prefixed(b'm', &[e.memory_id.as_bytes()]);
-                if ov.get(&key)?.is_none() {
-                    let m = StoredMemory {
-                        id: e.memory_id,
-                        tenant_id: e.tenant_id,
-                        content: e.content.clone(),
-                        memory_type: e.memory_type,
-                        importance: e.importance,
-                        created_at: e.created_at,
-                        updated_at: e.created_at,
-                        model: e.model.clone(),
-                        vector: Vec::new(),
-                        versions: vec![a.seq],
-                        deleted_at: None,
-                        vector_seq: a.seq,
-                    };
-                    ov.insert(key, enc(&m));
-                    finals.insert(e.memory_id, m);
-                    vectors.insert(e.memory_id, a.seq);
-                }
+            Event::MemoryCreated(e)
+                if !all.contains_key(&e.memory_id) && !finals.contains_key(&e.memory_id) =>
+            {
+                let m = StoredMemory {
+                    id: e.memory_id,
+                    tenant_id: e.tenant_id,
+                    content: e.content.clone(),
+                    memory_type: e.memory_type,
+                    importance: e.importance,
+                    created_at: e.created_at,
+                    updated_at: e.created_at,
+                    model: e.model.clone(),
+                    vector: Vec::new(),
+                    versions: vec![a.seq],
+                    deleted_at: None,
+                    vector_seq: a.seq,
+                };
+                finals.insert(e.memory_id, m);
+                vectors.insert(e.memory_id, a.seq);
             }
             Event::MemoryUpdated(e) => {
                 let mut new_vector = false;
-                update(ov, &e.memory_id, &mut |m| {
+                update(finals, &e.memory_id, &mut |m| {
                     if let Some(c) = &e.content {
                         m.content = c.clone();
                     }
@@ -339,22 +439,116 @@ impl Memories {
                         new_vector = true;
                     }
                     m.updated_at = e.updated_at;
-                })?;
+                });
                 if new_vector {
                     vectors.insert(e.memory_id, a.seq);
                 }
             }
-            Event::MemoryDeleted(e) => {
-                update(ov, &e.memory_id, &mut |m| m.deleted_at = Some(e.deleted_at))?
-            }
+            Event::MemoryDeleted(e) => update(finals, &e.memory_id, &mut |m| {
+                m.deleted_at = Some(e.deleted_at)
+            }),
             Event::MemoriesDeletedByType(e) => {
                 for id in &e.memory_ids {
-                    update(ov, id, &mut |m| m.deleted_at = Some(e.deleted_at))?;
+                    update(finals, id, &mut |m| m.deleted_at = Some(e.deleted_at));
                 }
             }
             _ => {}
         }
-        Ok(())
+    }
+
+    /// Plans the blocks of a batch into `ov`: the changed states (`finals`) and any carried by
+    /// compaction go into new blocks at `last`; blocks left without a current state are
+    /// removed, as are the `m|id` keys of changed older-build records. Returns the moves for
+    /// [`Plan::land`], once the batch is stored.
+    fn plan(
+        state: &State,
+        finals: &FastMap<Uuid, StoredMemory>,
+        last: u64,
+        ov: &mut Overlay<'_>,
+    ) -> Plan {
+        // How many current states leave each block.
+        let mut leaving: FastMap<BlockId, usize> = FastMap::default();
+        for id in finals.keys() {
+            match state.all.get(id).map(|k| k.home) {
+                Some(Home::Block(b)) => *leaving.entry(b).or_default() += 1,
+                Some(Home::Single) => ov.remove(prefixed(b'm', &[id.as_bytes()])),
+                None => {}
+            }
+        }
+        // Compaction: a block dropping below a quarter current hands over the rest.
+        let mut carried: Vec<Uuid> = Vec::new();
+        let mut emptied = Vec::new();
+        for (&b, &n) in &leaving {
+            let Some(u) = state.blocks.get(&b) else {
+                continue;
+            };
+            let left = u.current.saturating_sub(n);
+            if left > 0 && left * 4 < u.members.len() {
+                carried.extend(u.members.iter().filter(|id| {
+                    !finals.contains_key(id)
+                        && state.all.get(id).map(|k| k.home) == Some(Home::Block(b))
+                }));
+                emptied.push(b);
+            } else if left == 0 {
+                emptied.push(b);
+            }
+        }
+        for &b in &emptied {
+            ov.remove(block_key(b));
+        }
+        let states: Vec<&StoredMemory> = finals
+            .values()
+            .chain(
+                carried
+                    .iter()
+                    .filter_map(|id| state.all.get(id).map(|k| &k.m)),
+            )
+            .collect();
+        let mut written = Vec::new();
+        for (part, chunk) in states.chunks(BLOCK_STATES).enumerate() {
+            let b = (last, part as u32);
+            ov.insert(block_key(b), enc_block(chunk));
+            written.push((b, chunk.iter().map(|m| m.id).collect::<Vec<_>>()));
+        }
+        Plan {
+            leaving,
+            emptied,
+            written,
+        }
+    }
+}
+
+/// The block moves of one batch, applied to memory once the batch is stored.
+struct Plan {
+    leaving: FastMap<BlockId, usize>,
+    emptied: Vec<BlockId>,
+    written: Vec<(BlockId, Vec<Uuid>)>,
+}
+
+impl Plan {
+    fn land(self, state: &mut State) {
+        for (b, n) in self.leaving {
+            if let Some(u) = state.blocks.get_mut(&b) {
+                u.current = u.current.saturating_sub(n);
+            }
+        }
+        for b in self.emptied {
+            state.blocks.remove(&b);
+        }
+        for (b, members) in self.written {
+            for id in &members {
+                if let Some(k) = state.all.get_mut(id) {
+                    k.home = Home::Block(b);
+                }
+            }
+            state.blocks.insert(
+                b,
+                BlockUse {
+                    current: members.len(),
+                    members,
+                },
+            );
+        }
     }
 }
 
@@ -380,18 +574,27 @@ impl Projection for Memories {
     fn apply(&self, events: &[Applied<'_>]) -> Result<()> {
         let mut finals: FastMap<Uuid, StoredMemory> = FastMap::default();
         let mut new_vectors: FastMap<Uuid, u64> = FastMap::default();
-        let Some((ov, last)) = fold_new(&self.tree, TREE, events, |ov, a| {
-            Self::fold(ov, &mut finals, &mut new_vectors, a)
-        })?
-        else {
-            return Ok(());
+        // `apply` is the only writer, so the state read here is still current when the batch
+        // lands below.
+        let (ov, last, plan) = {
+            let state = self.state();
+            let Some((mut ov, last)) = fold_new(&self.tree, TREE, events, |_, a| {
+                Self::fold(&state.all, &mut finals, &mut new_vectors, a);
+                Ok(())
+            })?
+            else {
+                return Ok(());
+            };
+            let plan = Self::plan(&state, &finals, last, &mut ov);
+            (ov, last, plan)
         };
         ov.commit(last)?;
-        let mut mem = self.mem.write().unwrap_or_else(|p| p.into_inner());
+        let mut guard = self.state.write().unwrap_or_else(|p| p.into_inner());
+        let state = &mut *guard;
         for m in finals.into_values() {
-            let t = mem.entry(m.tenant_id).or_default();
+            let t = state.tenants.entry(m.tenant_id).or_default();
             if m.deleted_at.is_some() {
-                t.drop_memory(&m.id);
+                t.drop_memory(&m);
             } else {
                 let vector = new_vectors
                     .get(&m.id)
@@ -399,13 +602,18 @@ impl Projection for Memories {
                     .map(vector_from_bytes);
                 t.put(&m, vector.as_deref());
             }
+            // The home is set by the plan; a new memory starts without one.
+            let home = state.all.get(&m.id).map_or(Home::Single, |k| k.home);
+            state.all.insert(m.id, Kept { m, home });
         }
+        plan.land(state);
         Ok(())
     }
 
     fn reset(&self) -> Result<()> {
         self.tree.clear()?;
-        self.mem.write().unwrap_or_else(|p| p.into_inner()).clear();
+        let mut state = self.state.write().unwrap_or_else(|p| p.into_inner());
+        *state = State::default();
         Ok(())
     }
 }
@@ -522,5 +730,126 @@ mod tests {
         assert!((hits[0].1.score - 1.0).abs() < 1e-6, "{:?}", hits[0].1);
         // A vector the log does not have is a clear error, not an empty table.
         assert!(Memories::open(&db, &|_| Ok(None)).is_err());
+    }
+
+    /// States stored in the tree's blocks, and how many blocks hold them.
+    fn stored_states(db: &sled::Db) -> (usize, usize) {
+        let tree = db.open_tree(TREE).expect("tree");
+        let mut states = 0;
+        let mut blocks = 0;
+        for kv in tree.scan_prefix([b'b']) {
+            let (_, v) = kv.expect("read");
+            states += dec_block(&v).expect("block").len();
+            blocks += 1;
+        }
+        (states, blocks)
+    }
+
+    #[test]
+    fn updates_supersede_block_states_and_compaction_bounds_the_tree() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = sled::open(dir.path()).expect("open");
+        let p = Memories::open(&db, &|_| Ok(None)).expect("open");
+        let t = Uuid::from_u128(100);
+        let mut events: Vec<Event> = (0..600)
+            .map(|i| created(t, i, MemoryType::Fact, [1.0, i as f32], i as i64))
+            .collect();
+        for i in 0..500u128 {
+            events.push(Event::MemoryUpdated(MemoryUpdated {
+                memory_id: Uuid::from_u128(i),
+                tenant_id: t,
+                content: Some(format!("updated {i}")),
+                importance: Some(0.25),
+                updated_at: 1_000 + i as i64,
+                model: None,
+                vector: None,
+            }));
+        }
+        let applied = Applied::in_order(&events);
+        // All creations in one batch (three blocks), then one update per batch.
+        p.apply(&applied[..600]).expect("apply");
+        assert_eq!(stored_states(&db), (600, 3));
+        for a in &applied[600..] {
+            p.apply(std::slice::from_ref(a)).expect("apply");
+        }
+        let (states, blocks) = stored_states(&db);
+        assert!(states <= 4 * 600, "{states} states stored for 600 memories");
+        assert!(blocks < 600, "{blocks} blocks");
+
+        let before: Vec<StoredMemory> = (0..600)
+            .map(|i| p.stored(&Uuid::from_u128(i)).expect("read").expect("kept"))
+            .collect();
+        assert_eq!(before[7].content, "updated 7");
+        assert_eq!(before[7].versions, vec![8, 608]);
+        assert_eq!(before[599].content, "memory 599");
+        let listed = p.list(&t, None, 0, 600);
+        drop(p);
+        let from_log = |seq: u64| -> std::result::Result<Option<Vec<u8>>, String> {
+            Ok(match events.get(seq as usize - 1) {
+                Some(Event::MemoryCreated(e)) => Some(e.vector.clone()),
+                _ => None,
+            })
+        };
+        let p = Memories::open(&db, &from_log).expect("reopen");
+        for (i, want) in before.iter().enumerate() {
+            let got = p.stored(&Uuid::from_u128(i as u128)).expect("read");
+            assert_eq!(got.as_ref(), Some(want), "memory {i} after reopening");
+        }
+        assert_eq!(p.list(&t, None, 0, 600), listed);
+        assert_eq!(p.search(&t, &[1.0, 0.0], None, 0.0, 600).len(), 600);
+    }
+
+    #[test]
+    fn records_of_an_older_build_are_read_and_replaced_when_changed() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = sled::open(dir.path()).expect("open");
+        let t = Uuid::from_u128(100);
+        let first = created(t, 1, MemoryType::Rule, [1.0, 0.0], 10);
+        let Event::MemoryCreated(c) = &first else {
+            unreachable!()
+        };
+        let old = StoredMemory {
+            id: c.memory_id,
+            tenant_id: t,
+            content: c.content.clone(),
+            memory_type: c.memory_type,
+            importance: c.importance,
+            created_at: c.created_at,
+            updated_at: c.created_at,
+            model: c.model.clone(),
+            // Older builds copied the vector in.
+            vector: c.vector.clone(),
+            versions: vec![1],
+            deleted_at: None,
+            vector_seq: 0,
+        };
+        let tree = db.open_tree(TREE).expect("tree");
+        let key = prefixed(b'm', &[c.memory_id.as_bytes()]);
+        tree.insert(&key, rmp_serde::to_vec_named(&old).expect("encode"))
+            .expect("insert");
+        tree.insert(crate::projection::CHECKPOINT_KEY, &1u64.to_be_bytes())
+            .expect("checkpoint");
+
+        let p = Memories::open(&db, &|_| Ok(None)).expect("open");
+        assert_eq!(
+            p.get(&t, &c.memory_id).map(|m| m.content),
+            Some(c.content.clone())
+        );
+        let deleted = Event::MemoryDeleted(MemoryDeleted {
+            memory_id: c.memory_id,
+            tenant_id: t,
+            deleted_at: 20,
+        });
+        p.apply(&[Applied::at(2, &deleted)]).expect("apply");
+        assert_eq!(
+            tree.get(&key).expect("read"),
+            None,
+            "the old record is gone"
+        );
+        drop(p);
+        let p = Memories::open(&db, &|_| Ok(None)).expect("reopen");
+        assert_eq!(p.get(&t, &c.memory_id), None);
+        let kept = p.stored(&c.memory_id).expect("read").expect("kept");
+        assert_eq!((kept.deleted_at, kept.versions), (Some(20), vec![1, 2]));
     }
 }
