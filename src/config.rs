@@ -98,8 +98,10 @@ pub struct ServeArgs {
     /// Trust X-Forwarded-For for the audited client address (only behind your own proxy).
     #[arg(long, env = "AUDITMEM_TRUST_PROXY", default_value_t = false)]
     pub trust_proxy: bool,
-    /// Largest accepted request body, bytes.
-    #[arg(long, env = "AUDITMEM_MAX_BODY_BYTES", default_value_t = 2 * 1024 * 1024)]
+    /// Largest accepted request body, bytes (larger: 413), on every route, admin included.
+    /// 1 MiB holds any valid tenant request (the largest is a 100,000-character extraction
+    /// input); gateways ingesting entries with large bodies size their batches under it.
+    #[arg(long, env = "AUDITMEM_MAX_BODY_BYTES", default_value_t = 1024 * 1024)]
     pub max_body_bytes: usize,
     /// Request and response bodies larger than this are stored truncated in audit entries.
     #[arg(long, env = "AUDITMEM_AUDIT_BODY_LIMIT", default_value_t = 64 * 1024)]
