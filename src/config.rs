@@ -103,6 +103,13 @@ pub struct ServeArgs {
     /// input); gateways ingesting entries with large bodies size their batches under it.
     #[arg(long, env = "AUDITMEM_MAX_BODY_BYTES", default_value_t = 1024 * 1024)]
     pub max_body_bytes: usize,
+    /// Sustained requests per second allowed to each API key on `/v1` (token bucket; above it:
+    /// 429 with Retry-After). 0 disables the limit.
+    #[arg(long, env = "AUDITMEM_RATE_LIMIT_PER_SEC", default_value_t = 5000.0, value_parser = rate)]
+    pub rate_limit_per_sec: f64,
+    /// Requests an idle API key may make at once before the sustained rate applies.
+    #[arg(long, env = "AUDITMEM_RATE_LIMIT_BURST", default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..))]
+    pub rate_limit_burst: u32,
     /// Request and response bodies larger than this are stored truncated in audit entries.
     #[arg(long, env = "AUDITMEM_AUDIT_BODY_LIMIT", default_value_t = 64 * 1024)]
     pub audit_body_limit: usize,
@@ -183,6 +190,16 @@ pub struct ServeArgs {
     /// Admin API bearer token; the admin API is off when unset.
     #[arg(long, env = "AUDITMEM_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
+}
+
+/// A rate: a finite number of at least 0.
+fn rate(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        _ => Err(format!(
+            "'{s}' is not a number of requests per second (0 or more)"
+        )),
+    }
 }
 
 #[derive(Args, Debug)]

@@ -44,6 +44,7 @@ pub struct Inner {
     pub embed: crate::embed::EmbedService,
     pub extractor: Arc<dyn crate::extract::Extractor>,
     pub memory: MemorySettings,
+    pub rate_limiter: crate::api::rate_limit::RateLimiter,
 }
 
 /// Settings of the memory endpoints.

@@ -1,12 +1,13 @@
-//! Request limits against a real server: the body size limit (default 1 MiB), and the exact
-//! boundaries of memory content and search `top_k`. (Ingestion batches of 1,000/1,001 entries
+//! Request limits against a real server: the body size limit (default 1 MiB), the per-key rate
+//! limit, and the exact boundaries of memory content and search `top_k`. (Ingestion batches of 1,000/1,001 entries
 //! are covered in `audit_api.rs`, the other validation errors in `memory_api.rs`.)
 
 mod common;
 
 use std::io::Cursor;
+use std::time::Duration;
 
-use common::{assert_error, Server};
+use common::{assert_error, cli, Server};
 use reqwest::Method;
 use serde_json::{json, Value};
 
@@ -85,7 +86,10 @@ fn memory_content_is_limited_in_characters_and_top_k_to_100() {
         json!({"content": "é".repeat(10_000), "memory_type": "fact"}),
     );
     assert_eq!(status, 200, "{v}");
-    assert_eq!(v["data"]["content"].as_str().map(|c| c.chars().count()), Some(10_000));
+    assert_eq!(
+        v["data"]["content"].as_str().map(|c| c.chars().count()),
+        Some(10_000)
+    );
     let id = v["data"]["id"].as_str().expect("id").to_string();
     assert_error(
         &s.post(
@@ -127,4 +131,104 @@ fn memory_content_is_limited_in_characters_and_top_k_to_100() {
         "{}",
         over.1
     );
+}
+
+/// A GET with the headers kept: (status, Retry-After, body).
+fn get_with_headers(s: &Server, path: &str, key: &str) -> (u16, Option<String>, Value) {
+    let resp = s
+        .raw()
+        .get(format!("{}{path}", s.url))
+        .bearer_auth(key)
+        .send()
+        .expect("send");
+    let status = resp.status().as_u16();
+    let retry_after = resp
+        .headers()
+        .get("retry-after")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    (status, retry_after, resp.json().expect("json"))
+}
+
+#[test]
+fn each_key_has_a_token_bucket_and_429_says_when_to_retry() {
+    // A bucket of 3 refilled every 2 s: a burst of 3 passes, the 4th is refused.
+    let s = Server::start_with(&["--rate-limit-per-sec", "0.5", "--rate-limit-burst", "3"]);
+    let tenant = s.create_tenant("business");
+    let all = ["audit.read", "audit.export", "memory.read", "memory.write"];
+    let (k1, k2) = (s.create_key(&tenant, &all), s.create_key(&tenant, &all));
+    let (_, other) = s.tenant_with_key("free");
+
+    for i in 0..3 {
+        let (status, retry, v) = get_with_headers(&s, "/v1/memories", &k1);
+        assert_eq!((status, retry), (200, None), "request {i}: {v}");
+    }
+    let (status, retry, v) = get_with_headers(&s, "/v1/memories", &k1);
+    assert_error(&(status, v.clone()), 429, 4290);
+    let retry: u64 = retry
+        .expect("Retry-After header")
+        .parse()
+        .expect("Retry-After in whole seconds");
+    assert!((1..=2).contains(&retry), "Retry-After {retry}");
+    // Refused before the body is read or the permission checked: a POST is refused alike.
+    assert_error(
+        &s.post("/v1/memories/search", &k1, json!({"query": "x"})),
+        429,
+        4290,
+    );
+
+    // Another key of the same tenant, and another tenant's key, have buckets of their own.
+    assert_eq!(s.get("/v1/memories", &k2).0, 200);
+    assert_eq!(s.get("/v1/memories", &other).0, 200);
+
+    // The refusals are the tenant's audit entries (every authenticated call is), without a body.
+    let (status, v) = s.get("/v1/audit/logs?page_size=100", &k2);
+    assert_eq!(status, 200, "{v}");
+    let refused: Vec<&Value> = v["data"]["logs"]
+        .as_array()
+        .expect("logs")
+        .iter()
+        .filter(|e| e["http_status"] == json!(429))
+        .collect();
+    assert_eq!(refused.len(), 2, "{v}");
+    for e in &refused {
+        assert_eq!(e["is_success"], json!(false));
+        assert_eq!(e["error_code"], json!(4290));
+    }
+    let search = refused
+        .iter()
+        .find(|e| e["action"] == json!("memory.search"))
+        .expect("the refused search is recorded");
+    let id = search["id"].as_str().expect("id");
+    let (_, detail) = s.get(&format!("/v1/audit/logs/{id}"), &k2);
+    assert_eq!(detail["data"]["request_body"], Value::Null, "{detail}");
+    assert_eq!(
+        detail["data"]["response_body"]["code"],
+        json!(4290),
+        "{detail}"
+    );
+
+    // Waiting as told is enough.
+    std::thread::sleep(Duration::from_secs(retry));
+    assert_eq!(s.get("/v1/memories", &k1).0, 200);
+}
+
+#[test]
+fn a_rate_of_zero_disables_the_limit_and_bad_rates_are_refused_at_start() {
+    let s = Server::start_with(&["--rate-limit-per-sec", "0", "--rate-limit-burst", "1"]);
+    let (_, key) = s.tenant_with_key("free");
+    for i in 0..20 {
+        let (status, v) = s.get("/v1/memories", &key);
+        assert_eq!(status, 200, "request {i}: {v}");
+    }
+    for (flag, value) in [
+        ("--rate-limit-per-sec", "-1"),
+        ("--rate-limit-per-sec", "fast"),
+        ("--rate-limit-per-sec", "inf"),
+        ("--rate-limit-burst", "0"),
+    ] {
+        let (code, _, stderr) = cli(&["serve", &format!("{flag}={value}")], &[]);
+        assert_eq!(code, 2, "{flag} {value}: {stderr}");
+        assert!(stderr.contains(flag), "{flag} {value}: {stderr}");
+    }
 }

@@ -1,4 +1,5 @@
-//! The `/v1` gate: authentication, permissions, and the audit entry of every request.
+//! The `/v1` gate: authentication, the per-key rate limit, permissions, and the audit entry of
+//! every request.
 //!
 //! Handlers decide; the gate commits. A handler returns its response together with the events
 //! of the operation ([`Pending`]); the gate adds the request's `AuditRecorded` and appends them
@@ -15,13 +16,14 @@ use auditmem_projections::tenants::{ApiKey, Tenant};
 use auditmem_projections::{AuditDetail, AuditEntry, AuditRecorded, Event, Permission};
 use axum::body::Body;
 use axum::extract::{ConnectInfo, MatchedPath, Request, State};
-use axum::http::{HeaderMap, Method};
+use axum::http::{header, HeaderMap, HeaderValue, Method};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
 use uuid::Uuid;
 
 use super::error::{error_body, error_response, ApiError, ErrorInfo};
+use super::rate_limit;
 use crate::log::appender::{AppendError, Precondition};
 use crate::registry::ErrorCode;
 use crate::state::AppState;
@@ -193,8 +195,6 @@ pub async fn v1_gate(State(state): State<AppState>, req: Request, next: Next) ->
         .headers()
         .get("x-audit-metadata")
         .map(|v| v.to_str().map(str::to_string));
-    let (parts, body) = req.into_parts();
-    let body_result = axum::body::to_bytes(body, state.settings.max_body_bytes).await;
     let mut ctx = Ctx {
         started,
         action,
@@ -204,6 +204,19 @@ pub async fn v1_gate(State(state): State<AppState>, req: Request, next: Next) ->
         metadata: None,
         request_body: None,
     };
+    // Before the body is read: a throttled key must cost as little as possible. The refusal
+    // is still the tenant's audit entry (every authenticated call is; see docs/API.md), kept
+    // small: no body, only the caller's tags when they are valid.
+    if let Err(wait) = state.rate_limiter.check(key.key_id) {
+        ctx.metadata = metadata_header
+            .as_ref()
+            .and_then(|h| h.as_ref().ok())
+            .and_then(|text| serde_json::from_str::<Value>(text).ok())
+            .filter(Value::is_object);
+        return finish(&state, ctx, rate_limited(wait)).await;
+    }
+    let (parts, body) = req.into_parts();
+    let body_result = axum::body::to_bytes(body, state.settings.max_body_bytes).await;
 
     let bytes = match body_result {
         Ok(b) => b,
@@ -251,6 +264,19 @@ pub async fn v1_gate(State(state): State<AppState>, req: Request, next: Next) ->
     req.extensions_mut().insert(Caller { tenant, key });
     let resp = next.run(req).await;
     finish(&state, ctx, resp).await
+}
+
+/// 429 with `Retry-After` in whole seconds.
+fn rate_limited(wait: std::time::Duration) -> Response {
+    let secs = rate_limit::retry_after_secs(wait);
+    let mut resp = ApiError::new(
+        ErrorCode::RateLimited,
+        format!("too many requests for this API key; retry after {secs} s"),
+    )
+    .into_response();
+    resp.headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+    resp
 }
 
 /// Records the audit entry with the operation's events and returns the final response.

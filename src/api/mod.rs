@@ -2,7 +2,7 @@
 //!
 //! Layers, outermost first: request id (set, propagate), tracing, the envelope guard (every
 //! error becomes our envelope), the timeout, the body limit. `/v1` routes sit behind the gate
-//! (auth + audit recording); `/admin/v1` routes behind the admin token.
+//! (auth, the per-key rate limit, audit recording); `/admin/v1` routes behind the admin token.
 
 pub mod admin;
 pub mod audit;
@@ -13,6 +13,7 @@ pub mod gate;
 pub mod memory;
 pub mod metrics;
 pub mod openapi;
+pub mod rate_limit;
 
 use std::time::Duration;
 

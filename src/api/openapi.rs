@@ -365,6 +365,52 @@ impl Modify for BearerAuth {
     }
 }
 
+/// Every `/v1` operation can answer 429 (the per-key rate limit, in the gate rather than in
+/// any handler), so it is added here once instead of in each handler's annotation.
+struct RateLimitResponses;
+
+impl Modify for RateLimitResponses {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::header::HeaderBuilder;
+        use utoipa::openapi::{ContentBuilder, Object, Ref, ResponseBuilder, Type};
+        let response = ResponseBuilder::new()
+            .description("rate limit of the API key exceeded (4290)")
+            .header(
+                "Retry-After",
+                HeaderBuilder::new()
+                    .schema(Object::with_type(Type::Integer))
+                    .description(Some("whole seconds to wait, at least 1"))
+                    .build(),
+            )
+            .content(
+                "application/json",
+                ContentBuilder::new()
+                    .schema(Some(Ref::from_schema_name("ErrorEnvelope")))
+                    .build(),
+            )
+            .build();
+        for (path, item) in openapi.paths.paths.iter_mut() {
+            if !path.starts_with("/v1/") {
+                continue;
+            }
+            for op in [
+                &mut item.get,
+                &mut item.post,
+                &mut item.patch,
+                &mut item.put,
+                &mut item.delete,
+            ]
+            .into_iter()
+            .flatten()
+            {
+                op.responses
+                    .responses
+                    .insert("429".to_string(), response.clone().into());
+            }
+        }
+    }
+}
+
 #[derive(OpenApi)]
 #[openapi(
     info(title = "auditmem", description = "Tamper-evident audit log and memory store", license(name = "Apache-2.0")),
@@ -396,7 +442,7 @@ impl Modify for BearerAuth {
         super::admin::sign_checkpoint,
         super::admin::public_key,
     ),
-    modifiers(&BearerAuth),
+    modifiers(&BearerAuth, &RateLimitResponses),
     tags(
         (name = "audit", description = "The audit log"),
         (name = "memory", description = "The memory store"),

@@ -109,6 +109,10 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             dedup_threshold: args.dedup_threshold,
             max_extract_chars: args.max_extract_chars,
         },
+        rate_limiter: crate::api::rate_limit::RateLimiter::new(
+            args.rate_limit_per_sec,
+            args.rate_limit_burst,
+        ),
     }));
     let export_worker = tokio::spawn(crate::export::run_worker(
         state.clone(),
