@@ -3,8 +3,6 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
-
 use common::{assert_error, cli, path_str, Server};
 use reqwest::Method;
 use serde_json::{json, Value};
@@ -16,19 +14,6 @@ fn ingest(s: &Server, entries: Vec<Value>) {
         Some(json!({"entries": entries})),
     );
     assert_eq!(status, 200, "{v}");
-}
-
-fn wait_status(s: &Server, key: &str, id: &str, want: &str) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let (status, v) = s.get(&format!("/v1/audit/logs/export/{id}"), key);
-        assert_eq!(status, 200, "{v}");
-        if v["data"]["status"] == json!(want) {
-            return v["data"].clone();
-        }
-        assert!(Instant::now() < deadline, "export never became {want}: {v}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 fn start_export(s: &Server, key: &str, body: Value) -> String {
@@ -51,29 +36,6 @@ fn start_export(s: &Server, key: &str, body: Value) -> String {
         Ok(id.clone())
     );
     id
-}
-
-fn download(s: &Server, key: &str, id: &str) -> (u16, String, String, Vec<u8>) {
-    let r = s
-        .raw()
-        .get(format!("{}/v1/audit/logs/export/{id}/download", s.url))
-        .bearer_auth(key)
-        .send()
-        .expect("send");
-    let status = r.status().as_u16();
-    let ct = r
-        .headers()
-        .get("content-type")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .to_string();
-    let cd = r
-        .headers()
-        .get("content-disposition")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .to_string();
-    (status, ct, cd, r.bytes().expect("bytes").to_vec())
 }
 
 #[test]
@@ -172,7 +134,7 @@ fn csv_and_json_exports_parse_back_and_verify() {
     );
 
     let csv_id = start_export(&s, &key, json!({}));
-    let st = wait_status(&s, &key, &csv_id, "completed");
+    let st = s.wait_export_status(&key, &csv_id, "completed");
     assert_eq!(st["records"], json!(3));
     assert_eq!(st["format"], json!("csv"));
     assert_eq!(
@@ -192,9 +154,9 @@ fn csv_and_json_exports_parse_back_and_verify() {
         404,
         4040,
     );
-    assert_eq!(download(&s, &other, &csv_id).0, 404);
+    assert_eq!(s.download_export(&other, &csv_id).0, 404);
 
-    let (status, ct, cd, bytes) = download(&s, &key, &csv_id);
+    let (status, ct, cd, bytes) = s.download_export(&key, &csv_id);
     assert_eq!(status, 200);
     assert_eq!(ct, "text/csv; charset=utf-8");
     assert_eq!(
@@ -228,8 +190,8 @@ fn csv_and_json_exports_parse_back_and_verify() {
     assert_eq!(&rows[1][col("chain_index")], "2");
 
     let json_id = start_export(&s, &key, json!({"format": "json"}));
-    wait_status(&s, &key, &json_id, "completed");
-    let (status, ct, cd, jbytes) = download(&s, &key, &json_id);
+    s.wait_export_status(&key, &json_id, "completed");
+    let (status, ct, cd, jbytes) = s.download_export(&key, &json_id);
     assert_eq!((status, ct.as_str()), (200, "application/json"));
     assert!(cd.ends_with(".json\""), "{cd}");
     let arr: Vec<Value> = serde_json::from_slice(&jbytes).expect("json array");
@@ -305,8 +267,8 @@ fn csv_and_json_exports_parse_back_and_verify() {
         vec![json!({"tenant_id": pro_tenant, "action": "gateway.chat", "http_status": 200})],
     );
     let pro_id = start_export(&s, &pro_key, json!({"format": "json"}));
-    wait_status(&s, &pro_key, &pro_id, "completed");
-    let (_, _, _, pbytes) = download(&s, &pro_key, &pro_id);
+    s.wait_export_status(&pro_key, &pro_id, "completed");
+    let (_, _, _, pbytes) = s.download_export(&pro_key, &pro_id);
     let (code, _, err) = cli(
         &["verify", "--export", path_str(&write("pro.json", &pbytes))],
         &[],
@@ -319,10 +281,10 @@ fn exports_expire() {
     let s = Server::start_with(&["--export-ttl-secs", "1"]);
     let (_, key) = s.tenant_with_key("pro");
     let id = start_export(&s, &key, json!({}));
-    wait_status(&s, &key, &id, "completed");
-    let st = wait_status(&s, &key, &id, "expired");
+    s.wait_export_status(&key, &id, "completed");
+    let st = s.wait_export_status(&key, &id, "expired");
     assert_eq!(st["download_url"], Value::Null);
-    let (status, _, _, body) = download(&s, &key, &id);
+    let (status, _, _, body) = s.download_export(&key, &id);
     assert_eq!(status, 410);
     let v: Value = serde_json::from_slice(&body).expect("json");
     assert_eq!(v["code"], json!(4100));
@@ -348,9 +310,9 @@ fn an_export_interrupted_by_a_crash_completes_after_restart() {
     s.kill();
     s.extra.clear();
     s.spawn();
-    let st = wait_status(&s, &key, &id, "completed");
+    let st = s.wait_export_status(&key, &id, "completed");
     assert_eq!(st["records"], json!(50), "{st}");
-    let (status, _, _, bytes) = download(&s, &key, &id);
+    let (status, _, _, bytes) = s.download_export(&key, &id);
     assert_eq!(status, 200);
     assert_eq!(
         csv::Reader::from_reader(bytes.as_slice()).records().count(),

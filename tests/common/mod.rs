@@ -209,6 +209,40 @@ impl Server {
         (t, k)
     }
 
+    /// Polls an export's status until it is `want` (a minute at most); returns its `data`.
+    pub fn wait_export_status(&self, key: &str, id: &str, want: &str) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let (status, v) = self.get(&format!("/v1/audit/logs/export/{id}"), key);
+            assert_eq!(status, 200, "{v}");
+            if v["data"]["status"] == json!(want) {
+                return v["data"].clone();
+            }
+            assert!(Instant::now() < deadline, "export never became {want}: {v}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Downloads an export: (status, Content-Type, Content-Disposition, body).
+    pub fn download_export(&self, key: &str, id: &str) -> (u16, String, String, Vec<u8>) {
+        let r = self
+            .client
+            .get(format!("{}/v1/audit/logs/export/{id}/download", self.url))
+            .bearer_auth(key)
+            .send()
+            .expect("send");
+        let status = r.status().as_u16();
+        let header = |name: &str| {
+            r.headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .to_string()
+        };
+        let (ct, cd) = (header("content-type"), header("content-disposition"));
+        (status, ct, cd, r.bytes().expect("bytes").to_vec())
+    }
+
     pub fn head(&self) -> (u64, String) {
         let (_, v) = self.admin(Method::GET, "/admin/v1/log/head", None);
         (

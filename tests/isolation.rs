@@ -1,0 +1,396 @@
+//! The tenant isolation matrix: tenant B puts data of every kind in the store, then tenant A
+//! calls every `/v1` route, with its own ids and with B's real ids, and never reads, changes,
+//! deletes, exports, downloads or finds anything of B's; B's data is unchanged afterwards.
+
+mod common;
+
+use std::collections::BTreeSet;
+
+use common::{assert_error, Server};
+use reqwest::Method;
+use serde_json::{json, Value};
+
+/// Every `/v1` route of the router (src/api/mod.rs merges audit, export and memory routers).
+/// The test checks this list against the routes the gate knows and the served OpenAPI document,
+/// so a route added later without a row here fails the test.
+const ROUTES: [(&str, &str); 14] = [
+    ("GET", "/v1/audit/logs"),
+    ("GET", "/v1/audit/logs/{audit_id}"),
+    ("POST", "/v1/audit/logs/export"),
+    ("GET", "/v1/audit/logs/export/{export_id}"),
+    ("GET", "/v1/audit/logs/export/{export_id}/download"),
+    ("POST", "/v1/memories"),
+    ("GET", "/v1/memories"),
+    ("DELETE", "/v1/memories"),
+    ("GET", "/v1/memories/{id}"),
+    ("PATCH", "/v1/memories/{id}"),
+    ("DELETE", "/v1/memories/{id}"),
+    ("GET", "/v1/memories/{id}/history"),
+    ("POST", "/v1/memories/search"),
+    ("POST", "/v1/memories/extract"),
+];
+
+const TYPES: [&str; 3] = ["rule", "fact", "context"];
+
+/// In everything B stores and tags, never in anything A sends.
+const MARKER: &str = "QUOKKA";
+
+/// B's extraction input; A sends the very same text (deduplication must not look across).
+const EXTRACT_TEXT: &str = "My name is Dana. Please always answer in Spanish.";
+
+fn call(s: &Server, method: Method, path: &str, key: &str, body: Option<Value>) -> (u16, Value) {
+    s.call(method, path, Some(key), body.as_ref())
+}
+
+/// A call with an `X-Audit-Metadata` tag, so the tenant's audit entries carry the marker too.
+fn tagged(s: &Server, method: Method, path: &str, key: &str, body: Option<Value>) -> (u16, Value) {
+    let mut req = s
+        .raw()
+        .request(method, format!("{}{path}", s.url))
+        .bearer_auth(key)
+        .header("x-audit-metadata", format!(r#"{{"tag":"{MARKER}"}}"#));
+    if let Some(b) = &body {
+        req = req.json(b);
+    }
+    let resp = req.send().expect("send");
+    let status = resp.status().as_u16();
+    (status, resp.json().expect("json"))
+}
+
+/// What B owns, by id, and what identifies B in text.
+struct Owned {
+    tenant: String,
+    memories: Vec<String>,
+    deleted_memory: String,
+    audit: Vec<String>,
+    export: String,
+}
+
+impl Owned {
+    /// Every string of B's that must never show up in anything A gets back.
+    fn needles(&self) -> Vec<String> {
+        let mut v = vec![MARKER.to_string(), self.tenant.clone(), self.export.clone()];
+        v.extend(self.memories.iter().cloned());
+        v.push(self.deleted_memory.clone());
+        v.extend(self.audit.iter().cloned());
+        v
+    }
+}
+
+fn assert_nothing_of(owned: &Owned, what: &str, text: &str) {
+    for needle in owned.needles() {
+        assert!(
+            !text.contains(&needle),
+            "{what} shows B's {needle:?}: {text}"
+        );
+    }
+}
+
+fn ids(list: &Value) -> Vec<String> {
+    list.as_array()
+        .expect("array")
+        .iter()
+        .map(|m| m["id"].as_str().expect("id").to_string())
+        .collect()
+}
+
+/// B's data as B sees it: every memory, every history, the lists, the export and its file.
+fn snapshot_of_b(s: &Server, b: &str, owned: &Owned) -> Vec<(String, u16, Value)> {
+    let mut out = Vec::new();
+    let mut get = |path: String| {
+        let (status, v) = s.get(&path, b);
+        out.push((path, status, v));
+    };
+    for id in owned.memories.iter().chain([&owned.deleted_memory]) {
+        get(format!("/v1/memories/{id}"));
+        get(format!("/v1/memories/{id}/history"));
+    }
+    for t in TYPES {
+        get(format!("/v1/memories?memory_type={t}&page_size=100"));
+    }
+    for id in &owned.audit {
+        get(format!("/v1/audit/logs/{id}"));
+    }
+    get(format!("/v1/audit/logs/export/{}", owned.export));
+    let (status, _, _, bytes) = s.download_export(b, &owned.export);
+    out.push((
+        "download".into(),
+        status,
+        json!(blake3::hash(&bytes).to_hex().to_string()),
+    ));
+    out
+}
+
+#[test]
+fn tenant_a_can_reach_nothing_of_tenant_b_on_any_route() {
+    // The list is complete: the gate has a policy for each row, and the served document has
+    // exactly these /v1 operations.
+    for (method, path) in ROUTES {
+        let m = axum::http::Method::from_bytes(method.as_bytes()).expect("method");
+        assert!(
+            auditmem::api::gate::route_policy(&m, path).is_some(),
+            "{method} {path} is not a gated route"
+        );
+    }
+    let s = Server::start();
+    let (_, doc) = s.call(Method::GET, "/openapi.json", None, None);
+    let documented: BTreeSet<(String, String)> = doc["paths"]
+        .as_object()
+        .expect("paths")
+        .iter()
+        .filter(|(p, _)| p.starts_with("/v1/"))
+        .flat_map(|(p, item)| {
+            item.as_object()
+                .expect("path item")
+                .keys()
+                .map(move |m| (m.to_uppercase(), p.clone()))
+        })
+        .collect();
+    let listed: BTreeSet<(String, String)> = ROUTES
+        .iter()
+        .map(|(m, p)| (m.to_string(), p.to_string()))
+        .collect();
+    assert_eq!(documented, listed, "the /v1 routes changed: update ROUTES");
+
+    let (_, a) = s.tenant_with_key("business");
+    let (b_tenant, b) = s.tenant_with_key("business");
+
+    // B: memories of every type, one updated, one deleted, extracted ones, a gateway entry,
+    // an export; every call tagged with the marker in its audit entry.
+    let mut memories = Vec::new();
+    for t in TYPES {
+        let (status, v) = tagged(
+            &s,
+            Method::POST,
+            "/v1/memories",
+            &b,
+            Some(
+                json!({"content": format!("{MARKER} {t}: the launch code is blue falcon"), "memory_type": t, "importance": 0.9}),
+            ),
+        );
+        assert_eq!(status, 200, "{v}");
+        memories.push(v["data"]["id"].as_str().expect("id").to_string());
+    }
+    let (status, v) = tagged(
+        &s,
+        Method::PATCH,
+        &format!("/v1/memories/{}", memories[0]),
+        &b,
+        Some(json!({"content": format!("{MARKER} rule: the launch code is red falcon")})),
+    );
+    assert_eq!(status, 200, "{v}");
+    let (status, v) = tagged(
+        &s,
+        Method::POST,
+        "/v1/memories",
+        &b,
+        Some(json!({"content": format!("{MARKER} fact: soon deleted"), "memory_type": "fact"})),
+    );
+    assert_eq!(status, 200, "{v}");
+    let deleted_memory = v["data"]["id"].as_str().expect("id").to_string();
+    let (status, v) = tagged(
+        &s,
+        Method::DELETE,
+        &format!("/v1/memories/{deleted_memory}"),
+        &b,
+        None,
+    );
+    assert_eq!(status, 200, "{v}");
+    let (status, v) = tagged(
+        &s,
+        Method::POST,
+        "/v1/memories/extract",
+        &b,
+        Some(json!({"text": EXTRACT_TEXT})),
+    );
+    assert_eq!(status, 200, "{v}");
+    let extracted = ids(&v["data"]["memories"]);
+    assert!(!extracted.is_empty(), "{v}");
+    memories.extend(extracted);
+    let (status, v) = s.admin(
+        Method::POST,
+        "/admin/v1/audit/logs",
+        Some(json!({"entries": [{"tenant_id": b_tenant, "action": "gateway.chat", "http_status": 200, "metadata": {"tag": MARKER}}]})),
+    );
+    assert_eq!(status, 200, "{v}");
+    let (status, v) = tagged(
+        &s,
+        Method::POST,
+        "/v1/audit/logs/export",
+        &b,
+        Some(json!({"format": "json"})),
+    );
+    assert_eq!(status, 200, "{v}");
+    let export = v["data"]["export_id"]
+        .as_str()
+        .expect("export_id")
+        .to_string();
+    s.wait_export_status(&b, &export, "completed");
+    let (status, v) = tagged(&s, Method::GET, "/v1/audit/logs?page_size=100", &b, None);
+    assert_eq!(status, 200, "{v}");
+    let audit = ids(&v["data"]["logs"]);
+    assert!(audit.len() >= 9, "{v}");
+    let owned = Owned {
+        tenant: b_tenant.clone(),
+        memories,
+        deleted_memory,
+        audit,
+        export,
+    };
+    let before = snapshot_of_b(&s, &b, &owned);
+    // The needles are real: B itself sees each of them (its tenant id is never shown).
+    let seen_by_b: String = before.iter().map(|(_, _, v)| v.to_string()).collect();
+    for needle in owned.needles().iter().filter(|n| **n != owned.tenant) {
+        assert!(seen_by_b.contains(needle.as_str()), "B never sees {needle}");
+    }
+
+    // A has a memory of its own, so its lists and searches are not trivially empty.
+    let (status, v) = s.post(
+        "/v1/memories",
+        &a,
+        json!({"content": "the launch code is green falcon", "memory_type": "fact"}),
+    );
+    assert_eq!(status, 200, "{v}");
+    let a_memory = v["data"]["id"].as_str().expect("id").to_string();
+
+    // A's key on every route that takes one of B's ids: 404, exactly as for an id that never
+    // existed (no existence oracle).
+    let never = "01a200de-62df-7099-b415-80dd76ccdb25";
+    let by_id: [(Method, &str, Option<Value>); 4] = [
+        (Method::GET, "/v1/memories/{}", None),
+        (Method::GET, "/v1/memories/{}/history", None),
+        (
+            Method::PATCH,
+            "/v1/memories/{}",
+            Some(json!({"content": "overwritten by A", "importance": 0.0})),
+        ),
+        (Method::DELETE, "/v1/memories/{}", None),
+    ];
+    for (method, template, body) in &by_id {
+        let unknown = call(
+            &s,
+            method.clone(),
+            &template.replace("{}", never),
+            &a,
+            body.clone(),
+        );
+        assert_error(&unknown, 404, 4040);
+        for id in owned.memories.iter().chain([&owned.deleted_memory]) {
+            let resp = call(
+                &s,
+                method.clone(),
+                &template.replace("{}", id),
+                &a,
+                body.clone(),
+            );
+            assert_eq!(resp, unknown, "{method} {template} with B's {id}");
+        }
+    }
+    let unknown = s.get(&format!("/v1/audit/logs/{never}"), &a);
+    assert_error(&unknown, 404, 4040);
+    for id in &owned.audit {
+        assert_eq!(s.get(&format!("/v1/audit/logs/{id}"), &a), unknown, "{id}");
+    }
+    let unknown = s.get(&format!("/v1/audit/logs/export/{never}"), &a);
+    assert_error(&unknown, 404, 4040);
+    assert_eq!(
+        s.get(&format!("/v1/audit/logs/export/{}", owned.export), &a),
+        unknown
+    );
+    let (status, _, _, body) = s.download_export(&a, &owned.export);
+    assert_eq!(status, 404);
+    let body: Value = serde_json::from_slice(&body).expect("json");
+    assert_error(&(status, body.clone()), 404, 4040);
+    let never_body: Value = serde_json::from_slice(&s.download_export(&a, never).3).expect("json");
+    assert_eq!(body, never_body);
+
+    // Lists and searches of A, with every filter, find nothing of B's.
+    for query in [
+        "",
+        "&memory_type=rule",
+        "&memory_type=fact",
+        "&memory_type=context",
+    ] {
+        let (status, v) = s.get(&format!("/v1/memories?page_size=100{query}"), &a);
+        assert_eq!(status, 200, "{v}");
+        assert_nothing_of(&owned, "A's memory list", &v.to_string());
+    }
+    for memory_type in [None, Some("rule"), Some("fact"), Some("context")] {
+        let mut body =
+            json!({"query": "what is the launch code?", "top_k": 100, "min_similarity": -1.0});
+        if let Some(t) = memory_type {
+            body["memory_type"] = json!(t);
+        }
+        let (status, v) = s.post("/v1/memories/search", &a, body);
+        assert_eq!(status, 200, "{v}");
+        assert_nothing_of(&owned, "A's search", &v.to_string());
+        if memory_type.is_none_or(|t| t == "fact") {
+            assert_eq!(ids(&v["data"]["results"]), vec![a_memory.as_str()], "{v}");
+        }
+    }
+    // Deduplication compares with A's own memories only: B's identical ones are not duplicates.
+    let (status, v) = s.post(
+        "/v1/memories/extract",
+        &a,
+        json!({"text": EXTRACT_TEXT, "deduplicate": true}),
+    );
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["data"]["skipped"], json!([]), "{v}");
+    assert!(!ids(&v["data"]["memories"]).is_empty(), "{v}");
+    assert_nothing_of(&owned, "A's extraction", &v.to_string());
+    // Batch deletes of A remove A's memories alone.
+    for t in TYPES {
+        let (status, v) = call(
+            &s,
+            Method::DELETE,
+            "/v1/memories",
+            &a,
+            Some(json!({"memory_type": t})),
+        );
+        assert_eq!(status, 200, "{v}");
+        assert_nothing_of(&owned, "A's batch delete", &v.to_string());
+    }
+    let (_, v) = s.get("/v1/memories", &a);
+    assert_eq!(v["data"]["total"], json!(0), "{v}");
+
+    // A's audit log, every entry in detail, and A's export hold nothing of B's, though they
+    // record every one of A's attempts above.
+    let (status, list) = s.get("/v1/audit/logs?page_size=100", &a);
+    assert_eq!(status, 200, "{list}");
+    assert_nothing_of(&owned, "A's audit list", &list.to_string());
+    let a_entries = ids(&list["data"]["logs"]);
+    assert!(a_entries.len() > 40, "{list}");
+    for id in &a_entries {
+        let (status, v) = s.get(&format!("/v1/audit/logs/{id}"), &a);
+        assert_eq!(status, 200, "{v}");
+        assert_nothing_of(&owned, "A's audit entry", &v.to_string());
+    }
+    for format in ["csv", "json"] {
+        let (status, v) = s.post("/v1/audit/logs/export", &a, json!({"format": format}));
+        assert_eq!(status, 200, "{v}");
+        assert_nothing_of(&owned, "A's export task", &v.to_string());
+        let id = v["data"]["export_id"]
+            .as_str()
+            .expect("export_id")
+            .to_string();
+        let st = s.wait_export_status(&a, &id, "completed");
+        assert_nothing_of(&owned, "A's export status", &st.to_string());
+        let (status, _, _, bytes) = s.download_export(&a, &id);
+        assert_eq!(status, 200);
+        let text = String::from_utf8(bytes).expect("utf8");
+        assert!(
+            text.contains(&a_entries[0]),
+            "A's export holds A's own entries"
+        );
+        assert_nothing_of(&owned, &format!("A's {format} export"), &text);
+    }
+
+    // B's data is exactly as it was.
+    assert_eq!(snapshot_of_b(&s, &b, &owned), before);
+    let (_, v) = s.get("/v1/memories?page_size=100", &b);
+    assert_eq!(
+        v["data"]["total"],
+        json!(owned.memories.len()),
+        "B lost or gained memories: {v}"
+    );
+}
