@@ -23,6 +23,8 @@ pub struct Server {
     pub data_dir: PathBuf,
     pub keys_dir: PathBuf,
     pub extra: Vec<String>,
+    /// Where the server's stderr (its log) goes when captured; inherited otherwise.
+    pub log_file: Option<PathBuf>,
     _tmp: Option<tempfile::TempDir>,
     client: Client,
 }
@@ -33,15 +35,27 @@ impl Server {
     }
 
     pub fn start_with(extra: &[&str]) -> Server {
+        Self::launch(extra, false)
+    }
+
+    /// A server whose log, at its most verbose for our code and the HTTP layers, is written to
+    /// [`Server::log_file`] instead of the test's stderr, so a test can inspect it.
+    pub fn start_capturing_log(extra: &[&str]) -> Server {
+        Self::launch(extra, true)
+    }
+
+    fn launch(extra: &[&str], capture_log: bool) -> Server {
         let tmp = tempfile::tempdir().expect("tempdir");
         let data_dir = tmp.path().join("data");
         let keys_dir = tmp.path().join("keys");
+        let log_file = capture_log.then(|| tmp.path().join("server.log"));
         let mut s = Server {
             child: None,
             url: String::new(),
             data_dir,
             keys_dir,
             extra: extra.iter().map(|s| s.to_string()).collect(),
+            log_file,
             _tmp: Some(tmp),
             client: Client::builder()
                 .timeout(Duration::from_secs(60))
@@ -62,6 +76,7 @@ impl Server {
             data_dir: data_dir.to_path_buf(),
             keys_dir,
             extra: Vec::new(),
+            log_file: None,
             _tmp: Some(tmp),
             client: Client::builder()
                 .timeout(Duration::from_secs(60))
@@ -98,6 +113,15 @@ impl Server {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
+        if let Some(path) = &self.log_file {
+            let file = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .expect("open the server log file");
+            cmd.env("AUDITMEM_LOG", "debug,auditmem=trace,tower_http=trace")
+                .stderr(file);
+        }
         let mut child = cmd.spawn().expect("spawn auditmem");
         let stdout = child.stdout.take().expect("stdout");
         let mut lines = BufReader::new(stdout).lines();
