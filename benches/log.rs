@@ -1,6 +1,6 @@
 //! The log's hot paths: group-commit append with a real fdatasync per group at 1, 16 and 128
 //! concurrent submitters; record encode/decode and chain hashing; verify and replay over
-//! 1,000,000 records.
+//! 1,000,000 records, and the audit index's page-with-total query over them.
 
 mod fixtures;
 
@@ -11,6 +11,7 @@ use auditmem::log::catch_up::catch_up;
 use auditmem::log::record::Record;
 use auditmem::log::verify::verify_tree;
 use auditmem::log::{open_db, LogReader, LOG_TREE};
+use auditmem::projections::audit_index::Filter;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 
 const BIG: u64 = 1_000_000;
@@ -140,6 +141,52 @@ fn verify_and_replay(c: &mut Criterion) {
         let reader = LogReader::open(db).expect("log");
         assert_eq!(catch_up(&reader, &projections, None).expect("catch up"), 0);
     });
+    g.finish();
+
+    // The audit index's answer to a list call: the first page of 20 newest refs and `total`,
+    // over one tenant's share of the 1,000,000 entries (without reading the entries, which
+    // the log bench and the load driver's `list` cover).
+    let db = &log().1;
+    if auditmem::projections::Projection::checkpoint(&fixtures::projections(db).audit)
+        .expect("checkpoint")
+        == 0
+    {
+        auditmem::cli::replay::replay(db).expect("replay");
+    }
+    let projections = fixtures::projections(db);
+    let tenant = fixtures::tenant_ids()[0];
+    let all = Filter {
+        tenant_id: tenant,
+        action: None,
+        from: i64::MIN,
+        to: i64::MAX,
+    };
+    let filters = [
+        ("page_total", all),
+        (
+            "page_total_action",
+            Filter {
+                action: Some("rag.query"),
+                ..all
+            },
+        ),
+        (
+            "page_total_time_range",
+            Filter {
+                from: 1_700_000_000_000_000 + 100_000_000,
+                to: 1_700_000_000_000_000 + 600_000_000,
+                ..all
+            },
+        ),
+    ];
+    let mut g = c.benchmark_group("audit_index_1m");
+    g.throughput(Throughput::Elements(1));
+    for (name, f) in filters {
+        let page = projections.audit.page(&f, 0, 20);
+        assert_eq!(page.items.len(), 20, "{name}");
+        assert!(page.total > 20, "{name}");
+        g.bench_function(name, |b| b.iter(|| projections.audit.page(&f, 0, 20)));
+    }
     g.finish();
 }
 

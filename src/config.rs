@@ -66,6 +66,10 @@ pub struct ServeArgs {
     /// Directory of the sled database (log and projections).
     #[arg(long, env = "AUDITMEM_DATA_DIR", default_value = "data")]
     pub data_dir: PathBuf,
+    /// sled's page cache, MiB. The operating system caches the files too, so a small cache costs
+    /// little; it is most of an idle server's memory beyond the vectors and the model.
+    #[arg(long, env = "AUDITMEM_CACHE_MB", default_value_t = 64)]
+    pub cache_mb: u64,
     /// Address to listen on (port 0 picks a free port; the bound address is printed).
     #[arg(long, env = "AUDITMEM_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,

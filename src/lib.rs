@@ -23,3 +23,15 @@ pub use auditmem_projections as projections;
 /// benches and the tests all run on the same allocator.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// Hands the memory freed so far back to the operating system. mimalloc keeps freed pages in
+/// the heap of the thread that freed them until that thread allocates again; start-up frees a
+/// lot on threads that then idle (the log records decoded to rebuild the vector table, the
+/// model file and its unpacked tensors): ~130 MB of an idle server's RSS with 100,000
+/// memories, measured. Collects the calling thread's heap and every rayon worker's.
+pub fn release_free_memory() {
+    // SAFETY: `mi_collect` only returns free pages to the OS; it is safe to call on any
+    // thread at any time (it touches only the calling thread's heap and abandoned segments).
+    rayon::broadcast(|_| unsafe { libmimalloc_sys::mi_collect(true) });
+    unsafe { libmimalloc_sys::mi_collect(true) };
+}

@@ -11,7 +11,7 @@ use anyhow::Context;
 
 use crate::config::{DurabilityMode, ServeArgs};
 use crate::log::appender::{Appender, Durability};
-use crate::log::{catch_up::catch_up, checkpoint, open_db, LogReader};
+use crate::log::{catch_up::catch_up, checkpoint, open_db_with_cache, LogReader};
 use crate::state::{AppState, Inner, Settings, Signer};
 
 pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
@@ -26,12 +26,13 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.data_dir)
         .with_context(|| format!("creating data dir {}", args.data_dir.display()))?;
-    let db = open_db(&args.data_dir).with_context(|| {
-        format!(
-            "opening data dir {} (is another auditmem using it?)",
-            args.data_dir.display()
-        )
-    })?;
+    let db = open_db_with_cache(&args.data_dir, args.cache_mb.saturating_mul(1024 * 1024))
+        .with_context(|| {
+            format!(
+                "opening data dir {} (is another auditmem using it?)",
+                args.data_dir.display()
+            )
+        })?;
     let projections = Arc::new(crate::log::open_projections(&db).context("opening projections")?);
     let log = LogReader::open(&db)?;
 
@@ -126,6 +127,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("binding {}", args.listen))?;
     let addr = listener.local_addr()?;
+    crate::release_free_memory();
     // Tests and scripts read this line to learn the port when --listen asks for port 0.
     println!("auditmem listening on http://{addr}");
     tracing::info!(%addr, data_dir = %args.data_dir.display(), admin = args.admin_token.is_some(), "serving");
