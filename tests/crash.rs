@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{cli, path_str, Server, ADMIN_TOKEN};
+use common::{all_audit_ids, cli, path_str, Server, ADMIN_TOKEN};
 use serde_json::{json, Value};
 
 #[test]
@@ -61,23 +61,7 @@ fn every_acknowledged_append_survives_sigkill() {
     );
 
     s.spawn();
-    let mut found = HashSet::new();
-    let mut cursor: Option<String> = None;
-    loop {
-        let path = match &cursor {
-            None => "/v1/audit/logs?page_size=100".to_string(),
-            Some(c) => format!("/v1/audit/logs?page_size=100&cursor={c}"),
-        };
-        let (status, v) = s.get(&path, &key);
-        assert_eq!(status, 200, "{v}");
-        for e in v["data"]["logs"].as_array().expect("logs") {
-            found.insert(e["id"].as_str().expect("id").to_string());
-        }
-        match v["data"]["next_cursor"].as_str() {
-            Some(c) => cursor = Some(c.to_string()),
-            None => break,
-        }
-    }
+    let found = all_audit_ids(&s, &key);
     let lost: Vec<_> = acked.difference(&found).collect();
     assert!(
         lost.is_empty(),

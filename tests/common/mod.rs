@@ -340,3 +340,98 @@ pub fn serve_in_background(app: axum::Router) -> std::net::SocketAddr {
     });
     addr
 }
+
+/// Every audit id the key's tenant can list, walking the cursor pages (newest first).
+pub fn all_audit_ids(s: &Server, key: &str) -> std::collections::HashSet<String> {
+    let mut found = std::collections::HashSet::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let path = match &cursor {
+            None => "/v1/audit/logs?page_size=100".to_string(),
+            Some(c) => format!("/v1/audit/logs?page_size=100&cursor={c}"),
+        };
+        let (status, v) = s.get(&path, key);
+        assert_eq!(status, 200, "{v}");
+        for e in v["data"]["logs"].as_array().expect("logs") {
+            found.insert(e["id"].as_str().expect("id").to_string());
+        }
+        match v["data"]["next_cursor"].as_str() {
+            Some(c) => cursor = Some(c.to_string()),
+            None => return found,
+        }
+    }
+}
+
+/// An RFC 3339 time of now with microseconds: an `end_time` that excludes the audit entries of
+/// every read made after it (reads are audited, so answers compared across servers must not
+/// count them).
+pub fn now_end_time() -> String {
+    // Entries are stamped in whole microseconds; a little slack keeps "now" strictly past them.
+    std::thread::sleep(Duration::from_millis(5));
+    chrono::Utc::now()
+        .format("%Y-%m-%dT%H:%M:%S%.6fZ")
+        .to_string()
+}
+
+/// Reads whose answers depend only on the log up to `end` (and not on entries the reads
+/// themselves add): the head, admin views, audit lists bounded by `end`, audit details of
+/// `audit_ids`, and, per key, the memories (lists per type and each of `memory_ids`, 404 or
+/// not). The head is read first, before any audited read moves it.
+pub fn answers(
+    s: &Server,
+    keys: &[String],
+    audit_ids: &[String],
+    memory_ids: &[String],
+    end: &str,
+) -> Vec<Value> {
+    let mut out = vec![
+        s.head().0.into(),
+        s.admin(Method::GET, "/admin/v1/tenants", None).1,
+    ];
+    for key in keys {
+        for q in [
+            format!("/v1/audit/logs?end_time={end}"),
+            format!("/v1/audit/logs?end_time={end}&action=gateway.chat"),
+            format!("/v1/audit/logs?end_time={end}&action=memory.write"),
+            format!("/v1/audit/logs?end_time={end}&page=2&page_size=3"),
+            format!("/v1/audit/logs?end_time={end}&start_time=2020-01-01T00:00:00Z"),
+        ] {
+            out.push(s.get(&q, key).1["data"].clone());
+        }
+        for id in audit_ids {
+            let (status, v) = s.get(&format!("/v1/audit/logs/{id}"), key);
+            out.push(json!([status, v]));
+        }
+        for q in [
+            "/v1/memories?page_size=100",
+            "/v1/memories?page_size=100&page=2",
+            "/v1/memories?memory_type=rule&page_size=100",
+            "/v1/memories?memory_type=fact&page_size=100",
+            "/v1/memories?memory_type=context&page_size=100",
+        ] {
+            let (status, v) = s.get(q, key);
+            out.push(json!([status, v]));
+        }
+        for id in memory_ids {
+            let (status, v) = s.get(&format!("/v1/memories/{id}"), key);
+            out.push(json!([status, v]));
+        }
+    }
+    out
+}
+
+/// Asserts two [`answers`] are equal, naming the first read that differs.
+pub fn assert_same_answers(before: &[Value], after: &[Value]) {
+    assert_eq!(before.len(), after.len(), "not the same reads");
+    for (i, (x, y)) in before.iter().zip(after).enumerate() {
+        assert_eq!(x, y, "read #{i} differs");
+    }
+}
+
+/// A copy of `data_dir` at `to`, with every projection rebuilt by `auditmem replay`.
+pub fn replayed_copy(data_dir: &Path, to: &Path) {
+    copy_dir(data_dir, to);
+    let (code, out, err) = cli(&["replay", "--data-dir", path_str(to)], &[]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.starts_with("replayed "), "{out}");
+}
