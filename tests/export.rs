@@ -319,3 +319,32 @@ fn an_export_interrupted_by_a_crash_completes_after_restart() {
         50
     );
 }
+
+/// Regression: a request with an empty User-Agent header was recorded with `user_agent: ""`,
+/// which a CSV export writes as an empty cell and `verify --export` reads back as null, so the
+/// row's chain hash no longer matched: a genuine export was reported as tampered.
+#[test]
+fn an_empty_user_agent_header_still_exports_a_verifiable_csv() {
+    let s = Server::start();
+    let (_, key) = s.tenant_with_key("business");
+    let resp = s
+        .raw()
+        .get(format!("{}/v1/memories", s.url))
+        .bearer_auth(&key)
+        .header("user-agent", "")
+        .send()
+        .expect("send");
+    assert_eq!(resp.status().as_u16(), 200);
+
+    let id = start_export(&s, &key, json!({"format": "csv"}));
+    s.wait_export_status(&key, &id, "completed");
+    let (status, _, _, bytes) = s.download_export(&key, &id);
+    assert_eq!(status, 200);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let p = dir.path().join("export.csv");
+    std::fs::write(&p, &bytes).expect("write");
+    let (code, out, err) = cli(&["verify", "--export", path_str(&p)], &[]);
+    assert_eq!(code, 0, "{out}{err}");
+    let (_, v) = s.get("/v1/audit/logs?action=memory.list", &key);
+    assert_eq!(v["data"]["logs"][0]["user_agent"], Value::Null, "{v}");
+}

@@ -186,10 +186,13 @@ pub async fn v1_gate(State(state): State<AppState>, req: Request, next: Next) ->
         }
     };
     let ip = client_ip(&state, &req);
+    // An empty header is no user agent, as ingestion treats empty text: a CSV export cannot
+    // tell an empty cell from a null one, so an entry holding "" failed `verify --export`.
     let user_agent = req
         .headers()
         .get("user-agent")
         .and_then(|v| v.to_str().ok())
+        .filter(|s| !s.is_empty())
         .map(str::to_string);
     let metadata_header = req
         .headers()
