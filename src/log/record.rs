@@ -101,6 +101,44 @@ impl Record {
     }
 }
 
+/// Whether `bytes` are exactly the encoding [`Record::seal_encoded`] writes for the record they
+/// decode to. msgpack has several encodings of one value (a positive integer as uint 64 or as
+/// int 64, a byte string as bin or as str): a record re-encoded that way still decodes to the
+/// same fields and the same hash, yet its stored bytes were changed. Compares the envelope
+/// header only (at most ~90 bytes); the event bytes are the tail either way.
+pub fn is_canonical(bytes: &[u8], r: &RecordRef<'_>) -> bool {
+    let (Ok(prev), Ok(hash)) = (<&[u8; 32]>::try_from(r.prev), <&[u8; 32]>::try_from(r.hash))
+    else {
+        return false;
+    };
+    let head = RecordOut {
+        seq: r.seq,
+        ts_micros: r.ts_micros,
+        prev,
+        hash,
+        event: &[],
+    };
+    // Encoding integers and byte strings into a Vec cannot fail.
+    let mut want = rmp_serde::to_vec(&head).unwrap_or_default();
+    // `head` ends with the empty event's bin header (0xc4 0x00): replace it with the real one.
+    want.truncate(want.len().saturating_sub(2));
+    let n = r.event.len();
+    match u8::try_from(n) {
+        Ok(n) => want.extend_from_slice(&[0xc4, n]),
+        Err(_) => match u16::try_from(n) {
+            Ok(n) => {
+                want.push(0xc5);
+                want.extend_from_slice(&n.to_be_bytes());
+            }
+            Err(_) => {
+                want.push(0xc6);
+                want.extend_from_slice(&(n as u32).to_be_bytes());
+            }
+        },
+    }
+    bytes.len() == want.len() + n && bytes.starts_with(&want)
+}
+
 impl<'a> RecordRef<'a> {
     pub fn decode(bytes: &'a [u8]) -> Result<RecordRef<'a>, rmp_serde::decode::Error> {
         rmp_serde::from_slice(bytes)
@@ -140,6 +178,28 @@ mod tests {
             (rr.seq, rr.prev, rr.event),
             (7, &[3u8; 32][..], &b"event bytes"[..])
         );
+    }
+
+    #[test]
+    fn canonical_encodings_are_told_from_re_encodings() {
+        for len in [0usize, 1, 255, 256, 65_535, 65_536] {
+            for (seq, ts) in [(1u64, 0i64), (300, -5), (u64::MAX, 1_700_000_000_000_000)] {
+                let (_, bytes) = Record::seal_encoded(seq, ts, &[0; 32], &vec![7; len]);
+                let r = RecordRef::decode(&bytes).expect("decode");
+                assert!(is_canonical(&bytes, &r), "len {len} seq {seq}");
+            }
+        }
+        // The same timestamp as int 64 instead of uint 64: same fields, other bytes.
+        let (_, bytes) = Record::seal_encoded(1, 1_700_000_000_000_000, &[0; 32], b"e");
+        let mut other = bytes.clone();
+        assert_eq!(other[..3], [0x95, 0x01, 0xcf]);
+        other[2] = 0xd3;
+        let r = RecordRef::decode(&other).expect("decode");
+        assert_eq!(
+            r.computed_hash(),
+            RecordRef::decode(&bytes).expect("decode").computed_hash()
+        );
+        assert!(!is_canonical(&other, &r));
     }
 
     #[test]

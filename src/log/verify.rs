@@ -170,7 +170,9 @@ fn check_one(key: u64, bytes: &[u8]) -> Parsed {
                 .hash
                 .try_into()
                 .map_err(|_| "hash is not 32 bytes".to_string())?;
-            let hash_ok = r.computed_hash() == hash;
+            // A re-encoded envelope decodes to the same fields and hash: its bytes were
+            // changed all the same, so it counts as a modified record.
+            let hash_ok = r.computed_hash() == hash && super::record::is_canonical(bytes, &r);
             Ok(Checked {
                 seq: r.seq,
                 prev,
@@ -510,6 +512,16 @@ mod tests {
         modified[9].1[last] ^= 0x01;
         let f = run(&modified).failures[0].clone();
         assert_eq!((f.seq, f.kind), (10, FailureKind::HashMismatch));
+
+        // A record re-encoded (its timestamp as int 64, not uint 64): bytes changed, same
+        // fields and hash. Found by the property tests (tests/properties.rs).
+        let r = Record::seal(1, 1_700_000_000_000_000, [0; 32], b"event".to_vec());
+        let mut bytes = r.encode();
+        assert_eq!(bytes[..3], [0x95, 0x01, 0xcf]);
+        bytes[2] = 0xd3;
+        assert_eq!(Record::decode(&bytes).expect("decode"), r);
+        let f = run(&[(1, bytes)]).failures[0].clone();
+        assert_eq!((f.seq, f.kind), (1, FailureKind::HashMismatch));
 
         let mut deleted = good.clone();
         deleted.remove(4);
