@@ -172,18 +172,20 @@ pub fn load_list_entry(state: &AppState, seq: u64) -> Result<AuditEntry, ApiErro
     }
 }
 
-struct Cursor {
-    created_at: i64,
-    seq: u64,
-    snapshot: u64,
+/// Where a cursor page starts: after `(created_at, seq)`, among entries up to `snapshot`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Cursor {
+    pub created_at: i64,
+    pub seq: u64,
+    pub snapshot: u64,
 }
 
-fn encode_cursor(c: &Cursor) -> String {
+pub fn encode_cursor(c: &Cursor) -> String {
     base64::engine::general_purpose::URL_SAFE_NO_PAD
         .encode(format!("{}.{}.{}", c.created_at, c.seq, c.snapshot))
 }
 
-fn decode_cursor(s: &str) -> Result<Cursor, ApiError> {
+pub fn decode_cursor(s: &str) -> Result<Cursor, ApiError> {
     let bad = || ApiError::bad_request("cursor is not a cursor returned by this endpoint");
     let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
         .decode(s.trim())
@@ -200,6 +202,61 @@ fn decode_cursor(s: &str) -> Result<Cursor, ApiError> {
     })
 }
 
+/// The parameters of `GET /v1/audit/logs`, parsed and checked (times in micros).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ListQuery {
+    pub start: Option<i64>,
+    pub end: Option<i64>,
+    pub page: usize,
+    /// Already clamped to [`MAX_PAGE_SIZE`].
+    pub page_size: usize,
+    pub action: Option<String>,
+    pub cursor: Option<Cursor>,
+}
+
+impl ListQuery {
+    /// Parses the query map; every refusal is a 400 naming the parameter. Empty values mean
+    /// "not given"; unknown parameters are ignored.
+    pub fn parse(q: &HashMap<String, String>) -> Result<ListQuery, ApiError> {
+        let start = q
+            .get("start_time")
+            .filter(|s| !s.is_empty())
+            .map(|s| parse_time("start_time", s))
+            .transpose()?;
+        let end = q
+            .get("end_time")
+            .filter(|s| !s.is_empty())
+            .map(|s| parse_time("end_time", s))
+            .transpose()?;
+        if let (Some(s), Some(e)) = (start, end) {
+            if e < s {
+                return Err(ApiError::bad_request("end_time is before start_time"));
+            }
+        }
+        let page = parse_positive("page", q.get("page"), 1)?;
+        let page_size =
+            parse_positive("page_size", q.get("page_size"), DEFAULT_PAGE_SIZE)?.min(MAX_PAGE_SIZE);
+        let action = q
+            .get("action")
+            .map(|s| s.trim())
+            .filter(|s| !s.is_empty())
+            .map(str::to_string);
+        let cursor = q
+            .get("cursor")
+            .filter(|s| !s.is_empty())
+            .map(|s| decode_cursor(s))
+            .transpose()?;
+        Ok(ListQuery {
+            start,
+            end,
+            page,
+            page_size,
+            action,
+            cursor,
+        })
+    }
+}
+
 #[utoipa::path(get, path = "/v1/audit/logs", tag = "audit", security(("api_key" = [])),
     params(("start_time" = Option<String>, Query, description = "ISO 8601; clamped to the retention window"),
            ("end_time" = Option<String>, Query, description = "ISO 8601, inclusive"),
@@ -213,31 +270,15 @@ pub(crate) async fn list_logs(
     Extension(caller): Extension<Caller>,
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<axum::response::Response, ApiError> {
-    let start = q
-        .get("start_time")
-        .filter(|s| !s.is_empty())
-        .map(|s| parse_time("start_time", s))
-        .transpose()?;
-    let end = q
-        .get("end_time")
-        .filter(|s| !s.is_empty())
-        .map(|s| parse_time("end_time", s))
-        .transpose()?;
-    if let (Some(s), Some(e)) = (start, end) {
-        if e < s {
-            return Err(ApiError::bad_request("end_time is before start_time"));
-        }
-    }
-    let page = parse_positive("page", q.get("page"), 1)?;
-    let page_size =
-        parse_positive("page_size", q.get("page_size"), DEFAULT_PAGE_SIZE)?.min(MAX_PAGE_SIZE);
-    let action = q.get("action").map(|s| s.trim()).filter(|s| !s.is_empty());
-    let cursor = q
-        .get("cursor")
-        .filter(|s| !s.is_empty())
-        .map(|s| decode_cursor(s))
-        .transpose()?;
-
+    let ListQuery {
+        start,
+        end,
+        page,
+        page_size,
+        action,
+        cursor,
+    } = ListQuery::parse(&q)?;
+    let action = action.as_deref();
     let window = retention_start(&state, caller.tenant.plan);
     let filter = Filter {
         tenant_id: caller.tenant.id,

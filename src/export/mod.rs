@@ -82,12 +82,11 @@ fn encode_rows(
     } else {
         0
     });
-    let mut csv =
-        csv::WriterBuilder::new().from_writer(Vec::with_capacity(if format == ExportFormat::Csv {
-            capacity
-        } else {
-            0
-        }));
+    let mut csv = rows::csv_writer(Vec::with_capacity(if format == ExportFormat::Csv {
+        capacity
+    } else {
+        0
+    }));
     let seqs: Vec<u64> = refs.iter().map(|r| r.seq).collect();
     let entries = state.log.audit_entries(&seqs).map_err(|e| e.to_string())?;
     for (i, (r, entry)) in refs.iter().zip(entries).enumerate() {
@@ -197,7 +196,7 @@ pub fn write_file(
     let mut written = 0u64;
     match view.format {
         ExportFormat::Csv => {
-            let mut w = csv::WriterBuilder::new().from_writer(Vec::new());
+            let mut w = rows::csv_writer(Vec::new());
             w.write_record(&columns).map_err(|e| e.to_string())?;
             let header = w.into_inner().map_err(|e| e.to_string())?;
             out.write_all(&header).map_err(io)?;

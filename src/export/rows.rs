@@ -58,6 +58,12 @@ pub fn columns(with_chain: bool) -> Vec<&'static str> {
     c
 }
 
+/// The CSV writer of exports, header and rows alike (RFC 4180: fields holding a comma, a quote
+/// or a line break are quoted, quotes doubled); [`parse`] reads its output back.
+pub fn csv_writer<W: std::io::Write>(w: W) -> csv::Writer<W> {
+    csv::WriterBuilder::new().from_writer(w)
+}
+
 /// A number cell as the JSON literal of the value (empty for a non-finite one, which JSON
 /// cannot hold and the list shows as null).
 fn number(v: f64) -> Cow<'static, str> {
