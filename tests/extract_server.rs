@@ -13,6 +13,8 @@ use serde_json::{json, Value};
 
 struct Provider {
     failing: AtomicBool,
+    /// Answers only after this many milliseconds (0: at once).
+    delay_ms: AtomicUsize,
     calls: AtomicUsize,
 }
 
@@ -31,6 +33,8 @@ fn start_provider(state: Arc<Provider>) -> String {
                     let state = state.clone();
                     async move {
                         state.calls.fetch_add(1, Ordering::SeqCst);
+                        let delay = state.delay_ms.load(Ordering::SeqCst) as u64;
+                        tokio::time::sleep(std::time::Duration::from_millis(delay)).await;
                         let authorized = headers.get("authorization").and_then(|v| v.to_str().ok()) == Some("Bearer sk-test");
                         if state.failing.load(Ordering::SeqCst) || !authorized || req["model"] != json!("mini-llm") {
                             return (axum::http::StatusCode::INTERNAL_SERVER_ERROR, Json(json!({"error": {"message": "down"}})));
@@ -59,6 +63,7 @@ fn start_provider(state: Arc<Provider>) -> String {
 fn extraction_uses_the_chat_provider_and_a_provider_failure_stores_nothing() {
     let provider = Arc::new(Provider {
         failing: AtomicBool::new(false),
+        delay_ms: AtomicUsize::new(0),
         calls: AtomicUsize::new(0),
     });
     let url = start_provider(provider.clone());
@@ -130,4 +135,71 @@ fn extraction_uses_the_chat_provider_and_a_provider_failure_stores_nothing() {
         ),
         (json!(502), json!(5020))
     );
+}
+
+/// A provider slower than `--provider-timeout-secs`: the extraction ends in 502 (5020) after its
+/// one retry, stores and charges nothing, and other writes go through while it waits (the
+/// provider is called outside the appender).
+#[test]
+fn a_slow_provider_times_out_with_502_and_blocks_no_other_write() {
+    let provider = Arc::new(Provider {
+        failing: AtomicBool::new(false),
+        delay_ms: AtomicUsize::new(5_000),
+        calls: AtomicUsize::new(0),
+    });
+    let url = start_provider(provider.clone());
+    let s = Arc::new(Server::start_with(&[
+        "--extractor",
+        "openai",
+        "--extract-url",
+        &url,
+        "--extract-model",
+        "mini-llm",
+        "--extract-api-key",
+        "sk-test",
+        "--provider-timeout-secs",
+        "1",
+    ]));
+    let tenant = s.create_tenant("pro");
+    let key = s.create_key(&tenant, &["memory.read", "memory.write", "audit.read"]);
+
+    let done = Arc::new(AtomicBool::new(false));
+    let slow = {
+        let (s, key, done) = (s.clone(), key.clone(), done.clone());
+        std::thread::spawn(move || {
+            let resp = s.post(
+                "/v1/memories/extract",
+                &key,
+                json!({"text": "I live in Oslo and I prefer short answers."}),
+            );
+            done.store(true, Ordering::SeqCst);
+            resp
+        })
+    };
+    // Wait until the provider holds the call, then write beside it.
+    while provider.calls.load(Ordering::SeqCst) == 0 {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let (status, v) = s.post(
+        "/v1/memories",
+        &key,
+        json!({"content": "Written while the provider stalls", "memory_type": "fact"}),
+    );
+    assert_eq!(status, 200, "{v}");
+    assert!(
+        !done.load(Ordering::SeqCst),
+        "the create answered only after the stalled extraction"
+    );
+
+    let resp = slow.join().expect("extract thread");
+    assert_error(&resp, 502, 5020);
+    assert_eq!(provider.calls.load(Ordering::SeqCst), 2, "one retry");
+    let (_, list) = s.get("/v1/memories", &key);
+    assert_eq!(list["data"]["total"], json!(1), "only the plain create");
+    let (_, t) = s.admin(
+        reqwest::Method::GET,
+        &format!("/admin/v1/tenants/{tenant}"),
+        None,
+    );
+    assert_eq!(t["data"]["credits"], json!(100.0), "nothing charged");
 }
