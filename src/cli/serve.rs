@@ -33,7 +33,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 args.data_dir.display()
             )
         })?;
-    let projections = Arc::new(crate::log::open_projections(&db).context("opening projections")?);
+    let projections = Arc::new(open_or_rebuild_projections(&db)?);
     let log = LogReader::open(&db)?;
 
     let behind = log
@@ -221,4 +221,32 @@ async fn shutdown_signal() {
         _ = term => {},
     }
     tracing::info!("shutdown requested");
+}
+
+/// Opens the projections; if their stored state is corrupt (undecodable, or pointing at log
+/// records that are not there: a damaged or partially copied data dir), says so in the log,
+/// rebuilds every projection from the log as `auditmem replay` does, and opens them again. The
+/// log is the truth; projections are only a cache of it. A storage error is not corruption and
+/// stops the start.
+fn open_or_rebuild_projections(db: &sled::Db) -> anyhow::Result<auditmem_projections::Projections> {
+    match crate::log::open_projections(db) {
+        Ok(p) => Ok(p),
+        Err(e)
+            if matches!(
+                e.downcast_ref::<auditmem_projections::ProjectionError>(),
+                Some(auditmem_projections::ProjectionError::Corrupt { .. })
+            ) =>
+        {
+            tracing::warn!(error = %e, "projection state is corrupt: rebuilding every projection from the log");
+            let started = Instant::now();
+            let n = super::replay::replay(db).context("rebuilding projections from the log")?;
+            tracing::warn!(
+                records = n,
+                elapsed_ms = started.elapsed().as_millis() as u64,
+                "projections rebuilt from the log"
+            );
+            crate::log::open_projections(db).context("opening projections after the rebuild")
+        }
+        Err(e) => Err(e).context("opening projections"),
+    }
 }
