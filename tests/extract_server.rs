@@ -59,15 +59,16 @@ fn start_provider(state: Arc<Provider>) -> String {
     format!("http://{}", rx.recv().expect("provider address"))
 }
 
-#[test]
-fn extraction_uses_the_chat_provider_and_a_provider_failure_stores_nothing() {
+/// A protocol server answering after `delay_ms`, an auditmem extracting through it (plus
+/// `extra` flags), and a pro tenant with a memory key: (provider, server, tenant, key).
+fn setup(delay_ms: usize, extra: &[&str]) -> (Arc<Provider>, Server, String, String) {
     let provider = Arc::new(Provider {
         failing: AtomicBool::new(false),
-        delay_ms: AtomicUsize::new(0),
+        delay_ms: AtomicUsize::new(delay_ms),
         calls: AtomicUsize::new(0),
     });
     let url = start_provider(provider.clone());
-    let s = Server::start_with(&[
+    let mut args = vec![
         "--extractor",
         "openai",
         "--extract-url",
@@ -76,9 +77,17 @@ fn extraction_uses_the_chat_provider_and_a_provider_failure_stores_nothing() {
         "mini-llm",
         "--extract-api-key",
         "sk-test",
-    ]);
+    ];
+    args.extend_from_slice(extra);
+    let s = Server::start_with(&args);
     let tenant = s.create_tenant("pro");
     let key = s.create_key(&tenant, &["memory.read", "memory.write", "audit.read"]);
+    (provider, s, tenant, key)
+}
+
+#[test]
+fn extraction_uses_the_chat_provider_and_a_provider_failure_stores_nothing() {
+    let (provider, s, tenant, key) = setup(0, &[]);
 
     let (status, v) = s.post(
         "/v1/memories/extract",
@@ -142,26 +151,8 @@ fn extraction_uses_the_chat_provider_and_a_provider_failure_stores_nothing() {
 /// provider is called outside the appender).
 #[test]
 fn a_slow_provider_times_out_with_502_and_blocks_no_other_write() {
-    let provider = Arc::new(Provider {
-        failing: AtomicBool::new(false),
-        delay_ms: AtomicUsize::new(5_000),
-        calls: AtomicUsize::new(0),
-    });
-    let url = start_provider(provider.clone());
-    let s = Arc::new(Server::start_with(&[
-        "--extractor",
-        "openai",
-        "--extract-url",
-        &url,
-        "--extract-model",
-        "mini-llm",
-        "--extract-api-key",
-        "sk-test",
-        "--provider-timeout-secs",
-        "1",
-    ]));
-    let tenant = s.create_tenant("pro");
-    let key = s.create_key(&tenant, &["memory.read", "memory.write", "audit.read"]);
+    let (provider, s, tenant, key) = setup(5_000, &["--provider-timeout-secs", "1"]);
+    let s = Arc::new(s);
 
     let done = Arc::new(AtomicBool::new(false));
     let slow = {
