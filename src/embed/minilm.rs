@@ -3,7 +3,7 @@
 //! tokens, then L2 normalisation.
 //!
 //! Two forward passes over the same weights: [`MiniLm`], the one the service
-//! uses, on our own kernels with weights packed once at load (3x faster for a
+//! uses, on our own kernels with weights packed once at load (2.4x faster for a
 //! single query, see docs/EMBEDDINGS.md), and [`CandleMiniLm`], candle's
 //! `BertModel`, kept as the reference the tests compare it with.
 
