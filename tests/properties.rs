@@ -61,6 +61,12 @@ fn text() -> impl Strategy<Value = String> {
     ]
 }
 
+/// An optional JSON value that is never `Some(null)`: on disk `Some(null)` and `None` are the
+/// same msgpack nil, so the codec cannot tell them apart (found by this test in CI).
+fn optional_json() -> impl Strategy<Value = Option<Value>> {
+    option::of(json_value().prop_filter("null is absent", |v| !v.is_null()))
+}
+
 fn json_value() -> impl Strategy<Value = Value> {
     let leaf = prop_oneof![
         Just(Value::Null),
@@ -117,7 +123,7 @@ fn audit_entry_with(floats: fn() -> BoxedStrategy<f64>) -> impl Strategy<Value =
             floats(),
             floats(),
         ),
-        (option::of(tokens()), option::of(json_value()), any::<i64>()),
+        (option::of(tokens()), optional_json(), any::<i64>()),
     )
         .prop_map(
             |(
@@ -158,8 +164,8 @@ fn audit_entry_with(floats: fn() -> BoxedStrategy<f64>) -> impl Strategy<Value =
 
 fn detail() -> impl Strategy<Value = AuditDetail> {
     (
-        option::of(json_value()),
-        option::of(json_value()),
+        optional_json(),
+        optional_json(),
         option::of(vec(text(), 0..3)),
         option::of(vec(json_value(), 0..3)),
         option::of(text()),
