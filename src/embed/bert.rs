@@ -242,7 +242,8 @@ impl Bert {
         let h = self.shape.hidden;
         let heads = self.shape.heads;
         let d = h / heads;
-        let stride = self.layers.first().map_or(3 * h, |l| l.qkv.outputs());
+        // Rows of the stacked query, key and value projections.
+        let stride = 3 * h;
         let tasks: Vec<(usize, usize)> = (0..spans.len())
             .flat_map(|s| (0..heads).map(move |hd| (s, hd)))
             .collect();

@@ -67,10 +67,6 @@ impl PackedLinear {
         })
     }
 
-    pub fn outputs(&self) -> usize {
-        self.n
-    }
-
     /// Multiplies `m` rows of `x` (m x k, row-major) and returns the m x n result.
     ///
     /// The panels are split between the threads (each reads only its share of the weights, and
@@ -394,7 +390,6 @@ mod tests {
         let w = values(n * k, 1);
         let b = values(n, 2);
         let lin = PackedLinear::new(&w, &b, n, k).unwrap();
-        assert_eq!(lin.outputs(), n);
         // Row counts around the 6-row kernel and the 48-row block.
         for m in [0, 1, 2, 5, 6, 7, 13, 48, 49, 100] {
             let x = values(m * k, 3 + m as u64);
