@@ -8,6 +8,7 @@
 //! agree to 1e-5 on every component.
 
 use std::collections::HashMap;
+use std::path::Path;
 
 use candle_core::{Device, Tensor};
 use rayon::prelude::*;
@@ -41,9 +42,23 @@ struct Layer {
     out_norm: Norm,
 }
 
+/// The word-embedding table: vocabulary x hidden, about half the model's bytes (47 MB of
+/// MiniLM's 91), of which a text reads one row per token.
+enum WordTable {
+    Owned(Vec<f32>),
+    /// Rows read from the weights file at their offset, per token: the table needs no memory
+    /// of the process (the kernel's page cache keeps the rows in use), a row costs one
+    /// `pread` of `hidden * 4` bytes, nothing beside a forward pass.
+    File {
+        file: std::fs::File,
+        offset: u64,
+    },
+}
+
 pub(crate) struct Bert {
     shape: BertShape,
-    word: Vec<f32>,
+    word: WordTable,
+    vocab: usize,
     position: Vec<f32>,
     /// Segment 0's embedding: single-sentence inputs use no other.
     segment0: Vec<f32>,
@@ -93,6 +108,65 @@ impl Weights {
     }
 }
 
+impl WordTable {
+    /// Copies row `id` (in the vocabulary, checked by the caller) into `out` (hidden long).
+    fn row(&self, id: usize, out: &mut [f32]) -> Result<(), String> {
+        let h = out.len();
+        match self {
+            WordTable::Owned(t) => out.copy_from_slice(&t[id * h..(id + 1) * h]),
+            WordTable::File { file, offset } => {
+                use std::os::unix::fs::FileExt;
+                let mut bytes = vec![0u8; h * 4];
+                file.read_exact_at(&mut bytes, offset + (id * h * 4) as u64)
+                    .map_err(|e| {
+                        format!("reading word embedding {id} from the weights file: {e}")
+                    })?;
+                for (o, b) in out.iter_mut().zip(bytes.chunks_exact(4)) {
+                    *o = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Where tensor `name`'s data sits in a safetensors file: (offset from the file's start,
+/// bytes); `None` when there is no such tensor, an error unless it is f32. The layout: an
+/// 8-byte little-endian header length, a JSON header of `name -> {dtype, shape,
+/// data_offsets: [begin, end]}` relative to the data after the header.
+fn tensor_span(file: &[u8], name: &str) -> Result<Option<(u64, usize)>, String> {
+    let len_bytes: [u8; 8] = file
+        .get(..8)
+        .and_then(|b| b.try_into().ok())
+        .ok_or("the weights file is shorter than its header")?;
+    let header_len = u64::from_le_bytes(len_bytes);
+    let header = usize::try_from(header_len)
+        .ok()
+        .and_then(|n| file.get(8..8usize.checked_add(n)?))
+        .ok_or("the weights file's header runs past its end")?;
+    let header: serde_json::Value =
+        serde_json::from_slice(header).map_err(|e| format!("the weights file's header: {e}"))?;
+    let Some(t) = header.get(name) else {
+        return Ok(None);
+    };
+    if t.get("dtype").and_then(|d| d.as_str()) != Some("F32") {
+        return Err(format!("tensor {name} is not f32"));
+    }
+    let span = t
+        .get("data_offsets")
+        .and_then(|o| Some((o.get(0)?.as_u64()?, o.get(1)?.as_u64()?)))
+        .filter(|(b, e)| b <= e)
+        .ok_or_else(|| format!("tensor {name} has no valid data_offsets"))?;
+    let start = 8 + header_len + span.0;
+    let len = usize::try_from(span.1 - span.0).map_err(|e| e.to_string())?;
+    if start.saturating_add(len as u64) > file.len() as u64 {
+        return Err(format!(
+            "tensor {name} runs past the end of the weights file"
+        ));
+    }
+    Ok(Some((start, len)))
+}
+
 impl Bert {
     /// Loads the encoder from the bytes of a safetensors file.
     pub fn load(safetensors: &[u8], shape: BertShape) -> Result<Self, String> {
@@ -116,7 +190,7 @@ impl Bert {
             .get(&format!("{prefix}embeddings.word_embeddings.weight"))
             .ok_or("tensor embeddings.word_embeddings.weight is missing")?;
         let vocab = word_table.elem_count() / h;
-        let word = w.get("embeddings.word_embeddings.weight", vocab * h)?;
+        let word = WordTable::Owned(w.get("embeddings.word_embeddings.weight", vocab * h)?);
         let position = w.get(
             "embeddings.position_embeddings.weight",
             shape.max_positions * h,
@@ -144,6 +218,7 @@ impl Bert {
         }
         Ok(Self {
             word,
+            vocab,
             position,
             segment0: types[..h].to_vec(),
             embed_norm,
@@ -152,11 +227,47 @@ impl Bert {
         })
     }
 
+    /// From now on reads the word-embedding rows from `path`, the safetensors file whose
+    /// bytes `safetensors` this model was loaded from, instead of holding the table.
+    pub fn read_words_from(&mut self, path: &Path, safetensors: &[u8]) -> Result<(), String> {
+        let WordTable::Owned(table) = &self.word else {
+            return Ok(());
+        };
+        let name = [
+            "embeddings.word_embeddings.weight",
+            "bert.embeddings.word_embeddings.weight",
+        ]
+        .into_iter()
+        .find_map(|n| tensor_span(safetensors, n).transpose())
+        .ok_or("tensor embeddings.word_embeddings.weight is missing")??;
+        let (offset, len) = name;
+        if len != table.len() * 4 {
+            return Err(format!(
+                "the word embeddings take {len} bytes in the file, expected {}",
+                table.len() * 4
+            ));
+        }
+        let file = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let from_file = WordTable::File { file, offset };
+        // The file could have been replaced since its bytes were read: its first and last
+        // rows must be the ones just loaded.
+        let h = self.shape.hidden;
+        for id in [0, self.vocab - 1] {
+            let mut row = vec![0f32; h];
+            from_file.row(id, &mut row)?;
+            if row[..] != table[id * h..(id + 1) * h] {
+                return Err(format!("{} changed while it was loaded", path.display()));
+            }
+        }
+        self.word = from_file;
+        Ok(())
+    }
+
     /// Mean-pooled (not yet normalised) last hidden states of each token-id sequence. Every
     /// sequence must be non-empty and at most `max_positions` long.
     pub fn pooled(&self, sequences: &[&[u32]]) -> Result<Vec<Vec<f32>>, String> {
         let h = self.shape.hidden;
-        let vocab = self.word.len() / h;
+        let vocab = self.vocab;
         let mut spans = Vec::with_capacity(sequences.len());
         let mut total = 0;
         for s in sequences {
@@ -179,10 +290,11 @@ impl Bert {
                     return Err(format!("token id {id} outside the vocabulary of {vocab}"));
                 }
                 let row = &mut x[(start + pos) * h..(start + pos + 1) * h];
-                let word = &self.word[id * h..(id + 1) * h];
+                self.word.row(id, row)?;
                 let posn = &self.position[pos * h..(pos + 1) * h];
-                for (((o, a), b), c) in row.iter_mut().zip(word).zip(posn).zip(&self.segment0) {
-                    *o = a + b + c;
+                for ((o, b), c) in row.iter_mut().zip(posn).zip(&self.segment0) {
+                    // The same order of additions as word + position + segment.
+                    *o = *o + b + c;
                 }
             }
         }
@@ -274,5 +386,90 @@ impl Bert {
             }
         }
         context
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A safetensors file of the given header JSON and data bytes.
+    fn file(header: &str, data: &[u8]) -> Vec<u8> {
+        let mut f = (header.len() as u64).to_le_bytes().to_vec();
+        f.extend_from_slice(header.as_bytes());
+        f.extend_from_slice(data);
+        f
+    }
+
+    #[test]
+    fn tensor_spans_are_found_past_the_header() {
+        let header = r#"{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}}"#;
+        let f = file(header, &[0u8; 12]);
+        let start = 8 + header.len() as u64;
+        assert_eq!(tensor_span(&f, "a"), Ok(Some((start, 4))));
+        assert_eq!(tensor_span(&f, "b"), Ok(Some((start + 4, 8))));
+        assert_eq!(tensor_span(&f, "c"), Ok(None));
+    }
+
+    #[test]
+    fn malformed_weight_files_are_errors_not_panics() {
+        let f16 = r#"{"a":{"dtype":"F16","shape":[2],"data_offsets":[0,4]}}"#;
+        assert_eq!(
+            tensor_span(&file(f16, &[0u8; 4]), "a"),
+            Err("tensor a is not f32".to_string())
+        );
+        let past_end = r#"{"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}}"#;
+        assert_eq!(
+            tensor_span(&file(past_end, &[0u8; 8]), "a"),
+            Err("tensor a runs past the end of the weights file".to_string())
+        );
+        let reversed = r#"{"a":{"dtype":"F32","shape":[1],"data_offsets":[8,4]}}"#;
+        assert_eq!(
+            tensor_span(&file(reversed, &[0u8; 8]), "a"),
+            Err("tensor a has no valid data_offsets".to_string())
+        );
+        assert_eq!(
+            tensor_span(&[1, 2, 3], "a"),
+            Err("the weights file is shorter than its header".to_string())
+        );
+        let mut huge = u64::MAX.to_le_bytes().to_vec();
+        huge.extend_from_slice(b"{}");
+        assert_eq!(
+            tensor_span(&huge, "a"),
+            Err("the weights file's header runs past its end".to_string())
+        );
+        assert!(tensor_span(&file("not json", &[]), "a")
+            .is_err_and(|e| e.starts_with("the weights file's header: ")));
+    }
+
+    #[test]
+    fn rows_read_from_the_file_equal_the_table_in_memory() {
+        let values: Vec<f32> = (0..12).map(|i| i as f32 * 0.5 - 1.25).collect();
+        let data: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let header = r#"{"w":{"dtype":"F32","shape":[4,3],"data_offsets":[0,48]}}"#;
+        let bytes = file(header, &data);
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("w.safetensors");
+        std::fs::write(&path, &bytes).expect("write");
+        let (offset, len) = tensor_span(&bytes, "w").expect("span").expect("present");
+        assert_eq!(len, 48);
+        let owned = WordTable::Owned(values.clone());
+        let from_file = WordTable::File {
+            file: std::fs::File::open(&path).expect("open"),
+            offset,
+        };
+        for id in 0..4 {
+            let (mut a, mut b) = ([0f32; 3], [0f32; 3]);
+            owned.row(id, &mut a).expect("owned row");
+            from_file.row(id, &mut b).expect("file row");
+            assert_eq!(a, b);
+            assert_eq!(a[..], values[id * 3..id * 3 + 3]);
+        }
+        // A row past a truncated file is an error.
+        std::fs::write(&path, &bytes[..bytes.len() - 4]).expect("truncate");
+        let mut row = [0f32; 3];
+        assert!(from_file
+            .row(3, &mut row)
+            .is_err_and(|e| e.starts_with("reading word embedding 3 from the weights file")));
     }
 }
