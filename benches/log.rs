@@ -42,8 +42,14 @@ fn append(c: &mut Criterion) {
                         let db = open_db(dir.path()).expect("open");
                         let projections = fixtures::projections(&db);
                         let (appender, thread) = rt.block_on(async {
-                            Appender::start(db.clone(), dir.path(), projections, Durability::Fsync)
-                                .expect("start")
+                            Appender::start(
+                                db.clone(),
+                                dir.path(),
+                                projections,
+                                Durability::Fsync,
+                                0,
+                            )
+                            .expect("start")
                         });
                         let tenants = fixtures::tenant_ids();
                         rt.block_on(

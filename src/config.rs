@@ -70,6 +70,11 @@ pub struct ServeArgs {
     /// little; it is most of an idle server's memory beyond the vectors and the model.
     #[arg(long, env = "AUDITMEM_CACHE_MB", default_value_t = 64)]
     pub cache_mb: u64,
+    /// Free space the data dir's filesystem must keep, MiB: below it (or on a read-only
+    /// filesystem) every append, and so every audited request, is refused with 503 before
+    /// anything is written, until space returns.
+    #[arg(long, env = "AUDITMEM_MIN_FREE_MB", default_value_t = 64)]
+    pub min_free_mb: u64,
     /// Address to listen on (port 0 picks a free port; the bound address is printed).
     #[arg(long, env = "AUDITMEM_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,

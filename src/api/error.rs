@@ -71,9 +71,10 @@ impl From<AppendError> for ApiError {
                 tracing::error!(error = %why, "append failed");
                 Self::new(
                     ErrorCode::Unavailable,
-                    "the log cannot accept writes right now",
+                    "a write to the log failed; the log accepts writes again once the service is restarted",
                 )
             }
+            AppendError::NoSpace(why) => Self::new(ErrorCode::Unavailable, why),
             AppendError::Encode(why) => Self::internal(why),
         }
     }

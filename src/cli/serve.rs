@@ -26,6 +26,12 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.data_dir)
         .with_context(|| format!("creating data dir {}", args.data_dir.display()))?;
+    if crate::log::appender::SpaceGuard::read_only(&args.data_dir).unwrap_or(false) {
+        anyhow::bail!(
+            "data dir {} is on a read-only filesystem: serving appends to its log (`auditmem verify` only reads)",
+            args.data_dir.display()
+        );
+    }
     let db = open_db_with_cache(&args.data_dir, args.cache_mb.saturating_mul(1024 * 1024))
         .with_context(|| {
             format!(
@@ -58,8 +64,13 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             Durability::BatchInterval(Duration::from_millis(args.batch_interval_ms.max(1)))
         }
     };
-    let (appender, appender_thread) =
-        Appender::start(db.clone(), &args.data_dir, projections.clone(), durability)?;
+    let (appender, appender_thread) = Appender::start(
+        db.clone(),
+        &args.data_dir,
+        projections.clone(),
+        durability,
+        args.min_free_mb.saturating_mul(1024 * 1024),
+    )?;
 
     let key = checkpoint::load_or_create_key(&args.signing_key)
         .with_context(|| format!("loading the signing key {}", args.signing_key.display()))?;

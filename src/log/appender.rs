@@ -13,7 +13,7 @@
 //! progress per tenant" or "enough credits" are decided without races.
 
 use std::fs::File;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -56,6 +56,10 @@ pub enum AppendError {
     Encode(String),
     #[error("log storage failed: {0}")]
     Storage(String),
+    /// The data dir's filesystem is (nearly) full or read-only: nothing was written, and
+    /// appends resume by themselves once it has room and is writable again.
+    #[error("{0}")]
+    NoSpace(String),
     #[error("the log is closed")]
     Closed,
 }
@@ -134,6 +138,50 @@ struct ApplyJob {
     head: Head,
 }
 
+/// Refuses appends before they touch the disk when its filesystem has less than a reserve
+/// free or is mounted read-only. sled turns a failed write into a permanent error of the
+/// whole database (and our appender then refuses everything until a restart), so running
+/// out of space must be caught before sled meets it: the reserve leaves room for the group
+/// being written, a new 8 MiB segment and sled's snapshot.
+#[derive(Clone, Debug)]
+pub struct SpaceGuard {
+    dir: PathBuf,
+    min_free_bytes: u64,
+}
+
+impl SpaceGuard {
+    pub fn new(dir: &Path, min_free_bytes: u64) -> Self {
+        Self {
+            dir: dir.to_path_buf(),
+            min_free_bytes,
+        }
+    }
+
+    /// Whether the filesystem of `dir` is mounted read-only.
+    pub fn read_only(dir: &Path) -> std::io::Result<bool> {
+        let st = rustix::fs::statvfs(dir)?;
+        Ok(st.f_flag.contains(rustix::fs::StatVfsMountFlags::RDONLY))
+    }
+
+    /// `Err` with the message for the caller when an append must not be tried now.
+    pub fn check(&self) -> Result<(), String> {
+        let st = rustix::fs::statvfs(&self.dir)
+            .map_err(|e| format!("cannot check the data dir's free space: {e}"))?;
+        if st.f_flag.contains(rustix::fs::StatVfsMountFlags::RDONLY) {
+            return Err("the data dir is on a read-only filesystem; nothing was written".into());
+        }
+        let free = st.f_bavail.saturating_mul(st.f_frsize);
+        if free < self.min_free_bytes {
+            return Err(format!(
+                "the data disk is full ({} MiB free, writes need {} MiB); nothing was written",
+                free >> 20,
+                self.min_free_bytes.div_ceil(1 << 20)
+            ));
+        }
+        Ok(())
+    }
+}
+
 fn now_micros() -> i64 {
     chrono::Utc::now().timestamp_micros()
 }
@@ -145,6 +193,7 @@ impl Appender {
         data_dir: &Path,
         projections: Arc<Projections>,
         durability: Durability,
+        min_free_bytes: u64,
     ) -> Result<(Appender, AppenderThread), super::LogError> {
         let log = LogReader::open(&db)?;
         let head = log.head()?;
@@ -171,6 +220,7 @@ impl Appender {
             progress: progress.clone(),
             jobs: job_tx,
             projections: projections.clone(),
+            space: SpaceGuard::new(data_dir, min_free_bytes),
         };
         let applier_stats = stats.clone();
         let applier = std::thread::Builder::new()
@@ -278,6 +328,7 @@ struct Worker {
     progress: Arc<ApplyProgress>,
     jobs: std::sync::mpsc::SyncSender<ApplyJob>,
     projections: Arc<Projections>,
+    space: SpaceGuard,
 }
 
 /// The applier: folds each durable group into the projections, then answers its callers.
@@ -451,6 +502,14 @@ impl Worker {
         if let Some(why) = &self.failed {
             for s in group {
                 let _ = s.reply.send(Err(AppendError::Storage(why.clone())));
+            }
+            return;
+        }
+        if let Err(why) = self.space.check() {
+            metrics::counter!("auditmem_appender_refused_total").increment(group.len() as u64);
+            tracing::warn!(reason = %why, "append refused before writing");
+            for s in group {
+                let _ = s.reply.send(Err(AppendError::NoSpace(why.clone())));
             }
             return;
         }

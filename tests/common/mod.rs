@@ -68,6 +68,11 @@ impl Server {
 
     /// A server on an existing data dir (keys in a fresh temporary dir).
     pub fn start_on(data_dir: &Path) -> Server {
+        Self::start_on_with(data_dir, &[])
+    }
+
+    /// [`Server::start_on`] with more `serve` arguments.
+    pub fn start_on_with(data_dir: &Path, extra: &[&str]) -> Server {
         let tmp = tempfile::tempdir().expect("tempdir");
         let keys_dir = tmp.path().join("keys");
         let mut s = Server {
@@ -75,7 +80,7 @@ impl Server {
             url: String::new(),
             data_dir: data_dir.to_path_buf(),
             keys_dir,
-            extra: Vec::new(),
+            extra: extra.iter().map(|s| s.to_string()).collect(),
             log_file: None,
             _tmp: Some(tmp),
             client: Client::builder()
