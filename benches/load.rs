@@ -94,6 +94,16 @@ struct Args {
     /// Extra flags for `auditmem serve` (e.g. `--durability=batch-interval`).
     #[arg(long, allow_hyphen_values = true)]
     serve_arg: Vec<String>,
+    /// Offered load in requests/s over all clients (open loop: the nth request is due at
+    /// n / rate, and its latency counts from then, so a server falling behind shows as
+    /// latency, not as a lower offered rate). 0: each client sends as soon as it has its
+    /// answer (closed loop).
+    #[arg(long, default_value_t = 0.0)]
+    rate: f64,
+    /// Print a line every this many seconds (requests/s, p50/p99, errors, server RSS) and put
+    /// the lines in the JSON; 0: only the totals.
+    #[arg(long, default_value_t = 0)]
+    interval_secs: u64,
     /// Passed by `cargo bench`; ignored.
     #[arg(long, hide = true)]
     bench: bool,
@@ -203,6 +213,11 @@ async fn run(args: Args) -> Result<()> {
                     args.concurrency,
                     Duration::from_secs(args.warmup_secs),
                     Duration::from_secs(args.secs),
+                    Pace {
+                        rate: args.rate,
+                        interval_secs: args.interval_secs,
+                        server_pid: server.pid(),
+                    },
                 )
                 .await?
             }
@@ -276,19 +291,29 @@ impl Target {
 
     /// Resident and peak resident memory of the server, MiB (only for a child of ours).
     fn rss(&self) -> Option<Rss> {
-        let pid = self.child.as_ref()?.id();
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-        let field = |name: &str| -> Option<f64> {
-            let line = status.lines().find(|l| l.starts_with(name))?;
-            let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
-            Some(kb / 1024.0)
-        };
-        Some(Rss {
-            rss_mib: field("VmRSS:")?,
-            peak_mib: field("VmHWM:")?,
-        })
+        rss_of(self.pid()?)
     }
 
+    fn pid(&self) -> Option<u32> {
+        Some(self.child.as_ref()?.id())
+    }
+}
+
+/// Resident and peak resident memory of a process, MiB.
+fn rss_of(pid: u32) -> Option<Rss> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let field = |name: &str| -> Option<f64> {
+        let line = status.lines().find(|l| l.starts_with(name))?;
+        let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+        Some(kb / 1024.0)
+    };
+    Some(Rss {
+        rss_mib: field("VmRSS:")?,
+        peak_mib: field("VmHWM:")?,
+    })
+}
+
+impl Target {
     fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
             // SIGTERM: the server drains and signs a last checkpoint, so the dir stays reusable.
@@ -786,29 +811,66 @@ fn summarise(op: &'static str, mut s: Samples, secs: f64) -> OpResult {
     }
 }
 
+/// How requests are sent and watched during a run.
+#[derive(Clone, Copy, Default)]
+struct Pace {
+    /// Requests/s over all workers (open loop); 0: closed loop.
+    rate: f64,
+    /// Seconds between progress lines; 0: none.
+    interval_secs: u64,
+    /// The server's pid, for RSS in the progress lines.
+    server_pid: Option<u32>,
+}
+
+/// What the workers finished in the current progress interval.
+#[derive(Default)]
+struct Window {
+    micros: Vec<u32>,
+    errors: u64,
+}
+
 /// Runs `concurrency` workers, each calling `request(n)` for its `n`th turn until the time is
 /// up; requests finishing in the warm-up or after the end are not counted. `request` names the
-/// operation it performed and returns the units it carried.
+/// operation it performed and returns the units it carried. With a rate, turns are handed out
+/// from one counter and each waits for its due time; with an interval, a progress line per
+/// interval is printed and returned.
 async fn run_workers<F, Fut>(
     concurrency: usize,
     warmup: Duration,
     measure: Duration,
+    pace: Pace,
     request: F,
-) -> Result<BTreeMap<&'static str, Samples>>
+) -> Result<(BTreeMap<&'static str, Samples>, Vec<Value>)>
 where
     F: Fn(u64) -> Fut + Clone + Send + 'static,
     Fut: std::future::Future<Output = (&'static str, Result<u64>)> + Send,
 {
     let start = Instant::now();
     let (from, until) = (start + warmup, start + warmup + measure);
+    let next = Arc::new(AtomicU64::new(0));
+    let window = Arc::new(std::sync::Mutex::new(Window::default()));
+    let reporter = (pace.interval_secs > 0).then(|| {
+        let window = window.clone();
+        tokio::spawn(report_intervals(window, from, until, pace))
+    });
     let mut tasks = Vec::new();
     for w in 0..concurrency {
-        let request = request.clone();
+        let (request, next, window) = (request.clone(), next.clone(), window.clone());
         tasks.push(tokio::spawn(async move {
             let mut samples: BTreeMap<&'static str, Samples> = BTreeMap::new();
             let mut n = w as u64;
             loop {
-                let t0 = Instant::now();
+                let t0 = if pace.rate > 0.0 {
+                    n = next.fetch_add(1, Ordering::Relaxed);
+                    let due = start + Duration::from_secs_f64(n as f64 / pace.rate);
+                    if due >= until {
+                        break;
+                    }
+                    tokio::time::sleep_until(due.into()).await;
+                    due
+                } else {
+                    Instant::now()
+                };
                 if t0 >= until {
                     break;
                 }
@@ -819,14 +881,25 @@ where
                     continue;
                 }
                 let s = samples.entry(op).or_default();
+                let micros = t1.duration_since(t0).as_micros() as u32;
+                let ok = r.is_ok();
                 match r {
                     Ok(units) => {
-                        s.micros.push(t1.duration_since(t0).as_micros() as u32);
+                        s.micros.push(micros);
                         s.units += units;
                     }
                     Err(e) => {
                         s.errors += 1;
                         s.first_error.get_or_insert_with(|| e.to_string());
+                    }
+                }
+                if pace.interval_secs > 0 {
+                    if let Ok(mut w) = window.lock() {
+                        if ok {
+                            w.micros.push(micros);
+                        } else {
+                            w.errors += 1;
+                        }
                     }
                 }
             }
@@ -845,7 +918,57 @@ where
             }
         }
     }
-    Ok(merged)
+    let intervals = match reporter {
+        Some(r) => r.await?,
+        None => Vec::new(),
+    };
+    Ok((merged, intervals))
+}
+
+/// Every `pace.interval_secs` of the measured time: requests/s, p50/p99 and errors of the
+/// requests finished in that interval, and the server's RSS.
+async fn report_intervals(
+    window: Arc<std::sync::Mutex<Window>>,
+    from: Instant,
+    until: Instant,
+    pace: Pace,
+) -> Vec<Value> {
+    let every = Duration::from_secs(pace.interval_secs);
+    tokio::time::sleep_until(from.into()).await;
+    if let Ok(mut w) = window.lock() {
+        *w = Window::default();
+    }
+    let mut lines = Vec::new();
+    let mut at = from;
+    while at + every <= until {
+        at += every;
+        tokio::time::sleep_until(at.into()).await;
+        let mut w = match window.lock() {
+            Ok(mut w) => std::mem::take(&mut *w),
+            Err(_) => break,
+        };
+        w.micros.sort_unstable();
+        let rss = pace.server_pid.and_then(rss_of).map(|r| r.rss_mib);
+        let line = json!({
+            "at_secs": at.duration_since(from).as_secs(),
+            "requests_per_sec": w.micros.len() as f64 / every.as_secs_f64(),
+            "p50_ms": percentile(&w.micros, 0.50),
+            "p99_ms": percentile(&w.micros, 0.99),
+            "errors": w.errors,
+            "rss_mib": rss,
+        });
+        println!(
+            "{:>6} s  {:>8.1} req/s  p50 {:>7.2} ms  p99 {:>7.2} ms  errors {}  RSS {}",
+            line["at_secs"],
+            line["requests_per_sec"].as_f64().unwrap_or(0.0),
+            line["p50_ms"].as_f64().unwrap_or(0.0),
+            line["p99_ms"].as_f64().unwrap_or(0.0),
+            w.errors,
+            rss.map_or("-".to_string(), |r| format!("{r:.0} MiB")),
+        );
+        lines.push(line);
+    }
+    lines
 }
 
 fn scenario_result(
@@ -875,9 +998,10 @@ async fn drive(
     concurrency: usize,
     warmup: Duration,
     measure: Duration,
+    pace: Pace,
 ) -> Result<ScenarioResult> {
     let ctx = ctx.clone();
-    let samples = run_workers(concurrency, warmup, measure, move |n| {
+    let (samples, intervals) = run_workers(concurrency, warmup, measure, pace, move |n| {
         let ctx = ctx.clone();
         async move {
             let op = Op::pick(scenario, n);
@@ -885,7 +1009,11 @@ async fn drive(
         }
     })
     .await?;
-    Ok(scenario_result(scenario, concurrency, measure, samples))
+    let mut r = scenario_result(scenario, concurrency, measure, samples);
+    if pace.rate > 0.0 || !intervals.is_empty() {
+        r.extra = Some(json!({"offered_requests_per_sec": pace.rate, "intervals": intervals}));
+    }
+    Ok(r)
 }
 
 /// One CSV export of the whole seeded tenant, polled to completion.
@@ -951,10 +1079,11 @@ async fn hello(args: &Args) -> Result<ScenarioResult> {
     let client = reqwest::Client::new();
     let url = format!("http://{addr}/");
     let measure = Duration::from_secs(args.secs);
-    let samples = run_workers(
+    let (samples, _) = run_workers(
         args.concurrency,
         Duration::from_secs(args.warmup_secs),
         measure,
+        Pace::default(),
         move |_| {
             let (client, url) = (client.clone(), url.clone());
             async move {
