@@ -87,7 +87,9 @@ impl SortedIndex {
     /// Keys at positions `[lo, hi)` in descending order, skipping `skip` and returning at most `limit`.
     pub fn descending(&self, lo: usize, hi: usize, skip: usize, limit: usize) -> Vec<Key> {
         let mut out = Vec::with_capacity(limit.min(hi.saturating_sub(lo)));
-        let Some(start) = hi.checked_sub(1 + skip) else {
+        // `skip` comes from a client's page number (saturated to usize::MAX for a huge one), so
+        // `1 + skip` may overflow: a panic in a debug build, a wrapped start in a release one.
+        let Some(start) = skip.checked_add(1).and_then(|n| hi.checked_sub(n)) else {
             return out;
         };
         if start < lo {
