@@ -360,3 +360,62 @@ fn docs_list_every_registry_row() {
         assert!(doc.contains(&needle), "docs/API.md lacks the row {needle}");
     }
 }
+
+/// Found by the Schemathesis run: serde's derived structs also read a JSON array as their fields
+/// in order, so `[null, null]` was accepted as an export request (200, an export started) and an
+/// array of a name and a plan created a tenant. Every request body must be a JSON object.
+#[test]
+fn a_json_array_is_not_a_request_body() {
+    let s = Server::start();
+    let (_, key) = s.tenant_with_key("business");
+    let (_, before) = s.admin(Method::GET, "/admin/v1/tenants", None);
+    let send = |path: &str, bearer: &str, body: &str| {
+        let r = s
+            .raw()
+            .post(format!("{}{path}", s.url))
+            .bearer_auth(bearer)
+            .header("content-type", "application/json")
+            .body(body.to_string())
+            .send()
+            .expect("send");
+        let status = r.status().as_u16();
+        (status, r.json::<serde_json::Value>().expect("json"))
+    };
+    let message = json!("the request body must be a JSON object");
+    for (path, bearer, body) in [
+        ("/v1/audit/logs/export", key.as_str(), "[null, null]"),
+        (
+            "/v1/audit/logs/export",
+            key.as_str(),
+            " [\"2026-01-01T00:00:00Z\"]",
+        ),
+        ("/admin/v1/tenants", ADMIN_TOKEN, r#"["acme", "pro"]"#),
+        ("/admin/v1/tenants", ADMIN_TOKEN, "null"),
+        ("/v1/memories", key.as_str(), r#"["a fact", "fact"]"#),
+    ] {
+        let resp = send(path, bearer, body);
+        assert_error(&resp, 400, 4000);
+        assert_eq!(resp.1["message"], message, "{path} {body}");
+    }
+    // Nothing was created: no tenant, and no export (an export would answer 409 below).
+    let (_, after) = s.admin(Method::GET, "/admin/v1/tenants", None);
+    assert_eq!(after["data"]["total"], before["data"]["total"], "{after}");
+    let (status, v) = s.post("/v1/audit/logs/export", &key, json!({}));
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["data"]["status"], json!("processing"), "{v}");
+    // An object still goes through, and a key request still reports its field errors.
+    let tenant = s.create_tenant("free");
+    let resp = s.admin(
+        Method::POST,
+        &format!("/admin/v1/tenants/{tenant}/keys"),
+        Some(json!({"permissions": "audit.read"})),
+    );
+    assert_error(&resp, 400, 4000);
+    assert!(
+        resp.1["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("invalid JSON body: permissions: invalid type")),
+        "{}",
+        resp.1
+    );
+}

@@ -3,6 +3,7 @@
 //! Audit endpoints answer `{"success": true, "code": 1000, "message": "ok", "data": ...}`;
 //! memory and admin endpoints `{"success": true, "data": ...}` (the interface's two shapes).
 
+use axum::body::Bytes;
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{FromRequest, Request};
 use axum::http::StatusCode;
@@ -95,10 +96,34 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        match axum::Json::<T>::from_request(req, state).await {
+        // The checks of `axum::Json`, in its order (media type before the body is read), with
+        // the object check of `require_object` between reading and deserialising.
+        require_json(req.headers())?;
+        let body = Bytes::from_request(req, state).await.map_err(|r| {
+            if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                ApiError::new(ErrorCode::PayloadTooLarge, "the request body is too large")
+            } else {
+                ApiError::bad_request(format!("reading the request body: {}", r.body_text()))
+            }
+        })?;
+        require_object(&body)?;
+        match axum::Json::<T>::from_bytes(&body) {
             Ok(axum::Json(v)) => Ok(ApiJson(v)),
             Err(rejection) => Err(json_rejection(rejection)),
         }
+    }
+}
+
+/// 400 unless the body is a JSON object. Every request body of the API is one, and serde's
+/// derived structs also read a JSON array as their fields in order, so without this
+/// `[null, null]` passed as an export request and `["acme", "pro"]` created a tenant.
+pub fn require_object(body: &[u8]) -> Result<(), ApiError> {
+    if body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{') {
+        Ok(())
+    } else {
+        Err(ApiError::bad_request(
+            "the request body must be a JSON object",
+        ))
     }
 }
 
@@ -108,6 +133,7 @@ pub fn parse_json_body<T: DeserializeOwned>(
     body: &[u8],
 ) -> Result<T, ApiError> {
     require_json(headers)?;
+    require_object(body)?;
     serde_json::from_slice(body)
         .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
 }
