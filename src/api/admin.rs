@@ -133,8 +133,8 @@ pub(crate) struct CreateTenant {
     credits: Option<f64>,
 }
 
-#[utoipa::path(post, path = "/admin/v1/tenants", tag = "admin", security(("admin_token" = [])), 
-    responses((status = 201, description = "the tenant", body = AdminEnvelope), (status = 400, description = "invalid request (4000)", body = ErrorEnvelope), (status = 401, description = "missing or wrong admin token (4010)", body = ErrorEnvelope)))]
+#[utoipa::path(post, path = "/admin/v1/tenants", tag = "admin", security(("admin_token" = [])), request_body = CreateTenantRequest,
+    responses((status = 201, description = "the tenant", body = TenantEnvelope), (status = 400, description = "invalid request (4000)", body = ErrorEnvelope), (status = 401, description = "missing or wrong admin token (4010)", body = ErrorEnvelope)))]
 pub(crate) async fn create_tenant(
     State(state): State<AppState>,
     ApiJson(body): ApiJson<CreateTenant>,
@@ -164,7 +164,7 @@ pub(crate) async fn create_tenant(
 }
 
 #[utoipa::path(get, path = "/admin/v1/tenants", tag = "admin", security(("admin_token" = [])), 
-    responses((status = 200, description = "every tenant", body = AdminEnvelope), (status = 400, description = "invalid request (4000)", body = ErrorEnvelope), (status = 401, description = "missing or wrong admin token (4010)", body = ErrorEnvelope)))]
+    responses((status = 200, description = "every tenant", body = TenantListEnvelope), (status = 400, description = "invalid request (4000)", body = ErrorEnvelope), (status = 401, description = "missing or wrong admin token (4010)", body = ErrorEnvelope)))]
 pub(crate) async fn list_tenants(State(state): State<AppState>) -> Result<Done<Value>, ApiError> {
     let tenants: Vec<Value> = state
         .projections
@@ -183,7 +183,7 @@ fn tenant_by_path(state: &AppState, id: &str) -> Result<Tenant, ApiError> {
 }
 
 #[utoipa::path(get, path = "/admin/v1/tenants/{id}", tag = "admin", security(("admin_token" = [])), params(("id" = String, Path, description = "id")), 
-    responses((status = 200, description = "the tenant", body = AdminEnvelope), (status = 400, description = "invalid request (4000)", body = ErrorEnvelope), (status = 401, description = "missing or wrong admin token (4010)", body = ErrorEnvelope)))]
+    responses((status = 200, description = "the tenant", body = TenantEnvelope), (status = 400, description = "invalid request (4000)", body = ErrorEnvelope), (status = 401, description = "missing or wrong admin token (4010)", body = ErrorEnvelope), (status = 404, description = "tenant not found (4040)", body = ErrorEnvelope)))]
 pub(crate) async fn get_tenant(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -204,8 +204,8 @@ pub(crate) struct UpdateTenant {
     credits: Option<f64>,
 }
 
-#[utoipa::path(patch, path = "/admin/v1/tenants/{id}", tag = "admin", security(("admin_token" = [])), params(("id" = String, Path, description = "id")), 
-    responses((status = 200, description = "the tenant", body = AdminEnvelope), (status = 400, description = "invalid request (4000)", body = ErrorEnvelope), (status = 401, description = "missing or wrong admin token (4010)", body = ErrorEnvelope)))]
+#[utoipa::path(patch, path = "/admin/v1/tenants/{id}", tag = "admin", security(("admin_token" = [])), params(("id" = String, Path, description = "id")), request_body = UpdateTenantRequest,
+    responses((status = 200, description = "the tenant", body = TenantEnvelope), (status = 400, description = "invalid request (4000)", body = ErrorEnvelope), (status = 401, description = "missing or wrong admin token (4010)", body = ErrorEnvelope), (status = 404, description = "tenant not found (4040)", body = ErrorEnvelope)))]
 pub(crate) async fn update_tenant(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -256,8 +256,8 @@ pub fn new_api_key() -> (String, [u8; 32]) {
     (key, hash)
 }
 
-#[utoipa::path(post, path = "/admin/v1/tenants/{id}/keys", tag = "admin", security(("admin_token" = [])), params(("id" = String, Path, description = "id")), 
-    responses((status = 201, description = "the key, shown once", body = AdminEnvelope), (status = 400, description = "invalid request (4000)", body = ErrorEnvelope), (status = 401, description = "missing or wrong admin token (4010)", body = ErrorEnvelope)))]
+#[utoipa::path(post, path = "/admin/v1/tenants/{id}/keys", tag = "admin", security(("admin_token" = [])), params(("id" = String, Path, description = "id")), request_body = CreateKeyRequest,
+    responses((status = 201, description = "the key, shown once", body = IssuedKeyEnvelope), (status = 400, description = "invalid request (4000)", body = ErrorEnvelope), (status = 401, description = "missing or wrong admin token (4010)", body = ErrorEnvelope), (status = 404, description = "tenant not found (4040)", body = ErrorEnvelope)))]
 pub(crate) async fn create_key(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -303,7 +303,7 @@ pub(crate) async fn create_key(
 }
 
 #[utoipa::path(delete, path = "/admin/v1/keys/{key_id}", tag = "admin", security(("admin_token" = [])), params(("key_id" = String, Path, description = "key_id")), 
-    responses((status = 200, description = "revoked", body = AdminEnvelope), (status = 400, description = "invalid request (4000)", body = ErrorEnvelope), (status = 401, description = "missing or wrong admin token (4010)", body = ErrorEnvelope)))]
+    responses((status = 200, description = "revoked", body = RevokedKeyEnvelope), (status = 400, description = "invalid request (4000)", body = ErrorEnvelope), (status = 401, description = "missing or wrong admin token (4010)", body = ErrorEnvelope), (status = 404, description = "key not found (4040)", body = ErrorEnvelope)))]
 pub(crate) async fn revoke_key(
     State(state): State<AppState>,
     Path(key_id): Path<String>,
@@ -381,7 +381,7 @@ pub(crate) async fn public_key(State(state): State<AppState>) -> Done<Value> {
 
 /// `GET /admin/v1/log?from=SEQ`: every stored record from `from` on as NDJSON lines
 /// `{"seq": N, "record": "<base64 of the stored bytes>"}`, for client-side verification.
-#[utoipa::path(get, path = "/admin/v1/log", tag = "admin", security(("admin_token" = [])), params(("from" = Option<u64>, Query, description = "first seq, default 1")), 
+#[utoipa::path(get, path = "/admin/v1/log", tag = "admin", security(("admin_token" = [])), params(("from" = Option<u64>, Query, minimum = 1, description = "first seq, default 1")), 
     responses((status = 200, description = "NDJSON lines {seq, record (base64)}", content_type = "application/x-ndjson"), (status = 400, description = "invalid request (4000)", body = ErrorEnvelope), (status = 401, description = "missing or wrong admin token (4010)", body = ErrorEnvelope)))]
 pub(crate) async fn stream_log(
     State(state): State<AppState>,

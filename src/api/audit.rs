@@ -261,8 +261,8 @@ impl ListQuery {
     params(("start_time" = Option<String>, Query, description = "ISO 8601; clamped to the retention window"),
            ("end_time" = Option<String>, Query, description = "ISO 8601, inclusive"),
            ("action" = Option<String>, Query, description = "exact action name"),
-           ("page" = Option<u64>, Query, description = "default 1"),
-           ("page_size" = Option<u64>, Query, description = "default 50, above 100 clamped"),
+           ("page" = Option<u64>, Query, minimum = 1, description = "default 1"),
+           ("page_size" = Option<u64>, Query, minimum = 1, description = "default 50, above 100 clamped"),
            ("cursor" = Option<String>, Query, description = "next_cursor of a previous page")),
     responses((status = 200, description = "newest first", body = AuditLogPageEnvelope), (status = 400, description = "bad parameter (4000)", body = ErrorEnvelope), (status = 401, description = "missing, unknown or revoked key (4010)", body = ErrorEnvelope), (status = 403, description = "permission (4030) or inactive subscription (2200)", body = ErrorEnvelope)))]
 pub(crate) async fn list_logs(

@@ -47,7 +47,7 @@ struct CreateExport {
 }
 
 #[utoipa::path(post, path = "/v1/audit/logs/export", tag = "audit", security(("api_key" = [])),
-    request_body(content = ExportRequest, description = "every field optional"),
+    request_body(content = ExportRequest, description = "optional, as is every field"),
     responses((status = 200, description = "the task, processing", body = ExportCreatedEnvelope), (status = 400, description = "bad format or times (4000), start beyond retention (2201)", body = ErrorEnvelope), (status = 401, description = "missing, unknown or revoked key (4010)", body = ErrorEnvelope), (status = 403, description = "permission (4030), subscription (2200), below Pro (2202)", body = ErrorEnvelope), (status = 409, description = "an export is in progress (2203)", body = ErrorEnvelope)))]
 pub(crate) async fn create_export(
     State(state): State<AppState>,
@@ -172,7 +172,7 @@ fn is_expired(v: &ExportView) -> bool {
 
 #[utoipa::path(get, path = "/v1/audit/logs/export/{export_id}", tag = "audit", security(("api_key" = [])),
     params(("export_id" = String, Path, description = "export id")),
-    responses((status = 200, description = "the task", body = ExportTaskEnvelope), (status = 401, description = "missing, unknown or revoked key (4010)", body = ErrorEnvelope), (status = 404, description = "missing or foreign (4040)", body = ErrorEnvelope)))]
+    responses((status = 200, description = "the task", body = ExportTaskEnvelope), (status = 401, description = "missing, unknown or revoked key (4010)", body = ErrorEnvelope), (status = 403, description = "permission (4030), subscription (2200)", body = ErrorEnvelope), (status = 404, description = "missing or foreign (4040)", body = ErrorEnvelope)))]
 pub(crate) async fn export_status(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -211,7 +211,7 @@ pub(crate) async fn export_status(
 
 #[utoipa::path(get, path = "/v1/audit/logs/export/{export_id}/download", tag = "audit", security(("api_key" = [])),
     params(("export_id" = String, Path, description = "export id")),
-    responses((status = 200, description = "the file (text/csv or application/json)", content_type = "text/csv"), (status = 401, description = "missing, unknown or revoked key (4010)", body = ErrorEnvelope), (status = 404, description = "missing or foreign (4040)", body = ErrorEnvelope), (status = 409, description = "not completed (4090)", body = ErrorEnvelope), (status = 410, description = "expired (4100)", body = ErrorEnvelope)))]
+    responses((status = 200, description = "the file, in the export's format", content((String = "text/csv"), (serde_json::Value = "application/json"))), (status = 401, description = "missing, unknown or revoked key (4010)", body = ErrorEnvelope), (status = 403, description = "permission (4030), subscription (2200)", body = ErrorEnvelope), (status = 404, description = "missing or foreign (4040)", body = ErrorEnvelope), (status = 409, description = "not completed (4090)", body = ErrorEnvelope), (status = 410, description = "expired (4100)", body = ErrorEnvelope)))]
 pub(crate) async fn download_export(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,

@@ -239,9 +239,9 @@ fn page_params(
 }
 
 #[utoipa::path(get, path = "/v1/memories", tag = "memory", security(("api_key" = [])),
-    params(("memory_type" = Option<String>, Query, description = "rule, fact or context"),
-           ("page" = Option<u64>, Query, description = "default 1"),
-           ("page_size" = Option<u64>, Query, description = "default 20, above 100 clamped")),
+    params(("memory_type" = Option<MemoryTypeName>, Query, description = "rule, fact or context"),
+           ("page" = Option<u64>, Query, minimum = 1, description = "default 1"),
+           ("page_size" = Option<u64>, Query, minimum = 1, description = "default 20, above 100 clamped")),
     responses((status = 200, description = "newest first", body = MemoryPageEnvelope), (status = 400, description = "bad parameter (4000)", body = ErrorEnvelope), (status = 401, description = "missing, unknown or revoked key (4010)", body = ErrorEnvelope), (status = 403, description = "permission (4030)", body = ErrorEnvelope)))]
 pub(crate) async fn list_memories(
     State(state): State<AppState>,

@@ -126,12 +126,32 @@ pub struct AuditLogDetailEnvelope {
     pub data: AuditLogDetail,
 }
 
+/// The body may be left out: every field is optional.
 #[derive(Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct ExportRequest {
+    /// ISO 8601; default: the start of the plan's retention window.
     pub start_time: Option<String>,
+    /// ISO 8601; default: now.
     pub end_time: Option<String>,
     /// csv (default) or json.
-    pub format: Option<String>,
+    pub format: Option<ExportFormatName>,
+}
+
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ExportFormatName {
+    Csv,
+    Json,
+}
+
+/// The three memory types of the interface.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum MemoryTypeName {
+    Rule,
+    Fact,
+    Context,
 }
 
 #[derive(Serialize, ToSchema)]
@@ -181,8 +201,7 @@ pub struct ExportTaskEnvelope {
 pub struct Memory {
     pub id: String,
     pub content: String,
-    /// rule, fact or context.
-    pub memory_type: String,
+    pub memory_type: MemoryTypeName,
     pub importance: f64,
     pub created_at: String,
     pub updated_at: String,
@@ -195,17 +214,26 @@ pub struct MemoryEnvelope {
 }
 
 #[derive(Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct MemoryCreateRequest {
     /// 1 to 10,000 characters after trimming.
+    #[schema(min_length = 1, max_length = 10000, pattern = r"\S")]
     pub content: String,
-    pub memory_type: String,
+    pub memory_type: MemoryTypeName,
     /// 0.0 to 1.0, default 0.5.
+    #[schema(minimum = 0.0, maximum = 1.0)]
     pub importance: Option<f64>,
 }
 
+/// At least one of the two fields (only these two can be updated); neither may be null.
 #[derive(Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct MemoryUpdateRequest {
+    /// 1 to 10,000 characters after trimming.
+    #[schema(nullable = false, min_length = 1, max_length = 10000, pattern = r"\S")]
     pub content: Option<String>,
+    /// 0.0 to 1.0.
+    #[schema(nullable = false, minimum = 0.0, maximum = 1.0)]
     pub importance: Option<f64>,
 }
 
@@ -236,13 +264,14 @@ pub struct MemoryDeletedEnvelope {
 }
 
 #[derive(Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct BatchDeleteRequest {
-    pub memory_type: String,
+    pub memory_type: MemoryTypeName,
 }
 
 #[derive(Serialize, ToSchema)]
 pub struct BatchDeleted {
-    pub memory_type: String,
+    pub memory_type: MemoryTypeName,
     pub deleted: u64,
 }
 
@@ -253,20 +282,25 @@ pub struct BatchDeletedEnvelope {
 }
 
 #[derive(Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct SearchRequest {
+    /// 1 to 10,000 characters after trimming.
+    #[schema(min_length = 1, max_length = 10000, pattern = r"\S")]
     pub query: String,
     /// 1 to 100, default 5.
+    #[schema(minimum = 1, maximum = 100)]
     pub top_k: Option<u64>,
-    /// Default 0.
+    /// -1.0 to 1.0, default 0.
+    #[schema(minimum = -1.0, maximum = 1.0)]
     pub min_similarity: Option<f64>,
-    pub memory_type: Option<String>,
+    pub memory_type: Option<MemoryTypeName>,
 }
 
 #[derive(Serialize, ToSchema)]
 pub struct SearchResult {
     pub id: String,
     pub content: String,
-    pub memory_type: String,
+    pub memory_type: MemoryTypeName,
     pub importance: f64,
     /// Cosine similarity.
     pub score: f64,
@@ -285,22 +319,35 @@ pub struct SearchEnvelope {
 
 #[derive(Serialize, ToSchema)]
 pub struct ChatMessage {
-    /// system, user, assistant or tool.
-    pub role: String,
+    pub role: ChatRole,
     pub content: String,
 }
 
 #[derive(Serialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ChatRole {
+    System,
+    User,
+    Assistant,
+    Tool,
+}
+
+/// Exactly one of `messages` and `text` (at most 100,000 characters in all).
+#[derive(Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct ExtractRequest {
+    #[schema(nullable = false, min_items = 1)]
     pub messages: Option<Vec<ChatMessage>>,
+    #[schema(nullable = false, min_length = 1, pattern = r"\S")]
     pub text: Option<String>,
+    /// Default false.
     pub deduplicate: Option<bool>,
 }
 
 #[derive(Serialize, ToSchema)]
 pub struct SkippedMemory {
     pub content: String,
-    pub memory_type: String,
+    pub memory_type: MemoryTypeName,
     pub reason: String,
     pub duplicate_of: String,
 }
@@ -340,6 +387,124 @@ pub struct MemoryHistory {
 pub struct MemoryHistoryEnvelope {
     pub success: bool,
     pub data: MemoryHistory,
+}
+
+/// `POST /admin/v1/tenants`.
+#[derive(Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateTenantRequest {
+    /// 1 to 200 characters after trimming.
+    #[schema(min_length = 1, max_length = 200, pattern = r"\S")]
+    pub name: String,
+    pub plan: PlanName,
+    /// Default true.
+    pub subscription_active: Option<bool>,
+    /// Default 0.
+    #[schema(minimum = 0.0)]
+    pub credits: Option<f64>,
+}
+
+/// `PATCH /admin/v1/tenants/{id}`: at least one field that is not null.
+#[derive(Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateTenantRequest {
+    #[schema(min_length = 1, max_length = 200, pattern = r"\S")]
+    pub name: Option<String>,
+    pub plan: Option<PlanName>,
+    pub subscription_active: Option<bool>,
+    #[schema(minimum = 0.0)]
+    pub credits: Option<f64>,
+}
+
+/// `POST /admin/v1/tenants/{id}/keys`.
+#[derive(Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateKeyRequest {
+    #[schema(min_items = 1)]
+    pub permissions: Vec<PermissionName>,
+    #[schema(min_length = 1, max_length = 200, pattern = r"\S")]
+    pub name: Option<String>,
+}
+
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum PlanName {
+    Free,
+    Basic,
+    Pro,
+    Business,
+    Custom,
+}
+
+#[derive(Serialize, ToSchema)]
+pub enum PermissionName {
+    #[serde(rename = "audit.read")]
+    AuditRead,
+    #[serde(rename = "audit.export")]
+    AuditExport,
+    #[serde(rename = "memory.read")]
+    MemoryRead,
+    #[serde(rename = "memory.write")]
+    MemoryWrite,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct Tenant {
+    pub id: String,
+    pub name: String,
+    pub plan: PlanName,
+    pub subscription_active: bool,
+    pub credits: f64,
+    pub created_at: String,
+    pub updated_at: String,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct TenantEnvelope {
+    pub success: bool,
+    pub data: Tenant,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct TenantList {
+    pub tenants: Vec<Tenant>,
+    pub total: u64,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct TenantListEnvelope {
+    pub success: bool,
+    pub data: TenantList,
+}
+
+/// A new key; `api_key` is shown here only.
+#[derive(Serialize, ToSchema)]
+pub struct IssuedKey {
+    pub id: String,
+    pub tenant_id: String,
+    pub name: Option<String>,
+    pub api_key: String,
+    pub permissions: Vec<PermissionName>,
+    pub created_at: String,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct IssuedKeyEnvelope {
+    pub success: bool,
+    pub data: IssuedKey,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct RevokedKey {
+    pub id: String,
+    pub revoked: bool,
+    pub revoked_at: String,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct RevokedKeyEnvelope {
+    pub success: bool,
+    pub data: RevokedKey,
 }
 
 /// `{"success": true, "data": {...}}` of the admin API (see docs/API.md for each shape).
@@ -411,6 +576,148 @@ impl Modify for RateLimitResponses {
     }
 }
 
+/// What the annotations cannot say: every operation that takes a JSON body can also answer 413
+/// (the body limit, a layer in front of every handler) and 415 (a body not sent as JSON); a
+/// memory update needs at least one field (utoipa's `min_properties` emits `maxProperties`); and
+/// the export's body may be left out (`Option<ExportRequest>` would instead allow a JSON `null`,
+/// which the handler refuses).
+struct BodyResponses;
+
+impl Modify for BodyResponses {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::{ContentBuilder, Ref, RefOr, ResponseBuilder, Schema};
+        let error = |description: &str| {
+            ResponseBuilder::new()
+                .description(description)
+                .content(
+                    "application/json",
+                    ContentBuilder::new()
+                        .schema(Some(Ref::from_schema_name("ErrorEnvelope")))
+                        .build(),
+                )
+                .build()
+        };
+        let too_large = error("the body exceeds --max-body-bytes (4130)");
+        let not_json = error("the body is not sent as application/json (4150)");
+        for item in openapi.paths.paths.values_mut() {
+            for op in [
+                &mut item.post,
+                &mut item.patch,
+                &mut item.put,
+                &mut item.delete,
+            ]
+            .into_iter()
+            .flatten()
+            {
+                if op.request_body.is_none() {
+                    continue;
+                }
+                op.responses
+                    .responses
+                    .insert("413".to_string(), too_large.clone().into());
+                op.responses
+                    .responses
+                    .insert("415".to_string(), not_json.clone().into());
+            }
+        }
+        if let Some(body) = openapi
+            .paths
+            .paths
+            .get_mut("/v1/audit/logs/export")
+            .and_then(|item| item.post.as_mut())
+            .and_then(|op| op.request_body.as_mut())
+        {
+            body.required = Some(utoipa::openapi::Required::False);
+        }
+        if let Some(components) = openapi.components.as_mut() {
+            if let Some(RefOr::T(Schema::Object(o))) =
+                components.schemas.get_mut("MemoryUpdateRequest")
+            {
+                o.min_properties = Some(1);
+            }
+        }
+    }
+}
+
+/// OpenAPI links from each operation that creates something to the operations that take its id,
+/// so clients and generators (the Schemathesis run in tests/schemathesis follows them) can go
+/// from a created memory, export, tenant or key to reading, changing and deleting it.
+struct Links;
+
+type LinkRow = (
+    &'static str,
+    &'static str,
+    &'static str,
+    &'static str,
+    &'static [&'static str],
+);
+
+impl Modify for Links {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::link::LinkBuilder;
+        use utoipa::openapi::RefOr;
+        // (creating POST operation, its status, the id in its body, parameter, operations taking it)
+        let table: [LinkRow; 4] = [
+            (
+                "/v1/memories",
+                "200",
+                "/data/id",
+                "id",
+                &[
+                    "get_memory",
+                    "update_memory",
+                    "delete_memory",
+                    "memory_history",
+                ],
+            ),
+            (
+                "/v1/audit/logs/export",
+                "200",
+                "/data/export_id",
+                "export_id",
+                &["export_status", "download_export"],
+            ),
+            (
+                "/admin/v1/tenants",
+                "201",
+                "/data/id",
+                "id",
+                &["get_tenant", "update_tenant", "create_key"],
+            ),
+            (
+                "/admin/v1/tenants/{id}/keys",
+                "201",
+                "/data/id",
+                "key_id",
+                &["revoke_key"],
+            ),
+        ];
+        for (path, status, pointer, parameter, targets) in table {
+            let op = openapi
+                .paths
+                .paths
+                .get_mut(path)
+                .and_then(|item| item.post.as_mut());
+            let Some(RefOr::T(response)) = op.and_then(|op| op.responses.responses.get_mut(status))
+            else {
+                continue;
+            };
+            for target in targets {
+                // utoipa 5.5 serialises `Link::operation_id` as `operation_id`, a field no
+                // OpenAPI reader knows; the extensions map is written verbatim, so the
+                // `operationId` of the specification goes there.
+                let mut id = utoipa::openapi::extensions::Extensions::default();
+                id.insert("operationId".to_string(), serde_json::json!(target));
+                let link = LinkBuilder::new()
+                    .parameter(parameter, format!("$response.body#{pointer}"))
+                    .extensions(Some(id))
+                    .build();
+                response.links.insert(target.to_string(), link.into());
+            }
+        }
+    }
+}
+
 #[derive(OpenApi)]
 #[openapi(
     info(title = "auditmem", description = "Tamper-evident audit log and memory store", license(name = "Apache-2.0")),
@@ -442,7 +749,7 @@ impl Modify for RateLimitResponses {
         super::admin::sign_checkpoint,
         super::admin::public_key,
     ),
-    modifiers(&BearerAuth, &RateLimitResponses),
+    modifiers(&BearerAuth, &RateLimitResponses, &BodyResponses, &Links),
     tags(
         (name = "audit", description = "The audit log"),
         (name = "memory", description = "The memory store"),
