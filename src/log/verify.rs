@@ -247,6 +247,20 @@ impl Verifier {
         let key = p.key;
         self.records += 1;
         self.found_from.get_or_insert(key);
+        // Seqs start at 1 and increase. A sled tree cannot break that, but the record stream of
+        // `verify --url` can: a repeated or earlier seq, even one that links, is not the chain.
+        // It is reported and left out, so the records after it are checked against the chain.
+        if key == 0 || (self.records > 1 && key <= self.last_key) {
+            self.fail(
+                key,
+                FailureKind::OutOfOrder,
+                format!(
+                    "seq {key} comes after seq {}: seqs start at 1 and increase",
+                    self.last_key
+                ),
+            );
+            return;
+        }
         if key > self.expected {
             let gap_end = key - 1;
             let detail = if gap_end == self.expected {
@@ -257,7 +271,8 @@ impl Verifier {
             self.fail(self.expected, FailureKind::Missing, detail);
             self.resync = true;
         }
-        self.expected = key + 1;
+        // A stored seq can be u64::MAX; nothing can follow it, so saturating loses nothing.
+        self.expected = key.saturating_add(1);
         self.last_key = key;
         let c = match p.result {
             Err(why) => {
@@ -279,8 +294,9 @@ impl Verifier {
                 "the stored hash does not match the record's contents".into(),
             );
             ok = false;
-        } else if c.seq + self.offset != key {
-            if c.seq + self.offset + 1 == key && self.prev2_hash == Some(c.prev) {
+        } else if c.seq.checked_add(self.offset) != Some(key) {
+            // Checked: a record can be sealed with any seq, u64::MAX included.
+            if c.seq.checked_add(self.offset + 1) == Some(key) && self.prev2_hash == Some(c.prev) {
                 self.fail(
                     key - 1,
                     FailureKind::Inserted,
@@ -494,6 +510,72 @@ mod tests {
 
     fn stored(records: &[Record]) -> Vec<(u64, Vec<u8>)> {
         records.iter().map(|r| (r.seq, r.encode())).collect()
+    }
+
+    /// Found by the `record_chain` fuzz target (tests/fuzz): a record at seq 0, or a record
+    /// repeating an earlier seq and linking to the one before it, was called an intact chain.
+    #[test]
+    fn a_seq_of_zero_or_one_that_does_not_increase_is_out_of_order() {
+        // The crashing input, reduced: one record stored and sealed as seq 0, linking to zeros.
+        let zero = Record::seal(0, 0, [0; 32], Vec::new());
+        let rep = run(&[(0, zero.encode())]);
+        assert!(!rep.clean(), "{}", rep.render());
+        assert_eq!(rep.failures[0].kind, FailureKind::OutOfOrder);
+
+        // Seq 3 twice, the second copy linking to the first: reported, and left out of the
+        // chain, so seq 4 still links.
+        let mut records = chain(4);
+        let again = Record::seal(3, 0, records[2].hash, b"again".to_vec());
+        let mut stored = stored(&records[..3]);
+        stored.push((3, again.encode()));
+        stored.push((4, records[3].encode()));
+        let rep = run(&stored);
+        assert_eq!(rep.failure_count, 1, "{}", rep.render());
+        assert_eq!(
+            (rep.failures[0].seq, rep.failures[0].kind),
+            (3, FailureKind::OutOfOrder)
+        );
+        assert_eq!((rep.valid, rep.records, rep.head_seq), (4, 5, 4));
+
+        // Going back: seq 2 after seq 3.
+        records.truncate(3);
+        let mut back = self::stored(&records);
+        back.push((2, records[1].encode()));
+        let rep = run(&back);
+        assert_eq!(
+            rep.failures[0].kind,
+            FailureKind::OutOfOrder,
+            "{}",
+            rep.render()
+        );
+    }
+
+    /// A record may be sealed with any seq and stored under any key: u64::MAX overflowed the
+    /// verifier's seq arithmetic (a panic in debug builds, a wrapped comparison in release).
+    #[test]
+    fn the_largest_seq_does_not_overflow() {
+        let records = chain(1);
+        let last = Record::seal(u64::MAX, 0, records[0].hash, Vec::new());
+        let mut s = stored(&records);
+        s.push((2, last.encode()));
+        let rep = run(&s);
+        assert_eq!(
+            rep.failures[0].kind,
+            FailureKind::OutOfOrder,
+            "{}",
+            rep.render()
+        );
+
+        let mut s = stored(&records);
+        s.push((u64::MAX, last.encode()));
+        s.push((u64::MAX, last.encode()));
+        let rep = run(&s);
+        assert_eq!(
+            rep.failures.iter().map(|f| f.kind).collect::<Vec<_>>(),
+            [FailureKind::Missing, FailureKind::OutOfOrder],
+            "{}",
+            rep.render()
+        );
     }
 
     #[test]
