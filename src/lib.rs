@@ -10,6 +10,9 @@ pub mod config;
 pub mod embed;
 pub mod export;
 pub mod extract;
+/// Entry points for the fuzz targets in `tests/fuzz`; not an API.
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod log;
 mod openai_compat;
 pub mod registry;

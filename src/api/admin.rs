@@ -133,27 +133,37 @@ pub(crate) struct CreateTenant {
     credits: Option<f64>,
 }
 
+impl CreateTenant {
+    /// The event a valid body appends; every refusal is a 400 naming the field. Split from the
+    /// handler so the fuzz targets (`crate::fuzzing`) run exactly this.
+    pub(crate) fn checked(
+        self,
+        tenant_id: Uuid,
+        created_at: i64,
+    ) -> Result<TenantCreated, ApiError> {
+        Ok(TenantCreated {
+            tenant_id,
+            name: check_name(&self.name)?,
+            plan: parse_plan(&self.plan)?,
+            subscription_active: self.subscription_active.unwrap_or(true),
+            credits: check_credits(self.credits.unwrap_or(0.0))?,
+            created_at,
+        })
+    }
+}
+
 #[utoipa::path(post, path = "/admin/v1/tenants", tag = "admin", security(("admin_token" = [])), request_body = CreateTenantRequest,
     responses((status = 201, description = "the tenant", body = TenantEnvelope), (status = 400, description = "invalid request (4000)", body = ErrorEnvelope), (status = 401, description = "missing or wrong admin token (4010)", body = ErrorEnvelope)))]
 pub(crate) async fn create_tenant(
     State(state): State<AppState>,
     ApiJson(body): ApiJson<CreateTenant>,
 ) -> Result<Created<Value>, ApiError> {
-    let name = check_name(&body.name)?;
-    let plan = parse_plan(&body.plan)?;
-    let credits = check_credits(body.credits.unwrap_or(0.0))?;
     let id = Uuid::now_v7();
     let created_at = auditmem_projections::audit_view::millis_floor(now());
+    let event = body.checked(id, created_at)?;
     state
         .appender
-        .append(vec![Event::TenantCreated(TenantCreated {
-            tenant_id: id,
-            name,
-            plan,
-            subscription_active: body.subscription_active.unwrap_or(true),
-            credits,
-            created_at,
-        })])
+        .append(vec![Event::TenantCreated(event)])
         .await?;
     let t = state
         .projections
@@ -204,6 +214,34 @@ pub(crate) struct UpdateTenant {
     credits: Option<f64>,
 }
 
+impl UpdateTenant {
+    /// The event a valid body appends for the tenant `tenant_id` (an empty change is refused).
+    /// Split from the handler so the fuzz targets (`crate::fuzzing`) run exactly this.
+    pub(crate) fn checked(
+        self,
+        tenant_id: Uuid,
+        updated_at: i64,
+    ) -> Result<TenantUpdated, ApiError> {
+        if self.name.is_none()
+            && self.plan.is_none()
+            && self.subscription_active.is_none()
+            && self.credits.is_none()
+        {
+            return Err(ApiError::bad_request(
+                "give at least one of name, plan, subscription_active, credits",
+            ));
+        }
+        Ok(TenantUpdated {
+            tenant_id,
+            name: self.name.as_deref().map(check_name).transpose()?,
+            plan: self.plan.as_deref().map(parse_plan).transpose()?,
+            subscription_active: self.subscription_active,
+            credits: self.credits.map(check_credits).transpose()?,
+            updated_at,
+        })
+    }
+}
+
 #[utoipa::path(patch, path = "/admin/v1/tenants/{id}", tag = "admin", security(("admin_token" = [])), params(("id" = String, Path, description = "id")), request_body = UpdateTenantRequest,
     responses((status = 200, description = "the tenant", body = TenantEnvelope), (status = 400, description = "invalid request (4000)", body = ErrorEnvelope), (status = 401, description = "missing or wrong admin token (4010)", body = ErrorEnvelope), (status = 404, description = "tenant not found (4040)", body = ErrorEnvelope)))]
 pub(crate) async fn update_tenant(
@@ -212,23 +250,7 @@ pub(crate) async fn update_tenant(
     ApiJson(body): ApiJson<UpdateTenant>,
 ) -> Result<Done<Value>, ApiError> {
     let t = tenant_by_path(&state, &id)?;
-    if body.name.is_none()
-        && body.plan.is_none()
-        && body.subscription_active.is_none()
-        && body.credits.is_none()
-    {
-        return Err(ApiError::bad_request(
-            "give at least one of name, plan, subscription_active, credits",
-        ));
-    }
-    let event = TenantUpdated {
-        tenant_id: t.id,
-        name: body.name.as_deref().map(check_name).transpose()?,
-        plan: body.plan.as_deref().map(parse_plan).transpose()?,
-        subscription_active: body.subscription_active,
-        credits: body.credits.map(check_credits).transpose()?,
-        updated_at: auditmem_projections::audit_view::millis_floor(now()),
-    };
+    let event = body.checked(t.id, auditmem_projections::audit_view::millis_floor(now()))?;
     state
         .appender
         .append(vec![Event::TenantUpdated(event)])
@@ -242,6 +264,40 @@ pub(crate) struct CreateKey {
     permissions: Vec<String>,
     #[serde(default)]
     name: Option<String>,
+}
+
+impl CreateKey {
+    /// The event a valid body appends (permissions deduplicated and sorted). Split from the
+    /// handler so the fuzz targets (`crate::fuzzing`) run exactly this.
+    pub(crate) fn checked(
+        self,
+        key_id: Uuid,
+        tenant_id: Uuid,
+        key_hash: [u8; 32],
+        created_at: i64,
+    ) -> Result<KeyIssued, ApiError> {
+        if self.permissions.is_empty() {
+            return Err(ApiError::bad_request("permissions must name at least one of audit.read, audit.export, memory.read, memory.write"));
+        }
+        let mut permissions = Vec::new();
+        for p in &self.permissions {
+            let p: Permission = p
+                .parse()
+                .map_err(|e: String| ApiError::bad_request(format!("permissions: {e}")))?;
+            if !permissions.contains(&p) {
+                permissions.push(p);
+            }
+        }
+        permissions.sort();
+        Ok(KeyIssued {
+            key_id,
+            tenant_id,
+            key_hash,
+            permissions,
+            name: self.name.as_deref().map(check_name).transpose()?,
+            created_at,
+        })
+    }
 }
 
 /// A new API key: 32 random bytes, shown once, stored only as its blake3 hash.
@@ -264,34 +320,13 @@ pub(crate) async fn create_key(
     ApiJson(body): ApiJson<CreateKey>,
 ) -> Result<Created<Value>, ApiError> {
     let t = tenant_by_path(&state, &id)?;
-    if body.permissions.is_empty() {
-        return Err(ApiError::bad_request("permissions must name at least one of audit.read, audit.export, memory.read, memory.write"));
-    }
-    let mut permissions = Vec::new();
-    for p in &body.permissions {
-        let p: Permission = p
-            .parse()
-            .map_err(|e: String| ApiError::bad_request(format!("permissions: {e}")))?;
-        if !permissions.contains(&p) {
-            permissions.push(p);
-        }
-    }
-    permissions.sort();
-    let name = body.name.as_deref().map(check_name).transpose()?;
+    // The key is drawn before the body is checked; a refused body just discards it.
     let (api_key, key_hash) = new_api_key();
     let key_id = Uuid::now_v7();
     let created_at = auditmem_projections::audit_view::millis_floor(now());
-    state
-        .appender
-        .append(vec![Event::KeyIssued(KeyIssued {
-            key_id,
-            tenant_id: t.id,
-            key_hash,
-            permissions: permissions.clone(),
-            name: name.clone(),
-            created_at,
-        })])
-        .await?;
+    let event = body.checked(key_id, t.id, key_hash, created_at)?;
+    let (name, permissions) = (event.name.clone(), event.permissions.clone());
+    state.appender.append(vec![Event::KeyIssued(event)]).await?;
     Ok(Created(json!({
         "id": key_id,
         "tenant_id": t.id,
@@ -429,7 +464,7 @@ pub(crate) async fn stream_log(
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct IngestBody {
-    entries: Vec<IngestEntry>,
+    pub(crate) entries: Vec<IngestEntry>,
 }
 
 /// A parse error of an ingestion body, naming the entry as validation errors do
@@ -454,7 +489,7 @@ fn ingest_parse_error(e: serde_path_to_error::Error<serde_json::Error>) -> ApiEr
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct IngestEntry {
+pub(crate) struct IngestEntry {
     tenant_id: Uuid,
     action: String,
     #[serde(default)]
@@ -520,15 +555,49 @@ pub(crate) async fn ingest_audit(
     headers: axum::http::HeaderMap,
     body: axum::body::Bytes,
 ) -> Result<Done<Value>, ApiError> {
+    let body = parse_ingest(&headers, &body)?;
+    let now = now();
+    let mut tenants: HashMap<Uuid, bool> = HashMap::new();
+    let mut events = Vec::with_capacity(body.entries.len());
+    let mut ids = Vec::with_capacity(body.entries.len());
+    for (i, e) in body.entries.into_iter().enumerate() {
+        let known = match tenants.get(&e.tenant_id) {
+            Some(k) => *k,
+            None => {
+                let k = state.projections.tenants.tenant(&e.tenant_id)?.is_some();
+                tenants.insert(e.tenant_id, k);
+                k
+            }
+        };
+        if !known {
+            return Err(ApiError::bad_request(format!(
+                "entries[{i}]: unknown tenant_id {}",
+                e.tenant_id
+            )));
+        }
+        let id = Uuid::now_v7();
+        ids.push(id);
+        events.push(Event::AuditRecorded(Box::new(e.checked(i, id, now)?)));
+    }
+    state.appender.append(events).await?;
+    Ok(Done(json!({"ids": ids})))
+}
+
+/// An ingestion body parsed and its entry count checked; the entries themselves are checked by
+/// [`IngestEntry::checked`]. Split from the handler so the fuzz targets run exactly this.
+pub(crate) fn parse_ingest(
+    headers: &axum::http::HeaderMap,
+    body: &[u8],
+) -> Result<IngestBody, ApiError> {
     // Parsed straight into typed entries (never a JSON tree first: that was a quarter of the
     // ingestion CPU). Only a body that fails is parsed again with its path tracked, to name
     // the entry: tracking costs a string per key.
-    super::envelope::require_json(&headers)?;
-    let body: IngestBody = match serde_json::from_slice(&body) {
+    super::envelope::require_json(headers)?;
+    let body: IngestBody = match serde_json::from_slice(body) {
         Ok(b) => b,
         Err(plain) => {
             let tracked = serde_path_to_error::deserialize::<_, IngestBody>(
-                &mut serde_json::Deserializer::from_slice(&body),
+                &mut serde_json::Deserializer::from_slice(body),
             );
             return Err(match tracked {
                 Err(e) => ingest_parse_error(e),
@@ -541,23 +610,17 @@ pub(crate) async fn ingest_audit(
             "entries must hold 1 to {MAX_INGEST_ENTRIES} entries"
         )));
     }
-    let now = now();
-    let mut tenants: HashMap<Uuid, bool> = HashMap::new();
-    let mut events = Vec::with_capacity(body.entries.len());
-    let mut ids = Vec::with_capacity(body.entries.len());
-    for (i, e) in body.entries.into_iter().enumerate() {
+    Ok(body)
+}
+
+impl IngestEntry {
+    /// The event entry `i` of a body appends as audit entry `id`, received at `now`; every
+    /// refusal is a 400 naming `entries[i]` and the field. Whether the tenant exists is the
+    /// caller's check (it needs the state). Split from the handler so the fuzz targets run
+    /// exactly this.
+    pub(crate) fn checked(self, i: usize, id: Uuid, now: i64) -> Result<AuditRecorded, ApiError> {
+        let e = self;
         let bad = |msg: String| ApiError::bad_request(format!("entries[{i}]: {msg}"));
-        let known = match tenants.get(&e.tenant_id) {
-            Some(k) => *k,
-            None => {
-                let k = state.projections.tenants.tenant(&e.tenant_id)?.is_some();
-                tenants.insert(e.tenant_id, k);
-                k
-            }
-        };
-        if !known {
-            return Err(bad(format!("unknown tenant_id {}", e.tenant_id)));
-        }
         if !valid_action(&e.action) {
             return Err(bad(
                 "action must be a dotted name such as gateway.chat".into()
@@ -593,9 +656,7 @@ pub(crate) async fn ingest_audit(
         }
         // Empty strings are stored as null: an export cell cannot tell the two apart.
         let text = |v: Option<String>| v.filter(|s| !s.is_empty());
-        let id = Uuid::now_v7();
-        ids.push(id);
-        events.push(Event::AuditRecorded(Box::new(AuditRecorded {
+        Ok(AuditRecorded {
             tenant_id: e.tenant_id,
             entry: AuditEntry {
                 id,
@@ -628,10 +689,8 @@ pub(crate) async fn ingest_audit(
                 memory_results: None,
                 response_json: None,
             },
-        })));
+        })
     }
-    state.appender.append(events).await?;
-    Ok(Done(json!({"ids": ids})))
 }
 
 #[cfg(test)]

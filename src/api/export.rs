@@ -46,6 +46,45 @@ struct CreateExport {
     format: Option<String>,
 }
 
+/// The checked fields of an export request: format, start and end (micros, as given). The
+/// plan and retention checks need the state and stay in the handler; split out so the fuzz
+/// targets (`crate::fuzzing`) run exactly the handler's parsing.
+pub(crate) fn create_export_fields(
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<(ExportFormat, Option<i64>, Option<i64>), ApiError> {
+    // Every field is optional, so an empty body is a valid request.
+    let body: CreateExport = if body.iter().all(u8::is_ascii_whitespace) {
+        CreateExport {
+            start_time: None,
+            end_time: None,
+            format: None,
+        }
+    } else {
+        parse_json_body(headers, body)?
+    };
+    let format = match body.format.as_deref().map(str::trim) {
+        None | Some("csv") => ExportFormat::Csv,
+        Some("json") => ExportFormat::Json,
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "format must be csv or json, got '{other}'"
+            )))
+        }
+    };
+    let start = body
+        .start_time
+        .as_deref()
+        .map(|s| parse_time("start_time", s))
+        .transpose()?;
+    let end = body
+        .end_time
+        .as_deref()
+        .map(|s| parse_time("end_time", s))
+        .transpose()?;
+    Ok((format, start, end))
+}
+
 #[utoipa::path(post, path = "/v1/audit/logs/export", tag = "audit", security(("api_key" = [])),
     request_body(content = ExportRequest, description = "optional, as is every field"),
     responses((status = 200, description = "the task, processing", body = ExportCreatedEnvelope), (status = 400, description = "bad format or times (4000), start beyond retention (2201)", body = ErrorEnvelope), (status = 401, description = "missing, unknown or revoked key (4010)", body = ErrorEnvelope), (status = 403, description = "permission (4030), subscription (2200), below Pro (2202)", body = ErrorEnvelope), (status = 409, description = "an export is in progress (2203)", body = ErrorEnvelope)))]
@@ -62,37 +101,9 @@ pub(crate) async fn create_export(
             ErrorCode::ExportNeedsPro.label(),
         ));
     }
-    // Every field is optional, so an empty body is a valid request.
-    let body: CreateExport = if body.iter().all(u8::is_ascii_whitespace) {
-        CreateExport {
-            start_time: None,
-            end_time: None,
-            format: None,
-        }
-    } else {
-        parse_json_body(&headers, &body)?
-    };
-    let format = match body.format.as_deref().map(str::trim) {
-        None | Some("csv") => ExportFormat::Csv,
-        Some("json") => ExportFormat::Json,
-        Some(other) => {
-            return Err(ApiError::bad_request(format!(
-                "format must be csv or json, got '{other}'"
-            )))
-        }
-    };
+    let (format, start, end) = create_export_fields(&headers, &body)?;
     let window = retention_start(&state, tenant.plan);
     let now = chrono::Utc::now().timestamp_micros();
-    let start = body
-        .start_time
-        .as_deref()
-        .map(|s| parse_time("start_time", s))
-        .transpose()?;
-    let end = body
-        .end_time
-        .as_deref()
-        .map(|s| parse_time("end_time", s))
-        .transpose()?;
     if let Some(s) = start {
         if s < window {
             let days = state.settings.retention_days(tenant.plan);

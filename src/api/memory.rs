@@ -72,7 +72,7 @@ fn now() -> i64 {
 }
 
 /// A JSON object body; an empty body is `{}` only where the caller allows it.
-fn object_body(headers: &HeaderMap, body: &Bytes) -> Result<Map<String, Value>, ApiError> {
+fn object_body(headers: &HeaderMap, body: &[u8]) -> Result<Map<String, Value>, ApiError> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Err(ApiError::bad_request(
             "the request body is empty; a JSON object is required",
@@ -170,6 +170,21 @@ fn owned(state: &AppState, caller: &Caller, id: &str) -> Result<MemoryView, ApiE
         .ok_or_else(|| ApiError::not_found("memory not found"))
 }
 
+/// The checked fields of a create body: content, type, importance. This and the other
+/// `*_fields` / `*_params` functions hold everything a handler checks before it touches the
+/// state, so the fuzz targets (`crate::fuzzing`) run exactly the handlers' checks.
+pub(crate) fn create_fields(
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<(String, MemoryType, f64), ApiError> {
+    let body = object_body(headers, body)?;
+    reject_unknown(&body, &["content", "memory_type", "importance"])?;
+    let content = content_field(body.get("content"))?;
+    let memory_type = type_field(body.get("memory_type"), true)?.unwrap_or(MemoryType::Fact);
+    let importance = importance_field(body.get("importance"))?.unwrap_or(0.5);
+    Ok((content, memory_type, importance))
+}
+
 #[utoipa::path(post, path = "/v1/memories", tag = "memory", security(("api_key" = [])),
     request_body = MemoryCreateRequest,
     responses((status = 200, description = "the memory", body = MemoryEnvelope), (status = 400, description = "invalid field (4000)", body = ErrorEnvelope), (status = 401, description = "missing, unknown or revoked key (4010)", body = ErrorEnvelope), (status = 403, description = "permission (4030)", body = ErrorEnvelope), (status = 502, description = "embedding provider failed (5020)", body = ErrorEnvelope)))]
@@ -179,11 +194,7 @@ pub(crate) async fn create_memory(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let body = object_body(&headers, &body)?;
-    reject_unknown(&body, &["content", "memory_type", "importance"])?;
-    let content = content_field(body.get("content"))?;
-    let memory_type = type_field(body.get("memory_type"), true)?.unwrap_or(MemoryType::Fact);
-    let importance = importance_field(body.get("importance"))?.unwrap_or(0.5);
+    let (content, memory_type, importance) = create_fields(&headers, &body)?;
     let vector = embed_one(&state, &content).await?;
     let at = now();
     let view = MemoryView {
@@ -238,6 +249,22 @@ fn page_params(
     ))
 }
 
+/// The checked query of a list: page, page size (clamped), type filter.
+pub(crate) fn list_params(
+    q: &HashMap<String, String>,
+) -> Result<(usize, usize, Option<MemoryType>), ApiError> {
+    let (page, page_size) = page_params(q, DEFAULT_PAGE_SIZE)?;
+    let memory_type = match q
+        .get("memory_type")
+        .map(|s| s.trim())
+        .filter(|s| !s.is_empty())
+    {
+        None => None,
+        Some(s) => Some(s.parse::<MemoryType>().map_err(ApiError::bad_request)?),
+    };
+    Ok((page, page_size, memory_type))
+}
+
 #[utoipa::path(get, path = "/v1/memories", tag = "memory", security(("api_key" = [])),
     params(("memory_type" = Option<MemoryTypeName>, Query, description = "rule, fact or context"),
            ("page" = Option<u64>, Query, minimum = 1, description = "default 1"),
@@ -248,15 +275,7 @@ pub(crate) async fn list_memories(
     Extension(caller): Extension<Caller>,
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Data<Value>, ApiError> {
-    let (page, page_size) = page_params(&q, DEFAULT_PAGE_SIZE)?;
-    let memory_type = match q
-        .get("memory_type")
-        .map(|s| s.trim())
-        .filter(|s| !s.is_empty())
-    {
-        None => None,
-        Some(s) => Some(s.parse::<MemoryType>().map_err(ApiError::bad_request)?),
-    };
+    let (page, page_size, memory_type) = list_params(&q)?;
     let (total, items) = state.projections.memories.list(
         &caller.tenant.id,
         memory_type,
@@ -291,24 +310,26 @@ pub(crate) async fn get_memory(
     Ok(Pending::attach(Data(data), ops))
 }
 
-#[utoipa::path(patch, path = "/v1/memories/{id}", tag = "memory", security(("api_key" = [])),
-    params(("id" = String, Path, description = "memory id")), request_body = MemoryUpdateRequest,
-    responses((status = 200, description = "the memory", body = MemoryEnvelope), (status = 400, description = "empty body or another field (4000)", body = ErrorEnvelope), (status = 401, description = "missing, unknown or revoked key (4010)", body = ErrorEnvelope), (status = 403, description = "permission (4030)", body = ErrorEnvelope), (status = 404, description = "missing or foreign (4040)", body = ErrorEnvelope)))]
-pub(crate) async fn update_memory(
-    State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Result<Response, ApiError> {
-    let body = object_body(&headers, &body)?;
+/// An update body's shape: an object of known fields, not empty. Checked before the memory is
+/// looked up (a malformed body is 400 even for a missing id); its fields after.
+pub(crate) fn update_body(
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<Map<String, Value>, ApiError> {
+    let body = object_body(headers, body)?;
     reject_unknown(&body, &["content", "importance"])?;
     if body.is_empty() {
         return Err(ApiError::bad_request(
             "give content and/or importance to update",
         ));
     }
-    let m = owned(&state, &caller, &id)?;
+    Ok(body)
+}
+
+/// The checked fields of an update body: new content, new importance.
+pub(crate) fn update_fields(
+    body: &Map<String, Value>,
+) -> Result<(Option<String>, Option<f64>), ApiError> {
     let content = match body.get("content") {
         None => None,
         Some(v) => Some(content_field(Some(v))?),
@@ -322,6 +343,22 @@ pub(crate) async fn update_memory(
         }
         Some(v) => importance_field(Some(v))?,
     };
+    Ok((content, importance))
+}
+
+#[utoipa::path(patch, path = "/v1/memories/{id}", tag = "memory", security(("api_key" = [])),
+    params(("id" = String, Path, description = "memory id")), request_body = MemoryUpdateRequest,
+    responses((status = 200, description = "the memory", body = MemoryEnvelope), (status = 400, description = "empty body or another field (4000)", body = ErrorEnvelope), (status = 401, description = "missing, unknown or revoked key (4010)", body = ErrorEnvelope), (status = 403, description = "permission (4030)", body = ErrorEnvelope), (status = 404, description = "missing or foreign (4040)", body = ErrorEnvelope)))]
+pub(crate) async fn update_memory(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let body = update_body(&headers, &body)?;
+    let m = owned(&state, &caller, &id)?;
+    let (content, importance) = update_fields(&body)?;
     // Only changed content is embedded again.
     let changed = content.as_ref().filter(|c| **c != m.content).cloned();
     let vector = match &changed {
@@ -385,6 +422,17 @@ pub(crate) async fn delete_memory(
     ))
 }
 
+/// The type a batch delete names.
+pub(crate) fn delete_by_type_field(
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<MemoryType, ApiError> {
+    // Never "delete everything": an empty body or no memory_type is refused.
+    let body = object_body(headers, body)?;
+    reject_unknown(&body, &["memory_type"])?;
+    Ok(type_field(body.get("memory_type"), true)?.unwrap_or(MemoryType::Fact))
+}
+
 #[utoipa::path(delete, path = "/v1/memories", tag = "memory", security(("api_key" = [])),
     request_body = BatchDeleteRequest,
     responses((status = 200, description = "how many were deleted", body = BatchDeletedEnvelope), (status = 400, description = "empty body or bad memory_type (4000)", body = ErrorEnvelope), (status = 401, description = "missing, unknown or revoked key (4010)", body = ErrorEnvelope), (status = 403, description = "permission (4030)", body = ErrorEnvelope)))]
@@ -394,10 +442,7 @@ pub(crate) async fn delete_by_type(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    // Never "delete everything": an empty body or no memory_type is refused.
-    let body = object_body(&headers, &body)?;
-    reject_unknown(&body, &["memory_type"])?;
-    let memory_type = type_field(body.get("memory_type"), true)?.unwrap_or(MemoryType::Fact);
+    let memory_type = delete_by_type_field(&headers, &body)?;
     let ids = state
         .projections
         .memories
@@ -432,16 +477,17 @@ pub(crate) async fn delete_by_type(
     ))
 }
 
-#[utoipa::path(post, path = "/v1/memories/search", tag = "memory", security(("api_key" = [])),
-    request_body = SearchRequest,
-    responses((status = 200, description = "ranked by 0.85 * score + 0.15 * importance", body = SearchEnvelope), (status = 400, description = "invalid field (4000)", body = ErrorEnvelope), (status = 401, description = "missing, unknown or revoked key (4010)", body = ErrorEnvelope), (status = 403, description = "permission (4030)", body = ErrorEnvelope), (status = 502, description = "embedding provider failed (5020)", body = ErrorEnvelope)))]
-pub(crate) async fn search_memories(
-    State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Result<Response, ApiError> {
-    let body = object_body(&headers, &body)?;
+/// The checked fields of a search body.
+#[derive(Debug)]
+pub(crate) struct SearchParams {
+    pub query: String,
+    pub top_k: usize,
+    pub min_similarity: f32,
+    pub memory_type: Option<MemoryType>,
+}
+
+pub(crate) fn search_params(headers: &HeaderMap, body: &[u8]) -> Result<SearchParams, ApiError> {
+    let body = object_body(headers, body)?;
     reject_unknown(&body, &["query", "top_k", "min_similarity", "memory_type"])?;
     let query = match body.get("query") {
         Some(Value::String(s)) if !s.trim().is_empty() => s.trim().to_string(),
@@ -477,6 +523,29 @@ pub(crate) async fn search_memories(
         },
     };
     let memory_type = type_field(body.get("memory_type"), false)?;
+    Ok(SearchParams {
+        query,
+        top_k,
+        min_similarity,
+        memory_type,
+    })
+}
+
+#[utoipa::path(post, path = "/v1/memories/search", tag = "memory", security(("api_key" = [])),
+    request_body = SearchRequest,
+    responses((status = 200, description = "ranked by 0.85 * score + 0.15 * importance", body = SearchEnvelope), (status = 400, description = "invalid field (4000)", body = ErrorEnvelope), (status = 401, description = "missing, unknown or revoked key (4010)", body = ErrorEnvelope), (status = 403, description = "permission (4030)", body = ErrorEnvelope), (status = 502, description = "embedding provider failed (5020)", body = ErrorEnvelope)))]
+pub(crate) async fn search_memories(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let SearchParams {
+        query,
+        top_k,
+        min_similarity,
+        memory_type,
+    } = search_params(&headers, &body)?;
     let vector = embed_one(&state, &query).await?;
     let hits = state.projections.memories.search(
         &caller.tenant.id,
@@ -517,16 +586,17 @@ pub fn extraction_cost(state: &AppState, input_chars: usize) -> (f64, f64) {
     (credits, ((credits * s.usd_per_credit) * 1e6).round() / 1e6)
 }
 
-#[utoipa::path(post, path = "/v1/memories/extract", tag = "memory", security(("api_key" = [])),
-    request_body = ExtractRequest,
-    responses((status = 200, description = "created and skipped memories", body = ExtractEnvelope), (status = 400, description = "invalid input (4000)", body = ErrorEnvelope), (status = 401, description = "missing, unknown or revoked key (4010)", body = ErrorEnvelope), (status = 402, description = "insufficient credits (4020)", body = ErrorEnvelope), (status = 403, description = "permission (4030)", body = ErrorEnvelope), (status = 502, description = "provider failed (5020)", body = ErrorEnvelope)))]
-pub(crate) async fn extract_memories(
-    State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Result<Response, ApiError> {
-    let body = object_body(&headers, &body)?;
+/// The checked fields of an extraction body: the input as the extractor takes it, as it is
+/// audited, and as text (what is measured and charged).
+pub(crate) struct ExtractBody {
+    pub deduplicate: bool,
+    pub input: ExtractInput,
+    pub input_value: Value,
+    pub input_text: String,
+}
+
+pub(crate) fn extract_request(headers: &HeaderMap, body: &[u8]) -> Result<ExtractBody, ApiError> {
+    let body = object_body(headers, body)?;
     reject_unknown(&body, &["messages", "text", "deduplicate"])?;
     let deduplicate = match body.get("deduplicate") {
         None | Some(Value::Null) => false,
@@ -577,6 +647,29 @@ pub(crate) async fn extract_memories(
         ),
         (None, Some(_)) => return Err(ApiError::bad_request("text must be a non-empty string")),
     };
+    Ok(ExtractBody {
+        deduplicate,
+        input,
+        input_value,
+        input_text,
+    })
+}
+
+#[utoipa::path(post, path = "/v1/memories/extract", tag = "memory", security(("api_key" = [])),
+    request_body = ExtractRequest,
+    responses((status = 200, description = "created and skipped memories", body = ExtractEnvelope), (status = 400, description = "invalid input (4000)", body = ErrorEnvelope), (status = 401, description = "missing, unknown or revoked key (4010)", body = ErrorEnvelope), (status = 402, description = "insufficient credits (4020)", body = ErrorEnvelope), (status = 403, description = "permission (4030)", body = ErrorEnvelope), (status = 502, description = "provider failed (5020)", body = ErrorEnvelope)))]
+pub(crate) async fn extract_memories(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let ExtractBody {
+        deduplicate,
+        input,
+        input_value,
+        input_text,
+    } = extract_request(&headers, &body)?;
     let input_chars = input_text.chars().count();
     if input_chars > state.memory.max_extract_chars {
         return Err(ApiError::bad_request(format!(

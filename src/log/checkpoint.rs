@@ -129,19 +129,22 @@ pub fn append_to_file(path: &Path, cp: &Checkpoint) -> std::io::Result<()> {
 /// Reads a checkpoints file; a malformed line is an error naming its number.
 pub fn read_file(path: &Path) -> Result<Vec<Checkpoint>, String> {
     let f = File::open(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+    parse(BufReader::new(f), &path.display().to_string())
+}
+
+/// Parses checkpoints NDJSON (one checkpoint per line, blank lines skipped) read from `name`;
+/// a malformed line is an error naming its number. Signatures are not checked here.
+pub fn parse(reader: impl BufRead, name: &str) -> Result<Vec<Checkpoint>, String> {
     let mut out = Vec::new();
-    for (i, line) in BufReader::new(f).lines().enumerate() {
-        let line = line.map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    for (i, line) in reader.lines().enumerate() {
+        let line = line.map_err(|e| format!("cannot read {name}: {e}"))?;
         if line.trim().is_empty() {
             continue;
         }
-        out.push(serde_json::from_str(&line).map_err(|e| {
-            format!(
-                "line {} of {} is not a checkpoint: {e}",
-                i + 1,
-                path.display()
-            )
-        })?);
+        out.push(
+            serde_json::from_str(&line)
+                .map_err(|e| format!("line {} of {name} is not a checkpoint: {e}", i + 1))?,
+        );
     }
     Ok(out)
 }
