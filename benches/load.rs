@@ -854,14 +854,17 @@ where
         tokio::spawn(report_intervals(window, from, until, pace))
     });
     let mut tasks = Vec::new();
-    for w in 0..concurrency {
+    for _ in 0..concurrency {
         let (request, next, window) = (request.clone(), next.clone(), window.clone());
         tasks.push(tokio::spawn(async move {
             let mut samples: BTreeMap<&'static str, Samples> = BTreeMap::new();
-            let mut n = w as u64;
+            let mut n;
             loop {
+                // Turns come from one counter: a scenario's mix (`Op::pick`) then holds over all
+                // requests. Per-worker strides aliased with the mix's period of ten: with 16 or
+                // 32 workers each worker saw only the odd or the even half of `mixed`.
+                n = next.fetch_add(1, Ordering::Relaxed);
                 let t0 = if pace.rate > 0.0 {
-                    n = next.fetch_add(1, Ordering::Relaxed);
                     let due = start + Duration::from_secs_f64(n as f64 / pace.rate);
                     if due >= until {
                         break;
@@ -875,7 +878,6 @@ where
                     break;
                 }
                 let (op, r) = request(n).await;
-                n += concurrency as u64;
                 let t1 = Instant::now();
                 if t0 < from || t1 > until {
                     continue;
