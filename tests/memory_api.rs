@@ -215,6 +215,9 @@ fn each_validation_error_names_its_field() {
         (json!({"query": ""}), "query"),
         (json!({"query": "x", "top_k": 0}), "top_k"),
         (json!({"query": "x", "top_k": 101}), "top_k"),
+        (json!({"query": "x", "top_k": 2.5}), "top_k"),
+        (json!({"query": "x", "top_k": 101.0}), "top_k"),
+        (json!({"query": "x", "top_k": "5"}), "top_k"),
         (
             json!({"query": "x", "min_similarity": "high"}),
             "min_similarity",
@@ -224,6 +227,18 @@ fn each_validation_error_names_its_field() {
             "memory_type",
         ),
     ];
+    // A whole number written with a fraction is that number: the spec's top_k is a number.
+    let (status, v) = s.post(
+        "/v1/memories/search",
+        &key,
+        json!({"query": "y", "top_k": 1.0, "min_similarity": -1.0}),
+    );
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(
+        v["data"]["results"].as_array().map(Vec::len),
+        Some(1),
+        "{v}"
+    );
     for (body, field) in search_cases {
         let resp = s.post("/v1/memories/search", &key, body.clone());
         assert_error(&resp, 400, 4000);

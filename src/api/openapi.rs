@@ -287,7 +287,7 @@ pub struct SearchRequest {
     /// 1 to 10,000 characters after trimming.
     #[schema(min_length = 1, max_length = 10000, pattern = r"\S")]
     pub query: String,
-    /// 1 to 100, default 5.
+    /// 1 to 100, default 5; a whole number written as 5.0 is 5.
     #[schema(minimum = 1, maximum = 100)]
     pub top_k: Option<u64>,
     /// -1.0 to 1.0, default 0.
