@@ -25,9 +25,10 @@ pub fn hash_hex(h: &[u8; 32]) -> String {
     blake3::Hash::from_bytes(*h).to_hex().to_string()
 }
 
-/// Truncates to whole milliseconds, the precision the interface shows.
+/// Truncates to whole milliseconds, the precision the interface shows. The floor of the
+/// few times within a millisecond of `i64::MIN` is not representable: they stay `i64::MIN`.
 pub fn millis_floor(micros: i64) -> i64 {
-    micros.div_euclid(1000) * 1000
+    micros.saturating_sub(micros.rem_euclid(1000))
 }
 
 /// The interface fields of an entry, without `hash`.
@@ -175,6 +176,17 @@ pub fn canonical_entry_bytes(e: &AuditEntry) -> Vec<u8> {
 mod tests {
     use super::*;
     use uuid::Uuid;
+
+    #[test]
+    fn millis_floor_rounds_down_and_never_overflows() {
+        assert_eq!(millis_floor(1_234_567), 1_234_000);
+        assert_eq!(millis_floor(-1), -1000);
+        assert_eq!(millis_floor(-1000), -1000);
+        assert_eq!(millis_floor(i64::MAX), i64::MAX - 807);
+        // i64::MIN's floor is below i64::MIN: it saturates instead of overflowing.
+        assert_eq!(millis_floor(i64::MIN), i64::MIN);
+        assert_eq!(millis_floor(i64::MIN + 192), i64::MIN);
+    }
 
     fn entry() -> AuditEntry {
         AuditEntry {

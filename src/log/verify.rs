@@ -440,17 +440,25 @@ pub fn verify_tree(
     ) else {
         return v.finish(expect_head, checkpoints, pinned);
     };
+    // Inclusive key ranges, one per thread. A tampered tree can hold any key, u64::MAX
+    // included, so nothing here may overflow, and a range's width says nothing about how many
+    // records it holds (keys 1 and u64::MAX are two records).
     let parts = rayon::current_num_threads().max(1) as u64;
-    let span = (hi - lo) / parts + 1;
+    let width = hi - lo;
+    let span = (width / parts).saturating_add(1);
     let ranges: Vec<(u64, u64)> = (0..parts)
-        .map(|i| (lo + i * span, (lo + (i + 1) * span).min(hi + 1)))
-        .filter(|(a, b)| a < b)
+        .filter_map(|i| {
+            let offset = i.checked_mul(span).filter(|o| *o <= width)?;
+            let a = lo + offset;
+            Some((a, a.saturating_add(span - 1).min(hi)))
+        })
         .collect();
     let checked: Vec<Vec<Parsed>> = ranges
         .par_iter()
         .map(|&(a, b)| {
-            let mut out = Vec::with_capacity((b - a) as usize);
-            for kv in tree.range(super::record::seq_key(a)..super::record::seq_key(b)) {
+            let mut out =
+                Vec::with_capacity(usize::try_from(b - a).map_or(1 << 16, |n| n.min(1 << 16)) + 1);
+            for kv in tree.range(super::record::seq_key(a)..=super::record::seq_key(b)) {
                 match kv {
                     Ok((k, val)) => out.push(check_one(
                         super::record::seq_from_key(&k).unwrap_or(0),
@@ -510,6 +518,37 @@ mod tests {
 
     fn stored(records: &[Record]) -> Vec<(u64, Vec<u8>)> {
         records.iter().map(|r| (r.seq, r.encode())).collect()
+    }
+
+    /// A tampered tree with a key at u64::MAX: the ranges split over threads must neither
+    /// overflow nor size a buffer by the keys' distance; the gap is reported.
+    #[test]
+    fn a_tree_with_a_key_at_the_largest_seq_is_reported_not_a_crash() {
+        let db = sled::Config::new().temporary(true).open().expect("sled");
+        let tree = db.open_tree(crate::log::LOG_TREE).expect("tree");
+        let records = chain(2);
+        for (seq, bytes) in stored(&records) {
+            tree.insert(seq.to_be_bytes(), bytes).expect("insert");
+        }
+        let far = Record::seal(u64::MAX, 30, records[1].hash, b"far".to_vec());
+        tree.insert(u64::MAX.to_be_bytes(), far.encode())
+            .expect("insert");
+        let rep = verify_tree(&tree, None, &[], None, &|_| {});
+        assert!(!rep.clean(), "{}", rep.render());
+        assert_eq!(rep.records, 3, "{}", rep.render());
+        assert_eq!(
+            (rep.failures[0].seq, rep.failures[0].kind),
+            (3, FailureKind::Missing),
+            "{}",
+            rep.render()
+        );
+        // Both ends at u64::MAX: one record, no overflow either.
+        let only = db.open_tree("only_the_last").expect("tree");
+        only.insert(u64::MAX.to_be_bytes(), far.encode())
+            .expect("insert");
+        let rep = verify_tree(&only, None, &[], None, &|_| {});
+        assert!(!rep.clean(), "{}", rep.render());
+        assert_eq!(rep.records, 1);
     }
 
     /// Found by the `record_chain` fuzz target (tests/fuzz): a record at seq 0, or a record
