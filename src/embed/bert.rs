@@ -170,7 +170,7 @@ fn tensor_span(file: &[u8], name: &str) -> Result<Option<(u64, usize)>, String> 
 impl Bert {
     /// Loads the encoder from the bytes of a safetensors file.
     pub fn load(safetensors: &[u8], shape: BertShape) -> Result<Self, String> {
-        if shape.heads == 0 || shape.hidden % shape.heads != 0 {
+        if shape.heads == 0 || shape.hidden == 0 || shape.hidden % shape.heads != 0 {
             return Err(format!(
                 "hidden size {} is not a multiple of {} heads",
                 shape.hidden, shape.heads
@@ -190,6 +190,9 @@ impl Bert {
             .get(&format!("{prefix}embeddings.word_embeddings.weight"))
             .ok_or("tensor embeddings.word_embeddings.weight is missing")?;
         let vocab = word_table.elem_count() / h;
+        if vocab == 0 {
+            return Err("tensor embeddings.word_embeddings.weight is empty".into());
+        }
         let word = WordTable::Owned(w.get("embeddings.word_embeddings.weight", vocab * h)?);
         let position = w.get(
             "embeddings.position_embeddings.weight",
