@@ -77,11 +77,22 @@ fn ingest(s: &Server, tenant: &str, n: usize) -> (u16, Value) {
     )
 }
 
-/// Fills the disk with a file until `leave` bytes are free.
+/// Fills the disk with a file until `leave` bytes are free, or until it is full: the server
+/// writes beside us (sled's background flush), so the space measured first may be gone.
 fn fill(disk: &Mount, leave: u64) -> PathBuf {
+    use std::io::Write;
     let path = disk.dir.join("filler");
-    let size = disk.free_bytes().saturating_sub(leave);
-    std::fs::write(&path, vec![0u8; size as usize]).expect("write the filler");
+    let mut left = disk.free_bytes().saturating_sub(leave);
+    let mut file = std::fs::File::create(&path).expect("create the filler");
+    let chunk = vec![0u8; 1 << 20];
+    while left > 0 {
+        let n = left.min(chunk.len() as u64) as usize;
+        match file.write_all(&chunk[..n]) {
+            Ok(()) => left -= n as u64,
+            Err(e) if e.kind() == std::io::ErrorKind::StorageFull => break,
+            Err(e) => panic!("write the filler: {e}"),
+        }
+    }
     path
 }
 
