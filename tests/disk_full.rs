@@ -96,6 +96,13 @@ fn fill(disk: &Mount, leave: u64) -> PathBuf {
     path
 }
 
+/// Stops the server and checks the log with `auditmem verify`: exit 0.
+fn stop_and_verify(s: &mut Server, data_dir: &Path) {
+    s.stop();
+    let (code, out, err) = cli(&["verify", "--data-dir", path_str(data_dir)], &[]);
+    assert_eq!(code, 0, "{out}{err}");
+}
+
 fn assert_refused(resp: &(u16, Value), why: &str) {
     assert_error(resp, 503, 5030);
     let message = resp.1["message"].as_str().unwrap_or_default();
@@ -140,9 +147,7 @@ fn a_full_disk_refuses_appends_with_503_and_they_resume_when_space_returns() {
     assert_eq!(list["data"]["total"], json!(100), "{list}");
     assert!(s.head().0 > before.0);
 
-    s.stop();
-    let (code, out, err) = cli(&["verify", "--data-dir", path_str(&data_dir)], &[]);
-    assert_eq!(code, 0, "{out}{err}");
+    stop_and_verify(&mut s, &data_dir);
 }
 
 #[test]
@@ -194,9 +199,7 @@ fn a_read_only_data_dir_is_refused_at_start_and_by_the_guard() {
     assert_eq!(guard.check(), Ok(()));
     s.spawn();
     assert_eq!(ingest(&s, &tenant, 10).0, 200);
-    s.stop();
-    let (code, out, err) = cli(&["verify", "--data-dir", path_str(&data_dir)], &[]);
-    assert_eq!(code, 0, "{out}{err}");
+    stop_and_verify(&mut s, &data_dir);
 }
 
 #[test]
@@ -236,7 +239,5 @@ fn a_disk_filled_past_the_guard_fails_writes_and_a_restart_recovers_everything_a
     let (status, list) = s.get("/v1/audit/logs?action=gateway.chat&page_size=1", &key);
     assert_eq!(status, 200, "{list}");
     assert_eq!(list["data"]["total"], json!(acknowledged), "{list}");
-    s.stop();
-    let (code, out, err) = cli(&["verify", "--data-dir", path_str(&data_dir)], &[]);
-    assert_eq!(code, 0, "{out}{err}");
+    stop_and_verify(&mut s, &data_dir);
 }
