@@ -109,6 +109,37 @@ impl Weights {
 }
 
 impl WordTable {
+    /// The table `name` of the safetensors file at `path` (whose bytes are `safetensors`),
+    /// read from the file per row; `table` is its loaded copy, checked against the file.
+    fn from_file(
+        path: &Path,
+        safetensors: &[u8],
+        name: &str,
+        table: &[f32],
+        h: usize,
+    ) -> Result<Self, String> {
+        let (offset, len) =
+            tensor_span(safetensors, name)?.ok_or_else(|| format!("tensor {name} is missing"))?;
+        if len != table.len() * 4 {
+            return Err(format!(
+                "the word embeddings take {len} bytes in the file, expected {}",
+                table.len() * 4
+            ));
+        }
+        let file = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let from_file = WordTable::File { file, offset };
+        // The file could have been replaced since its bytes were read: its first and last
+        // rows must be the ones just loaded.
+        let mut row = vec![0f32; h];
+        for id in [0, table.len() / h - 1] {
+            from_file.row(id, &mut row)?;
+            if row[..] != table[id * h..(id + 1) * h] {
+                return Err(format!("{} changed while it was loaded", path.display()));
+            }
+        }
+        Ok(from_file)
+    }
+
     /// Copies row `id` (in the vocabulary, checked by the caller) into `out` (hidden long).
     fn row(&self, id: usize, out: &mut [f32]) -> Result<(), String> {
         let h = out.len();
@@ -116,13 +147,19 @@ impl WordTable {
             WordTable::Owned(t) => out.copy_from_slice(&t[id * h..(id + 1) * h]),
             WordTable::File { file, offset } => {
                 use std::os::unix::fs::FileExt;
-                let mut bytes = vec![0u8; h * 4];
-                file.read_exact_at(&mut bytes, offset + (id * h * 4) as u64)
-                    .map_err(|e| {
-                        format!("reading word embedding {id} from the weights file: {e}")
-                    })?;
-                for (o, b) in out.iter_mut().zip(bytes.chunks_exact(4)) {
-                    *o = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+                // A stack buffer: this runs once per token of every text. One read per row
+                // up to 1,024 dimensions (MiniLM has 384).
+                let mut buf = [0u8; 4096];
+                let start = offset + (id * h * 4) as u64;
+                for (i, part) in out.chunks_mut(buf.len() / 4).enumerate() {
+                    let bytes = &mut buf[..part.len() * 4];
+                    file.read_exact_at(bytes, start + (i * 4096) as u64)
+                        .map_err(|e| {
+                            format!("reading word embedding {id} from the weights file: {e}")
+                        })?;
+                    for (o, b) in part.iter_mut().zip(bytes.chunks_exact(4)) {
+                        *o = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+                    }
                 }
             }
         }
@@ -168,8 +205,14 @@ fn tensor_span(file: &[u8], name: &str) -> Result<Option<(u64, usize)>, String> 
 }
 
 impl Bert {
-    /// Loads the encoder from the bytes of a safetensors file.
-    pub fn load(safetensors: &[u8], shape: BertShape) -> Result<Self, String> {
+    /// Loads the encoder from the bytes of a safetensors file. With `words_file`, the file
+    /// those bytes were read from, the word embeddings are read from it per token instead of
+    /// held (see [`WordTable::File`]).
+    pub fn load(
+        safetensors: &[u8],
+        shape: BertShape,
+        words_file: Option<&Path>,
+    ) -> Result<Self, String> {
         if shape.heads == 0 || shape.hidden == 0 || shape.hidden % shape.heads != 0 {
             return Err(format!(
                 "hidden size {} is not a multiple of {} heads",
@@ -193,7 +236,17 @@ impl Bert {
         if vocab == 0 {
             return Err("tensor embeddings.word_embeddings.weight is empty".into());
         }
-        let word = WordTable::Owned(w.get("embeddings.word_embeddings.weight", vocab * h)?);
+        let table = w.get("embeddings.word_embeddings.weight", vocab * h)?;
+        let word = match words_file {
+            None => WordTable::Owned(table),
+            Some(path) => WordTable::from_file(
+                path,
+                safetensors,
+                &format!("{prefix}embeddings.word_embeddings.weight"),
+                &table,
+                h,
+            )?,
+        };
         let position = w.get(
             "embeddings.position_embeddings.weight",
             shape.max_positions * h,
@@ -228,42 +281,6 @@ impl Bert {
             layers,
             shape,
         })
-    }
-
-    /// From now on reads the word-embedding rows from `path`, the safetensors file whose
-    /// bytes `safetensors` this model was loaded from, instead of holding the table.
-    pub fn read_words_from(&mut self, path: &Path, safetensors: &[u8]) -> Result<(), String> {
-        let WordTable::Owned(table) = &self.word else {
-            return Ok(());
-        };
-        let name = [
-            "embeddings.word_embeddings.weight",
-            "bert.embeddings.word_embeddings.weight",
-        ]
-        .into_iter()
-        .find_map(|n| tensor_span(safetensors, n).transpose())
-        .ok_or("tensor embeddings.word_embeddings.weight is missing")??;
-        let (offset, len) = name;
-        if len != table.len() * 4 {
-            return Err(format!(
-                "the word embeddings take {len} bytes in the file, expected {}",
-                table.len() * 4
-            ));
-        }
-        let file = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let from_file = WordTable::File { file, offset };
-        // The file could have been replaced since its bytes were read: its first and last
-        // rows must be the ones just loaded.
-        let h = self.shape.hidden;
-        for id in [0, self.vocab - 1] {
-            let mut row = vec![0f32; h];
-            from_file.row(id, &mut row)?;
-            if row[..] != table[id * h..(id + 1) * h] {
-                return Err(format!("{} changed while it was loaded", path.display()));
-            }
-        }
-        self.word = from_file;
-        Ok(())
     }
 
     /// Mean-pooled (not yet normalised) last hidden states of each token-id sequence. Every
@@ -443,6 +460,31 @@ mod tests {
         );
         assert!(tensor_span(&file("not json", &[]), "a")
             .is_err_and(|e| e.starts_with("the weights file's header: ")));
+    }
+
+    #[test]
+    fn rows_wider_than_one_read_come_back_whole() {
+        // 1,500 dimensions: two reads of the row's stack buffer.
+        let h = 1500;
+        let values: Vec<f32> = (0..2 * h).map(|i| i as f32 * 0.25).collect();
+        let data: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let header = format!(
+            r#"{{"w":{{"dtype":"F32","shape":[2,{h}],"data_offsets":[0,{}]}}}}"#,
+            data.len()
+        );
+        let bytes = file(&header, &data);
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("w.safetensors");
+        std::fs::write(&path, &bytes).expect("write");
+        let table = WordTable::from_file(&path, &bytes, "w", &values, h).expect("from file");
+        let mut row = vec![0f32; h];
+        table.row(1, &mut row).expect("row");
+        assert_eq!(row[..], values[h..]);
+        // A loaded copy that differs from the file is refused.
+        let mut changed = values.clone();
+        changed[2 * h - 1] += 1.0;
+        assert!(WordTable::from_file(&path, &bytes, "w", &changed, h)
+            .is_err_and(|e| e.ends_with("changed while it was loaded")));
     }
 
     #[test]

@@ -151,9 +151,7 @@ impl MiniLm {
             max_positions: c.max_position_embeddings,
             layer_norm_eps: c.layer_norm_eps as f32,
         };
-        let mut model = Bert::load(&files.weights, shape).map_err(|e| files.mismatch(e))?;
-        model
-            .read_words_from(&files.weights_path, &files.weights)
+        let model = Bert::load(&files.weights, shape, Some(&files.weights_path))
             .map_err(|e| files.mismatch(e))?;
         Ok(Self {
             model,
