@@ -14,9 +14,17 @@
 //! much per key as per kilobyte, so this keeps an audit event at about one log insert and a
 //! fraction of a projection insert (replay and append throughput depend on it).
 //!
-//! The entry itself is read from the log record at `seq`, never copied. In memory: audit id →
-//! seq, and per tenant sorted `(created_at, seq)` indexes (all entries, and per action), rebuilt
-//! from the blocks at open; they answer `total` and any page offset by rank, without scanning.
+//! The entry itself is read from the log record at `seq`, never copied. In memory: per tenant
+//! sorted `(created_at, seq)` indexes (all entries, and per action), rebuilt from the blocks at
+//! open; they answer `total` and any page offset by rank, without scanning.
+//!
+//! Audit id → ref is not a map of every id (40 bytes an entry, the largest part of the index
+//! and growing with the log without bound). Audit ids are UUIDv7, minted just before their
+//! append, so the millisecond leading an id places it among the blocks: in memory are the
+//! ids of the newest [`RECENT_IDS`] entries, and for older ones a [`Span`] per run of about
+//! [`BLOCK_REFS`] entries giving the range of their ids' milliseconds. An older id is found by
+//! reading the runs whose range holds its millisecond (normally one). Ids of any other layout
+//! are still found, as the ranges are taken from the ids themselves; they are only slower.
 
 use std::sync::RwLock;
 
@@ -118,20 +126,117 @@ impl TenantIndex {
     }
 }
 
-#[derive(Default)]
+/// Ids kept in memory: the newest entries, which are the ones a duplicate check meets and the
+/// ones most often read back. 64 Ki ids, about 3 MiB.
+pub const RECENT_IDS: usize = 1 << 16;
+
+/// The leading 48 bits of an id: its millisecond when it is a UUIDv7.
+fn id_millis(id: &Uuid) -> u64 {
+    id.as_bytes()[..6]
+        .iter()
+        .fold(0u64, |acc, b| (acc << 8) | u64::from(*b))
+}
+
+/// A run of consecutive stored blocks, from the block keyed `first_seq` up to the next span's.
+#[derive(Debug, Clone, Copy)]
+struct Span {
+    first_seq: u64,
+    min_ms: u64,
+    max_ms: u64,
+    count: usize,
+}
+
 struct Memory {
-    ids: FastMap<Uuid, u64>,
     tenants: FastMap<Uuid, TenantIndex>,
     /// Per tenant: hash of its newest entry and its number of entries.
     heads: FastMap<Uuid, ([u8; 32], u64)>,
+    /// Every stored block, in seq order, grouped into runs of at least BLOCK_REFS entries.
+    spans: Vec<Span>,
+    /// Ids of the entries in `spans[recent_from..]`, and those ids in seq order (to forget the
+    /// oldest span's ids when the window is full).
+    recent: FastMap<Uuid, u64>,
+    recent_order: std::collections::VecDeque<Uuid>,
+    recent_from: usize,
+    /// Largest id millisecond among the spans before `recent_from`: an id past it is not
+    /// among them, which spares a read for nearly every new entry's duplicate check.
+    old_max_ms: u64,
+    recent_cap: usize,
 }
 
 impl Memory {
-    /// Refs must come in seq order: the last one of a tenant is its chain head.
-    fn insert(&mut self, r: &AuditRef) {
-        self.ids.insert(r.id, r.seq);
-        self.tenants.entry(r.tenant_id).or_default().insert(r);
-        self.heads.insert(r.tenant_id, (r.hash, r.chain_index));
+    fn new(recent_cap: usize) -> Self {
+        Self {
+            tenants: FastMap::default(),
+            heads: FastMap::default(),
+            spans: Vec::new(),
+            recent: FastMap::default(),
+            recent_order: Default::default(),
+            recent_from: 0,
+            old_max_ms: 0,
+            recent_cap,
+        }
+    }
+
+    /// A stored block's refs, in seq order: the last ref of a tenant is its chain head.
+    fn insert_block(&mut self, refs: &[AuditRef]) {
+        let Some(first) = refs.first() else {
+            return;
+        };
+        let (lo, hi) = refs.iter().fold((u64::MAX, 0), |(lo, hi), r| {
+            let ms = id_millis(&r.id);
+            (lo.min(ms), hi.max(ms))
+        });
+        match self.spans.last_mut() {
+            // The newest span grows until it holds BLOCK_REFS entries: group commits of one
+            // entry each would otherwise cost a span apiece.
+            Some(s) if s.count < BLOCK_REFS => {
+                s.min_ms = s.min_ms.min(lo);
+                s.max_ms = s.max_ms.max(hi);
+                s.count += refs.len();
+            }
+            _ => self.spans.push(Span {
+                first_seq: first.seq,
+                min_ms: lo,
+                max_ms: hi,
+                count: refs.len(),
+            }),
+        }
+        for r in refs {
+            self.recent.insert(r.id, r.seq);
+            self.recent_order.push_back(r.id);
+            self.tenants.entry(r.tenant_id).or_default().insert(r);
+            self.heads.insert(r.tenant_id, (r.hash, r.chain_index));
+        }
+        // Forget whole spans, oldest first, never the newest (it may still grow).
+        while self.recent.len() > self.recent_cap && self.recent_from + 1 < self.spans.len() {
+            let old = self.spans[self.recent_from];
+            for _ in 0..old.count {
+                if let Some(id) = self.recent_order.pop_front() {
+                    self.recent.remove(&id);
+                }
+            }
+            self.old_max_ms = self.old_max_ms.max(old.max_ms);
+            self.recent_from += 1;
+        }
+    }
+
+    /// First seqs of the stored runs, newest first, that may hold `id` and are not in
+    /// `recent`, each with the first seq of the run after it (None: up to the end).
+    fn older_runs(&self, id: &Uuid) -> Vec<(u64, Option<u64>)> {
+        let ms = id_millis(id);
+        if self.recent_from == 0 || ms > self.old_max_ms {
+            return Vec::new();
+        }
+        (0..self.recent_from)
+            .rev()
+            .filter(|&i| self.spans[i].min_ms <= ms && ms <= self.spans[i].max_ms)
+            .map(|i| {
+                (
+                    self.spans[i].first_seq,
+                    self.spans.get(i + 1).map(|s| s.first_seq),
+                )
+            })
+            .collect()
     }
 }
 
@@ -158,18 +263,47 @@ pub struct AuditIndex {
 
 impl AuditIndex {
     pub fn open(db: &sled::Db) -> Result<Self> {
+        Self::open_with_recent(db, RECENT_IDS)
+    }
+
+    /// `open` with a window of `recent` ids in memory (tests use a small one to reach the
+    /// stored runs).
+    pub fn open_with_recent(db: &sled::Db, recent: usize) -> Result<Self> {
         let tree = db.open_tree(TREE)?;
-        let mut mem = Memory::default();
+        let mut mem = Memory::new(recent);
         for kv in tree.scan_prefix([b'g']) {
             let (_, v) = kv?;
-            for r in parse_block(&v)? {
-                mem.insert(&r);
-            }
+            mem.insert_block(&parse_block(&v)?);
         }
         Ok(Self {
             tree,
             mem: RwLock::new(mem),
         })
+    }
+
+    /// Finds `id` among the refs stored in the runs `older_runs` names.
+    fn find_stored(&self, id: &Uuid, runs: &[(u64, Option<u64>)]) -> Result<Option<AuditRef>> {
+        for &(first, next) in runs {
+            let from = prefixed(b'g', &[&first.to_be_bytes()]);
+            let blocks = match next {
+                Some(n) => self.tree.range(from..prefixed(b'g', &[&n.to_be_bytes()])),
+                None => self.tree.range(from..prefixed(b'h', &[])),
+            };
+            for kv in blocks {
+                let (_, block) = kv?;
+                if !block.len().is_multiple_of(REF_LEN) {
+                    return Err(corrupt(TREE, format!("ref block of {} bytes", block.len())));
+                }
+                // Compare the ids in place: a block is parsed only for the ref asked for.
+                if let Some(raw) = block
+                    .chunks_exact(REF_LEN)
+                    .find(|r| &r[..16] == id.as_bytes())
+                {
+                    return Ok(Some(AuditRef::read(raw)));
+                }
+            }
+        }
+        Ok(None)
     }
 
     fn mem(&self) -> std::sync::RwLockReadGuard<'_, Memory> {
@@ -222,10 +356,13 @@ impl AuditIndex {
     }
 
     pub fn get(&self, audit_id: &Uuid) -> Result<Option<AuditRef>> {
-        let seq = self.mem().ids.get(audit_id).copied();
-        match seq {
-            None => Ok(None),
+        let (recent, runs) = {
+            let mem = self.mem();
+            (mem.recent.get(audit_id).copied(), mem.older_runs(audit_id))
+        };
+        match recent {
             Some(seq) => self.at_seq(seq),
+            None => self.find_stored(audit_id, &runs),
         }
     }
 
@@ -276,10 +413,7 @@ impl AuditIndex {
     pub fn in_log_order(&self, f: &Filter<'_>, before_seq: u64) -> Vec<Key> {
         self.with_index(f, Vec::new(), |idx| {
             let (lo, hi) = idx.range(f.from, f.to);
-            let mut keys: Vec<Key> = (lo..hi)
-                .filter_map(|i| idx.get(i))
-                .filter(|k| k.1 < before_seq)
-                .collect();
+            let mut keys: Vec<Key> = idx.between(lo, hi).filter(|k| k.1 < before_seq).collect();
             keys.sort_unstable_by_key(|k| k.1);
             keys
         })
@@ -292,16 +426,12 @@ impl AuditIndex {
         self.with_index(f, Page::default(), |idx| {
             let (lo, hi) = idx.range(f.from, f.to);
             let end = idx.rank(after).clamp(lo, hi);
-            let mut items = Vec::with_capacity(limit);
-            let mut pos = end;
-            while pos > lo && items.len() < limit {
-                pos -= 1;
-                if let Some(k) = idx.get(pos) {
-                    if k.1 <= snapshot {
-                        items.push(k);
-                    }
-                }
-            }
+            let items = idx
+                .rev_from(end)
+                .take(end - lo)
+                .filter(|k| k.1 <= snapshot)
+                .take(limit)
+                .collect();
             Page {
                 total: hi - lo,
                 items,
@@ -329,7 +459,11 @@ impl Projection for AuditIndex {
                 let Event::AuditRecorded(rec) = a.event else {
                     return Ok(());
                 };
-                if mem.ids.contains_key(&rec.entry.id) || !fresh.insert(rec.entry.id) {
+                let known = mem.recent.contains_key(&rec.entry.id)
+                    || self
+                        .find_stored(&rec.entry.id, &mem.older_runs(&rec.entry.id))?
+                        .is_some();
+                if known || !fresh.insert(rec.entry.id) {
                     // The same audit id twice would fork the tenant chain; the first one stands.
                     return Ok(());
                 }
@@ -376,15 +510,16 @@ impl Projection for AuditIndex {
         }
         ov.commit(last)?;
         let mut mem = self.mem.write().unwrap_or_else(|p| p.into_inner());
-        for r in &refs {
-            mem.insert(r);
+        for block in refs.chunks(BLOCK_REFS) {
+            mem.insert_block(block);
         }
         Ok(())
     }
 
     fn reset(&self) -> Result<()> {
         self.tree.clear()?;
-        *self.mem.write().unwrap_or_else(|p| p.into_inner()) = Memory::default();
+        let mut mem = self.mem.write().unwrap_or_else(|p| p.into_inner());
+        *mem = Memory::new(mem.recent_cap);
         Ok(())
     }
 }
@@ -496,5 +631,92 @@ mod tests {
         assert_eq!(idx.count(&writes_a), 10);
         idx.reset().expect("reset");
         assert_eq!(idx.count(&all_a), 0);
+    }
+
+    #[test]
+    fn ids_past_the_recent_window_are_found_in_the_stored_runs_and_still_refused_twice() {
+        // Given a window of 300 ids and 2,000 entries applied in group commits of assorted
+        // sizes (one entry, a few, more than a block), some with ids that are not UUIDv7 (scattered leading bits),
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = sled::open(dir.path()).expect("open");
+        let idx = AuditIndex::open_with_recent(&db, 300).expect("open");
+        let tenant = Uuid::now_v7();
+        let events: Vec<Event> = (0..2000i64)
+            .map(|i| {
+                let mut e = entry("gateway.chat", 1000 + i);
+                if i % 97 == 0 {
+                    e.id = Uuid::from_u128(
+                        (i as u128 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15_F39C_C060_5CED_C835),
+                    );
+                }
+                Event::AuditRecorded(Box::new(AuditRecorded {
+                    tenant_id: tenant,
+                    entry: e,
+                    detail: Default::default(),
+                }))
+            })
+            .collect();
+        let applied = Applied::in_order(&events);
+        let mut at = 0;
+        for size in [1usize, 7, 300, 1, 1, 513, 40].into_iter().cycle() {
+            let end = (at + size).min(applied.len());
+            idx.apply(&applied[..end]).expect("apply");
+            at = end;
+            if at == applied.len() {
+                break;
+            }
+        }
+        let all = Filter {
+            tenant_id: tenant,
+            action: None,
+            from: i64::MIN,
+            to: i64::MAX,
+        };
+        assert_eq!(idx.count(&all), 2000);
+        // then memory holds a bounded window of ids, not all of them,
+        {
+            let mem = idx.mem();
+            assert!(
+                mem.recent.len() <= 300 + 2 * BLOCK_REFS,
+                "{}",
+                mem.recent.len()
+            );
+            assert_eq!(mem.recent.len(), mem.recent_order.len());
+            assert!(mem.recent_from > 0);
+        }
+        // every id, old or new, is found with its seq, and an unknown one is not,
+        let check = |idx: &AuditIndex| {
+            for (a, e) in applied.iter().zip(&events) {
+                let Event::AuditRecorded(r) = e else {
+                    unreachable!()
+                };
+                let got = idx.get(&r.entry.id).expect("get").expect("found");
+                assert_eq!((got.id, got.seq), (r.entry.id, a.seq));
+            }
+            assert_eq!(idx.get(&Uuid::now_v7()).expect("get"), None);
+            assert_eq!(idx.get(&Uuid::from_u128(u128::MAX / 3)).expect("get"), None);
+        };
+        check(&idx);
+        // and an old id appended again is refused, as a recent one is (the chain stays one).
+        let Event::AuditRecorded(first) = &events[3] else {
+            unreachable!()
+        };
+        let Event::AuditRecorded(last) = &events[1999] else {
+            unreachable!()
+        };
+        let again = [first.clone(), last.clone()].map(Event::AuditRecorded);
+        let mut applied_again = Applied::in_order(&again);
+        for (k, a) in applied_again.iter_mut().enumerate() {
+            a.seq = 2001 + k as u64;
+        }
+        let head = idx.head(&tenant);
+        idx.apply(&applied_again).expect("apply duplicates");
+        assert_eq!(idx.count(&all), 2000);
+        assert_eq!(idx.head(&tenant), head);
+        // Reopened, the window and the runs are rebuilt alike.
+        drop(idx);
+        let idx = AuditIndex::open_with_recent(&db, 300).expect("reopen");
+        check(&idx);
+        assert_eq!(idx.head(&tenant), head);
     }
 }
