@@ -256,6 +256,9 @@ pub struct Filter<'a> {
     pub to: i64,
 }
 
+/// [`AuditIndex`]'s in-memory part, detached from its tree.
+pub struct Detached(Memory);
+
 pub struct AuditIndex {
     tree: sled::Tree,
     mem: RwLock<Memory>,
@@ -278,6 +281,18 @@ impl AuditIndex {
         Ok(Self {
             tree,
             mem: RwLock::new(mem),
+        })
+    }
+
+    /// The in-memory index without the tree handle (see `Projections::detach`).
+    pub fn detach(self) -> Detached {
+        Detached(self.mem.into_inner().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    pub fn attach(db: &sled::Db, d: Detached) -> Result<Self> {
+        Ok(Self {
+            tree: db.open_tree(TREE)?,
+            mem: RwLock::new(d.0),
         })
     }
 
@@ -713,7 +728,14 @@ mod tests {
         idx.apply(&applied_again).expect("apply duplicates");
         assert_eq!(idx.count(&all), 2000);
         assert_eq!(idx.head(&tenant), head);
-        // Reopened, the window and the runs are rebuilt alike.
+        // Detached and attached to the database opened again, nothing is read back,
+        let detached = idx.detach();
+        drop(db);
+        let db = sled::open(dir.path()).expect("reopen");
+        let idx = AuditIndex::attach(&db, detached).expect("attach");
+        check(&idx);
+        assert_eq!(idx.head(&tenant), head);
+        // and reopened from the tree, the window and the runs are rebuilt alike.
         drop(idx);
         let idx = AuditIndex::open_with_recent(&db, 300).expect("reopen");
         check(&idx);

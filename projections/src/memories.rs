@@ -197,7 +197,22 @@ fn enc_block(states: &[&StoredMemory]) -> Vec<u8> {
     rmp_serde::to_vec_named(states).unwrap_or_default()
 }
 
+/// [`Memories`]' in-memory part, detached from its tree.
+pub struct Detached(State);
+
 impl Memories {
+    /// The in-memory state without the tree handle (see `Projections::detach`).
+    pub fn detach(self) -> Detached {
+        Detached(self.state.into_inner().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    pub fn attach(db: &sled::Db, d: Detached) -> Result<Self> {
+        Ok(Self {
+            tree: db.open_tree(TREE)?,
+            state: RwLock::new(d.0),
+        })
+    }
+
     pub fn open(db: &sled::Db, vectors: VectorSource<'_>) -> Result<Self> {
         let tree = db.open_tree(TREE)?;
         let mut state = State::default();
@@ -734,6 +749,48 @@ mod tests {
         assert!((hits[0].1.score - 1.0).abs() < 1e-6, "{:?}", hits[0].1);
         // A vector the log does not have is a clear error, not an empty table.
         assert!(Memories::open(&db, &|_| Ok(None)).is_err());
+    }
+
+    #[test]
+    fn state_detached_and_attached_to_the_reopened_database_answers_and_takes_writes() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = sled::open(dir.path()).expect("open");
+        let p = Memories::open(&db, &|_| Ok(None)).expect("open");
+        let t = Uuid::from_u128(100);
+        let events = [
+            created(t, 1, MemoryType::Rule, [1.0, 0.0], 10),
+            created(t, 2, MemoryType::Fact, [0.0, 1.0], 20),
+            Event::MemoryDeleted(MemoryDeleted {
+                memory_id: Uuid::from_u128(1),
+                tenant_id: t,
+                deleted_at: 30,
+            }),
+        ];
+        let applied = Applied::in_order(&events);
+        p.apply(&applied[..2]).expect("apply");
+        // Given the state detached, the database closed and opened again,
+        let detached = p.detach();
+        drop(db);
+        let db = sled::open(dir.path()).expect("reopen");
+        let p = Memories::attach(&db, detached).expect("attach");
+        // then it answers as before, without reading anything back,
+        assert_eq!(p.count(&t), 2);
+        let hits = p.search(&t, &[0.0, 1.0], None, 0.0, 5);
+        assert_eq!(hits[0].0.id.as_u128(), 2);
+        // and takes later events into the reopened tree.
+        p.apply(&applied).expect("apply after attach");
+        assert_eq!(p.count(&t), 1);
+        assert_eq!(p.checkpoint().expect("checkpoint"), 3);
+        drop(p);
+        let from_log = |seq: u64| -> std::result::Result<Option<Vec<u8>>, String> {
+            Ok(match events.get(seq as usize - 1) {
+                Some(Event::MemoryCreated(e)) => Some(e.vector.clone()),
+                _ => None,
+            })
+        };
+        let p = Memories::open(&db, &from_log).expect("open from the tree");
+        assert_eq!(p.count(&t), 1);
+        assert_eq!(p.get(&t, &Uuid::from_u128(1)), None);
     }
 
     /// States stored in the tree's blocks, and how many blocks hold them.

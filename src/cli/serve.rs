@@ -39,7 +39,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 args.data_dir.display()
             )
         })?;
-    let projections = Arc::new(open_or_rebuild_projections(&db)?);
+    let projections = open_or_rebuild_projections(&db)?;
     let log = LogReader::open(&db)?;
 
     let behind = log
@@ -57,6 +57,19 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             "projections caught up"
         );
     }
+
+    // Everything read to build the projections stays in sled's memory (see
+    // `Projections::detach`): close the database and open it again, keeping what was built.
+    let (db, projections, log) = {
+        let detached = projections.detach();
+        drop((log, db));
+        let db = open_db_with_cache(&args.data_dir, args.cache_mb.saturating_mul(1024 * 1024))
+            .with_context(|| format!("reopening data dir {}", args.data_dir.display()))?;
+        let projections = auditmem_projections::Projections::attach(&db, detached)
+            .context("reattaching projections")?;
+        let log = LogReader::open(&db)?;
+        (db, Arc::new(projections), log)
+    };
 
     let durability = match args.durability {
         DurabilityMode::Fsync => Durability::Fsync,
