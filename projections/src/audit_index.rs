@@ -651,7 +651,8 @@ mod tests {
     #[test]
     fn ids_past_the_recent_window_are_found_in_the_stored_runs_and_still_refused_twice() {
         // Given a window of 300 ids and 2,000 entries applied in group commits of assorted
-        // sizes (one entry, a few, more than a block), some with ids that are not UUIDv7 (scattered leading bits),
+        // sizes (one entry, a few, more than a block), some with ids that are not UUIDv7
+        // (scattered leading bits),
         let dir = tempfile::tempdir().expect("tempdir");
         let db = sled::open(dir.path()).expect("open");
         let idx = AuditIndex::open_with_recent(&db, 300).expect("open");
