@@ -645,6 +645,71 @@ proptest! {
 }
 
 // ---------------------------------------------------------------------------------------------
+// The audit index's sorted blocks (bit-packed once full)
+// ---------------------------------------------------------------------------------------------
+
+/// Keys as the audit index meets them: mostly ascending (a tenant's entries as they are
+/// appended), with late ones anywhere and extreme magnitudes, in runs long enough to fill,
+/// seal and split several 2,048-pair blocks.
+fn index_keys() -> impl Strategy<Value = Vec<(i64, u64)>> {
+    let step = prop_oneof![
+        8 => (0i64..5_000, 1u64..50).prop_map(|(dt, ds)| (dt, ds, false)),
+        1 => (any::<i64>(), any::<u64>()).prop_map(|(t, s)| (t, s, true)),
+        1 => (-5_000_000i64..0, 1u64..50).prop_map(|(dt, ds)| (dt, ds, false)),
+    ];
+    (any::<i64>(), any::<u64>(), vec(step, 1..7_000)).prop_map(|(t0, s0, steps)| {
+        let (mut t, mut s) = (t0 / 2, s0 / 2);
+        steps
+            .into_iter()
+            .map(|(dt, ds, absolute)| {
+                if absolute {
+                    (dt, ds)
+                } else {
+                    t = t.saturating_add(dt);
+                    s = s.wrapping_add(ds);
+                    (t, s)
+                }
+            })
+            .collect()
+    })
+}
+
+proptest! {
+    #![proptest_config(cases(24))]
+
+    #[test]
+    fn the_sorted_index_answers_as_a_sorted_vector(keys in index_keys(), probes in vec(any::<i64>(), 8)) {
+        use auditmem::projections::sorted_index::SortedIndex;
+        let mut idx = SortedIndex::new();
+        for k in &keys {
+            idx.insert(*k);
+        }
+        let mut want = keys.clone();
+        want.sort_unstable();
+        want.dedup();
+        prop_assert_eq!(idx.len(), want.len());
+        prop_assert_eq!(idx.between(0, want.len()).collect::<Vec<_>>(), want.clone());
+        let rev: Vec<(i64, u64)> = want.iter().rev().copied().collect();
+        prop_assert_eq!(idx.rev_from(want.len()).collect::<Vec<_>>(), rev);
+        for (i, k) in want.iter().enumerate().step_by(101) {
+            prop_assert_eq!(idx.get(i), Some(*k));
+            prop_assert_eq!(idx.rank(*k), i);
+        }
+        // Ranges by time, with probes inside and outside the keys, match a filter.
+        let times: Vec<i64> = probes.iter().copied().chain(want.iter().step_by(997).map(|k| k.0)).collect();
+        for pair in times.windows(2) {
+            let (from, to) = (pair[0].min(pair[1]), pair[0].max(pair[1]));
+            let (lo, hi) = idx.range(from, to);
+            let n = want.iter().filter(|k| from <= k.0 && k.0 <= to).count();
+            prop_assert_eq!(hi - lo, n);
+            let page = idx.descending(lo, hi, 3, 50);
+            let expect: Vec<(i64, u64)> = want[lo..hi].iter().rev().skip(3).take(50).copied().collect();
+            prop_assert_eq!(page, expect);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 // The CSV of exports
 // ---------------------------------------------------------------------------------------------
 
