@@ -138,5 +138,5 @@ pub fn write_events(dir: &Path, n: u64, events: impl Fn(Uuid, u64) -> Event) -> 
 }
 
 pub fn projections(db: &sled::Db) -> Arc<Projections> {
-    Arc::new(auditmem::log::open_projections(db).expect("projections"))
+    Arc::new(auditmem::log::open_projections(db, None).expect("projections"))
 }

@@ -140,8 +140,8 @@ fn verify_and_replay(c: &mut Criterion) {
         })
     });
     g.bench_function("replay", |b| {
-        let db = &log().1;
-        b.iter(|| auditmem::cli::replay::replay(db).expect("replay"));
+        let (dir, db) = log();
+        b.iter(|| auditmem::cli::replay::replay(db, spill(dir.path())).expect("replay"));
         // Catch-up from a checkpoint is incremental: nothing to do right after a replay.
         let projections = fixtures::projections(db);
         let reader = LogReader::open(db).expect("log");
@@ -157,7 +157,7 @@ fn verify_and_replay(c: &mut Criterion) {
         .expect("checkpoint")
         == 0
     {
-        auditmem::cli::replay::replay(db).expect("replay");
+        auditmem::cli::replay::replay(db, spill(log().0.path())).expect("replay");
     }
     let projections = fixtures::projections(db);
     let tenant = fixtures::tenant_ids()[0];
@@ -196,6 +196,11 @@ fn verify_and_replay(c: &mut Criterion) {
     g.finish();
 }
 
+/// Replay's spill settings for a bench dir: the server's defaults.
+fn spill(dir: &std::path::Path) -> Option<auditmem::projections::vector_table::Spill> {
+    auditmem::log::spill_in(dir, auditmem::projections::vector_table::SPILL_ROWS)
+}
+
 /// Memory events carry their 384-dimension vectors, so replay folds them without a model.
 const MEMORIES: u64 = 100_000;
 
@@ -206,13 +211,25 @@ fn replay_memories(c: &mut Criterion) {
     g.bench_function("replay", |b| {
         let dir = tempfile::tempdir().expect("tempdir");
         let db = fixtures::write_events(dir.path(), MEMORIES, fixtures::memory_created);
-        b.iter(|| auditmem::cli::replay::replay(&db).expect("replay"));
+        b.iter(|| auditmem::cli::replay::replay(&db, spill(dir.path())).expect("replay"));
         let projections = fixtures::projections(&db);
         let live: usize = fixtures::tenant_ids()
             .iter()
             .map(|t| projections.memories.count(t))
             .sum();
         assert_eq!(live as u64, MEMORIES);
+    });
+    // The same 100,000 memories in one tenant: its vector table passes the spill size, so the
+    // replay also writes its f32 rows to the spill file, as the server's does.
+    g.bench_function("replay_one_tenant", |b| {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let tenant = fixtures::tenant_ids()[0];
+        let db = fixtures::write_events(dir.path(), MEMORIES, |_, i| {
+            fixtures::memory_created(tenant, i)
+        });
+        b.iter(|| auditmem::cli::replay::replay(&db, spill(dir.path())).expect("replay"));
+        let projections = fixtures::projections(&db);
+        assert_eq!(projections.memories.count(&tenant) as u64, MEMORIES);
     });
     g.finish();
 }

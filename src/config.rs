@@ -75,6 +75,11 @@ pub struct ServeArgs {
     /// anything is written, until space returns.
     #[arg(long, env = "AUDITMEM_MIN_FREE_MB", default_value_t = 64)]
     pub min_free_mb: u64,
+    /// A tenant's vector table moves its f32 rows from memory to an unlinked file in the data
+    /// dir once it holds this many memories (back below half of it): search then scans the
+    /// int8 copy in memory and reads only the rows it rescores. 0 keeps every row in memory.
+    #[arg(long, env = "AUDITMEM_VECTOR_SPILL_ROWS", default_value_t = auditmem_projections::vector_table::SPILL_ROWS)]
+    pub vector_spill_rows: usize,
     /// Address to listen on (port 0 picks a free port; the bound address is printed).
     #[arg(long, env = "AUDITMEM_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,

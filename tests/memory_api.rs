@@ -791,3 +791,160 @@ fn memories_survive_replay_identically() {
     assert_eq!(before, after);
     assert_eq!(before[0]["total"], json!(4), "{}", before[0]);
 }
+
+/// The server's files that have no name left (unlinked while open) under `dir`.
+fn unlinked_files_in(s: &Server, dir: &std::path::Path) -> usize {
+    let pid = s.pid().expect("running");
+    let dir = dir.canonicalize().expect("data dir");
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .expect("fds")
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .filter(|target| {
+            let t = target.to_string_lossy();
+            target.starts_with(&dir) && t.ends_with(" (deleted)")
+        })
+        .count()
+}
+
+#[test]
+fn vector_rows_kept_in_a_file_answer_as_rows_kept_in_memory() {
+    // Given a server whose tables move their f32 rows to a file from 8 memories on, and a
+    // tenant with 30 memories (the first rows in the file, the later in its unwritten tail),
+    // two of them re-embedded by an update and three deleted,
+    let mut s = Server::start_with(&["--vector-spill-rows", "8"]);
+    let (_, key) = s.tenant_with_key("business");
+    let (_, small) = s.tenant_with_key("business");
+    let topics = [
+        "peanuts",
+        "violins",
+        "PostgreSQL",
+        "Tuesday deployments",
+        "API keys",
+        "tea",
+        "Porto",
+        "hiring",
+        "the billing system",
+        "vacations",
+        "the office plants",
+        "code review",
+        "the coffee machine",
+        "on-call rotation",
+        "the quarterly budget",
+    ];
+    let mut ids = Vec::new();
+    for (i, topic) in topics.iter().enumerate() {
+        for (variant, ty) in [("The user cares about", "fact"), ("Always mention", "rule")] {
+            let body = json!({"content": format!("{variant} {topic} ({i})"), "memory_type": ty,
+                              "importance": (i % 5) as f64 / 4.0});
+            ids.push(
+                create(&s, &key, body)["id"]
+                    .as_str()
+                    .expect("id")
+                    .to_string(),
+            );
+        }
+    }
+    for id in [&ids[1], &ids[17]] {
+        let (status, v) = call(
+            &s,
+            Method::PATCH,
+            &format!("/v1/memories/{id}"),
+            &key,
+            Some(json!({"content": "The user now only drinks green tea"})),
+        );
+        assert_eq!(status, 200, "{v}");
+    }
+    for id in [&ids[0], &ids[9], &ids[29]] {
+        assert_eq!(
+            call(
+                &s,
+                Method::DELETE,
+                &format!("/v1/memories/{id}"),
+                &key,
+                None
+            )
+            .0,
+            200
+        );
+    }
+    // and a second tenant that passed the size and fell back below half of it,
+    let mut small_ids = Vec::new();
+    for topic in &topics[..9] {
+        let body = json!({"content": format!("Remember {topic}"), "memory_type": "context"});
+        small_ids.push(
+            create(&s, &small, body)["id"]
+                .as_str()
+                .expect("id")
+                .to_string(),
+        );
+    }
+    for id in &small_ids[..6] {
+        assert_eq!(
+            call(
+                &s,
+                Method::DELETE,
+                &format!("/v1/memories/{id}"),
+                &small,
+                None
+            )
+            .0,
+            200
+        );
+    }
+    let searches = |s: &Server| -> Vec<Value> {
+        let mut out = Vec::new();
+        for (q, extra) in [
+            ("What does the user drink?", json!({})),
+            (
+                "Which rules apply to secrets?",
+                json!({"memory_type": "rule"}),
+            ),
+            ("When do releases go out?", json!({"min_similarity": 0.2})),
+            ("budget and money", json!({"top_k": 30})),
+        ] {
+            let mut body = json!({"query": q, "top_k": 10});
+            for (k, v) in extra.as_object().expect("object") {
+                body[k] = v.clone();
+            }
+            let (status, v) = s.post("/v1/memories/search", &key, body.clone());
+            assert_eq!(status, 200, "{v}");
+            out.push(v["data"].clone());
+            out.push(s.post("/v1/memories/search", &small, body).1["data"].clone());
+        }
+        out
+    };
+    // then exactly one table keeps its rows in a file, which has no name in the data dir,
+    assert_eq!(unlinked_files_in(&s, &s.data_dir), 1);
+    let spilled = searches(&s);
+    assert_eq!(
+        spilled[0]["results"][0]["content"],
+        json!("The user now only drinks green tea"),
+        "{}",
+        spilled[0]
+    );
+    assert_eq!(
+        spilled[6]["results"].as_array().expect("results").len(),
+        25, // of 27: two score below the default min_similarity of 0
+        "{}",
+        spilled[6]
+    );
+    assert_eq!(
+        spilled[7]["results"].as_array().expect("results").len(),
+        3,
+        "{}",
+        spilled[7]
+    );
+    // and every search answers exactly as on a server keeping every row in memory, on the
+    // same data,
+    s.stop();
+    let copy = tempfile::tempdir().expect("tempdir");
+    copy_dir(&s.data_dir, copy.path());
+    let in_memory = Server::start_on_with(copy.path(), &["--vector-spill-rows", "0"]);
+    assert_eq!(unlinked_files_in(&in_memory, copy.path()), 0);
+    assert_eq!(searches(&in_memory), spilled);
+    drop(in_memory);
+    // and as the first server once restarted, which writes its file anew from the log.
+    s.spawn();
+    assert_eq!(unlinked_files_in(&s, &s.data_dir), 1);
+    assert_eq!(searches(&s), spilled);
+}

@@ -381,6 +381,21 @@ impl AuditIndex {
         }
     }
 
+    /// Bytes the in-memory time indexes hold (every tenant's, and per action).
+    pub fn index_heap_bytes(&self) -> usize {
+        self.mem()
+            .tenants
+            .values()
+            .map(|t| {
+                t.all.heap_bytes()
+                    + t.by_action
+                        .values()
+                        .map(SortedIndex::heap_bytes)
+                        .sum::<usize>()
+            })
+            .sum()
+    }
+
     /// Chain head of a tenant: (hash of its newest entry, number of entries).
     pub fn head(&self, tenant_id: &Uuid) -> ([u8; 32], u64) {
         self.mem()

@@ -87,13 +87,18 @@ impl Projections {
     ];
 
     /// Opens every projection; `vectors` reads a memory event's vector from the log, for the
-    /// memories projection rebuilding its vector table.
-    pub fn open(db: &sled::Db, vectors: memories::VectorSource<'_>) -> projection::Result<Self> {
+    /// memories projection rebuilding its vector table; large vector tables keep their f32
+    /// rows in files as `spill` says (none: on the heap).
+    pub fn open(
+        db: &sled::Db,
+        vectors: memories::VectorSource<'_>,
+        spill: Option<vector_table::Spill>,
+    ) -> projection::Result<Self> {
         Ok(Self {
             tenants: tenants::Tenants::open(db)?,
             audit: audit_index::AuditIndex::open(db)?,
             exports: exports::Exports::open(db)?,
-            memories: memories::Memories::open(db, vectors)?,
+            memories: memories::Memories::open(db, vectors, spill)?,
         })
     }
 

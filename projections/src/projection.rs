@@ -72,6 +72,9 @@ pub enum ProjectionError {
     Storage(#[from] sled::Error),
     #[error("corrupt projection state in {tree}: {what}")]
     Corrupt { tree: &'static str, what: String },
+    /// The file a large vector table keeps its rows in (rebuilt at every start).
+    #[error("vector rows file: {0}")]
+    Io(#[from] std::io::Error),
 }
 
 pub type Result<T> = std::result::Result<T, ProjectionError>;

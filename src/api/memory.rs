@@ -553,13 +553,17 @@ pub(crate) async fn search_memories(
         memory_type,
     } = search_params(&headers, &body)?;
     let vector = embed_one(&state, &query).await?;
-    let hits = state.projections.memories.search(
-        &caller.tenant.id,
-        &vector,
-        memory_type,
-        min_similarity,
-        top_k,
-    );
+    let hits = state
+        .projections
+        .memories
+        .search(
+            &caller.tenant.id,
+            &vector,
+            memory_type,
+            min_similarity,
+            top_k,
+        )
+        .map_err(ApiError::internal)?;
     let round = |x: f32| ((x as f64) * 1e6).round() / 1e6;
     let results: Vec<Value> = hits
         .iter()
@@ -725,6 +729,7 @@ pub(crate) async fn extract_memories(
                 .projections
                 .memories
                 .nearest(&caller.tenant.id, v, Some(c.memory_type))
+                .map_err(ApiError::internal)?
                 .filter(|(_, s)| *s >= threshold);
             let within = kept
                 .iter()

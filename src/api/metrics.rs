@@ -1,7 +1,8 @@
 //! `GET /metrics` in the Prometheus text format.
 //!
 //! Requests by route template and status, latency histograms, the appender's group sizes and
-//! sync latency (recorded by the appender itself), the log head and the export queue. Labels
+//! sync latency (recorded by the appender itself), the log head, the export queue, and what
+//! holds memory (the in-memory indexes' heap bytes, the resident set). Labels
 //! carry route templates only, never ids or tenant data.
 
 use std::time::Instant;
@@ -48,6 +49,20 @@ pub async fn track(req: Request, next: Next) -> Response {
     resp
 }
 
+/// The process's resident set (`VmRSS`), on Linux.
+fn resident_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kib * 1024)
+}
+
 pub async fn render(State(state): State<AppState>) -> Response {
     let head = state.appender.head();
     metrics::gauge!("auditmem_log_head_seq").set(head.seq as f64);
@@ -58,6 +73,16 @@ pub async fn render(State(state): State<AppState>) -> Response {
         .map(|v| v.len())
         .unwrap_or(0);
     metrics::gauge!("auditmem_exports_processing").set(queued as f64);
+    // What holds memory: the in-memory indexes by name, and the process's resident set.
+    let p = &state.projections;
+    metrics::gauge!("auditmem_index_heap_bytes", "index" => "audit_time")
+        .set(p.audit.index_heap_bytes() as f64);
+    let (memories, vector_bytes) = p.memories.footprint();
+    metrics::gauge!("auditmem_index_heap_bytes", "index" => "vectors").set(vector_bytes as f64);
+    metrics::gauge!("auditmem_memories_held").set(memories as f64);
+    if let Some(rss) = resident_bytes() {
+        metrics::gauge!("auditmem_process_resident_bytes").set(rss as f64);
+    }
     match &state.metrics {
         Some(h) => ([("content-type", "text/plain; version=0.0.4")], h.render()).into_response(),
         None => super::error::ApiError::not_found("metrics are not enabled in this process")

@@ -23,7 +23,11 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<ExitCode> {
         )
     })?;
     let started = Instant::now();
-    let n = replay(&db)?;
+    let spill = crate::log::spill_in(
+        &args.data_dir,
+        auditmem_projections::vector_table::SPILL_ROWS,
+    );
+    let n = replay(&db, spill)?;
     let secs = started.elapsed().as_secs_f64();
     println!(
         "replayed {n} records in {secs:.2}s ({:.0} records/s)",
@@ -33,13 +37,17 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// Drops every projection tree and folds the whole log again; returns the records replayed.
-pub fn replay(db: &sled::Db) -> anyhow::Result<u64> {
+/// Large vector tables spill their rows as `spill` says, as the server's do.
+pub fn replay(
+    db: &sled::Db,
+    spill: Option<auditmem_projections::vector_table::Spill>,
+) -> anyhow::Result<u64> {
     // By name, without opening them: replay must work whatever state they are in.
     for name in Projections::TREES {
         db.drop_tree(name)
             .with_context(|| format!("dropping {name}"))?;
     }
-    let projections = crate::log::open_projections(db).context("reopening projections")?;
+    let projections = crate::log::open_projections(db, spill).context("reopening projections")?;
     let log = LogReader::open(db)?;
     let pb = super::progress(log.head()?.seq, "replaying");
     let n = catch_up(&log, &projections, Some(&pb)).context("replaying")?;

@@ -39,7 +39,8 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 args.data_dir.display()
             )
         })?;
-    let projections = open_or_rebuild_projections(&db)?;
+    let spill = crate::log::spill_in(&args.data_dir, args.vector_spill_rows);
+    let projections = open_or_rebuild_projections(&db, spill)?;
     let log = LogReader::open(&db)?;
 
     let behind = log
@@ -63,7 +64,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let (db, projections, log) = {
         let detached = projections.detach();
         drop((log, db));
-        let db = open_db_with_cache(&args.data_dir, args.cache_mb.saturating_mul(1024 * 1024))
+        let db = reopen_db(&args.data_dir, args.cache_mb.saturating_mul(1024 * 1024))
             .with_context(|| format!("reopening data dir {}", args.data_dir.display()))?;
         let projections = auditmem_projections::Projections::attach(&db, detached)
             .context("reattaching projections")?;
@@ -247,13 +248,36 @@ async fn shutdown_signal() {
     tracing::info!("shutdown requested");
 }
 
+/// Opens the data dir's database right after this process closed it. sled's background
+/// threads let go of the database file (and its lock) a moment after the last handle is
+/// dropped, so a busy machine can see the lock still held: that one error is waited out, for
+/// up to ten seconds, rather than failing the start.
+fn reopen_db(dir: &std::path::Path, cache_bytes: u64) -> Result<sled::Db, sled::Error> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match open_db_with_cache(dir, cache_bytes) {
+            // sled reports it as `ErrorKind::Other` with this text (sled 0.34's config.rs).
+            Err(sled::Error::Io(e))
+                if e.to_string().starts_with("could not acquire lock")
+                    && Instant::now() < deadline =>
+            {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            other => return other,
+        }
+    }
+}
+
 /// Opens the projections; if their stored state is corrupt (undecodable, or pointing at log
 /// records that are not there: a damaged or partially copied data dir), says so in the log,
 /// rebuilds every projection from the log as `auditmem replay` does, and opens them again. The
 /// log is the truth; projections are only a cache of it. A storage error is not corruption and
 /// stops the start.
-fn open_or_rebuild_projections(db: &sled::Db) -> anyhow::Result<auditmem_projections::Projections> {
-    match crate::log::open_projections(db) {
+fn open_or_rebuild_projections(
+    db: &sled::Db,
+    spill: Option<auditmem_projections::vector_table::Spill>,
+) -> anyhow::Result<auditmem_projections::Projections> {
+    match crate::log::open_projections(db, spill.clone()) {
         Ok(p) => Ok(p),
         Err(e)
             if matches!(
@@ -263,13 +287,14 @@ fn open_or_rebuild_projections(db: &sled::Db) -> anyhow::Result<auditmem_project
         {
             tracing::warn!(error = %e, "projection state is corrupt: rebuilding every projection from the log");
             let started = Instant::now();
-            let n = super::replay::replay(db).context("rebuilding projections from the log")?;
+            let n = super::replay::replay(db, spill.clone())
+                .context("rebuilding projections from the log")?;
             tracing::warn!(
                 records = n,
                 elapsed_ms = started.elapsed().as_millis() as u64,
                 "projections rebuilt from the log"
             );
-            crate::log::open_projections(db).context("opening projections after the rebuild")
+            crate::log::open_projections(db, spill).context("opening projections after the rebuild")
         }
         Err(e) => Err(e).context("opening projections"),
     }

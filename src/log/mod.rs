@@ -14,6 +14,7 @@ pub mod verify;
 
 use std::path::Path;
 
+use auditmem_projections::vector_table::Spill;
 use auditmem_projections::{AuditEntry, Event, Projections};
 use uuid::Uuid;
 
@@ -166,14 +167,25 @@ fn audit_entry_of(seq: u64, value: &[u8]) -> Result<Option<(Uuid, AuditEntry)>, 
     Event::decode_audit_entry(r.event).map_err(|e| undecodable(e.to_string()))
 }
 
-/// Opens the sled database of a data dir with the settings the service uses.
-/// Opens every projection over `db`, the memories projection reading vectors from its log.
-pub fn open_projections(db: &sled::Db) -> anyhow::Result<Projections> {
+/// Opens every projection over `db`, the memories projection reading vectors from its log;
+/// large vector tables keep their f32 rows in unlinked files as `spill` says (in the data dir,
+/// in the service), or on the heap without one.
+pub fn open_projections(db: &sled::Db, spill: Option<Spill>) -> anyhow::Result<Projections> {
     let log = LogReader::open(db)?;
     let vectors = |seq: u64| log.vector_at(seq).map_err(|e| e.to_string());
-    Ok(Projections::open(db, &vectors)?)
+    Ok(Projections::open(db, &vectors, spill)?)
 }
 
+/// The spill settings of a data dir: its vector tables' f32 rows in files in the dir itself
+/// from `rows` rows on (0: never).
+pub fn spill_in(dir: &Path, rows: usize) -> Option<Spill> {
+    (rows > 0).then(|| Spill {
+        dir: dir.to_path_buf(),
+        rows,
+    })
+}
+
+/// Opens the sled database of a data dir with the settings the service uses.
 pub fn open_db(dir: &Path) -> Result<sled::Db, sled::Error> {
     open_db_with_cache(dir, 256 * 1024 * 1024)
 }
