@@ -17,6 +17,9 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Through
 const BIG: u64 = 1_000_000;
 
 fn append(c: &mut Criterion) {
+    // As the server runs (src/lib.rs, `disable_transparent_huge_pages`); process-wide, so for
+    // every group of this bench.
+    auditmem::disable_transparent_huge_pages();
     let mut g = c.benchmark_group("append_fsync");
     g.sample_size(10).measurement_time(Duration::from_secs(20));
     let rt = tokio::runtime::Builder::new_multi_thread()

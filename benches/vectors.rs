@@ -27,6 +27,8 @@ fn random_unit(x: &mut u64) -> Vec<f32> {
 }
 
 fn search(c: &mut Criterion) {
+    // As the server runs (src/lib.rs, `disable_transparent_huge_pages`).
+    auditmem::disable_transparent_huge_pages();
     let spill = tempfile::tempdir().expect("tempdir");
     let mut t = VectorTable::default();
     let mut spilled = VectorTable::spilling_to(spill.path());

@@ -948,3 +948,20 @@ fn vector_rows_kept_in_a_file_answer_as_rows_kept_in_memory() {
     assert_eq!(unlinked_files_in(&s, &s.data_dir), 1);
     assert_eq!(searches(&s), spilled);
 }
+
+#[test]
+fn the_server_runs_without_transparent_huge_pages() {
+    // Huge pages kept ~60 MB more of the heap resident and doubled its growth under load
+    // (src/lib.rs, `disable_transparent_huge_pages`); the kernel reports the process's setting.
+    let s = Server::start();
+    let pid = s.pid().expect("running");
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    let thp = status
+        .lines()
+        .find_map(|l| l.strip_prefix("THP_enabled:"))
+        .map(str::trim);
+    assert_eq!(thp, Some("0"), "{status}");
+    // And this test's own process, which never asked, still has them.
+    let own = std::fs::read_to_string("/proc/self/status").expect("status");
+    assert!(own.lines().any(|l| l == "THP_enabled:\t1"), "{own}");
+}

@@ -15,6 +15,10 @@ use crate::log::{catch_up::catch_up, checkpoint, open_db_with_cache, LogReader};
 use crate::state::{AppState, Inner, Settings, Signer};
 
 pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
+    // Before the model, the projections and the runtime's threads allocate: see the function.
+    if !crate::disable_transparent_huge_pages() {
+        tracing::debug!("transparent huge pages could not be disabled; RSS may run higher");
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
