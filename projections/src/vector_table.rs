@@ -511,22 +511,34 @@ impl VectorTable {
         self.rows.scan(rows, self.dim, &mut |first, block| {
             for (i, row) in block.chunks_exact(self.dim).enumerate() {
                 let r = first + i;
-                if filter.is_some_and(|t| self.types[r] != t) {
+                if !self.admits(r, filter) {
                     continue;
                 }
                 let score = dot(row, query);
                 if score < min {
                     continue;
                 }
-                let hit = Hit {
-                    id: self.ids[r],
-                    score,
-                    final_score: SIMILARITY_WEIGHT * score + IMPORTANCE_WEIGHT * self.importance[r],
-                };
-                keep_best(&mut heap, hit, k);
+                keep_best(&mut heap, self.hit(r, self.ids[r], score), k);
             }
         })?;
         Ok(heap)
+    }
+
+    /// Whether row `r` is of the type a search asked for (any type without a filter).
+    #[inline(always)]
+    fn admits(&self, r: usize, filter: Option<MemoryType>) -> bool {
+        filter.is_none_or(|t| self.types[r] == t)
+    }
+
+    /// Row `r` as a hit at cosine `score`, ranked by the final score (similarity and the
+    /// row's importance).
+    #[inline(always)]
+    fn hit(&self, r: usize, id: Uuid, score: f32) -> Hit {
+        Hit {
+            id,
+            score,
+            final_score: SIMILARITY_WEIGHT * score + IMPORTANCE_WEIGHT * self.importance[r],
+        }
     }
 
     /// Exact top-k by final score among rows with `score >= min_similarity`.
@@ -562,7 +574,7 @@ impl VectorTable {
     ) -> BinaryHeap<Hit> {
         let mut heap = BinaryHeap::with_capacity(n + 1);
         for r in rows {
-            if filter.is_some_and(|t| self.types[r] != t) {
+            if !self.admits(r, filter) {
                 continue;
             }
             let row = &self.quant[r * self.dim..(r + 1) * self.dim];
@@ -570,12 +582,7 @@ impl VectorTable {
             if score < min {
                 continue;
             }
-            let hit = Hit {
-                id: self.ids[r],
-                score,
-                final_score: SIMILARITY_WEIGHT * score + IMPORTANCE_WEIGHT * self.importance[r],
-            };
-            keep_best(&mut heap, hit, n);
+            keep_best(&mut heap, self.hit(r, self.ids[r], score), n);
         }
         heap
     }
@@ -665,12 +672,7 @@ impl VectorTable {
             if score < min_similarity {
                 continue;
             }
-            let hit = Hit {
-                id,
-                score,
-                final_score: SIMILARITY_WEIGHT * score + IMPORTANCE_WEIGHT * self.importance[r],
-            };
-            keep_best(&mut heap, hit, k);
+            keep_best(&mut heap, self.hit(r, id, score), k);
         }
         Ok(heap.into_sorted_vec())
     }
@@ -689,7 +691,7 @@ impl VectorTable {
             .scan(0..self.ids.len(), self.dim, &mut |first, block| {
                 for (i, row) in block.chunks_exact(self.dim).enumerate() {
                     let r = first + i;
-                    if filter.is_some_and(|t| self.types[r] != t) {
+                    if !self.admits(r, filter) {
                         continue;
                     }
                     let score = dot(row, query);
