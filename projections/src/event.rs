@@ -305,6 +305,8 @@ pub enum ExportFormat {
 }
 
 impl ExportFormat {
+    pub const ALL: [ExportFormat; 2] = [ExportFormat::Csv, ExportFormat::Json];
+
     pub fn as_str(&self) -> &'static str {
         match self {
             ExportFormat::Csv => "csv",

@@ -31,6 +31,9 @@ use crate::log::appender::Rejection;
 use crate::registry::ErrorCode;
 use crate::state::AppState;
 
+/// The message roles extraction accepts (the OpenAPI document's `ChatRole` lists the same).
+pub const CHAT_ROLES: [&str; 4] = ["system", "user", "assistant", "tool"];
+
 pub const MAX_CONTENT_CHARS: usize = 10_000;
 pub const DEFAULT_PAGE_SIZE: usize = 20;
 pub const MAX_PAGE_SIZE: usize = 100;
@@ -636,7 +639,7 @@ pub(crate) fn extract_request(headers: &HeaderMap, body: &[u8]) -> Result<Extrac
             if let Some((i, bad)) = msgs
                 .iter()
                 .enumerate()
-                .find(|(_, m)| !["system", "user", "assistant", "tool"].contains(&m.role.as_str()))
+                .find(|(_, m)| !CHAT_ROLES.contains(&m.role.as_str()))
             {
                 return Err(ApiError::bad_request(format!(
                     "messages[{i}].role must be system, user, assistant or tool, got '{}'",

@@ -774,3 +774,49 @@ pub async fn serve_document() -> impl axum::response::IntoResponse {
         document(),
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::document;
+    use crate::api::memory::CHAT_ROLES;
+    use auditmem_projections::event::{ExportFormat, MemoryType, Permission, Plan};
+
+    /// The values the document lists for the enum schema `name`.
+    fn listed(doc: &serde_json::Value, name: &str) -> Vec<String> {
+        doc["components"]["schemas"][name]["enum"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no enum schema {name} in the document"))
+            .iter()
+            .map(|v| v.as_str().expect("enum values are strings").to_string())
+            .collect()
+    }
+
+    fn owned(values: impl IntoIterator<Item = &'static str>) -> Vec<String> {
+        values.into_iter().map(str::to_string).collect()
+    }
+
+    // The schema enums are written out by hand beside the domain types (the projections crate
+    // does not depend on utoipa); a value added to one and not the other must fail here.
+    #[test]
+    fn schema_enums_list_exactly_what_the_handlers_accept() {
+        let doc: serde_json::Value =
+            serde_json::from_str(&document()).expect("the document is JSON");
+        assert_eq!(
+            listed(&doc, "PlanName"),
+            owned(Plan::ALL.map(|p| p.as_str()))
+        );
+        assert_eq!(
+            listed(&doc, "PermissionName"),
+            owned(Permission::ALL.map(|p| p.as_str()))
+        );
+        assert_eq!(
+            listed(&doc, "MemoryTypeName"),
+            owned(MemoryType::ALL.map(|t| t.as_str()))
+        );
+        assert_eq!(
+            listed(&doc, "ExportFormatName"),
+            owned(ExportFormat::ALL.map(|f| f.as_str()))
+        );
+        assert_eq!(listed(&doc, "ChatRole"), owned(CHAT_ROLES));
+    }
+}
