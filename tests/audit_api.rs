@@ -269,6 +269,66 @@ fn ingestion_validates_each_entry_and_is_atomic() {
 }
 
 #[test]
+fn whole_numbers_written_with_a_fraction_are_those_numbers() {
+    // The interface calls http_status, error_code and the token counts numbers: 429.0 is 429
+    // (as top_k 5.0 is 5 on search), a real fraction or a value out of range is refused.
+    let s = Server::start();
+    let (tenant, key) = s.tenant_with_key("business");
+    let entry = json!({"tenant_id": tenant, "action": "gateway.chat", "http_status": 429.0, "error_code": -7.0,
+        "tokens": {"prompt_tokens": 120.0, "completion_tokens": 80, "total_tokens": 2e2}});
+    let (status, v) = ingest(&s, vec![entry]);
+    assert_eq!(status, 200, "{v}");
+    let id = v["data"]["ids"][0].as_str().expect("id").to_string();
+    let (status, d) = s.get(&format!("/v1/audit/logs/{id}"), &key);
+    assert_eq!(status, 200);
+    assert_eq!(d["data"]["http_status"], json!(429));
+    assert_eq!(d["data"]["is_success"], json!(false));
+    assert_eq!(d["data"]["error_code"], json!(-7));
+    assert_eq!(
+        d["data"]["tokens"],
+        json!({"prompt_tokens": 120, "completion_tokens": 80, "total_tokens": 200})
+    );
+    let good = json!({"tenant_id": tenant, "action": "gateway.chat", "http_status": 200});
+    for (field, value, needle) in [
+        (
+            "http_status",
+            json!(200.5),
+            "expected a whole number, got 200.5",
+        ),
+        ("http_status", json!(70000), "70000 is out of range"),
+        ("http_status", json!(-1.0), "-1.0 is out of range"),
+        (
+            "error_code",
+            json!(1.25),
+            "expected a whole number, got 1.25",
+        ),
+    ] {
+        let mut bad = good.clone();
+        bad[field] = value;
+        let resp = ingest(&s, vec![good.clone(), bad]);
+        assert_error(&resp, 400, 4000);
+        let msg = resp.1["message"].as_str().expect("message");
+        assert!(
+            msg.starts_with(&format!("entries[1]: {field}: ")) && msg.contains(needle),
+            "{msg}"
+        );
+    }
+    let mut bad = good.clone();
+    bad["tokens"] = json!({"prompt_tokens": 1.5, "completion_tokens": 0, "total_tokens": 1});
+    let resp = ingest(&s, vec![bad]);
+    assert_error(&resp, 400, 4000);
+    let msg = resp.1["message"].as_str().expect("message");
+    assert!(
+        msg.starts_with("entries[0]: tokens.prompt_tokens: expected a whole number"),
+        "{msg}"
+    );
+    // Of the gateway's entries only the first call's landed (the detail read above is in
+    // the log too, as an entry of another action).
+    let (_, v) = s.get("/v1/audit/logs?action=gateway.chat", &key);
+    assert_eq!(v["data"]["total"], json!(1), "{v}");
+}
+
+#[test]
 fn entries_record_the_request_faithfully() {
     let s = Server::start_with(&["--audit-body-limit", "200"]);
     let (tenant, key) = s.tenant_with_key("business");

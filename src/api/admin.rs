@@ -504,8 +504,9 @@ pub(crate) struct IngestEntry {
     ip_address: Option<String>,
     #[serde(default)]
     user_agent: Option<String>,
+    #[serde(deserialize_with = "whole::number")]
     http_status: u16,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "whole::optional")]
     error_code: Option<i64>,
     #[serde(default)]
     error_msg: Option<String>,
@@ -518,7 +519,7 @@ pub(crate) struct IngestEntry {
     #[serde(default)]
     is_cache_hit: Option<bool>,
     #[serde(default)]
-    tokens: Option<Tokens>,
+    tokens: Option<IngestTokens>,
     #[serde(default)]
     metadata: Option<Value>,
     #[serde(default)]
@@ -533,6 +534,59 @@ pub(crate) struct IngestEntry {
     rag_query: Option<Vec<String>>,
     #[serde(default)]
     rag_results: Option<Vec<Value>>,
+}
+
+/// Token usage as ingested: the counts are whole numbers (see [`whole`]).
+#[derive(Deserialize)]
+struct IngestTokens {
+    #[serde(deserialize_with = "whole::number")]
+    prompt_tokens: u64,
+    #[serde(deserialize_with = "whole::number")]
+    completion_tokens: u64,
+    #[serde(deserialize_with = "whole::number")]
+    total_tokens: u64,
+}
+
+impl From<IngestTokens> for Tokens {
+    fn from(t: IngestTokens) -> Self {
+        Tokens {
+            prompt_tokens: t.prompt_tokens,
+            completion_tokens: t.completion_tokens,
+            total_tokens: t.total_tokens,
+        }
+    }
+}
+
+/// Fields the interface calls numbers that hold whole numbers (`http_status`, `error_code`,
+/// token counts). A whole number written with a fraction, `200.0`, is that number: encoders of
+/// floats send it, JSON Schema's "integer" admits it, and search's `top_k` takes it too. A
+/// fraction (`200.5`) or a value out of the field's range is refused, naming the field.
+mod whole {
+    use serde::de::Error;
+    use serde::{Deserialize, Deserializer};
+
+    fn of<E: Error, T: TryFrom<i128>>(n: serde_json::Number) -> Result<T, E> {
+        let v = match (n.as_u64(), n.as_i64(), n.as_f64()) {
+            (Some(u), _, _) => i128::from(u),
+            (_, Some(i), _) => i128::from(i),
+            // Below 2^63 in magnitude an f64 with no fraction converts exactly.
+            (_, _, Some(f)) if f.fract() == 0.0 && f.abs() < 9.2e18 => f as i128,
+            _ => return Err(E::custom(format!("expected a whole number, got {n}"))),
+        };
+        T::try_from(v).map_err(|_| E::custom(format!("{n} is out of range")))
+    }
+
+    pub(super) fn number<'de, D: Deserializer<'de>, T: TryFrom<i128>>(d: D) -> Result<T, D::Error> {
+        of(serde_json::Number::deserialize(d)?)
+    }
+
+    pub(super) fn optional<'de, D: Deserializer<'de>, T: TryFrom<i128>>(
+        d: D,
+    ) -> Result<Option<T>, D::Error> {
+        Option::<serde_json::Number>::deserialize(d)?
+            .map(of)
+            .transpose()
+    }
 }
 
 fn valid_action(a: &str) -> bool {
@@ -674,7 +728,7 @@ impl IngestEntry {
                 duration: e.duration,
                 credits_consumed: e.credits_consumed.unwrap_or(0.0),
                 balance_consumed_usd: e.balance_consumed_usd.unwrap_or(0.0),
-                tokens: e.tokens,
+                tokens: e.tokens.map(Tokens::from),
                 metadata: e.metadata,
                 created_at: auditmem_projections::audit_view::millis_floor(created_at),
             },
