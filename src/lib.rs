@@ -32,8 +32,8 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// mimalloc reserves its heap as 1 GiB arenas that the kernel may back with 2 MiB pages even
 /// in THP's `madvise` mode; an idle server with 1,000,000 audit entries and 100,000 memories
 /// had 160 MB of its heap in huge pages. A huge page is resident whole once any byte of it is
-/// touched, and freeing part of one splits it: RSS was ~60 MB higher at start and grew twice as
-/// fast under the soak's mix, with no search or list faster for it (docs/PERFORMANCE.md,
+/// touched, and freeing part of one splits it: RSS was ~50-80 MB higher at start and grew a
+/// third faster under the soak's mix, with no search or list faster for it (docs/PERFORMANCE.md,
 /// "Transparent huge pages"). Process-wide and kept across exec; a kernel without the option
 /// (before 3.15) keeps its default, which is only a memory cost.
 pub fn disable_transparent_huge_pages() -> bool {
