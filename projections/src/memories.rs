@@ -133,12 +133,17 @@ struct TenantMemories {
 }
 
 impl TenantMemories {
-    fn new(spill: Option<&Spill>) -> Self {
-        Self {
+    /// The tenant's entry in `tenants`, new ones with a vector table that spills as `spill` says.
+    fn of<'a>(
+        tenants: &'a mut HashMap<Uuid, TenantMemories>,
+        spill: Option<&Spill>,
+        id: Uuid,
+    ) -> &'a mut TenantMemories {
+        tenants.entry(id).or_insert_with(|| Self {
             order: BTreeSet::new(),
             by_type: HashMap::new(),
             vectors: spill.map_or_else(VectorTable::default, |s| VectorTable::spilling(s.clone())),
-        }
+        })
     }
 
     /// Puts a live memory; `vector` is its new vector, or `None` when it did not change.
@@ -185,14 +190,9 @@ struct State {
 
 impl State {
     fn tenant(&mut self, id: Uuid) -> &mut TenantMemories {
-        let spill = self.spill.as_ref();
-        self.tenants
-            .entry(id)
-            .or_insert_with(|| TenantMemories::new(spill))
+        TenantMemories::of(&mut self.tenants, self.spill.as_ref(), id)
     }
-}
 
-impl State {
     fn live(&self, tenant: &Uuid, id: &Uuid) -> Option<&StoredMemory> {
         self.all
             .get(id)
@@ -315,9 +315,7 @@ impl Memories {
             .collect();
         let mut tenants: HashMap<Uuid, TenantMemories> = HashMap::new();
         for (m, v) in live.iter().zip(found) {
-            tenants
-                .entry(m.tenant_id)
-                .or_insert_with(|| TenantMemories::new(state.spill.as_ref()))
+            TenantMemories::of(&mut tenants, state.spill.as_ref(), m.tenant_id)
                 .put(m, Some(&v?))?;
         }
         state.tenants = tenants;

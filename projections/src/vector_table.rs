@@ -128,21 +128,23 @@ impl Rows {
 
     /// Moves row `last` (the last row) into row `p` and forgets it.
     fn swap_remove(&mut self, p: usize, last: usize, dim: usize) -> io::Result<()> {
+        if let Rows::Heap(data) = self {
+            data.copy_within(last * dim..(last + 1) * dim, p * dim);
+            data.truncate(last * dim);
+            return Ok(());
+        }
         if p != last {
             let mut row = vec![0f32; dim];
             self.read_into(last, &mut row, dim)?;
             self.set(p, &row, dim)?;
         }
-        match self {
-            Rows::Heap(data) => data.truncate(last * dim),
-            Rows::File { stored, tail, .. } => {
-                // The file keeps its length: the rows past `stored` are overwritten by the next
-                // appends, and the file goes when the table does.
-                if tail.is_empty() {
-                    *stored -= 1;
-                } else {
-                    tail.truncate(tail.len() - dim);
-                }
+        if let Rows::File { stored, tail, .. } = self {
+            // The file keeps its length: the rows past `stored` are overwritten by the next
+            // appends, and the file goes when the table does.
+            if tail.is_empty() {
+                *stored -= 1;
+            } else {
+                tail.truncate(tail.len() - dim);
             }
         }
         Ok(())

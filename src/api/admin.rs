@@ -566,13 +566,8 @@ mod whole {
     use serde::{Deserialize, Deserializer};
 
     fn of<E: Error, T: TryFrom<i128>>(n: serde_json::Number) -> Result<T, E> {
-        let v = match (n.as_u64(), n.as_i64(), n.as_f64()) {
-            (Some(u), _, _) => i128::from(u),
-            (_, Some(i), _) => i128::from(i),
-            // Below 2^63 in magnitude an f64 with no fraction converts exactly.
-            (_, _, Some(f)) if f.fract() == 0.0 && f.abs() < 9.2e18 => f as i128,
-            _ => return Err(E::custom(format!("expected a whole number, got {n}"))),
-        };
+        let v = crate::api::whole_number(&n)
+            .ok_or_else(|| E::custom(format!("expected a whole number, got {n}")))?;
         T::try_from(v).map_err(|_| E::custom(format!("{n} is out of range")))
     }
 

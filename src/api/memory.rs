@@ -505,14 +505,9 @@ pub(crate) fn search_params(headers: &HeaderMap, body: &[u8]) -> Result<SearchPa
     }
     let top_k = match body.get("top_k") {
         None | Some(Value::Null) => DEFAULT_TOP_K,
-        // The interface calls top_k a number: a whole one written as 5.0 (as JavaScript
-        // clients may send it, and as JSON Schema's "integer" admits) is 5.
-        Some(v) => match v.as_u64().or_else(|| {
-            v.as_f64()
-                .filter(|f| f.fract() == 0.0 && *f >= 0.0)
-                .map(|f| f as u64)
-        }) {
-            Some(k) if (1..=MAX_TOP_K as u64).contains(&k) => k as usize,
+        // The interface calls top_k a number: a whole one written as 5.0 is 5.
+        Some(v) => match v.as_number().and_then(super::whole_number) {
+            Some(k) if (1..=MAX_TOP_K as i128).contains(&k) => k as usize,
             _ => {
                 return Err(ApiError::bad_request(format!(
                     "top_k must be an integer from 1 to {MAX_TOP_K}"

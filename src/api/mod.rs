@@ -32,6 +32,18 @@ use tower_http::trace::TraceLayer;
 use crate::state::AppState;
 use error::ApiError;
 
+/// The whole number a JSON number stands for, if it is one: an integer, or a float with no
+/// fraction (`5.0`, as encoders of floats write it and JSON Schema's "integer" admits) below
+/// 2^63 in magnitude, where the conversion is exact. Fields the interface calls numbers that
+/// hold counts or codes (`top_k`, `http_status`, ...) read through this.
+pub(crate) fn whole_number(n: &serde_json::Number) -> Option<i128> {
+    n.as_i128().or_else(|| {
+        n.as_f64()
+            .filter(|f| f.fract() == 0.0 && f.abs() < 9.2e18)
+            .map(|f| f as i128)
+    })
+}
+
 pub fn app(state: AppState, request_timeout: Duration) -> Router {
     let v1 = Router::new()
         .merge(audit::router())
