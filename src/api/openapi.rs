@@ -801,22 +801,18 @@ mod tests {
     fn schema_enums_list_exactly_what_the_handlers_accept() {
         let doc: serde_json::Value =
             serde_json::from_str(&document()).expect("the document is JSON");
-        assert_eq!(
-            listed(&doc, "PlanName"),
-            owned(Plan::ALL.map(|p| p.as_str()))
-        );
-        assert_eq!(
-            listed(&doc, "PermissionName"),
-            owned(Permission::ALL.map(|p| p.as_str()))
-        );
-        assert_eq!(
-            listed(&doc, "MemoryTypeName"),
-            owned(MemoryType::ALL.map(|t| t.as_str()))
-        );
-        assert_eq!(
-            listed(&doc, "ExportFormatName"),
-            owned(ExportFormat::ALL.map(|f| f.as_str()))
-        );
-        assert_eq!(listed(&doc, "ChatRole"), owned(CHAT_ROLES));
+        let accepted = [
+            ("PlanName", owned(Plan::ALL.map(|p| p.as_str()))),
+            ("PermissionName", owned(Permission::ALL.map(|p| p.as_str()))),
+            ("MemoryTypeName", owned(MemoryType::ALL.map(|t| t.as_str()))),
+            (
+                "ExportFormatName",
+                owned(ExportFormat::ALL.map(|f| f.as_str())),
+            ),
+            ("ChatRole", owned(CHAT_ROLES)),
+        ];
+        for (schema, values) in accepted {
+            assert_eq!(listed(&doc, schema), values, "{schema}");
+        }
     }
 }
