@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use auditmem::log::record::{seq_key, Record};
+use auditmem::log::record::{seq_key, Chunker, Record};
 use auditmem::log::{open_db_with_cache, LOG_TREE};
 use auditmem::projections::{AuditEntry, AuditRecorded, Event, Plan, Projections, TenantCreated};
 use serde_json::json;
@@ -111,8 +111,8 @@ pub fn write_events(dir: &Path, n: u64, events: impl Fn(Uuid, u64) -> Event) -> 
     let tenants = tenant_ids();
     let mut prev = [0u8; 32];
     let mut seq = 0u64;
-    let mut batch = sled::Batch::default();
-    let mut push = |event: Event, batch: &mut sled::Batch| {
+    let mut chunks = Chunker::default();
+    let mut push = |event: Event, chunks: &mut Chunker| {
         seq += 1;
         let r = Record::seal(
             seq,
@@ -121,18 +121,26 @@ pub fn write_events(dir: &Path, n: u64, events: impl Fn(Uuid, u64) -> Event) -> 
             event.encode().expect("encode"),
         );
         prev = r.hash;
-        batch.insert(&seq_key(seq), r.encode());
+        chunks.push(seq, r.encode());
+    };
+    // Groups as the appender writes them under load: chunks of up to 32 records.
+    let write = |chunks: Chunker| {
+        let mut batch = sled::Batch::default();
+        for (first, value) in chunks.finish() {
+            batch.insert(&seq_key(first), value);
+        }
+        tree.apply_batch(batch).expect("batch");
     };
     for t in &tenants {
-        push(tenant_created(*t), &mut batch);
+        push(tenant_created(*t), &mut chunks);
     }
     for i in 0..n {
-        push(events(tenants[i as usize % TENANTS], i), &mut batch);
+        push(events(tenants[i as usize % TENANTS], i), &mut chunks);
         if i % 10_000 == 9_999 {
-            tree.apply_batch(std::mem::take(&mut batch)).expect("batch");
+            write(std::mem::take(&mut chunks));
         }
     }
-    tree.apply_batch(batch).expect("batch");
+    write(chunks);
     db.flush().expect("flush");
     db
 }

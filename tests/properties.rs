@@ -416,7 +416,15 @@ proptest! {
         let _ = Event::decode_audit_entry(&bytes);
         let _ = Record::decode(&bytes);
         let _ = RecordRef::decode(&bytes);
-        let _ = verify(&[(1, bytes)], 1);
+        let _ = verify(&[(1, bytes.clone())], 1);
+        // A stored value is split into records by where each decoded record ends: the pieces
+        // cover the value exactly, in order, whatever it holds.
+        let mut end = 0;
+        for p in auditmem::log::record::pieces(&bytes) {
+            prop_assert_eq!(p.range.start, end);
+            end = p.range.end;
+        }
+        prop_assert_eq!(end, bytes.len());
     }
 
     #[test]
@@ -502,6 +510,55 @@ proptest! {
         tree.insert(stored[i].0.to_be_bytes(), stored[i].1.clone()).expect("insert");
         let rep = verify_tree(&tree, None, &[], None, &|_| {});
         prop_assert!(!rep.clean(), "record {} byte {} ^ {:#04x} went unnoticed", i + 1, j, xor);
+    }
+}
+
+proptest! {
+    #![proptest_config(cases(64))]
+
+    /// The appender's layout: group commits cut into chunks of consecutive records, one sled
+    /// key each. A chain stored so verifies; any byte of any chunk changed is caught, at a
+    /// record of that chunk or the first after it.
+    #[test]
+    fn chunked_chains_verify_and_changed_bytes_are_caught_in_their_chunk(
+        events in chain_events(),
+        groups in vec(1usize..80, 1..40),
+        chunk in any::<prop::sample::Index>(),
+        byte in any::<prop::sample::Index>(),
+        xor in 1u8..=255,
+    ) {
+        let db = sled::Config::new().temporary(true).open().expect("sled");
+        let tree = db.open_tree(auditmem::log::LOG_TREE).expect("tree");
+        let stored = seal_chain(&events);
+        let mut values: Vec<(u64, Vec<u8>)> = Vec::new();
+        let mut records = stored.iter();
+        for size in groups.iter().cycle() {
+            let mut chunks = auditmem::log::record::Chunker::default();
+            for (seq, bytes) in records.by_ref().take(*size) {
+                chunks.push(*seq, bytes.clone());
+            }
+            let group = chunks.finish();
+            if group.is_empty() {
+                break;
+            }
+            values.extend(group);
+        }
+        for (key, value) in &values {
+            tree.insert(key.to_be_bytes(), value.clone()).expect("insert");
+        }
+        let rep = verify_tree(&tree, None, &[], None, &|_| {});
+        prop_assert!(rep.clean(), "{}", rep.render());
+        prop_assert_eq!((rep.records, rep.head_seq), (stored.len() as u64, stored.len() as u64));
+        let i = chunk.index(values.len());
+        let (key, mut value) = values[i].clone();
+        let j = byte.index(value.len());
+        value[j] ^= xor;
+        tree.insert(key.to_be_bytes(), value).expect("insert");
+        let rep = verify_tree(&tree, None, &[], None, &|_| {});
+        prop_assert!(!rep.clean(), "chunk {} byte {} ^ {:#04x} went unnoticed", key, j, xor);
+        let next = values.get(i + 1).map_or(stored.len() as u64 + 1, |(k, _)| *k);
+        let first = rep.first_failure().expect("a failure").seq;
+        prop_assert!((key..=next).contains(&first), "chunk {key}..{next}: {}", rep.render());
     }
 }
 

@@ -5,7 +5,7 @@ mod common;
 
 use std::path::Path;
 
-use auditmem::log::record::{seq_key, Record};
+use auditmem::log::record::{pieces, seq_from_key, seq_key, Record};
 use auditmem::log::{open_db, LOG_TREE};
 use common::{cli, copy_dir, path_str, Server};
 use reqwest::Method;
@@ -278,4 +278,71 @@ fn live_verify_checks_streamed_records_and_the_expected_head() {
         &[("AUDITMEM_ADMIN_TOKEN", "wrong")],
     );
     assert_eq!(code, 2, "{err}");
+}
+
+/// One ingestion call of 100 entries is one group commit: its records are stored several to a
+/// sled key. Verify, offline and live, counts and checks every record in them, and names a
+/// record changed inside a chunk, or a chunk removed, by seq.
+#[test]
+fn records_stored_in_chunks_verify_and_their_tampering_is_named() {
+    let mut s = Server::start();
+    let (tenant, _) = s.tenant_with_key("business");
+    let entries: Vec<Value> = (0..100)
+        .map(|i| json!({"tenant_id": tenant, "action": "gateway.chat", "http_status": 200, "metadata": {"i": i}}))
+        .collect();
+    let (status, _) = s.admin(
+        Method::POST,
+        "/admin/v1/audit/logs",
+        Some(json!({ "entries": entries })),
+    );
+    assert_eq!(status, 200);
+    let (head, _) = s.head();
+    assert!(head > 100, "head {head}");
+    let env = [("AUDITMEM_ADMIN_TOKEN", common::ADMIN_TOKEN)];
+    let (code, out, err) = cli(&["verify", "--url", &s.url], &env);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains(&format!("{head}/{head} records valid")),
+        "{out}"
+    );
+    s.stop();
+    let base = s.data_dir.clone();
+
+    // The chunk layout is on disk: fewer keys than records, one key holding several.
+    let chunk = {
+        let db = open_db(&base).expect("open");
+        let tree = db.open_tree(LOG_TREE).expect("tree");
+        assert!((tree.len() as u64) < head - 90, "{} keys", tree.len());
+        let (k, v) = tree
+            .iter()
+            .filter_map(Result::ok)
+            .find(|(_, v)| pieces(v).count() >= 3)
+            .expect("a chunk of several records");
+        let key = seq_from_key(&k).expect("key");
+        let second = pieces(&v).nth(1).expect("second").range;
+        (key, second)
+    };
+    let (key, second) = chunk;
+
+    let (code, v) = verify_json(&base, &[]);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["report"]["records"], json!(head));
+    assert_eq!(v["report"]["valid"], json!(head));
+
+    let t = tampered(&base, "flip", |tree| {
+        let mut bytes = get(tree, key);
+        bytes[second.end - 1] ^= 0x20;
+        tree.insert(seq_key(key), bytes).expect("insert");
+    });
+    let (code, v) = verify_json(&t.path().join("flip"), &[]);
+    assert_eq!(code, 1, "{v}");
+    assert_eq!(first_failure(&v), (key + 1, "hash_mismatch".into()));
+    assert_eq!(v["report"]["valid"], json!(head - 1));
+
+    let t = tampered(&base, "drop", |tree| {
+        tree.remove(seq_key(key)).expect("remove");
+    });
+    let (code, v) = verify_json(&t.path().join("drop"), &[]);
+    assert_eq!(code, 1, "{v}");
+    assert_eq!(first_failure(&v), (key, "missing".into()));
 }

@@ -434,7 +434,7 @@ pub(crate) async fn stream_log(
     let log = state.log.clone();
     tokio::task::spawn_blocking(move || {
         let mut buf = Vec::with_capacity(256 * 1024);
-        for item in log.raw_from(from) {
+        for item in log.records_from(from) {
             match item {
                 Ok((seq, value)) => {
                     let line = json!({"seq": seq, "record": base64::engine::general_purpose::STANDARD.encode(&value)});

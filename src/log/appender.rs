@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use auditmem_projections::{Applied, Event, Prepared, Projections};
 use tokio::sync::{mpsc, oneshot, watch};
 
-use super::record::{seq_key, Record};
+use super::record::{seq_key, Chunker, Record};
 use super::{Head, LogReader};
 use crate::registry::ErrorCode;
 
@@ -519,13 +519,14 @@ impl Worker {
         let mut prev = self.head.hash;
         let mut outcomes = Vec::with_capacity(group.len());
         let mut count = 0usize;
+        let mut chunks = Chunker::default();
         for s in &group {
             let first = seq + 1;
             for (_, bytes, _) in &s.events {
                 seq += 1;
                 let (hash, encoded) = Record::seal_encoded(seq, ts, &prev, bytes);
                 prev = hash;
-                batch.insert(&seq_key(seq), encoded);
+                chunks.push(seq, encoded);
                 count += 1;
             }
             outcomes.push(Committed {
@@ -533,6 +534,9 @@ impl Worker {
                 last_seq: seq,
                 ts_micros: ts,
             });
+        }
+        for (first, value) in chunks.finish() {
+            batch.insert(&seq_key(first), value);
         }
         let started = Instant::now();
         let result = self

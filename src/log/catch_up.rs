@@ -35,7 +35,7 @@ pub fn catch_up(
     let (tx, rx) = std::sync::mpsc::sync_channel::<Result<Decoded, LogError>>(2);
     std::thread::scope(|scope| {
         scope.spawn(move || {
-            let mut items = log.raw_from(from);
+            let mut items = log.records_from(from);
             loop {
                 let mut raw: Vec<(u64, sled::IVec)> = Vec::with_capacity(CHUNK);
                 for item in items.by_ref().take(CHUNK) {

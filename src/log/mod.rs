@@ -57,32 +57,71 @@ impl LogReader {
     }
 
     pub fn head(&self) -> Result<Head, LogError> {
-        match self.tree.last()? {
-            None => Ok(Head::default()),
-            Some((k, v)) => {
-                let seq = record::seq_from_key(&k).unwrap_or(0);
-                let r = RecordRef::decode(&v).map_err(|e| LogError::Undecodable {
+        let Some((k, v)) = self.tree.last()? else {
+            return Ok(Head::default());
+        };
+        let key = record::seq_from_key(&k).unwrap_or(0);
+        let mut last = None;
+        for (i, piece) in record::pieces(&v).enumerate() {
+            let seq = key.saturating_add(i as u64);
+            let r = piece
+                .record
+                .map_err(|why| LogError::Undecodable { seq, why })?;
+            let hash: [u8; 32] = r.hash.try_into().map_err(|_| LogError::Undecodable {
+                seq,
+                why: "hash is not 32 bytes".into(),
+            })?;
+            last = Some(Head { seq: r.seq, hash });
+        }
+        Ok(last.unwrap_or_default())
+    }
+
+    /// The stored value holding `seq` and the byte range of its record in it.
+    fn locate(&self, seq: u64) -> Result<Option<(sled::IVec, std::ops::Range<usize>)>, LogError> {
+        let Some((k, v)) = self
+            .tree
+            .range(..=record::seq_key(seq))
+            .next_back()
+            .transpose()?
+        else {
+            return Ok(None);
+        };
+        let key = record::seq_from_key(&k).unwrap_or(0);
+        let Some(index) = usize::try_from(seq - key)
+            .ok()
+            .filter(|i| *i < record::CHUNK_RECORDS)
+        else {
+            return Ok(None);
+        };
+        // A chunk that stops parsing before `seq` hides it: that is an error, not an absence.
+        let found = record::pieces(&v)
+            .take(index + 1)
+            .enumerate()
+            .find(|(i, p)| *i == index || p.record.is_err());
+        match found {
+            None => Ok(None),
+            Some((_, p)) => match p.record {
+                Ok(r) if r.seq == seq => Ok(Some((v.clone(), p.range))),
+                Ok(r) => Err(LogError::Undecodable {
                     seq,
-                    why: e.to_string(),
-                })?;
-                let hash: [u8; 32] = r.hash.try_into().map_err(|_| LogError::Undecodable {
-                    seq,
-                    why: "hash is not 32 bytes".into(),
-                })?;
-                Ok(Head { seq: r.seq, hash })
-            }
+                    why: format!("the record stored at seq {seq} was sealed as seq {}", r.seq),
+                }),
+                Err(why) => Err(LogError::Undecodable { seq, why }),
+            },
         }
     }
 
     pub fn get(&self, seq: u64) -> Result<Option<Record>, LogError> {
-        match self.tree.get(record::seq_key(seq))? {
+        match self.locate(seq)? {
             None => Ok(None),
-            Some(v) => Record::decode(&v)
-                .map(Some)
-                .map_err(|e| LogError::Undecodable {
-                    seq,
-                    why: e.to_string(),
-                }),
+            Some((v, range)) => {
+                Record::decode(&v[range])
+                    .map(Some)
+                    .map_err(|e| LogError::Undecodable {
+                        seq,
+                        why: e.to_string(),
+                    })
+            }
         }
     }
 
@@ -99,8 +138,8 @@ impl LogReader {
     /// The tenant and entry of the audit event at `seq` (`None` for another event), its
     /// detail left undecoded: what lists and exports show.
     pub fn audit_entry(&self, seq: u64) -> Result<Option<(Uuid, AuditEntry)>, LogError> {
-        match self.tree.get(record::seq_key(seq))? {
-            Some(v) => audit_entry_of(seq, &v),
+        match self.locate(seq)? {
+            Some((v, range)) => audit_entry_of(seq, &v[range]),
             None => Ok(None),
         }
     }
@@ -118,19 +157,16 @@ impl LogReader {
         }
         let mut out = Vec::with_capacity(seqs.len());
         let mut wanted = seqs.iter().copied().peekable();
-        for kv in self
-            .tree
-            .range(record::seq_key(first)..=record::seq_key(last))
-        {
-            let (k, v) = kv?;
-            let Some(seq) = record::seq_from_key(&k) else {
-                continue;
-            };
+        for item in self.records_from(first) {
+            let (seq, value) = item?;
+            if seq > last {
+                break;
+            }
             while wanted.next_if(|&w| w < seq).is_some() {
                 out.push(None);
             }
             if wanted.next_if_eq(&seq).is_some() {
-                out.push(audit_entry_of(seq, &v)?);
+                out.push(audit_entry_of(seq, &value)?);
             }
         }
         out.extend(wanted.map(|_| None));
@@ -151,12 +187,60 @@ impl LogReader {
         }
     }
 
-    /// Raw stored values from `from` on, in key order.
-    pub fn raw_from(&self, from: u64) -> impl Iterator<Item = Result<(u64, sled::IVec), LogError>> {
-        self.tree.range(record::seq_key(from)..).map(|kv| {
-            let (k, v) = kv?;
-            Ok((record::seq_from_key(&k).unwrap_or(0), v))
-        })
+    /// The stored bytes of every record from `from` on, in order, each with its seq (its
+    /// place in the log: the key of its chunk plus its index there). Where a chunk stops
+    /// parsing as records its rest comes as one more item: decoding it fails where it is read,
+    /// and a verifier names it.
+    pub fn records_from(&self, from: u64) -> Records {
+        // The chunk holding `from` starts at or before it.
+        let start = match self.tree.range(..=record::seq_key(from)).next_back() {
+            Some(Ok((k, _))) => record::seq_from_key(&k).unwrap_or(from),
+            _ => from,
+        };
+        Records {
+            from,
+            chunks: self.tree.range(record::seq_key(start)..),
+            current: None,
+        }
+    }
+}
+
+/// Iterator of [`LogReader::records_from`].
+pub struct Records {
+    from: u64,
+    chunks: sled::Iter,
+    /// The chunk being walked: its value, the seq of its next record and where that starts.
+    current: Option<(sled::IVec, u64, usize)>,
+}
+
+impl Iterator for Records {
+    type Item = Result<(u64, sled::IVec), LogError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            if let Some((value, seq, at)) = &mut self.current {
+                // An empty value is one (undecodable) item.
+                if *at < value.len() || (*at == 0 && value.is_empty()) {
+                    let piece = record::pieces(&value[*at..]).next()?;
+                    let this = *seq;
+                    let (start, len) = (*at + piece.range.start, piece.range.len());
+                    *seq = seq.saturating_add(1);
+                    *at = start + len.max(1);
+                    if this < self.from {
+                        continue;
+                    }
+                    return Some(Ok((this, value.subslice(start, len))));
+                }
+                self.current = None;
+            }
+            match self.chunks.next()? {
+                Err(e) => return Some(Err(e.into())),
+                Ok((k, v)) => {
+                    let key = record::seq_from_key(&k).unwrap_or(0);
+                    self.current = Some((v, key, 0));
+                }
+            }
+        }
     }
 }
 
@@ -258,13 +342,16 @@ mod tests {
         assert!(open_db(new.path()).is_ok());
     }
 
-    #[test]
-    fn audit_entries_by_scan_or_by_key_match_one_by_one_reads() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let db = sled::open(dir.path()).expect("open");
-        let log = LogReader::open(&db).expect("log");
+    /// A log of 200 records: 1..=50 one per key (as data dirs of earlier builds hold them),
+    /// the rest in chunks of groups of several sizes, as the appender writes them. Returns the
+    /// tenants and every record's stored bytes.
+    fn mixed_layout_log(log: &LogReader) -> (Uuid, Uuid, Vec<Vec<u8>>) {
         let (a, b) = (Uuid::now_v7(), Uuid::now_v7());
         let mut prev = [0u8; 32];
+        let mut stored = Vec::new();
+        let mut groups = [1usize, 7, 40, 1, 33, 64, 4].into_iter().cycle();
+        let mut chunks = record::Chunker::default();
+        let mut left = 0;
         for seq in 1..=200u64 {
             let event = match seq % 5 {
                 0 => Event::CreditsConsumed(CreditsConsumed {
@@ -277,14 +364,142 @@ mod tests {
                 _ => audit(a, seq),
             };
             let bytes = event.encode().expect("encode");
-            let (hash, stored) = Record::seal_encoded(seq, seq as i64, &prev, &bytes);
-            log.tree()
-                .insert(record::seq_key(seq), stored)
-                .expect("insert");
+            let (hash, encoded) = Record::seal_encoded(seq, seq as i64, &prev, &bytes);
             prev = hash;
+            stored.push(encoded.clone());
+            if seq <= 50 {
+                log.tree()
+                    .insert(record::seq_key(seq), encoded)
+                    .expect("insert");
+                continue;
+            }
+            chunks.push(seq, encoded);
+            left = if left == 0 {
+                groups.next().unwrap_or(1)
+            } else {
+                left
+            } - 1;
+            if left == 0 || seq == 200 {
+                for (first, value) in std::mem::take(&mut chunks).finish() {
+                    log.tree()
+                        .insert(record::seq_key(first), value)
+                        .expect("insert");
+                }
+            }
         }
-        // Dense (scanned), sparse (read by key), with seqs past the end and of other events.
-        let dense: Vec<u64> = (12..=60).filter(|s| s % 5 != 1).collect();
+        (a, b, stored)
+    }
+
+    #[test]
+    fn records_are_read_by_seq_whichever_way_they_are_stored() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = sled::open(dir.path()).expect("open");
+        let log = LogReader::open(&db).expect("log");
+        let (_, _, stored) = mixed_layout_log(&log);
+        // Fewer keys than records: the chunks are there.
+        assert!(log.tree().len() < 120, "{} keys", log.tree().len());
+        for seq in 1..=200u64 {
+            let r = log.get(seq).expect("get").expect("present");
+            assert_eq!(r.encode(), stored[seq as usize - 1], "seq {seq}");
+        }
+        assert_eq!(log.get(0).expect("get"), None);
+        assert_eq!(log.get(201).expect("get"), None);
+        assert_eq!(log.get(u64::MAX).expect("get"), None);
+        let last = Record::decode(&stored[199]).expect("decode");
+        assert_eq!(
+            log.head().expect("head"),
+            Head {
+                seq: 200,
+                hash: last.hash
+            }
+        );
+        for from in [1u64, 2, 50, 51, 52, 90, 199, 200, 201] {
+            let read: Vec<(u64, Vec<u8>)> = log
+                .records_from(from)
+                .map(|item| item.map(|(seq, v)| (seq, v.to_vec())))
+                .collect::<Result<_, _>>()
+                .expect("read");
+            let want: Vec<(u64, Vec<u8>)> = (from..=200)
+                .map(|seq| (seq, stored[seq as usize - 1].clone()))
+                .collect();
+            assert_eq!(read, want, "from {from}");
+        }
+    }
+
+    #[test]
+    fn a_chunk_that_stops_parsing_is_read_as_an_error_where_it_does() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = sled::open(dir.path()).expect("open");
+        let log = LogReader::open(&db).expect("log");
+        let (_, _, stored) = mixed_layout_log(&log);
+        // The chunk holding seq 70 loses the last byte of its tenth record: that record now
+        // swallows the next one's first byte, and the rest of the chunk does not parse.
+        let (k, value) = log
+            .tree()
+            .range(..=record::seq_key(70))
+            .next_back()
+            .expect("a chunk")
+            .expect("read");
+        let key = record::seq_from_key(&k).expect("key");
+        let next = log
+            .tree()
+            .range(record::seq_key(key + 1)..)
+            .next()
+            .and_then(|kv| kv.ok())
+            .and_then(|(k, _)| record::seq_from_key(&k))
+            .expect("a next chunk");
+        assert!(next > key + 12, "chunk {key}..{next} is long enough");
+        let tenth = key + 9;
+        let cut: usize = stored[key as usize - 1..tenth as usize]
+            .iter()
+            .map(Vec::len)
+            .sum::<usize>()
+            - 1;
+        let mut broken = value[..cut].to_vec();
+        broken.extend_from_slice(&value[cut + 1..]);
+        log.tree()
+            .insert(record::seq_key(key), broken)
+            .expect("insert");
+        assert_eq!(
+            log.get(tenth - 1).expect("intact").map(|r| r.encode()),
+            Some(stored[tenth as usize - 2].clone())
+        );
+        let swallowed = log.get(tenth).expect("still decodes").expect("present");
+        assert_ne!(swallowed.encode(), stored[tenth as usize - 1]);
+        for seq in [tenth + 1, tenth + 3] {
+            assert!(
+                matches!(log.get(seq), Err(LogError::Undecodable { seq: s, .. }) if s == seq),
+                "seq {seq}"
+            );
+        }
+        assert_eq!(
+            log.get(next).expect("next chunk").map(|r| r.seq),
+            Some(next)
+        );
+        // A scan yields the records that parse, the rest of the chunk as one item (which does
+        // not decode), then the next chunk.
+        let read: Vec<(u64, Vec<u8>)> = log
+            .records_from(key)
+            .map(|item| item.map(|(seq, v)| (seq, v.to_vec())))
+            .take_while(|item| item.as_ref().map_or(true, |(seq, _)| *seq <= next))
+            .collect::<Result<_, _>>()
+            .expect("read");
+        let seqs: Vec<u64> = read.iter().map(|(seq, _)| *seq).collect();
+        let mut want: Vec<u64> = (key..=tenth + 1).collect();
+        want.push(next);
+        assert_eq!(seqs, want);
+        assert!(RecordRef::decode(&read[want.len() - 2].1).is_err());
+    }
+
+    #[test]
+    fn audit_entries_by_scan_or_by_key_match_one_by_one_reads() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = sled::open(dir.path()).expect("open");
+        let log = LogReader::open(&db).expect("log");
+        let (a, _, _) = mixed_layout_log(&log);
+        // Dense (scanned), sparse (read by key), with seqs past the end and of other events,
+        // over both layouts.
+        let dense: Vec<u64> = (12..=160).filter(|s| s % 5 != 1).collect();
         let sparse: Vec<u64> = vec![2, 90, 150, 199, 200, 250];
         for seqs in [dense, sparse] {
             let one_by_one: Vec<_> = seqs
@@ -295,6 +510,11 @@ mod tests {
             assert_eq!(batch, one_by_one);
             assert_eq!(batch[0].as_ref().map(|(t, _)| *t), Some(a));
             assert!(batch.iter().any(Option::is_none));
+            for (seq, got) in seqs.iter().zip(&batch) {
+                if let Some((_, entry)) = got {
+                    assert_eq!(entry.action, format!("gateway.chat{seq}"));
+                }
+            }
         }
     }
 }

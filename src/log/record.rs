@@ -1,9 +1,16 @@
 //! The log record: its wire form and its hash.
 //!
-//! A record is the msgpack array `[seq, ts_micros, prev (bin 32), hash (bin 32), event (bin)]`
-//! stored under the key `seq` (u64 big-endian) of the sled tree `log`, where
-//! `hash = blake3(DOMAIN || prev || seq_be || ts_be || event)`. The event bytes are hashed
+//! A record is the msgpack array `[seq, ts_micros, prev (bin 32), hash (bin 32), event (bin)]`,
+//! where `hash = blake3(DOMAIN || prev || seq_be || ts_be || event)`. The event bytes are hashed
 //! exactly as stored, so verification never depends on re-serializing anything.
+//!
+//! The sled tree `log` stores records in *chunks*: the value under key `K` (u64 big-endian) is
+//! the records `K, K+1, ..` of one group commit written back to back, each exactly as
+//! [`Record::seal_encoded`] writes it (at most [`CHUNK_RECORDS`] records and, past the first,
+//! [`CHUNK_BYTES`] bytes). A chunk of one record is the stored value of one record, so data
+//! dirs written one record per key read the same. Why: sled 0.34 keeps per-leaf state in
+//! memory and rewrites a leaf as it fills, both per key; a key per record made the server's
+//! memory grow with the log and wrote ~1.6 KB for each 342-byte entry (docs/ARCHITECTURE.md).
 
 use serde::{Deserialize, Serialize};
 
@@ -150,6 +157,122 @@ impl<'a> RecordRef<'a> {
     }
 }
 
+/// At most this many records share a stored value: a read by seq walks the record headers
+/// before its own in the chunk, so chunks stay short.
+pub const CHUNK_RECORDS: usize = 32;
+/// A chunk takes another record only while it stays within this many bytes (a record larger
+/// than that is a chunk of its own): audited list responses run to 60 KB.
+pub const CHUNK_BYTES: usize = 64 * 1024;
+
+/// Packs consecutive sealed records into the stored values of the `log` tree.
+#[derive(Default)]
+pub struct Chunker {
+    done: Vec<(u64, Vec<u8>)>,
+    first: u64,
+    value: Vec<u8>,
+    records: usize,
+}
+
+impl Chunker {
+    /// Adds the record sealed as `seq` (one more than the record before it), its stored bytes
+    /// `encoded`.
+    pub fn push(&mut self, seq: u64, encoded: Vec<u8>) {
+        if self.records > 0
+            && (self.records == CHUNK_RECORDS || self.value.len() + encoded.len() > CHUNK_BYTES)
+        {
+            self.close();
+        }
+        if self.records == 0 {
+            self.first = seq;
+            self.value = encoded;
+        } else {
+            self.value.extend_from_slice(&encoded);
+        }
+        self.records += 1;
+    }
+
+    fn close(&mut self) {
+        self.done
+            .push((self.first, std::mem::take(&mut self.value)));
+        self.records = 0;
+    }
+
+    /// The stored values, each with the seq of its first record (its key).
+    pub fn finish(mut self) -> Vec<(u64, Vec<u8>)> {
+        if self.records > 0 {
+            self.close();
+        }
+        self.done
+    }
+}
+
+/// One record found in a stored value: its byte range in the value and what it decodes to.
+pub struct Piece<'a> {
+    pub range: std::ops::Range<usize>,
+    pub record: Result<RecordRef<'a>, String>,
+}
+
+/// The records of a stored value, in order. Where the value stops parsing as records, the rest
+/// of it is one last piece with the error: a verifier reports it as what it finds there, and a
+/// reader as undecodable. An empty value is one empty, undecodable piece.
+pub fn pieces(value: &[u8]) -> Pieces<'_> {
+    Pieces {
+        value,
+        pos: 0,
+        done: false,
+    }
+}
+
+pub struct Pieces<'a> {
+    value: &'a [u8],
+    pos: usize,
+    done: bool,
+}
+
+impl<'a> Iterator for Pieces<'a> {
+    type Item = Piece<'a>;
+
+    fn next(&mut self) -> Option<Piece<'a>> {
+        if self.done || (self.pos > 0 && self.pos >= self.value.len()) {
+            return None;
+        }
+        let start = self.pos;
+        let rest = &self.value[start..];
+        // A record is an array of five fields, the event last and borrowed from the value:
+        // where the event ends, the record ends. (msgpack could also spell a record as a map,
+        // fields in any order; sealing never does, so such bytes are not a record here.)
+        let decoded = (rest.first() == Some(&0x95))
+            .then_some(rest)
+            .ok_or_else(|| "not a record (an array of five fields)".to_string())
+            .and_then(|rest| RecordRef::decode(rest).map_err(|e| e.to_string()))
+            .and_then(|r| {
+                let end = (r.event.as_ptr() as usize)
+                    .checked_sub(rest.as_ptr() as usize)
+                    .map(|at| at + r.event.len())
+                    .filter(|end| *end > 0 && *end <= rest.len())
+                    .ok_or_else(|| "the record's fields are out of order".to_string())?;
+                Ok((r, end))
+            });
+        Some(match decoded {
+            Ok((r, end)) => {
+                self.pos = start + end;
+                Piece {
+                    range: start..self.pos,
+                    record: Ok(r),
+                }
+            }
+            Err(why) => {
+                self.done = true;
+                self.pos = self.value.len();
+                Piece {
+                    range: start..self.value.len(),
+                    record: Err(why),
+                }
+            }
+        })
+    }
+}
+
 pub fn seq_key(seq: u64) -> [u8; 8] {
     seq.to_be_bytes()
 }
@@ -200,6 +323,80 @@ mod tests {
             RecordRef::decode(&bytes).expect("decode").computed_hash()
         );
         assert!(!is_canonical(&other, &r));
+    }
+
+    fn sealed(first: u64, sizes: &[usize]) -> Vec<(u64, Vec<u8>)> {
+        let mut prev = ZERO_HASH;
+        sizes
+            .iter()
+            .enumerate()
+            .map(|(i, len)| {
+                let seq = first + i as u64;
+                let (hash, bytes) = Record::seal_encoded(seq, 5, &prev, &vec![b'e'; *len]);
+                prev = hash;
+                (seq, bytes)
+            })
+            .collect()
+    }
+
+    fn chunked(records: &[(u64, Vec<u8>)]) -> Vec<(u64, Vec<u8>)> {
+        let mut chunks = Chunker::default();
+        for (seq, bytes) in records {
+            chunks.push(*seq, bytes.clone());
+        }
+        chunks.finish()
+    }
+
+    #[test]
+    fn chunks_hold_at_most_32_records_and_64_kib_and_split_back_into_them() {
+        let records = sealed(7, &[300; 100]);
+        let chunks = chunked(&records);
+        let keys: Vec<u64> = chunks.iter().map(|(k, _)| *k).collect();
+        assert_eq!(keys, [7, 39, 71, 103]);
+        let mut back = Vec::new();
+        for (key, value) in &chunks {
+            for (i, piece) in pieces(value).enumerate() {
+                let r = piece.record.expect("decodes");
+                assert_eq!(r.seq, key + i as u64);
+                assert!(is_canonical(&value[piece.range.clone()], &r));
+                back.push((r.seq, value[piece.range].to_vec()));
+            }
+        }
+        assert_eq!(back, records);
+
+        // 30 KB records go two to a chunk; one over 64 KiB is a chunk of its own.
+        let big = sealed(1, &[30_000, 30_000, 30_000, 70_000, 10]);
+        let keys: Vec<u64> = chunked(&big).iter().map(|(k, _)| *k).collect();
+        assert_eq!(keys, [1, 3, 4, 5]);
+        // A chunk of one record is that record's bytes, as data dirs of earlier builds hold it.
+        assert_eq!(chunked(&big[3..4]), vec![(4, big[3].1.clone())]);
+        assert!(Chunker::default().finish().is_empty());
+    }
+
+    #[test]
+    fn a_value_that_stops_parsing_ends_in_one_undecodable_piece() {
+        let records = sealed(1, &[10, 20, 30]);
+        let (_, mut value) = chunked(&records).remove(0);
+        value.extend_from_slice(b"\xc1 trailing");
+        let got: Vec<(std::ops::Range<usize>, bool)> = pieces(&value)
+            .map(|p| (p.range, p.record.is_ok()))
+            .collect();
+        let (a, b, c) = (records[0].1.len(), records[1].1.len(), records[2].1.len());
+        assert_eq!(
+            got,
+            [
+                (0..a, true),
+                (a..a + b, true),
+                (a + b..a + b + c, true),
+                (a + b + c..value.len(), false)
+            ]
+        );
+        let empty: Vec<_> = pieces(&[]).map(|p| (p.range, p.record.is_ok())).collect();
+        assert_eq!(empty, [(0..0, false)]);
+        let garbage: Vec<_> = pieces(b"\x01\x02")
+            .map(|p| (p.range, p.record.is_ok()))
+            .collect();
+        assert_eq!(garbage, [(0..2, false)]);
     }
 
     #[test]

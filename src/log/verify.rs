@@ -159,28 +159,43 @@ struct Checked {
 }
 
 fn check_one(key: u64, bytes: &[u8]) -> Parsed {
-    let result = RecordRef::decode(bytes)
-        .map_err(|e| e.to_string())
-        .and_then(|r| {
-            let prev: [u8; 32] = r
-                .prev
-                .try_into()
-                .map_err(|_| "prev is not 32 bytes".to_string())?;
-            let hash: [u8; 32] = r
-                .hash
-                .try_into()
-                .map_err(|_| "hash is not 32 bytes".to_string())?;
-            // A re-encoded envelope decodes to the same fields and hash: its bytes were
-            // changed all the same, so it counts as a modified record.
-            let hash_ok = r.computed_hash() == hash && super::record::is_canonical(bytes, &r);
-            Ok(Checked {
-                seq: r.seq,
-                prev,
-                hash,
-                hash_ok,
-            })
-        });
+    check_decoded(
+        key,
+        bytes,
+        RecordRef::decode(bytes).map_err(|e| e.to_string()),
+    )
+}
+
+/// Checks the record `bytes` found at `key`, already decoded as `decoded`.
+fn check_decoded(key: u64, bytes: &[u8], decoded: Result<RecordRef<'_>, String>) -> Parsed {
+    let result = decoded.and_then(|r| {
+        let prev: [u8; 32] = r
+            .prev
+            .try_into()
+            .map_err(|_| "prev is not 32 bytes".to_string())?;
+        let hash: [u8; 32] = r
+            .hash
+            .try_into()
+            .map_err(|_| "hash is not 32 bytes".to_string())?;
+        // A re-encoded envelope decodes to the same fields and hash: its bytes were
+        // changed all the same, so it counts as a modified record.
+        let hash_ok = r.computed_hash() == hash && super::record::is_canonical(bytes, &r);
+        Ok(Checked {
+            seq: r.seq,
+            prev,
+            hash,
+            hash_ok,
+        })
+    });
     Parsed { key, result }
+}
+
+/// Checks every record of the stored value under `key`: the `i`-th sits at seq `key + i`.
+fn check_stored(key: u64, value: &[u8], out: &mut Vec<Parsed>) {
+    for (i, piece) in super::record::pieces(value).enumerate() {
+        let at = key.saturating_add(i as u64);
+        out.push(check_decoded(at, &value[piece.range], piece.record));
+    }
 }
 
 /// Streaming verifier: feed chunks of `(key seq, stored bytes)` in key order, then finish.
@@ -232,7 +247,8 @@ impl Verifier {
         }
     }
 
-    /// Checks a chunk of stored records (hashing in parallel, linking in order).
+    /// Checks a batch of records, each with the seq it was found at (hashing in parallel,
+    /// linking in order).
     pub fn feed<B: AsRef<[u8]> + Sync>(&mut self, chunk: &[(u64, B)]) {
         let parsed: Vec<Parsed> = chunk
             .par_iter()
@@ -458,12 +474,12 @@ pub fn verify_tree(
         .map(|&(a, b)| {
             let mut out =
                 Vec::with_capacity(usize::try_from(b - a).map_or(1 << 16, |n| n.min(1 << 16)) + 1);
+            let mut ticked = 0;
             for kv in tree.range(super::record::seq_key(a)..=super::record::seq_key(b)) {
                 match kv {
-                    Ok((k, val)) => out.push(check_one(
-                        super::record::seq_from_key(&k).unwrap_or(0),
-                        &val,
-                    )),
+                    Ok((k, val)) => {
+                        check_stored(super::record::seq_from_key(&k).unwrap_or(0), &val, &mut out)
+                    }
                     Err(e) => {
                         let at = out.last().map(|p: &Parsed| p.key + 1).unwrap_or(a);
                         out.push(Parsed {
@@ -473,11 +489,12 @@ pub fn verify_tree(
                         break;
                     }
                 }
-                if out.len() % 65_536 == 0 {
-                    tick(65_536);
+                if out.len() - ticked >= 65_536 {
+                    tick((out.len() - ticked) as u64);
+                    ticked = out.len();
                 }
             }
-            tick(out.len() as u64 % 65_536);
+            tick((out.len() - ticked) as u64);
             out
         })
         .collect();
@@ -518,6 +535,113 @@ mod tests {
 
     fn stored(records: &[Record]) -> Vec<(u64, Vec<u8>)> {
         records.iter().map(|r| (r.seq, r.encode())).collect()
+    }
+
+    /// Records 1..=100 stored as the appender does under load: chunks of 32 (1, 33, 65, 97).
+    fn chunked_tree(records: &[Record]) -> (sled::Db, sled::Tree) {
+        let db = sled::Config::new().temporary(true).open().expect("sled");
+        let tree = db.open_tree(crate::log::LOG_TREE).expect("tree");
+        let mut chunks = crate::log::record::Chunker::default();
+        for r in records {
+            chunks.push(r.seq, r.encode());
+        }
+        for (key, value) in chunks.finish() {
+            tree.insert(key.to_be_bytes(), value).expect("insert");
+        }
+        (db, tree)
+    }
+
+    fn first(rep: &Report) -> (u64, FailureKind) {
+        let f = rep.first_failure().expect("a failure");
+        (f.seq, f.kind)
+    }
+
+    #[test]
+    fn tampering_inside_a_chunk_is_named_at_the_record_it_touched() {
+        let records = chain(100);
+        let check = |tamper: &dyn Fn(&sled::Tree)| {
+            let (_db, tree) = chunked_tree(&records);
+            assert_eq!(tree.len(), 4);
+            tamper(&tree);
+            verify_tree(&tree, None, &[], None, &|_| {})
+        };
+        let rep = check(&|_| {});
+        assert!(rep.clean(), "{}", rep.render());
+        assert_eq!((rep.records, rep.valid, rep.head_seq), (100, 100, 100));
+        assert_eq!(rep.head_hash, hex::encode(records[99].hash));
+
+        // The chunk under 33 with one of its records (seq 40) edited, dropped, or swapped
+        // with another (seq 50), written back whole.
+        let rewrite = |tree: &sled::Tree, edit: &dyn Fn(&mut Vec<Vec<u8>>)| {
+            let mut inner: Vec<Vec<u8>> = records[32..64].iter().map(Record::encode).collect();
+            edit(&mut inner);
+            tree.insert(33u64.to_be_bytes(), inner.concat())
+                .expect("insert");
+        };
+        let rep = check(&|tree| {
+            rewrite(tree, &|rs| {
+                let last = rs[7].len() - 1;
+                rs[7][last] ^= 1;
+            })
+        });
+        assert_eq!(
+            first(&rep),
+            (40, FailureKind::HashMismatch),
+            "{}",
+            rep.render()
+        );
+        assert_eq!(rep.valid, 99, "{}", rep.render());
+
+        let rep = check(&|tree| rewrite(tree, &|rs| drop(rs.remove(7))));
+        assert_eq!(
+            first(&rep),
+            (40, FailureKind::OutOfOrder),
+            "{}",
+            rep.render()
+        );
+        assert!(rep
+            .failures
+            .iter()
+            .any(|f| f.seq == 64 && f.kind == FailureKind::Missing));
+
+        let rep = check(&|tree| rewrite(tree, &|rs| rs.swap(7, 17)));
+        assert_eq!(
+            first(&rep),
+            (40, FailureKind::OutOfOrder),
+            "{}",
+            rep.render()
+        );
+        let kinds: Vec<(u64, FailureKind)> = rep.failures.iter().map(|f| (f.seq, f.kind)).collect();
+        assert_eq!(
+            kinds,
+            [(40, FailureKind::OutOfOrder), (50, FailureKind::OutOfOrder)],
+            "{}",
+            rep.render()
+        );
+
+        // A whole chunk removed: its seqs are missing.
+        let rep = check(&|tree| drop(tree.remove(33u64.to_be_bytes()).expect("remove")));
+        assert_eq!(first(&rep), (33, FailureKind::Missing), "{}", rep.render());
+        assert_eq!(rep.failures[0].detail, "seqs 33..64 are missing");
+
+        // A chunk cut in the middle of a record: the rest of it is undecodable, and what
+        // follows is missing.
+        let rep = check(&|tree| {
+            let v = tree.get(33u64.to_be_bytes()).expect("get").expect("chunk");
+            let cut = records[32..40]
+                .iter()
+                .map(|r| r.encode().len())
+                .sum::<usize>()
+                + 3;
+            tree.insert(33u64.to_be_bytes(), &v[..cut]).expect("insert");
+        });
+        assert_eq!(
+            first(&rep),
+            (41, FailureKind::Undecodable),
+            "{}",
+            rep.render()
+        );
+        assert_eq!(rep.valid, 100 - 24, "{}", rep.render());
     }
 
     /// A tampered tree with a key at u64::MAX: the ranges split over threads must neither

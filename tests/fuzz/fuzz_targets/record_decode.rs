@@ -1,9 +1,10 @@
 //! Record decoding: arbitrary bytes as a stored log record (`Record::decode`,
 //! `RecordRef::decode`, `record::is_canonical`), the event they carry (`Event::decode`,
-//! `Event::decode_audit_entry`) and the verifier's check of one record.
+//! `Event::decode_audit_entry`), the verifier's check of one record, and the same bytes as a
+//! stored chunk of records (`record::pieces`).
 #![no_main]
 
-use auditmem::log::record::{is_canonical, Record, RecordRef};
+use auditmem::log::record::{is_canonical, pieces, Record, RecordRef};
 use auditmem::log::verify::Verifier;
 use auditmem::projections::Event;
 use libfuzzer_sys::fuzz_target;
@@ -35,6 +36,18 @@ fuzz_target!(|data: &[u8]| {
         let report = v.finish(None, &[], None);
         let _ = report.render();
     }
+    // As a stored value: the pieces cover it exactly and in order, and each record found
+    // decodes to the same from its own bytes.
+    let mut end = 0;
+    for p in pieces(data) {
+        assert_eq!(p.range.start, end, "pieces leave a gap or overlap");
+        end = p.range.end;
+        if let Ok(r) = &p.record {
+            let alone = RecordRef::decode(&data[p.range.clone()]).expect("a piece decodes alone");
+            assert_eq!((alone.seq, alone.hash, alone.event), (r.seq, r.hash, r.event));
+        }
+    }
+    assert_eq!(end, data.len(), "pieces do not reach the end");
     event(data);
 });
 
