@@ -342,10 +342,22 @@ mod tests {
         assert!(open_db(new.path()).is_ok());
     }
 
-    /// A log of 200 records: 1..=50 one per key (as data dirs of earlier builds hold them),
-    /// the rest in chunks of groups of several sizes, as the appender writes them. Returns the
-    /// tenants and every record's stored bytes.
-    fn mixed_layout_log(log: &LogReader) -> (Uuid, Uuid, Vec<Vec<u8>>) {
+    /// A log of 200 records in a fresh data dir: 1..=50 one per key (as data dirs of earlier
+    /// builds hold them), the rest in chunks of groups of several sizes, as the appender
+    /// writes them.
+    struct MixedLayout {
+        _dir: tempfile::TempDir,
+        log: LogReader,
+        /// The tenant of most audit entries.
+        tenant: Uuid,
+        /// Every record's stored bytes, seq 1 first.
+        stored: Vec<Vec<u8>>,
+    }
+
+    fn mixed_layout_log() -> MixedLayout {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = sled::open(dir.path()).expect("open");
+        let log = LogReader::open(&db).expect("log");
         let (a, b) = (Uuid::now_v7(), Uuid::now_v7());
         let mut prev = [0u8; 32];
         let mut stored = Vec::new();
@@ -387,15 +399,19 @@ mod tests {
                 }
             }
         }
-        (a, b, stored)
+        MixedLayout {
+            _dir: dir,
+            log,
+            tenant: a,
+            stored,
+        }
     }
 
     #[test]
     fn records_are_read_by_seq_whichever_way_they_are_stored() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let db = sled::open(dir.path()).expect("open");
-        let log = LogReader::open(&db).expect("log");
-        let (_, _, stored) = mixed_layout_log(&log);
+        let MixedLayout {
+            _dir, log, stored, ..
+        } = mixed_layout_log();
         // Fewer keys than records: the chunks are there.
         assert!(log.tree().len() < 120, "{} keys", log.tree().len());
         for seq in 1..=200u64 {
@@ -428,10 +444,9 @@ mod tests {
 
     #[test]
     fn a_chunk_that_stops_parsing_is_read_as_an_error_where_it_does() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let db = sled::open(dir.path()).expect("open");
-        let log = LogReader::open(&db).expect("log");
-        let (_, _, stored) = mixed_layout_log(&log);
+        let MixedLayout {
+            _dir, log, stored, ..
+        } = mixed_layout_log();
         // The chunk holding seq 70 loses the last byte of its tenth record: that record now
         // swallows the next one's first byte, and the rest of the chunk does not parse.
         let (k, value) = log
@@ -493,10 +508,12 @@ mod tests {
 
     #[test]
     fn audit_entries_by_scan_or_by_key_match_one_by_one_reads() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let db = sled::open(dir.path()).expect("open");
-        let log = LogReader::open(&db).expect("log");
-        let (a, _, _) = mixed_layout_log(&log);
+        let MixedLayout {
+            _dir,
+            log,
+            tenant: a,
+            ..
+        } = mixed_layout_log();
         // Dense (scanned), sparse (read by key), with seqs past the end and of other events,
         // over both layouts.
         let dense: Vec<u64> = (12..=160).filter(|s| s % 5 != 1).collect();
