@@ -192,15 +192,18 @@ impl LogReader {
     /// parsing as records its rest comes as one more item: decoding it fails where it is read,
     /// and a verifier names it.
     pub fn records_from(&self, from: u64) -> Records {
-        // The chunk holding `from` starts at or before it.
-        let start = match self.tree.range(..=record::seq_key(from)).next_back() {
-            Some(Ok((k, _))) => record::seq_from_key(&k).unwrap_or(from),
-            _ => from,
+        // The chunk holding `from` starts at or before it. A storage error finding it is the
+        // first item, not a reason to start later and skip records.
+        let (start, failed) = match self.tree.range(..=record::seq_key(from)).next_back() {
+            Some(Ok((k, _))) => (record::seq_from_key(&k).unwrap_or(from), None),
+            Some(Err(e)) => (from, Some(LogError::from(e))),
+            None => (from, None),
         };
         Records {
             from,
             chunks: self.tree.range(record::seq_key(start)..),
             current: None,
+            failed,
         }
     }
 }
@@ -211,12 +214,17 @@ pub struct Records {
     chunks: sled::Iter,
     /// The chunk being walked: its value, the seq of its next record and where that starts.
     current: Option<(sled::IVec, u64, usize)>,
+    /// A storage error met before the first chunk, yielded first.
+    failed: Option<LogError>,
 }
 
 impl Iterator for Records {
     type Item = Result<(u64, sled::IVec), LogError>;
 
     fn next(&mut self) -> Option<Self::Item> {
+        if let Some(e) = self.failed.take() {
+            return Some(Err(e));
+        }
         loop {
             if let Some((value, seq, at)) = &mut self.current {
                 // An empty value is one (undecodable) item.
