@@ -1,6 +1,6 @@
 //! Proves that a sequence of stored log records is one unbroken hash chain.
 //!
-//! Records are hashed in parallel (rayon, a chunk at a time) and linked sequentially. Every
+//! Records are hashed in parallel (rayon, a batch at a time) and linked sequentially. Every
 //! failure is named, CloudTrail-validator style: which seq, which kind, and why. The verifier
 //! only reads the bytes it is fed; it never trusts a server's own verdict, and it never
 //! re-serializes a record to hash it.
@@ -198,7 +198,9 @@ fn check_stored(key: u64, value: &[u8], out: &mut Vec<Parsed>) {
     }
 }
 
-/// Streaming verifier: feed chunks of `(key seq, stored bytes)` in key order, then finish.
+/// Streaming verifier: feed batches of `(seq, one record's bytes)` in seq order, then finish.
+/// A stored chunk of several records is split into its records first ([`verify_tree`] does;
+/// the server's log stream sends them one by one).
 pub struct Verifier {
     from: u64,
     expected: u64,
@@ -249,8 +251,8 @@ impl Verifier {
 
     /// Checks a batch of records, each with the seq it was found at (hashing in parallel,
     /// linking in order).
-    pub fn feed<B: AsRef<[u8]> + Sync>(&mut self, chunk: &[(u64, B)]) {
-        let parsed: Vec<Parsed> = chunk
+    pub fn feed<B: AsRef<[u8]> + Sync>(&mut self, batch: &[(u64, B)]) {
+        let parsed: Vec<Parsed> = batch
             .par_iter()
             .map(|(k, v)| check_one(*k, v.as_ref()))
             .collect();
