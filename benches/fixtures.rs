@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use auditmem::log::record::{seq_key, Chunker, Record};
+use auditmem::log::record::{Chunker, Record};
 use auditmem::log::{open_db_with_cache, LOG_TREE};
 use auditmem::projections::{AuditEntry, AuditRecorded, Event, Plan, Projections, TenantCreated};
 use serde_json::json;
@@ -124,13 +124,7 @@ pub fn write_events(dir: &Path, n: u64, events: impl Fn(Uuid, u64) -> Event) -> 
         chunks.push(seq, r.encode());
     };
     // Groups as the appender writes them under load: chunks of up to 32 records.
-    let write = |chunks: Chunker| {
-        let mut batch = sled::Batch::default();
-        for (first, value) in chunks.finish() {
-            batch.insert(&seq_key(first), value);
-        }
-        tree.apply_batch(batch).expect("batch");
-    };
+    let write = |chunks: Chunker| tree.apply_batch(chunks.into_batch()).expect("batch");
     for t in &tenants {
         push(tenant_created(*t), &mut chunks);
     }

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use auditmem_projections::{Applied, Event, Prepared, Projections};
 use tokio::sync::{mpsc, oneshot, watch};
 
-use super::record::{seq_key, Chunker, Record};
+use super::record::{Chunker, Record};
 use super::{Head, LogReader};
 use crate::registry::ErrorCode;
 
@@ -514,7 +514,6 @@ impl Worker {
             return;
         }
         let ts = now_micros().max(self.last_ts);
-        let mut batch = sled::Batch::default();
         let mut seq = self.head.seq;
         let mut prev = self.head.hash;
         let mut outcomes = Vec::with_capacity(group.len());
@@ -535,9 +534,7 @@ impl Worker {
                 ts_micros: ts,
             });
         }
-        for (first, value) in chunks.finish() {
-            batch.insert(&seq_key(first), value);
-        }
+        let batch = chunks.into_batch();
         let started = Instant::now();
         let result = self
             .log

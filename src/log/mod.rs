@@ -400,11 +400,9 @@ mod tests {
                 left
             } - 1;
             if left == 0 || seq == 200 {
-                for (first, value) in std::mem::take(&mut chunks).finish() {
-                    log.tree()
-                        .insert(record::seq_key(first), value)
-                        .expect("insert");
-                }
+                log.tree()
+                    .apply_batch(std::mem::take(&mut chunks).into_batch())
+                    .expect("batch");
             }
         }
         MixedLayout {

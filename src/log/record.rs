@@ -204,6 +204,15 @@ impl Chunker {
         }
         self.done
     }
+
+    /// The stored values as one sled batch for the `log` tree, each under its key.
+    pub fn into_batch(self) -> sled::Batch {
+        let mut batch = sled::Batch::default();
+        for (first, value) in self.finish() {
+            batch.insert(&seq_key(first), value);
+        }
+        batch
+    }
 }
 
 /// One record found in a stored value: its byte range in the value and what it decodes to.

@@ -547,9 +547,7 @@ mod tests {
         for r in records {
             chunks.push(r.seq, r.encode());
         }
-        for (key, value) in chunks.finish() {
-            tree.insert(key.to_be_bytes(), value).expect("insert");
-        }
+        tree.apply_batch(chunks.into_batch()).expect("batch");
         (db, tree)
     }
 
