@@ -100,8 +100,9 @@ struct Args {
     /// answer (closed loop).
     #[arg(long, default_value_t = 0.0)]
     rate: f64,
-    /// Print a line every this many seconds (requests/s, p50/p99, errors, server RSS) and put
-    /// the lines in the JSON; 0: only the totals.
+    /// Print a line every this many seconds (requests/s, p50/p99, errors, server RSS, and its
+    /// live heap when built with `--features heap-stats`) and put the lines in the JSON; 0:
+    /// only the totals.
     #[arg(long, default_value_t = 0)]
     interval_secs: u64,
     /// Passed by `cargo bench`; ignored.
@@ -217,6 +218,7 @@ async fn run(args: Args) -> Result<()> {
                         rate: args.rate,
                         interval_secs: args.interval_secs,
                         server_pid: server.pid(),
+                        metrics_url: Some(format!("{}/metrics", ctx.url)),
                     },
                 )
                 .await?
@@ -812,7 +814,7 @@ fn summarise(op: &'static str, mut s: Samples, secs: f64) -> OpResult {
 }
 
 /// How requests are sent and watched during a run.
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Default)]
 struct Pace {
     /// Requests/s over all workers (open loop); 0: closed loop.
     rate: f64,
@@ -820,6 +822,9 @@ struct Pace {
     interval_secs: u64,
     /// The server's pid, for RSS in the progress lines.
     server_pid: Option<u32>,
+    /// The server's `/metrics`: its RSS when it is not our child, and its live heap when it
+    /// was built with the `heap-stats` feature.
+    metrics_url: Option<String>,
 }
 
 /// What the workers finished in the current progress interval.
@@ -851,11 +856,12 @@ where
     let window = Arc::new(std::sync::Mutex::new(Window::default()));
     let reporter = (pace.interval_secs > 0).then(|| {
         let window = window.clone();
-        tokio::spawn(report_intervals(window, from, until, pace))
+        tokio::spawn(report_intervals(window, from, until, pace.clone()))
     });
     let mut tasks = Vec::new();
     for _ in 0..concurrency {
         let (request, next, window) = (request.clone(), next.clone(), window.clone());
+        let pace = pace.clone();
         tasks.push(tokio::spawn(async move {
             let mut samples: BTreeMap<&'static str, Samples> = BTreeMap::new();
             let mut n;
@@ -936,6 +942,7 @@ async fn report_intervals(
     pace: Pace,
 ) -> Vec<Value> {
     let every = Duration::from_secs(pace.interval_secs);
+    let client = reqwest::Client::new();
     tokio::time::sleep_until(from.into()).await;
     if let Ok(mut w) = window.lock() {
         *w = Window::default();
@@ -950,7 +957,17 @@ async fn report_intervals(
             Err(_) => break,
         };
         w.micros.sort_unstable();
-        let rss = pace.server_pid.and_then(rss_of).map(|r| r.rss_mib);
+        let gauges = match &pace.metrics_url {
+            Some(url) => server_gauges(&client, url).await,
+            None => BTreeMap::new(),
+        };
+        let mib = |name: &str| gauges.get(name).map(|b| b / (1024.0 * 1024.0));
+        let rss = pace
+            .server_pid
+            .and_then(rss_of)
+            .map(|r| r.rss_mib)
+            .or_else(|| mib("auditmem_process_resident_bytes"));
+        let heap = mib("auditmem_heap_live_bytes");
         let line = json!({
             "at_secs": at.duration_since(from).as_secs(),
             "requests_per_sec": w.micros.len() as f64 / every.as_secs_f64(),
@@ -958,19 +975,43 @@ async fn report_intervals(
             "p99_ms": percentile(&w.micros, 0.99),
             "errors": w.errors,
             "rss_mib": rss,
+            "heap_live_mib": heap,
         });
         println!(
-            "{:>6} s  {:>8.1} req/s  p50 {:>7.2} ms  p99 {:>7.2} ms  errors {}  RSS {}",
+            "{:>6} s  {:>8.1} req/s  p50 {:>7.2} ms  p99 {:>7.2} ms  errors {}  RSS {}{}",
             line["at_secs"],
             line["requests_per_sec"].as_f64().unwrap_or(0.0),
             line["p50_ms"].as_f64().unwrap_or(0.0),
             line["p99_ms"].as_f64().unwrap_or(0.0),
             w.errors,
             rss.map_or("-".to_string(), |r| format!("{r:.0} MiB")),
+            heap.map_or(String::new(), |h| format!("  heap {h:.0} MiB")),
         );
         lines.push(line);
     }
     lines
+}
+
+/// The server's unlabelled gauges by name (`name value` lines of its `/metrics`); empty when
+/// it does not answer within two seconds, so a progress line is never held up by it.
+async fn server_gauges(client: &reqwest::Client, url: &str) -> BTreeMap<String, f64> {
+    let body = client
+        .get(url)
+        .timeout(Duration::from_secs(2))
+        .send()
+        .await
+        .and_then(|r| r.error_for_status());
+    let text = match body {
+        Ok(r) => r.text().await.unwrap_or_default(),
+        Err(_) => return BTreeMap::new(),
+    };
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.contains('{'))
+        .filter_map(|l| {
+            let (name, value) = l.split_once(' ')?;
+            Some((name.to_string(), value.trim().parse().ok()?))
+        })
+        .collect()
 }
 
 fn scenario_result(
@@ -1003,7 +1044,7 @@ async fn drive(
     pace: Pace,
 ) -> Result<ScenarioResult> {
     let ctx = ctx.clone();
-    let (samples, intervals) = run_workers(concurrency, warmup, measure, pace, move |n| {
+    let (samples, intervals) = run_workers(concurrency, warmup, measure, pace.clone(), move |n| {
         let ctx = ctx.clone();
         async move {
             let op = Op::pick(scenario, n);

@@ -1,7 +1,7 @@
 //! Entry points for the cargo-fuzz targets in `tests/fuzz` (not an API: hidden from the docs).
 //!
-//! [`request`] runs an input through what the handler of that request runs on it before it
-//! touches any state: the same extractor ([`ApiJson`] or the query-string parser), the same
+//! [`request()`](crate::fuzzing::request) runs an input through what the handler of that request runs on it before it
+//! touches any state: the same extractor ([`ApiJson`](crate::api::envelope::ApiJson) or the query-string parser), the same
 //! parse and check functions, split out of the handlers for this. A crash found here is a
 //! crash of the server. What needs the state (does the tenant exist, retention, credits, the
 //! embedder) is left out.

@@ -24,8 +24,90 @@ pub use auditmem_projections as projections;
 /// locks and spent about a third of the append benchmark's CPU time (perf, docs/PERFORMANCE.md);
 /// mimalloc's thread-local free lists remove that. Declared in the library so the binary, the
 /// benches and the tests all run on the same allocator.
+#[cfg(not(feature = "heap-stats"))]
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+#[cfg(feature = "heap-stats")]
+#[global_allocator]
+static GLOBAL: heap_stats::Counting = heap_stats::Counting;
+
+/// Bytes the program holds allocated right now, with the `heap-stats` feature; `None` without.
+/// Set against RSS it separates what the service keeps from what the allocator keeps for it
+/// (docs/RELIABILITY.md, "Soak"); exported as `auditmem_heap_live_bytes`.
+pub fn heap_live_bytes() -> Option<u64> {
+    #[cfg(feature = "heap-stats")]
+    return Some(heap_stats::live());
+    #[cfg(not(feature = "heap-stats"))]
+    None
+}
+
+/// mimalloc with a count of the bytes allocated and not yet freed: a diagnostic build only, as
+/// every allocation then also updates one shared counter.
+#[cfg(feature = "heap-stats")]
+mod heap_stats {
+    use std::alloc::{GlobalAlloc, Layout};
+    use std::sync::atomic::{AtomicI64, Ordering::Relaxed};
+
+    /// Signed so that a subtraction can never wrap; read as at least 0.
+    static LIVE: AtomicI64 = AtomicI64::new(0);
+
+    pub(crate) fn live() -> u64 {
+        LIVE.load(Relaxed).max(0) as u64
+    }
+
+    pub struct Counting;
+
+    // SAFETY: every method forwards to mimalloc with the caller's arguments unchanged; the
+    // counter is bookkeeping beside it and touches no allocated memory.
+    unsafe impl GlobalAlloc for Counting {
+        unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+            let p = unsafe { mimalloc::MiMalloc.alloc(layout) };
+            if !p.is_null() {
+                LIVE.fetch_add(layout.size() as i64, Relaxed);
+            }
+            p
+        }
+
+        unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+            let p = unsafe { mimalloc::MiMalloc.alloc_zeroed(layout) };
+            if !p.is_null() {
+                LIVE.fetch_add(layout.size() as i64, Relaxed);
+            }
+            p
+        }
+
+        unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+            LIVE.fetch_sub(layout.size() as i64, Relaxed);
+            unsafe { mimalloc::MiMalloc.dealloc(ptr, layout) }
+        }
+
+        unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+            let p = unsafe { mimalloc::MiMalloc.realloc(ptr, layout, new_size) };
+            // On failure the old block is still allocated and the count stays as it was.
+            if !p.is_null() {
+                LIVE.fetch_add(new_size as i64 - layout.size() as i64, Relaxed);
+            }
+            p
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        #[test]
+        fn the_count_follows_an_allocation_and_its_free() {
+            // Other tests' threads allocate too, so compare with a margin far below 8 MiB.
+            let before = super::live();
+            let block = vec![1u8; 8 << 20];
+            let during = super::live();
+            assert!(during >= before + (7 << 20), "{before} -> {during}");
+            drop(block);
+            let after = super::live();
+            assert!(after + (7 << 20) <= during, "{during} -> {after}");
+            assert!(crate::heap_live_bytes().is_some());
+        }
+    }
+}
 
 /// Stops the kernel from backing this process's memory with transparent huge pages.
 ///

@@ -80,6 +80,9 @@ pub async fn render(State(state): State<AppState>) -> Response {
     let (memories, vector_bytes) = p.memories.footprint();
     metrics::gauge!("auditmem_index_heap_bytes", "index" => "vectors").set(vector_bytes as f64);
     metrics::gauge!("auditmem_memories_held").set(memories as f64);
+    if let Some(live) = crate::heap_live_bytes() {
+        metrics::gauge!("auditmem_heap_live_bytes").set(live as f64);
+    }
     if let Some(rss) = resident_bytes() {
         metrics::gauge!("auditmem_process_resident_bytes").set(rss as f64);
     }

@@ -124,7 +124,7 @@ impl ModelFiles {
 /// large batches while keeping each pass big enough for every core.
 const TOKENS_PER_PASS: usize = 4096;
 
-/// The service's embedder: BERT on our own kernels ([`super::bert`]).
+/// The service's embedder: BERT on our own kernels (`embed::bert`, a private module).
 pub struct MiniLm {
     model: Bert,
     tokenizer: Tokenizer,
