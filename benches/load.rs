@@ -854,14 +854,15 @@ where
     let (from, until) = (start + warmup, start + warmup + measure);
     let next = Arc::new(AtomicU64::new(0));
     let window = Arc::new(std::sync::Mutex::new(Window::default()));
-    let reporter = (pace.interval_secs > 0).then(|| {
+    // What the workers need of `pace`, copied: the reporter takes the rest.
+    let (rate, interval_secs) = (pace.rate, pace.interval_secs);
+    let reporter = (interval_secs > 0).then(|| {
         let window = window.clone();
-        tokio::spawn(report_intervals(window, from, until, pace.clone()))
+        tokio::spawn(report_intervals(window, from, until, pace))
     });
     let mut tasks = Vec::new();
     for _ in 0..concurrency {
         let (request, next, window) = (request.clone(), next.clone(), window.clone());
-        let pace = pace.clone();
         tasks.push(tokio::spawn(async move {
             let mut samples: BTreeMap<&'static str, Samples> = BTreeMap::new();
             let mut n;
@@ -870,8 +871,8 @@ where
                 // requests. Per-worker strides aliased with the mix's period of ten: with 16 or
                 // 32 workers each worker saw only the odd or the even half of `mixed`.
                 n = next.fetch_add(1, Ordering::Relaxed);
-                let t0 = if pace.rate > 0.0 {
-                    let due = start + Duration::from_secs_f64(n as f64 / pace.rate);
+                let t0 = if rate > 0.0 {
+                    let due = start + Duration::from_secs_f64(n as f64 / rate);
                     if due >= until {
                         break;
                     }
@@ -901,7 +902,7 @@ where
                         s.first_error.get_or_insert_with(|| e.to_string());
                     }
                 }
-                if pace.interval_secs > 0 {
+                if interval_secs > 0 {
                     if let Ok(mut w) = window.lock() {
                         if ok {
                             w.micros.push(micros);
@@ -1044,7 +1045,8 @@ async fn drive(
     pace: Pace,
 ) -> Result<ScenarioResult> {
     let ctx = ctx.clone();
-    let (samples, intervals) = run_workers(concurrency, warmup, measure, pace.clone(), move |n| {
+    let rate = pace.rate;
+    let (samples, intervals) = run_workers(concurrency, warmup, measure, pace, move |n| {
         let ctx = ctx.clone();
         async move {
             let op = Op::pick(scenario, n);
@@ -1053,8 +1055,8 @@ async fn drive(
     })
     .await?;
     let mut r = scenario_result(scenario, concurrency, measure, samples);
-    if pace.rate > 0.0 || !intervals.is_empty() {
-        r.extra = Some(json!({"offered_requests_per_sec": pace.rate, "intervals": intervals}));
+    if rate > 0.0 || !intervals.is_empty() {
+        r.extra = Some(json!({"offered_requests_per_sec": rate, "intervals": intervals}));
     }
     Ok(r)
 }
