@@ -77,7 +77,8 @@ pub struct ServeArgs {
     pub min_free_mb: u64,
     /// A tenant's vector table moves its f32 rows from memory to an unlinked file in the data
     /// dir once it holds this many memories (back below half of it): search then scans the
-    /// int8 copy in memory and reads only the rows it rescores. 0 keeps every row in memory.
+    /// int8 copy in memory and reads only the rows it rescores. 0 keeps every row in memory,
+    /// and the audit index's sealed time-index blocks too (otherwise in a file in the same dir).
     #[arg(long, env = "AUDITMEM_VECTOR_SPILL_ROWS", default_value_t = auditmem_projections::vector_table::SPILL_ROWS)]
     pub vector_spill_rows: usize,
     /// Address to listen on (port 0 picks a free port; the bound address is printed).

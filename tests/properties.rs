@@ -735,31 +735,41 @@ proptest! {
     #![proptest_config(cases(24))]
 
     #[test]
-    fn the_sorted_index_answers_as_a_sorted_vector(keys in index_keys(), probes in vec(any::<i64>(), 8)) {
-        use auditmem::projections::sorted_index::SortedIndex;
-        let mut idx = SortedIndex::new();
+    fn the_sorted_index_answers_as_a_sorted_vector(
+        keys in index_keys(),
+        probes in vec(any::<i64>(), 8),
+        in_file in any::<bool>(),
+    ) {
+        use auditmem::projections::sorted_index::{BlockFile, SortedIndex};
+        // On the heap, or with its sealed blocks in a block file (as the service runs it).
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = in_file.then(|| BlockFile::create_in(dir.path()).expect("block file"));
+        let mut idx = SortedIndex::with_file(file);
         for k in &keys {
-            idx.insert(*k);
+            idx.insert(*k).expect("insert");
         }
         let mut want = keys.clone();
         want.sort_unstable();
         want.dedup();
+        let all = |it: &mut dyn Iterator<Item = std::io::Result<(i64, u64)>>| {
+            it.collect::<std::io::Result<Vec<_>>>().expect("read")
+        };
         prop_assert_eq!(idx.len(), want.len());
-        prop_assert_eq!(idx.between(0, want.len()).collect::<Vec<_>>(), want.clone());
+        prop_assert_eq!(all(&mut idx.between(0, want.len())), want.clone());
         let rev: Vec<(i64, u64)> = want.iter().rev().copied().collect();
-        prop_assert_eq!(idx.rev_from(want.len()).collect::<Vec<_>>(), rev);
+        prop_assert_eq!(all(&mut idx.rev_from(want.len())), rev);
         for (i, k) in want.iter().enumerate().step_by(101) {
-            prop_assert_eq!(idx.get(i), Some(*k));
-            prop_assert_eq!(idx.rank(*k), i);
+            prop_assert_eq!(idx.get(i).expect("get"), Some(*k));
+            prop_assert_eq!(idx.rank(*k).expect("rank"), i);
         }
         // Ranges by time, with probes inside and outside the keys, match a filter.
         let times: Vec<i64> = probes.iter().copied().chain(want.iter().step_by(997).map(|k| k.0)).collect();
         for pair in times.windows(2) {
             let (from, to) = (pair[0].min(pair[1]), pair[0].max(pair[1]));
-            let (lo, hi) = idx.range(from, to);
+            let (lo, hi) = idx.range(from, to).expect("range");
             let n = want.iter().filter(|k| from <= k.0 && k.0 <= to).count();
             prop_assert_eq!(hi - lo, n);
-            let page = idx.descending(lo, hi, 3, 50);
+            let page = idx.descending(lo, hi, 3, 50).expect("page");
             let expect: Vec<(i64, u64)> = want[lo..hi].iter().rev().skip(3).take(50).copied().collect();
             prop_assert_eq!(page, expect);
         }

@@ -16,7 +16,10 @@
 //!
 //! The entry itself is read from the log record at `seq`, never copied. In memory: per tenant
 //! sorted `(created_at, seq)` indexes (all entries, and per action), rebuilt from the blocks at
-//! open; they answer `total` and any page offset by rank, without scanning.
+//! open; they answer `total` and any page offset by rank, without scanning. Opened with a
+//! directory (the service's data dir), their sealed blocks go to an unlinked file there and
+//! memory holds a summary per 2,048 pairs (see `sorted_index`), so what the index keeps in
+//! memory stops growing with the log.
 //!
 //! Audit id → ref is not a map of every id (40 bytes an entry, the largest part of the index
 //! and growing with the log without bound). Audit ids are UUIDv7, minted just before their
@@ -26,6 +29,7 @@
 //! reading the runs whose range holds its millisecond (normally one). Ids of any other layout
 //! are still found, as the ranges are taken from the ids themselves; they are only slower.
 
+use std::path::{Path, PathBuf};
 use std::sync::RwLock;
 
 use uuid::Uuid;
@@ -34,7 +38,7 @@ use crate::audit_view::{canonical_entry_bytes, chain_hash_canonical};
 use crate::event::Event;
 use crate::overlay::{fold_new, prefixed};
 use crate::projection::{corrupt, Applied, Projection, Result};
-use crate::sorted_index::{Key, SortedIndex};
+use crate::sorted_index::{BlockFile, Key, SortedIndex};
 use crate::FastMap;
 
 pub const TREE: &str = "proj_audit";
@@ -112,17 +116,27 @@ pub fn action_key(action: &str) -> u64 {
     u64::from_be_bytes(a)
 }
 
-#[derive(Default)]
 struct TenantIndex {
     all: SortedIndex,
     by_action: FastMap<u64, SortedIndex>,
 }
 
 impl TenantIndex {
-    fn insert(&mut self, r: &AuditRef) {
+    fn new(file: Option<&BlockFile>) -> Self {
+        Self {
+            all: SortedIndex::with_file(file.cloned()),
+            by_action: FastMap::default(),
+        }
+    }
+
+    /// An error is the block file's (see [`SortedIndex::insert`]).
+    fn insert(&mut self, r: &AuditRef, file: Option<&BlockFile>) -> std::io::Result<()> {
         let k = (r.created_at, r.seq);
-        self.all.insert(k);
-        self.by_action.entry(r.action_key).or_default().insert(k);
+        self.all.insert(k)?;
+        self.by_action
+            .entry(r.action_key)
+            .or_insert_with(|| SortedIndex::with_file(file.cloned()))
+            .insert(k)
     }
 }
 
@@ -161,11 +175,19 @@ struct Memory {
     /// among them, which spares a read for nearly every new entry's duplicate check.
     old_max_ms: u64,
     recent_cap: usize,
+    /// Where the time indexes' sealed blocks go (see `sorted_index`), and its directory; none:
+    /// on the heap.
+    file: Option<BlockFile>,
+    dir: Option<PathBuf>,
 }
 
 impl Memory {
-    fn new(recent_cap: usize) -> Self {
+    /// An empty index; a block file in `dir` if one is given and can be created (the heap
+    /// otherwise: an unwritable dir costs memory, not answers).
+    fn new(recent_cap: usize, dir: Option<&Path>) -> Self {
         Self {
+            file: dir.and_then(|d| BlockFile::create_in(d).ok()),
+            dir: dir.map(Path::to_path_buf),
             tenants: FastMap::default(),
             heads: FastMap::default(),
             spans: Vec::new(),
@@ -177,10 +199,11 @@ impl Memory {
         }
     }
 
-    /// A stored block's refs, in seq order: the last ref of a tenant is its chain head.
-    fn insert_block(&mut self, refs: &[AuditRef]) {
+    /// A stored block's refs, in seq order: the last ref of a tenant is its chain head. An
+    /// error is the block file's.
+    fn insert_block(&mut self, refs: &[AuditRef]) -> std::io::Result<()> {
         let Some(first) = refs.first() else {
-            return;
+            return Ok(());
         };
         let (lo, hi) = refs.iter().fold((u64::MAX, 0), |(lo, hi), r| {
             let ms = id_millis(&r.id);
@@ -204,7 +227,11 @@ impl Memory {
         for r in refs {
             self.recent.insert(r.id, r.seq);
             self.recent_order.push_back(r.id);
-            self.tenants.entry(r.tenant_id).or_default().insert(r);
+            let file = self.file.as_ref();
+            self.tenants
+                .entry(r.tenant_id)
+                .or_insert_with(|| TenantIndex::new(file))
+                .insert(r, file)?;
             self.heads.insert(r.tenant_id, (r.hash, r.chain_index));
         }
         // Forget whole spans, oldest first, never the newest (it may still grow).
@@ -218,6 +245,7 @@ impl Memory {
             self.old_max_ms = self.old_max_ms.max(old.max_ms);
             self.recent_from += 1;
         }
+        Ok(())
     }
 
     /// First seqs of the stored runs, newest first, that may hold `id` and are not in
@@ -265,18 +293,29 @@ pub struct AuditIndex {
 }
 
 impl AuditIndex {
+    /// Opens the index with every pair on the heap.
     pub fn open(db: &sled::Db) -> Result<Self> {
-        Self::open_with_recent(db, RECENT_IDS)
+        Self::open_with(db, RECENT_IDS, None)
+    }
+
+    /// Opens the index writing its sealed blocks to an unlinked file in `dir` (the service's
+    /// data dir).
+    pub fn open_in(db: &sled::Db, dir: &Path) -> Result<Self> {
+        Self::open_with(db, RECENT_IDS, Some(dir))
     }
 
     /// `open` with a window of `recent` ids in memory (tests use a small one to reach the
     /// stored runs).
     pub fn open_with_recent(db: &sled::Db, recent: usize) -> Result<Self> {
+        Self::open_with(db, recent, None)
+    }
+
+    fn open_with(db: &sled::Db, recent: usize, dir: Option<&Path>) -> Result<Self> {
         let tree = db.open_tree(TREE)?;
-        let mut mem = Memory::new(recent);
+        let mut mem = Memory::new(recent, dir);
         for kv in tree.scan_prefix([b'g']) {
             let (_, v) = kv?;
-            mem.insert_block(&parse_block(&v)?);
+            mem.insert_block(&parse_block(&v)?)?;
         }
         Ok(Self {
             tree,
@@ -396,6 +435,11 @@ impl AuditIndex {
             .sum()
     }
 
+    /// Bytes written to the block file of sealed time-index blocks (0 without one).
+    pub fn index_file_bytes(&self) -> u64 {
+        self.mem().file.as_ref().map_or(0, BlockFile::len)
+    }
+
     /// Chain head of a tenant: (hash of its newest entry, number of entries).
     pub fn head(&self, tenant_id: &Uuid) -> ([u8; 32], u64) {
         self.mem()
@@ -405,67 +449,80 @@ impl AuditIndex {
             .unwrap_or(([0; 32], 0))
     }
 
-    fn with_index<T>(&self, f: &Filter<'_>, default: T, op: impl FnOnce(&SortedIndex) -> T) -> T {
+    /// `op` on the index the filter names; `default` when the tenant or action has none. An
+    /// error is the block file's.
+    fn with_index<T>(
+        &self,
+        f: &Filter<'_>,
+        default: T,
+        op: impl FnOnce(&SortedIndex) -> std::io::Result<T>,
+    ) -> Result<T> {
         let mem = self.mem();
         let Some(t) = mem.tenants.get(&f.tenant_id) else {
-            return default;
+            return Ok(default);
         };
         let idx = match f.action {
             None => Some(&t.all),
             Some(a) => t.by_action.get(&action_key(a)),
         };
         match idx {
-            Some(idx) => op(idx),
-            None => default,
+            Some(idx) => Ok(op(idx)?),
+            None => Ok(default),
         }
     }
 
     /// Number of matching entries.
-    pub fn count(&self, f: &Filter<'_>) -> usize {
+    pub fn count(&self, f: &Filter<'_>) -> Result<usize> {
         self.with_index(f, 0, |idx| {
-            let (lo, hi) = idx.range(f.from, f.to);
-            hi - lo
+            let (lo, hi) = idx.range(f.from, f.to)?;
+            Ok(hi - lo)
         })
     }
 
     /// Offset paging, newest first.
-    pub fn page(&self, f: &Filter<'_>, offset: usize, limit: usize) -> Page {
+    pub fn page(&self, f: &Filter<'_>, offset: usize, limit: usize) -> Result<Page> {
         self.with_index(f, Page::default(), |idx| {
-            let (lo, hi) = idx.range(f.from, f.to);
-            Page {
+            let (lo, hi) = idx.range(f.from, f.to)?;
+            Ok(Page {
                 total: hi - lo,
-                items: idx.descending(lo, hi, offset, limit),
-            }
+                items: idx.descending(lo, hi, offset, limit)?,
+            })
         })
     }
 
     /// Every matching entry with `seq < before_seq`, in log (chain) order: what an export holds.
-    pub fn in_log_order(&self, f: &Filter<'_>, before_seq: u64) -> Vec<Key> {
+    pub fn in_log_order(&self, f: &Filter<'_>, before_seq: u64) -> Result<Vec<Key>> {
         self.with_index(f, Vec::new(), |idx| {
-            let (lo, hi) = idx.range(f.from, f.to);
-            let mut keys: Vec<Key> = idx.between(lo, hi).filter(|k| k.1 < before_seq).collect();
+            let (lo, hi) = idx.range(f.from, f.to)?;
+            let mut keys = Vec::new();
+            for k in idx.between(lo, hi) {
+                let k = k?;
+                if k.1 < before_seq {
+                    keys.push(k);
+                }
+            }
             keys.sort_unstable_by_key(|k| k.1);
-            keys
+            Ok(keys)
         })
     }
 
     /// Cursor paging, newest first: entries strictly older than `after` (by created_at, then
     /// seq) with `seq <= snapshot`, so entries appended after the first page never shift or
     /// repeat the pages that follow.
-    pub fn after(&self, f: &Filter<'_>, after: Key, snapshot: u64, limit: usize) -> Page {
+    pub fn after(&self, f: &Filter<'_>, after: Key, snapshot: u64, limit: usize) -> Result<Page> {
         self.with_index(f, Page::default(), |idx| {
-            let (lo, hi) = idx.range(f.from, f.to);
-            let end = idx.rank(after).clamp(lo, hi);
+            let (lo, hi) = idx.range(f.from, f.to)?;
+            let end = idx.rank(after)?.clamp(lo, hi);
             let items = idx
                 .rev_from(end)
                 .take(end - lo)
-                .filter(|k| k.1 <= snapshot)
+                .filter(|k| k.as_ref().map_or(true, |k| k.1 <= snapshot))
                 .take(limit)
-                .collect();
-            Page {
+                .collect::<std::io::Result<Vec<Key>>>()?;
+            Ok(Page {
                 total: hi - lo,
                 items,
-            }
+            })
         })
     }
 }
@@ -541,7 +598,7 @@ impl Projection for AuditIndex {
         ov.commit(last)?;
         let mut mem = self.mem.write().unwrap_or_else(|p| p.into_inner());
         for block in refs.chunks(BLOCK_REFS) {
-            mem.insert_block(block);
+            mem.insert_block(block)?;
         }
         Ok(())
     }
@@ -549,7 +606,9 @@ impl Projection for AuditIndex {
     fn reset(&self) -> Result<()> {
         self.tree.clear()?;
         let mut mem = self.mem.write().unwrap_or_else(|p| p.into_inner());
-        *mem = Memory::new(mem.recent_cap);
+        // A new block file: the old one's blocks are all forgotten.
+        let dir = mem.dir.take();
+        *mem = Memory::new(mem.recent_cap, dir.as_deref());
         Ok(())
     }
 }
@@ -584,6 +643,91 @@ mod tests {
     }
 
     #[test]
+    fn given_a_block_file_then_the_index_answers_as_on_the_heap_and_holds_little() {
+        // Given 3 x 2,048 + 500 entries of one tenant in two actions, a tenth of them dated in
+        // the past (late), applied to an index on the heap and to one writing its sealed
+        // blocks to a file, in group commits of 100,
+        let mut events = Vec::new();
+        let tenant = Uuid::now_v7();
+        for i in 0..6_644i64 {
+            let at = if i % 10 == 9 { i * 50 - 40_000 } else { i * 50 };
+            let action = if i % 3 == 0 {
+                "audit.list"
+            } else {
+                "memory.write"
+            };
+            events.push(Event::AuditRecorded(Box::new(AuditRecorded {
+                tenant_id: tenant,
+                entry: entry(action, 1_000_000 + at),
+                detail: Default::default(),
+            })));
+        }
+        let applied = Applied::in_order(&events);
+        let (heap_dir, file_dir, spill) = (
+            tempfile::tempdir().expect("tempdir"),
+            tempfile::tempdir().expect("tempdir"),
+            tempfile::tempdir().expect("tempdir"),
+        );
+        let heap_db = sled::open(heap_dir.path()).expect("open");
+        let file_db = sled::open(file_dir.path()).expect("open");
+        let heap = AuditIndex::open(&heap_db).expect("open");
+        let filed = AuditIndex::open_in(&file_db, spill.path()).expect("open");
+        for batch in applied.chunks(100) {
+            heap.apply(batch).expect("apply");
+            filed.apply(batch).expect("apply");
+        }
+        // then every count and page agrees, for all entries, an action and a time range,
+        let all = Filter {
+            tenant_id: tenant,
+            action: None,
+            from: i64::MIN,
+            to: i64::MAX,
+        };
+        let filters = [
+            all,
+            Filter {
+                action: Some("audit.list"),
+                ..all
+            },
+            Filter {
+                from: 1_000_000 + 40_000,
+                to: 1_000_000 + 250_000,
+                ..all
+            },
+        ];
+        let check = |idx: &AuditIndex| -> Vec<(usize, Page, Page, Vec<Key>)> {
+            filters
+                .iter()
+                .map(|f| {
+                    (
+                        idx.count(f).expect("count"),
+                        idx.page(f, 2_100, 50).expect("page"),
+                        idx.after(f, (1_000_000 + 150_000, 0), u64::MAX, 30)
+                            .expect("after"),
+                        idx.in_log_order(f, u64::MAX).expect("in log order"),
+                    )
+                })
+                .collect()
+        };
+        let want = check(&heap);
+        assert_eq!(want[0].0, 6_644);
+        assert_eq!(want[0].1.items.len(), 50);
+        assert_eq!(want[0].2.items.len(), 30);
+        assert_eq!(check(&filed), want);
+        // the sealed blocks' words left the heap for the file (the blocks are the same in both:
+        // the same inserts seal the same blocks; the file also keeps the words of blocks
+        // unpacked for a late entry since),
+        let moved = heap.index_heap_bytes() - filed.index_heap_bytes();
+        assert!(moved >= 4 * 1024, "{moved} bytes moved");
+        assert!(filed.index_file_bytes() >= moved as u64);
+        assert_eq!(heap.index_file_bytes(), 0);
+        // and a reopened index (a new file, rebuilt from the tree) answers the same.
+        drop(filed);
+        let reopened = AuditIndex::open_in(&file_db, spill.path()).expect("reopen");
+        assert_eq!(check(&reopened), want);
+    }
+
+    #[test]
     fn given_entries_of_two_tenants_then_counts_pages_and_chains_are_per_tenant() {
         let dir = tempfile::tempdir().expect("tempdir");
         let db = sled::open(dir.path()).expect("open");
@@ -613,25 +757,25 @@ mod tests {
             from: i64::MIN,
             to: i64::MAX,
         };
-        assert_eq!(idx.count(&all_a), 20);
+        assert_eq!(idx.count(&all_a).expect("count"), 20);
         let writes_a = Filter {
             action: Some("memory.write"),
             ..all_a
         };
-        assert_eq!(idx.count(&writes_a), 10);
+        assert_eq!(idx.count(&writes_a).expect("count"), 10);
         let ranged = Filter {
             from: 1010,
             to: 1019,
             ..all_a
         };
         // 1010..=1019 holds ten entries; 1012, 1015 and 1018 belong to tenant b.
-        assert_eq!(idx.count(&ranged), 7);
-        let page = idx.page(&all_a, 0, 3);
+        assert_eq!(idx.count(&ranged).expect("count"), 7);
+        let page = idx.page(&all_a, 0, 3).expect("page");
         assert_eq!(page.total, 20);
         assert_eq!(page.items, vec![(1029, 30), (1028, 29), (1026, 27)]);
-        let past = idx.page(&all_a, 100, 3);
+        let past = idx.page(&all_a, 100, 3).expect("page");
         assert_eq!((past.total, past.items.len()), (20, 0));
-        let next = idx.after(&all_a, (1026, 27), 30, 2);
+        let next = idx.after(&all_a, (1026, 27), 30, 2).expect("after");
         assert_eq!(next.items, vec![(1025, 26), (1023, 24)]);
 
         // Chains: each tenant's first entry links to zeros, each later one to the one before.
@@ -658,9 +802,9 @@ mod tests {
         // Reopening rebuilds the in-memory index from the tree.
         drop(idx);
         let idx = AuditIndex::open(&db).expect("reopen");
-        assert_eq!(idx.count(&writes_a), 10);
+        assert_eq!(idx.count(&writes_a).expect("count"), 10);
         idx.reset().expect("reset");
-        assert_eq!(idx.count(&all_a), 0);
+        assert_eq!(idx.count(&all_a).expect("count"), 0);
     }
 
     #[test]
@@ -703,7 +847,7 @@ mod tests {
             from: i64::MIN,
             to: i64::MAX,
         };
-        assert_eq!(idx.count(&all), 2000);
+        assert_eq!(idx.count(&all).expect("count"), 2000);
         // then memory holds a bounded window of ids, not all of them,
         {
             let mem = idx.mem();
@@ -742,7 +886,7 @@ mod tests {
         }
         let head = idx.head(&tenant);
         idx.apply(&applied_again).expect("apply duplicates");
-        assert_eq!(idx.count(&all), 2000);
+        assert_eq!(idx.count(&all).expect("count"), 2000);
         assert_eq!(idx.head(&tenant), head);
         // Detached and attached to the database opened again, nothing is read back,
         let detached = idx.detach();

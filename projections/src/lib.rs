@@ -88,7 +88,8 @@ impl Projections {
 
     /// Opens every projection; `vectors` reads a memory event's vector from the log, for the
     /// memories projection rebuilding its vector table; large vector tables keep their f32
-    /// rows in files as `spill` says (none: on the heap).
+    /// rows in files as `spill` says, and the audit index its sealed time-index blocks in a
+    /// file in the same directory (none: both on the heap).
     pub fn open(
         db: &sled::Db,
         vectors: memories::VectorSource<'_>,
@@ -96,7 +97,11 @@ impl Projections {
     ) -> projection::Result<Self> {
         Ok(Self {
             tenants: tenants::Tenants::open(db)?,
-            audit: audit_index::AuditIndex::open(db)?,
+            // The audit time indexes' sealed blocks go where the vector rows spill.
+            audit: match &spill {
+                Some(s) => audit_index::AuditIndex::open_in(db, &s.dir)?,
+                None => audit_index::AuditIndex::open(db)?,
+            },
             exports: exports::Exports::open(db)?,
             memories: memories::Memories::open(db, vectors, spill)?,
         })

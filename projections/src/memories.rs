@@ -20,7 +20,7 @@
 //! The vector itself is not copied into the tree: it stays in its log record, like an audit
 //! entry, and is read from there (through a [`VectorSource`]) when the table is rebuilt at open.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{RwLock, RwLockReadGuard};
 
 use rayon::prelude::*;
@@ -178,10 +178,11 @@ impl TenantMemories {
 
 #[derive(Default)]
 struct State {
-    /// Every memory ever created, deleted ones too (their history stays readable). Boxed: a
-    /// hash table touches all its slots when it doubles, and with ~230-byte states inline
-    /// that was a 30 MB step in RSS at 114,688 memories (the soak); a slot is now a pointer.
-    all: FastMap<Uuid, Box<Kept>>,
+    /// Every memory ever created, deleted ones too (their history stays readable). A B-tree:
+    /// a hash table doubles at once when it fills, which was a 3.3 MB step in RSS at 114,688
+    /// memories in the soak (docs/RELIABILITY.md), 30 MB while the ~230-byte states were
+    /// inline; a B-tree grows a node at a time. Boxed: a node moves its slots on insert.
+    all: BTreeMap<Uuid, Box<Kept>>,
     blocks: FastMap<BlockId, BlockUse>,
     tenants: HashMap<Uuid, TenantMemories>,
     /// Where large tenants' vector tables keep their f32 rows (see `vector_table`).
@@ -435,7 +436,7 @@ impl Memories {
     /// event holds each touched memory's new vector. Reads only memory: `all` is the state
     /// before the batch.
     fn fold(
-        all: &FastMap<Uuid, Box<Kept>>,
+        all: &BTreeMap<Uuid, Box<Kept>>,
         finals: &mut FastMap<Uuid, StoredMemory>,
         vectors: &mut FastMap<Uuid, u64>,
         a: &Applied<'_>,

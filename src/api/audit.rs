@@ -295,11 +295,11 @@ pub(crate) async fn list_logs(
             state
                 .projections
                 .audit
-                .after(&filter, (c.created_at, c.seq), c.snapshot, page_size)
+                .after(&filter, (c.created_at, c.seq), c.snapshot, page_size)?
         }
         None => {
             let offset = (page - 1).saturating_mul(page_size);
-            state.projections.audit.page(&filter, offset, page_size)
+            state.projections.audit.page(&filter, offset, page_size)?
         }
     };
     let show_hash = caller.tenant.plan.shows_hash();

@@ -122,7 +122,7 @@ pub(crate) async fn create_export(
         action: None,
         from: start,
         to: end,
-    }) as u64;
+    })? as u64;
     let export_id = Uuid::now_v7();
     let event = Event::ExportRequested(ExportRequested {
         export_id,

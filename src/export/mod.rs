@@ -164,7 +164,8 @@ pub fn write_file(
     let keys = state
         .projections
         .audit
-        .in_log_order(&filter, view.request_seq);
+        .in_log_order(&filter, view.request_seq)
+        .map_err(|e| format!("reading the audit index: {e}"))?;
     let final_path = file_path(dir, view);
     let part = final_path.with_extension(format!("{}.part", view.format.as_str()));
     let file = File::create(&part).map_err(|e| format!("creating the export file: {e}"))?;
