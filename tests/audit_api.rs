@@ -16,6 +16,16 @@ fn ingest(s: &Server, entries: Vec<Value>) -> (u16, Value) {
     )
 }
 
+/// The server's `GET /metrics` text.
+fn metrics_text(s: &Server) -> String {
+    s.raw()
+        .get(format!("{}/metrics", s.url))
+        .send()
+        .expect("send")
+        .text()
+        .expect("text")
+}
+
 fn ago(days: f64) -> String {
     (chrono::Utc::now() - chrono::Duration::milliseconds((days * 86_400_000.0) as i64)).to_rfc3339()
 }
@@ -440,13 +450,7 @@ fn metrics_are_exposed() {
     let s = Server::start();
     let (_, key) = s.tenant_with_key("free");
     assert_eq!(s.get("/v1/audit/logs", &key).0, 200);
-    let text = s
-        .raw()
-        .get(format!("{}/metrics", s.url))
-        .send()
-        .expect("send")
-        .text()
-        .expect("text");
+    let text = metrics_text(&s);
     for needle in [
         "auditmem_http_requests_total{route=\"/v1/audit/logs\",method=\"GET\",status=\"200\"} 1",
         "auditmem_http_request_duration_seconds_bucket{route=\"/v1/audit/logs\"",
@@ -559,13 +563,7 @@ fn a_tenant_past_a_sealed_block_is_answered_from_the_block_file() {
         .collect();
     assert_eq!(ids_of(&v), want);
     // The sealed blocks went to the file: its gauge counts their bytes.
-    let text = s
-        .raw()
-        .get(format!("{}/metrics", s.url))
-        .send()
-        .expect("send")
-        .text()
-        .expect("text");
+    let text = metrics_text(&s);
     let file_bytes: f64 = text
         .lines()
         .find_map(|l| l.strip_prefix("auditmem_index_file_bytes{index=\"audit_time\"} "))

@@ -743,7 +743,7 @@ proptest! {
         use auditmem::projections::sorted_index::{BlockFile, SortedIndex};
         // On the heap, or with its sealed blocks in a block file (as the service runs it).
         let dir = tempfile::tempdir().expect("tempdir");
-        let file = in_file.then(|| BlockFile::create_in(dir.path()).expect("block file"));
+        let file = in_file.then(|| BlockFile::in_dir(dir.path()));
         let mut idx = SortedIndex::with_file(file);
         for k in &keys {
             idx.insert(*k).expect("insert");

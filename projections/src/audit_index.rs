@@ -182,11 +182,12 @@ struct Memory {
 }
 
 impl Memory {
-    /// An empty index; a block file in `dir` if one is given and can be created (the heap
-    /// otherwise: an unwritable dir costs memory, not answers).
+    /// An empty index; a block file in `dir` if one is given (created with the first sealed
+    /// block; if it cannot be, blocks stay on the heap: an unwritable dir costs memory, not
+    /// answers).
     fn new(recent_cap: usize, dir: Option<&Path>) -> Self {
         Self {
-            file: dir.and_then(|d| BlockFile::create_in(d).ok()),
+            file: dir.map(BlockFile::in_dir),
             dir: dir.map(Path::to_path_buf),
             tenants: FastMap::default(),
             heads: FastMap::default(),

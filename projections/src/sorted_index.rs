@@ -26,9 +26,9 @@ use std::borrow::Cow;
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// Pairs per block: a sealed block is unpacked (2,048 pairs, 32 KiB) to take a late pair.
 const BLOCK: usize = 2048;
@@ -36,24 +36,29 @@ const BLOCK: usize = 2048;
 pub type Key = (i64, u64);
 
 /// An unlinked file that sealed blocks' words are written to, shared by every index of a
-/// projection. Append-only: a block sealed again after a late pair is written anew and its
-/// old words are left behind (late pairs are rare; the file goes at the next open).
+/// projection, created in its directory when the first block is sealed (a server whose
+/// indexes never fill a block has none). Append-only: a block sealed again after a late pair
+/// is written anew and its old words are left behind (late pairs are rare; the file goes at
+/// the next open).
 #[derive(Debug, Clone)]
 pub struct BlockFile(Arc<BlockFileInner>);
 
 #[derive(Debug)]
 struct BlockFileInner {
-    file: File,
+    dir: PathBuf,
+    /// The file, once created; `None` if creating it failed (blocks then stay on the heap).
+    file: OnceLock<Option<File>>,
     end: AtomicU64,
 }
 
 impl BlockFile {
-    /// A new unlinked file in `dir`.
-    pub fn create_in(dir: &Path) -> io::Result<BlockFile> {
-        Ok(BlockFile(Arc::new(BlockFileInner {
-            file: tempfile::tempfile_in(dir)?,
+    /// A block file in `dir`, created there on the first write.
+    pub fn in_dir(dir: &Path) -> BlockFile {
+        BlockFile(Arc::new(BlockFileInner {
+            dir: dir.to_path_buf(),
+            file: OnceLock::new(),
             end: AtomicU64::new(0),
-        })))
+        }))
     }
 
     /// Bytes written to the file so far.
@@ -67,16 +72,29 @@ impl BlockFile {
 
     /// Appends `words`; returns their offset.
     fn write(&self, words: &[u64]) -> io::Result<u64> {
+        let file = self
+            .0
+            .file
+            .get_or_init(|| tempfile::tempfile_in(&self.0.dir).ok())
+            .as_ref()
+            .ok_or_else(|| io::Error::other("the block file could not be created"))?;
         let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_ne_bytes()).collect();
         // Each block gets its own range, so indexes sealing at once never overlap.
         let at = self.0.end.fetch_add(bytes.len() as u64, Ordering::Relaxed);
-        self.0.file.write_all_at(&bytes, at)?;
+        file.write_all_at(&bytes, at)?;
         Ok(at)
     }
 
     fn read(&self, at: u64, n: usize) -> io::Result<Vec<u64>> {
+        // A block is only read from the file after it was written there.
+        let file = self
+            .0
+            .file
+            .get()
+            .and_then(Option::as_ref)
+            .ok_or_else(|| io::Error::other("a block read before the block file exists"))?;
         let mut bytes = vec![0u8; n * 8];
-        self.0.file.read_exact_at(&mut bytes, at)?;
+        file.read_exact_at(&mut bytes, at)?;
         Ok(bytes
             .chunks_exact(8)
             .map(|c| {
@@ -639,7 +657,7 @@ mod tests {
     /// (the directory is kept alive with it).
     fn indexes() -> Vec<(SortedIndex, Option<tempfile::TempDir>)> {
         let dir = tempfile::tempdir().expect("tempdir");
-        let file = BlockFile::create_in(dir.path()).expect("block file");
+        let file = BlockFile::in_dir(dir.path());
         vec![
             (SortedIndex::new(), None),
             (SortedIndex::with_file(Some(file)), Some(dir)),
@@ -712,7 +730,7 @@ mod tests {
         assert_eq!(p.last, (i64::MAX, 7));
         // and read back the same from a block file.
         let dir = tempfile::tempdir().expect("tempdir");
-        let file = BlockFile::create_in(dir.path()).expect("block file");
+        let file = BlockFile::in_dir(dir.path());
         p.spill(&file);
         assert!(matches!(p.words, Words::File { .. }));
         assert_eq!(p.heap_bytes(), 0);
