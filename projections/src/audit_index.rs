@@ -29,7 +29,7 @@
 //! reading the runs whose range holds its millisecond (normally one). Ids of any other layout
 //! are still found, as the ranges are taken from the ids themselves; they are only slower.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::RwLock;
 
 use uuid::Uuid;
@@ -130,12 +130,13 @@ impl TenantIndex {
     }
 
     /// An error is the block file's (see [`SortedIndex::insert`]).
-    fn insert(&mut self, r: &AuditRef, file: Option<&BlockFile>) -> std::io::Result<()> {
+    fn insert(&mut self, r: &AuditRef) -> std::io::Result<()> {
         let k = (r.created_at, r.seq);
         self.all.insert(k)?;
+        let all = &self.all;
         self.by_action
             .entry(r.action_key)
-            .or_insert_with(|| SortedIndex::with_file(file.cloned()))
+            .or_insert_with(|| all.sibling())
             .insert(k)
     }
 }
@@ -175,20 +176,17 @@ struct Memory {
     /// among them, which spares a read for nearly every new entry's duplicate check.
     old_max_ms: u64,
     recent_cap: usize,
-    /// Where the time indexes' sealed blocks go (see `sorted_index`), and its directory; none:
-    /// on the heap.
+    /// Where the time indexes' sealed blocks go (see `sorted_index`); none: on the heap.
     file: Option<BlockFile>,
-    dir: Option<PathBuf>,
 }
 
 impl Memory {
-    /// An empty index; a block file in `dir` if one is given (created with the first sealed
-    /// block; if it cannot be, blocks stay on the heap: an unwritable dir costs memory, not
-    /// answers).
-    fn new(recent_cap: usize, dir: Option<&Path>) -> Self {
+    /// An empty index writing its sealed blocks to `file`, if given (created with the first
+    /// sealed block; if it cannot be, blocks stay on the heap: an unwritable dir costs memory,
+    /// not answers).
+    fn new(recent_cap: usize, file: Option<BlockFile>) -> Self {
         Self {
-            file: dir.map(BlockFile::in_dir),
-            dir: dir.map(Path::to_path_buf),
+            file,
             tenants: FastMap::default(),
             heads: FastMap::default(),
             spans: Vec::new(),
@@ -232,7 +230,7 @@ impl Memory {
             self.tenants
                 .entry(r.tenant_id)
                 .or_insert_with(|| TenantIndex::new(file))
-                .insert(r, file)?;
+                .insert(r)?;
             self.heads.insert(r.tenant_id, (r.hash, r.chain_index));
         }
         // Forget whole spans, oldest first, never the newest (it may still grow).
@@ -313,7 +311,7 @@ impl AuditIndex {
 
     fn open_with(db: &sled::Db, recent: usize, dir: Option<&Path>) -> Result<Self> {
         let tree = db.open_tree(TREE)?;
-        let mut mem = Memory::new(recent, dir);
+        let mut mem = Memory::new(recent, dir.map(BlockFile::in_dir));
         for kv in tree.scan_prefix([b'g']) {
             let (_, v) = kv?;
             mem.insert_block(&parse_block(&v)?)?;
@@ -608,8 +606,8 @@ impl Projection for AuditIndex {
         self.tree.clear()?;
         let mut mem = self.mem.write().unwrap_or_else(|p| p.into_inner());
         // A new block file: the old one's blocks are all forgotten.
-        let dir = mem.dir.take();
-        *mem = Memory::new(mem.recent_cap, dir.as_deref());
+        let fresh = Memory::new(mem.recent_cap, mem.file.as_ref().map(BlockFile::renewed));
+        *mem = fresh;
         Ok(())
     }
 }

@@ -61,6 +61,11 @@ impl BlockFile {
         }))
     }
 
+    /// A new block file in the same directory (the old one's blocks all forgotten).
+    pub fn renewed(&self) -> BlockFile {
+        BlockFile::in_dir(&self.0.dir)
+    }
+
     /// Bytes written to the file so far.
     pub fn len(&self) -> u64 {
         self.0.end.load(Ordering::Relaxed)
@@ -177,9 +182,6 @@ struct Packed {
     len: u32,
     ts_width: u8,
     seq_width: u8,
-    /// Words of the `created_at` column (the `seq` column's follow).
-    ts_words: u32,
-    seq_words: u32,
     words: Words,
 }
 
@@ -195,7 +197,6 @@ impl Packed {
             .collect();
         let seq: Vec<u64> = keys.iter().map(|k| k.1 - base_seq).collect();
         let (ts, seq) = (Bits::pack(&ts), Bits::pack(&seq));
-        let (ts_words, seq_words) = (ts.words.len() as u32, seq.words.len() as u32);
         let mut words = ts.words;
         words.extend_from_slice(&seq.words);
         Packed {
@@ -205,10 +206,18 @@ impl Packed {
             len: keys.len() as u32,
             ts_width: ts.width as u8,
             seq_width: seq.width as u8,
-            ts_words,
-            seq_words,
             words: Words::Heap(words.into_boxed_slice()),
         }
+    }
+
+    /// Words of a column of `len` values at `width` bits (as [`Bits::pack`] sizes them).
+    fn column_words(&self, width: u8) -> usize {
+        (self.len as usize * usize::from(width)).div_ceil(64)
+    }
+
+    /// Words of the `created_at` column, which the `seq` column's follow.
+    fn ts_words(&self) -> usize {
+        self.column_words(self.ts_width)
     }
 
     /// Moves the words to `file`; on a failed write they stay on the heap, where they are
@@ -225,10 +234,21 @@ impl Packed {
         match (&self.words, file) {
             (Words::Heap(w), _) => Ok(Cow::Borrowed(w)),
             (Words::File { at }, Some(f)) => Ok(Cow::Owned(
-                f.read(*at, (self.ts_words + self.seq_words) as usize)?,
+                f.read(*at, self.ts_words() + self.column_words(self.seq_width))?,
             )),
             (Words::File { .. }, None) => Err(io::Error::other("a sealed block without its file")),
         }
+    }
+
+    /// Every pair, ascending, in a vector with room for a full block.
+    fn unpack(&self, file: Option<&BlockFile>) -> io::Result<Vec<Key>> {
+        let u = Unpacked {
+            p: self,
+            words: self.words(file)?,
+        };
+        let mut v = Vec::with_capacity(BLOCK);
+        v.extend((0..self.len as usize).map(|i| u.get(i)));
+        Ok(v)
     }
 
     fn heap_bytes(&self) -> usize {
@@ -248,7 +268,7 @@ struct Unpacked<'a> {
 impl Unpacked<'_> {
     #[inline]
     fn get(&self, i: usize) -> Key {
-        let (ts, seq) = self.words.split_at(self.p.ts_words as usize);
+        let (ts, seq) = self.words.split_at(self.p.ts_words());
         (
             (self.p.base_ts as u64).wrapping_add(bits_get(u32::from(self.p.ts_width), ts, i))
                 as i64,
@@ -302,12 +322,6 @@ impl View<'_> {
                 lo
             }
         }
-    }
-
-    fn to_vec(&self) -> Vec<Key> {
-        let mut v = Vec::with_capacity(BLOCK);
-        v.extend((0..self.len()).map(|i| self.get(i)));
-        v
     }
 }
 
@@ -379,6 +393,11 @@ impl SortedIndex {
         }
     }
 
+    /// A new empty index writing its sealed blocks where this one does.
+    pub fn sibling(&self) -> Self {
+        Self::with_file(self.file.clone())
+    }
+
     pub fn len(&self) -> usize {
         self.len
     }
@@ -431,26 +450,19 @@ impl SortedIndex {
             .blocks
             .partition_point(|blk| blk.last().is_some_and(|last| last < key))
             .min(self.blocks.len() - 1);
-        let (pos, unpacked) = {
-            let view = self.blocks[b].view(self.file.as_ref())?;
-            let pos = view.partition_point(|k| *k < key);
-            if pos < view.len() && view.get(pos) == key {
-                return Ok(());
+        // The block's pairs: an open block's taken (put back below whatever happens), a sealed
+        // one's unpacked (it stays as it is until replaced).
+        let mut v = match &mut self.blocks[b] {
+            Block::Open(v) => std::mem::take(v),
+            Block::Sealed(p) => p.unpack(self.file.as_ref())?,
+        };
+        let pos = v.partition_point(|k| *k < key);
+        if pos < v.len() && v[pos] == key {
+            if let Block::Open(taken) = &mut self.blocks[b] {
+                *taken = v;
             }
-            let unpacked = match view {
-                View::Sealed(_) => Some(view.to_vec()),
-                View::Open(_) => None,
-            };
-            (pos, unpacked)
-        };
-        let mut v = match unpacked {
-            Some(v) => v,
-            None => match &mut self.blocks[b] {
-                Block::Open(v) => std::mem::take(v),
-                // Not reached: the view above was of an open block, unchanged since.
-                Block::Sealed(_) => return Err(io::Error::other("a block sealed while inserting")),
-            },
-        };
+            return Ok(());
+        }
         self.len += 1;
         if let Some(u) = self.unsealed.take() {
             if u != b {
@@ -722,10 +734,7 @@ mod tests {
     fn packed_blocks_hold_extreme_keys() {
         let keys = vec![(i64::MIN, u64::MAX), (-5, 0), (0, 1 << 40), (i64::MAX, 7)];
         let mut p = Packed::new(&keys);
-        let unpacked = |p: &Packed, file: Option<&BlockFile>| {
-            let words = p.words(file).expect("words");
-            View::Sealed(Unpacked { p, words }).to_vec()
-        };
+        let unpacked = |p: &Packed, file: Option<&BlockFile>| p.unpack(file).expect("unpack");
         assert_eq!(unpacked(&p, None), keys);
         assert_eq!(p.last, (i64::MAX, 7));
         // and read back the same from a block file.
@@ -801,7 +810,7 @@ mod tests {
                 let words: u64 = idx.blocks[..5]
                     .iter()
                     .map(|b| match b {
-                        Block::Sealed(p) => u64::from(p.ts_words + p.seq_words) * 8,
+                        Block::Sealed(p) => (p.ts_words() + p.column_words(p.seq_width)) as u64 * 8,
                         Block::Open(_) => 0,
                     })
                     .sum();

@@ -222,7 +222,7 @@ pub struct VectorTable {
 /// a leaf holds up to 11 entries and one inserted in order leaves the node it splits 6 full,
 /// so entries arriving in order take about 11/6 slots each (random order ~1.4), and internal
 /// nodes add ~1/6 more.
-pub fn btree_bytes<K, V>(len: usize) -> usize {
+fn btree_bytes<K, V>(len: usize) -> usize {
     use std::mem::size_of;
     len * (size_of::<K>() + size_of::<V>()) * 11 / 6 * 7 / 6
 }
