@@ -55,6 +55,14 @@ fn bodies_over_one_mebibyte_are_refused_with_413_by_default() {
     let s = Server::start();
     let (_, key) = s.tenant_with_key("business");
 
+    // A key that does not exist, with a body one byte over announced by Content-Length: the
+    // key is looked at first (401), and no byte of the body is read for it either.
+    assert_error(
+        &post_raw(&s, "amk_no-such-key", || body_of(MIB + 1).into()),
+        401,
+        4010,
+    );
+
     // One byte over, announced by Content-Length: refused before the body is read.
     let over = post_raw(&s, &key, || body_of(MIB + 1).into());
     assert_error(&over, 413, 4130);
@@ -74,25 +82,25 @@ fn bodies_over_one_mebibyte_are_refused_with_413_by_default() {
     let chunked = || reqwest::blocking::Body::new(Cursor::new(body_of(MIB + 1).into_bytes()));
     assert_error(&post_raw(&s, &key, chunked), 413, 4130);
 
-    // As documented: the Content-Length refusal happens before the key is looked at and is
-    // not recorded; the chunked one was authenticated first and is the tenant's entry.
+    // Both refusals are the tenant's audit entries, recorded without the body: the
+    // Content-Length one, then the 400 of the exact-limit body, then the chunked one (once per
+    // attempt if a retry was needed), newest first.
     let (status, v) = s.get("/v1/audit/logs?action=memory.write", &key);
     assert_eq!(status, 200, "{v}");
-    let statuses: Vec<&Value> = v["data"]["logs"]
-        .as_array()
-        .expect("logs")
-        .iter()
-        .map(|e| &e["http_status"])
-        .collect();
-    // Newest first: the chunked refusal (once per attempt if a retry was needed), then the
-    // 400 of the exact-limit body.
-    let (last, refused) = statuses.split_last().expect("entries");
-    assert_eq!(*last, &json!(400), "{v}");
-    assert!(
-        !refused.is_empty() && refused.iter().all(|s| **s == json!(413)),
-        "{v}"
-    );
-    assert_eq!(v["data"]["logs"][0]["error_code"], json!(4130));
+    let logs = v["data"]["logs"].as_array().expect("logs");
+    let mut statuses: Vec<&Value> = logs.iter().map(|e| &e["http_status"]).collect();
+    statuses.dedup();
+    assert_eq!(statuses, [&json!(413), &json!(400), &json!(413)], "{v}");
+    let first = logs.last().expect("entries");
+    assert_eq!(first["error_code"], json!(4130), "{v}");
+    assert_eq!(logs[0]["error_code"], json!(4130), "{v}");
+    for entry in [first, &logs[0]] {
+        let id = entry["id"].as_str().expect("id");
+        let (status, detail) = s.get(&format!("/v1/audit/logs/{id}"), &key);
+        assert_eq!(status, 200, "{detail}");
+        assert_eq!(detail["data"]["request_body"], Value::Null, "{detail}");
+        assert_eq!(detail["data"]["http_status"], json!(413), "{detail}");
+    }
 }
 
 #[test]

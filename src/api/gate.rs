@@ -210,29 +210,30 @@ pub async fn v1_gate(State(state): State<AppState>, req: Request, next: Next) ->
     // Before the body is read: a throttled key must cost as little as possible. The refusal
     // is still the tenant's audit entry (every authenticated call is; see docs/API.md), kept
     // small: no body, only the caller's tags when they are valid.
-    if let Err(wait) = state.rate_limiter.check(key.key_id) {
-        ctx.metadata = metadata_header
+    let early_tags = || {
+        metadata_header
             .as_ref()
             .and_then(|h| h.as_ref().ok())
             .and_then(|text| serde_json::from_str::<Value>(text).ok())
-            .filter(Value::is_object);
+            .filter(Value::is_object)
+    };
+    if let Err(wait) = state.rate_limiter.check(key.key_id) {
+        ctx.metadata = early_tags();
         return finish(&state, ctx, rate_limited(wait)).await;
+    }
+    // A body announced over the limit is refused without reading a byte of it, and, like the
+    // 429 above, recorded small: the key is known, so the refusal is the tenant's operation.
+    if declared_length(req.headers()).is_some_and(|n| n > state.settings.max_body_bytes as u64) {
+        ctx.metadata = early_tags();
+        return finish(&state, ctx, too_large(&state)).await;
     }
     let (parts, body) = req.into_parts();
     let body_result = axum::body::to_bytes(body, state.settings.max_body_bytes).await;
 
     let bytes = match body_result {
         Ok(b) => b,
-        Err(_) => {
-            let e = ApiError::new(
-                ErrorCode::PayloadTooLarge,
-                format!(
-                    "the request body exceeds {} bytes",
-                    state.settings.max_body_bytes
-                ),
-            );
-            return finish(&state, ctx, e.into_response()).await;
-        }
+        // Streamed without a length (or longer than announced): noticed while reading.
+        Err(_) => return finish(&state, ctx, too_large(&state)).await,
     };
     ctx.request_body = bounded_json(&bytes, state.settings.audit_body_limit);
     match metadata_header {
@@ -267,6 +268,26 @@ pub async fn v1_gate(State(state): State<AppState>, req: Request, next: Next) ->
     req.extensions_mut().insert(Caller { tenant, key });
     let resp = next.run(req).await;
     finish(&state, ctx, resp).await
+}
+
+/// The request's `Content-Length`, when it names a number.
+fn declared_length(headers: &HeaderMap) -> Option<u64> {
+    headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// 413 naming the configured limit.
+fn too_large(state: &AppState) -> Response {
+    ApiError::new(
+        ErrorCode::PayloadTooLarge,
+        format!(
+            "the request body exceeds {} bytes",
+            state.settings.max_body_bytes
+        ),
+    )
+    .into_response()
 }
 
 /// 429 with `Retry-After` in whole seconds.

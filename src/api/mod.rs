@@ -53,20 +53,23 @@ pub fn app(state: AppState, request_timeout: Duration) -> Router {
     let mut router = Router::new()
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics::render))
-        .route("/openapi.json", get(openapi::serve_document))
-        .merge(v1);
+        .route("/openapi.json", get(openapi::serve_document));
     if state.settings.admin_token.is_some() {
         router = router.merge(
             admin::router().route_layer(from_fn_with_state(state.clone(), admin::require_admin)),
         );
     }
+    // Outside `/v1`: refused by Content-Length before a byte of the body is read. `/v1` is
+    // not under this layer: its gate refuses the same bodies once the key is known, so that
+    // the refusal is recorded in the tenant's audit log (every operation is).
+    let router = router
+        .layer(RequestBodyLimitLayer::new(state.settings.max_body_bytes))
+        .merge(v1);
     let request_id = HeaderName::from_static("x-request-id");
     router
         .route_layer(from_fn(metrics::track))
         .fallback(fallback)
         .layer(DefaultBodyLimit::max(state.settings.max_body_bytes))
-        // Refuses by Content-Length before a byte of the body is read.
-        .layer(RequestBodyLimitLayer::new(state.settings.max_body_bytes))
         .layer(TimeoutLayer::with_status_code(
             StatusCode::REQUEST_TIMEOUT,
             request_timeout,
