@@ -19,6 +19,8 @@ pub struct Settings {
     pub max_body_bytes: usize,
     pub audit_body_limit: usize,
     pub custom_retention_days: i64,
+    /// How long a request may take, its body read and its handler included (408 beyond).
+    pub request_timeout: Duration,
 }
 
 impl Settings {

@@ -397,6 +397,19 @@ fn a_json_array_is_not_a_request_body() {
         assert_error(&resp, 400, 4000);
         assert_eq!(resp.1["message"], message, "{path} {body}");
     }
+    // The refused memory write is the tenant's audit entry, its body kept whole inside a marker
+    // object (the interface types request_body as an object or null).
+    let (status, v) = s.get("/v1/audit/logs?action=memory.write", &key);
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["data"]["total"], json!(1), "{v}");
+    let id = v["data"]["logs"][0]["id"].as_str().expect("id");
+    let (status, d) = s.get(&format!("/v1/audit/logs/{id}"), &key);
+    assert_eq!(status, 200, "{d}");
+    assert_eq!(
+        d["data"]["request_body"],
+        json!({"_non_object": ["a fact", "fact"]}),
+        "{d}"
+    );
     // Nothing was created: no tenant, and no export (an export would answer 409 below).
     let (_, after) = s.admin(Method::GET, "/admin/v1/tenants", None);
     assert_eq!(after["data"]["total"], before["data"]["total"], "{after}");

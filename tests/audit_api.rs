@@ -255,6 +255,29 @@ fn ingestion_validates_each_entry_and_is_atomic() {
             json!({"tenant_id": tenant, "action": "gateway.chat", "http_status": 200, "surprise": 1}),
             "surprise",
         ),
+        // The detail fields hold the interface's types.
+        (
+            json!({"tenant_id": tenant, "action": "gateway.chat", "http_status": 200, "request_body": "text"}),
+            "request_body must be a JSON object or null",
+        ),
+        (
+            json!({"tenant_id": tenant, "action": "gateway.chat", "http_status": 200, "response_body": [1]}),
+            "response_body must be a JSON object or null",
+        ),
+        (
+            json!({"tenant_id": tenant, "action": "gateway.chat", "http_status": 200, "input_content": "hi"}),
+            "input_content must be a JSON object, array or null",
+        ),
+        (
+            json!({"tenant_id": tenant, "action": "gateway.chat", "http_status": 200, "output_content": 7}),
+            "output_content must be a string, a JSON object or null",
+        ),
+        (
+            json!({"tenant_id": tenant, "action": "gateway.chat", "http_status": 200, "rag_results": [
+                {"content": "doc", "similarity": 0.9, "source": {}},
+                {"content": "doc", "similarity": "high", "source": {}}]}),
+            "rag_results[1] must be an object with content (string), similarity (number) and source (object)",
+        ),
     ];
     for (bad, needle) in cases {
         let resp = ingest(&s, vec![good.clone(), good.clone(), bad]);
@@ -270,6 +293,9 @@ fn ingestion_validates_each_entry_and_is_atomic() {
     assert_eq!(v["data"]["total"], json!(0));
     let skewed = json!({"tenant_id": tenant, "action": "gateway.chat", "http_status": 200, "created_at": ago(-4.0 / 1440.0)});
     assert_eq!(ingest(&s, vec![skewed]).0, 200);
+    let nulls = json!({"tenant_id": tenant, "action": "gateway.chat", "http_status": 200, "request_body": null,
+        "response_body": null, "input_content": null, "output_content": null, "rag_results": null});
+    assert_eq!(ingest(&s, vec![nulls]).0, 200);
     assert_error(&ingest(&s, vec![]), 400, 4000);
     let too_many: Vec<Value> = (0..1001).map(|_| good.clone()).collect();
     assert_error(&ingest(&s, too_many), 400, 4000);

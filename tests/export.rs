@@ -58,6 +58,24 @@ fn export_rules_and_codes() {
         400,
         2201,
     );
+    // (Another tenant, so this one's count of refused calls below stays as it is.) An end
+    // before the window is beyond it too, whether or not a start is given.
+    let (_, other) = s.tenant_with_key("pro");
+    assert_error(
+        &s.post("/v1/audit/logs/export", &other, json!({"end_time": old})),
+        400,
+        2201,
+    );
+    // Exactly the plan's 90 days by the client's clock is within it (the window is measured
+    // when the request arrives, a moment later).
+    let exactly = (chrono::Utc::now() - chrono::Duration::days(90)).to_rfc3339();
+    let (status, v) = s.post(
+        "/v1/audit/logs/export",
+        &other,
+        json!({"start_time": exactly, "end_time": chrono::Utc::now().to_rfc3339()}),
+    );
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["data"]["status"], json!("processing"), "{v}");
     assert_error(
         &s.post("/v1/audit/logs/export", &key, json!({"format": "xml"})),
         400,

@@ -85,6 +85,16 @@ fn setup(delay_ms: usize, extra: &[&str]) -> (Arc<Provider>, Server, String, Str
     (provider, s, tenant, key)
 }
 
+/// The tenant's credits as the admin API reports them.
+fn credits_of(s: &Server, tenant: &str) -> Value {
+    let (_, t) = s.admin(
+        reqwest::Method::GET,
+        &format!("/admin/v1/tenants/{tenant}"),
+        None,
+    );
+    t["data"]["credits"].clone()
+}
+
 #[test]
 fn extraction_uses_the_chat_provider_and_a_provider_failure_stores_nothing() {
     let (provider, s, tenant, key) = setup(0, &[]);
@@ -187,10 +197,39 @@ fn a_slow_provider_times_out_with_502_and_blocks_no_other_write() {
     assert_eq!(provider.calls.load(Ordering::SeqCst), 2, "one retry");
     let (_, list) = s.get("/v1/memories", &key);
     assert_eq!(list["data"]["total"], json!(1), "only the plain create");
-    let (_, t) = s.admin(
-        reqwest::Method::GET,
-        &format!("/admin/v1/tenants/{tenant}"),
-        None,
+    assert_eq!(credits_of(&s, &tenant), json!(100.0), "nothing charged");
+}
+
+#[test]
+fn a_request_past_the_timeout_is_answered_408_recorded_and_stores_nothing() {
+    // The provider would answer within its own timeout, the request's is shorter: the gate
+    // answers 408 and records it, and the extraction's memories and charge are not stored.
+    let (provider, s, tenant, key) = setup(
+        3_000,
+        &[
+            "--provider-timeout-secs",
+            "10",
+            "--request-timeout-secs",
+            "1",
+        ],
     );
-    assert_eq!(t["data"]["credits"], json!(100.0), "nothing charged");
+    let resp = s.post(
+        "/v1/memories/extract",
+        &key,
+        json!({"text": "I live in Oslo and I prefer short answers."}),
+    );
+    assert_error(&resp, 408, 4080);
+    assert_eq!(provider.calls.load(Ordering::SeqCst), 1);
+    let (status, logs) = s.get("/v1/audit/logs?action=memory.extract", &key);
+    assert_eq!(status, 200, "{logs}");
+    assert_eq!(logs["data"]["total"], json!(1), "{logs}");
+    let entry = &logs["data"]["logs"][0];
+    assert_eq!(entry["http_status"], json!(408), "{logs}");
+    assert_eq!(entry["error_code"], json!(4080), "{logs}");
+    assert_eq!(entry["credits_consumed"], json!(0.0), "{logs}");
+    // Even once the provider has answered, nothing of the extraction is stored or charged.
+    std::thread::sleep(std::time::Duration::from_millis(2_500));
+    let (_, list) = s.get("/v1/memories", &key);
+    assert_eq!(list["data"]["total"], json!(0), "{list}");
+    assert_eq!(credits_of(&s, &tenant), json!(100.0), "nothing charged");
 }

@@ -433,12 +433,22 @@ fn semantic_search_finds_paraphrases_and_follows_updates() {
     let (_, filtered) = s.post(
         "/v1/memories/search",
         &key,
-        json!({"query": "peanut allergy", "min_similarity": score - 1e-4}),
+        json!({"query": "peanut allergy", "min_similarity": score}),
     );
+    // The shown score given back as the threshold keeps that result: the filter compares
+    // what the client sees (six decimals), not the unrounded similarity.
     assert_eq!(
         filtered["data"]["results"].as_array().map(Vec::len),
-        Some(1)
+        Some(1),
+        "{filtered}"
     );
+    assert_eq!(filtered["data"]["results"][0]["id"], first["id"]);
+    let (_, none) = s.post(
+        "/v1/memories/search",
+        &key,
+        json!({"query": "peanut allergy", "min_similarity": score + 1e-6}),
+    );
+    assert_eq!(none["data"]["results"], json!([]), "{none}");
     let (_, rules) = s.post(
         "/v1/memories/search",
         &key,
@@ -574,6 +584,36 @@ fn extraction_charges_credits_deduplicates_and_is_audited() {
     );
     assert_eq!(status, 200, "{t}");
     assert_eq!(t["data"]["memories"][0]["memory_type"], json!("fact"));
+    // The text is recorded as the object it came in: input_content is an object or an array.
+    let (_, l) = s.get("/v1/audit/logs?action=memory.extract&page_size=1", &key);
+    let (_, d) = s.get(
+        &format!(
+            "/v1/audit/logs/{}",
+            l["data"]["logs"][0]["id"].as_str().expect("id")
+        ),
+        &key,
+    );
+    assert_eq!(
+        d["data"]["input_content"],
+        json!({"text": "I live in Lisbon. Thanks!"}),
+        "{d}"
+    );
+    // null is "not given", as for every optional field.
+    let (status, t) = s.post(
+        "/v1/memories/extract",
+        &key,
+        json!({"text": "I work at Initech.", "messages": null, "deduplicate": null}),
+    );
+    assert_eq!(status, 200, "{t}");
+    assert_error(
+        &s.post(
+            "/v1/memories/extract",
+            &key,
+            json!({"messages": null, "text": null}),
+        ),
+        400,
+        4000,
+    );
 
     assert_error(
         &s.post(

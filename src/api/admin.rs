@@ -536,6 +536,14 @@ pub(crate) struct IngestEntry {
     rag_results: Option<Vec<Value>>,
 }
 
+/// A RAG hit as the interface describes it: `content` a string, `similarity` a number,
+/// `source` an object; other keys are the gateway's and kept.
+fn rag_result_shape(r: &Value) -> bool {
+    r.get("content").is_some_and(Value::is_string)
+        && r.get("similarity").is_some_and(Value::is_number)
+        && r.get("source").is_some_and(Value::is_object)
+}
+
 /// Token usage as ingested: the counts are whole numbers (see [`whole`]).
 #[derive(Deserialize)]
 struct IngestTokens {
@@ -702,6 +710,41 @@ impl IngestEntry {
             if !m.is_object() {
                 return Err(bad("metadata must be a JSON object".into()));
             }
+        }
+        // The interface's types for the detail fields (null is always allowed, and is `None`).
+        for (field, v) in [
+            ("request_body", &e.request_body),
+            ("response_body", &e.response_body),
+        ] {
+            if v.as_ref().is_some_and(|v| !v.is_object()) {
+                return Err(bad(format!("{field} must be a JSON object or null")));
+            }
+        }
+        if e.input_content
+            .as_ref()
+            .is_some_and(|v| !(v.is_object() || v.is_array()))
+        {
+            return Err(bad(
+                "input_content must be a JSON object, array or null".into()
+            ));
+        }
+        if e.output_content
+            .as_ref()
+            .is_some_and(|v| !(v.is_object() || v.is_string()))
+        {
+            return Err(bad(
+                "output_content must be a string, a JSON object or null".into(),
+            ));
+        }
+        if let Some(i) = e
+            .rag_results
+            .iter()
+            .flatten()
+            .position(|r| !rag_result_shape(r))
+        {
+            return Err(bad(format!(
+                "rag_results[{i}] must be an object with content (string), similarity (number) and source (object)"
+            )));
         }
         // Empty strings are stored as null: an export cell cannot tell the two apart.
         let text = |v: Option<String>| v.filter(|s| !s.is_empty());

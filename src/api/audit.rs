@@ -33,16 +33,28 @@ pub fn router() -> Router<AppState> {
         .route("/v1/audit/logs/{audit_id}", get(get_log))
 }
 
-/// Parses an ISO 8601 time: RFC 3339, or a date-time / date without offset taken as UTC.
+/// Parses an ISO 8601 time: RFC 3339; a time in minutes or in the basic form (no separators)
+/// with `Z` or an offset; or a date-time / date without offset, taken as UTC.
 pub fn parse_time(field: &str, s: &str) -> Result<i64, ApiError> {
     let s = s.trim();
     if let Ok(t) = chrono::DateTime::parse_from_rfc3339(s) {
         return Ok(t.timestamp_micros());
     }
+    // chrono's `%z` takes an offset but not `Z`, which is the offset +00:00.
+    let zoned = match s.strip_suffix(['Z', 'z']) {
+        Some(rest) => format!("{rest}+00:00"),
+        None => s.to_string(),
+    };
+    for fmt in ["%Y-%m-%dT%H:%M%#z", "%Y%m%dT%H%M%S%.f%#z", "%Y%m%dT%H%M%#z"] {
+        if let Ok(t) = chrono::DateTime::parse_from_str(&zoned, fmt) {
+            return Ok(t.timestamp_micros());
+        }
+    }
     for fmt in [
         "%Y-%m-%dT%H:%M:%S%.f",
         "%Y-%m-%d %H:%M:%S%.f",
         "%Y-%m-%dT%H:%M",
+        "%Y%m%dT%H%M%S%.f",
     ] {
         if let Ok(t) = chrono::NaiveDateTime::parse_from_str(s, fmt) {
             return Ok(t.and_utc().timestamp_micros());
@@ -405,6 +417,40 @@ pub(crate) mod tests {
             prev_hash: [9; 32],
         };
         (entry, r)
+    }
+
+    #[test]
+    fn iso_8601_times_in_their_common_forms() {
+        let at = |s: &str| parse_time("t", s).map_err(|e| e.message);
+        let noon = Ok(1_769_860_800_000_000); // 2026-01-31T12:00:00Z
+        for s in [
+            "2026-01-31T12:00:00Z",
+            "2026-01-31T12:00:00.000+00:00",
+            "2026-01-31T14:00:00+02:00",
+            "2026-01-31T12:00Z",
+            "2026-01-31T13:00+01:00",
+            "2026-01-31T13:00+0100",
+            "20260131T120000Z",
+            "20260131T120000.000Z",
+            "20260131T140000+0200",
+            "20260131T1200Z",
+            "2026-01-31T12:00:00",
+            "2026-01-31 12:00:00",
+            "2026-01-31T12:00",
+            "20260131T120000",
+        ] {
+            assert_eq!(at(s), noon, "{s}");
+        }
+        assert_eq!(at("2026-01-31"), Ok(1_769_817_600_000_000));
+        for bad in [
+            "2026-01-31T12",
+            "31/01/2026",
+            "2026-13-01T00:00:00Z",
+            "noon",
+            "",
+        ] {
+            assert!(at(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -104,16 +104,24 @@ pub(crate) async fn create_export(
     let (format, start, end) = create_export_fields(&headers, &body)?;
     let window = retention_start(&state, tenant.plan);
     let now = chrono::Utc::now().timestamp_micros();
-    if let Some(s) = start {
-        if s < window {
-            let days = state.settings.retention_days(tenant.plan);
-            return Err(ApiError::new(
-                ErrorCode::ExportRangeExceedsRetention,
-                format!("export time range exceeds the plan retention days: start_time is more than {days} days ago"),
-            ));
-        }
+    let beyond = |field: &str| {
+        let days = state.settings.retention_days(tenant.plan);
+        ApiError::new(
+            ErrorCode::ExportRangeExceedsRetention,
+            format!("export time range exceeds the plan retention days: {field} is more than {days} days ago"),
+        )
+    };
+    // A start at most the ingestion's clock-skew allowance before the window is the window: a
+    // client asking for exactly "the last 90 days" by its own clock is not refused for the
+    // milliseconds its request took to arrive.
+    let earliest = window - super::admin::MAX_FUTURE_MICROS;
+    if start.is_some_and(|s| s < earliest) {
+        return Err(beyond("start_time"));
     }
-    let (start, end) = (start.unwrap_or(window), end.unwrap_or(now));
+    if end.is_some_and(|e| e < earliest) {
+        return Err(beyond("end_time"));
+    }
+    let (start, end) = (start.map_or(window, |s| s.max(window)), end.unwrap_or(now));
     if end < start {
         return Err(ApiError::bad_request("end_time is before start_time"));
     }

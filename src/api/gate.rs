@@ -141,7 +141,9 @@ fn client_ip(state: &AppState, req: &Request) -> Option<String> {
         .map(|c| c.0.ip().to_string())
 }
 
-/// Bodies over the limit are kept as a marked prefix, never silently dropped.
+/// Bodies over the limit are kept as a marked prefix, never silently dropped. The interface
+/// types `request_body` and `response_body` as objects, so JSON of another kind (an array, a
+/// string: a body the route refuses) is kept whole inside a marker object.
 pub fn bounded_json(bytes: &[u8], limit: usize) -> Option<Value> {
     if bytes.is_empty() {
         return None;
@@ -151,7 +153,8 @@ pub fn bounded_json(bytes: &[u8], limit: usize) -> Option<Value> {
         return Some(json!({"_truncated": true, "_original_bytes": bytes.len(), "_prefix": cut}));
     }
     match serde_json::from_slice::<Value>(bytes) {
-        Ok(v) => Some(v),
+        Ok(v @ Value::Object(_)) => Some(v),
+        Ok(v) => Some(json!({ "_non_object": v })),
         Err(_) => Some(json!({"_unparsed": String::from_utf8_lossy(bytes)})),
     }
 }
@@ -227,13 +230,22 @@ pub async fn v1_gate(State(state): State<AppState>, req: Request, next: Next) ->
         ctx.metadata = early_tags();
         return finish(&state, ctx, too_large(&state)).await;
     }
+    // The request's time runs from its arrival through its body and its handler; the
+    // recording in `finish` is outside it, so a timeout answers 408 with nothing of the
+    // operation stored (its events are appended only there) and is itself recorded.
+    let deadline = tokio::time::Instant::from_std(started) + state.settings.request_timeout;
     let (parts, body) = req.into_parts();
-    let body_result = axum::body::to_bytes(body, state.settings.max_body_bytes).await;
+    let body_result = tokio::time::timeout_at(
+        deadline,
+        axum::body::to_bytes(body, state.settings.max_body_bytes),
+    )
+    .await;
 
     let bytes = match body_result {
-        Ok(b) => b,
+        Ok(Ok(b)) => b,
         // Streamed without a length (or longer than announced): noticed while reading.
-        Err(_) => return finish(&state, ctx, too_large(&state)).await,
+        Ok(Err(_)) => return finish(&state, ctx, too_large(&state)).await,
+        Err(_) => return finish(&state, ctx, timed_out(&state)).await,
     };
     ctx.request_body = bounded_json(&bytes, state.settings.audit_body_limit);
     match metadata_header {
@@ -266,8 +278,23 @@ pub async fn v1_gate(State(state): State<AppState>, req: Request, next: Next) ->
     }
     let mut req = Request::from_parts(parts, Body::from(bytes));
     req.extensions_mut().insert(Caller { tenant, key });
-    let resp = next.run(req).await;
+    let resp = match tokio::time::timeout_at(deadline, next.run(req)).await {
+        Ok(resp) => resp,
+        Err(_) => timed_out(&state),
+    };
     finish(&state, ctx, resp).await
+}
+
+/// 408 naming the configured timeout.
+fn timed_out(state: &AppState) -> Response {
+    ApiError::new(
+        ErrorCode::RequestTimeout,
+        format!(
+            "the request took longer than {} s",
+            state.settings.request_timeout.as_secs()
+        ),
+    )
+    .into_response()
 }
 
 /// The request's `Content-Length`, when it names a number.

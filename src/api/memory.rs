@@ -516,9 +516,9 @@ pub(crate) fn search_params(headers: &HeaderMap, body: &[u8]) -> Result<SearchPa
         },
     };
     let min_similarity = match body.get("min_similarity") {
-        None | Some(Value::Null) => 0.0,
+        None | Some(Value::Null) => score_floor(0.0),
         Some(v) => match v.as_f64() {
-            Some(x) if (-1.0..=1.0).contains(&x) => x as f32,
+            Some(x) if (-1.0..=1.0).contains(&x) => score_floor(x),
             _ => {
                 return Err(ApiError::bad_request(
                     "min_similarity must be a number from -1.0 to 1.0",
@@ -562,7 +562,7 @@ pub(crate) async fn search_memories(
             top_k,
         )
         .map_err(ApiError::internal)?;
-    let round = |x: f32| ((x as f64) * 1e6).round() / 1e6;
+    let round = shown_score;
     let results: Vec<Value> = hits
         .iter()
         .map(|(m, h)| {
@@ -603,6 +603,37 @@ pub(crate) struct ExtractBody {
     pub input_text: String,
 }
 
+/// A similarity as the API shows it: six decimals.
+fn shown_score(s: f32) -> f64 {
+    ((s as f64) * 1e6).round() / 1e6
+}
+
+/// The lowest similarity whose shown value is at least `min`: the scan's threshold, so that
+/// search keeps exactly the results whose shown `score` meets `min_similarity` (a score given
+/// back as the threshold keeps its result). The shown value rises with the similarity, so the
+/// threshold is found a few f32 steps from `min - 0.5e-6`.
+fn score_floor(min: f64) -> f32 {
+    let mut t = (min - 0.5e-6) as f32;
+    while shown_score(t) < min {
+        t = next_f32(t, true);
+    }
+    while shown_score(next_f32(t, false)) >= min {
+        t = next_f32(t, false);
+    }
+    t
+}
+
+/// The adjacent f32 above (`up`) or below a finite `t` (`f32::next_up` is newer than the MSRV):
+/// f32s are ordered by their bits' magnitude, so a step away from zero adds one to the bits.
+fn next_f32(t: f32, up: bool) -> f32 {
+    if t == 0.0 {
+        let least = f32::from_bits(1);
+        return if up { least } else { -least };
+    }
+    let bits = t.to_bits();
+    f32::from_bits(if (t > 0.0) == up { bits + 1 } else { bits - 1 })
+}
+
 pub(crate) fn extract_request(headers: &HeaderMap, body: &[u8]) -> Result<ExtractBody, ApiError> {
     let body = object_body(headers, body)?;
     reject_unknown(&body, &["messages", "text", "deduplicate"])?;
@@ -611,7 +642,9 @@ pub(crate) fn extract_request(headers: &HeaderMap, body: &[u8]) -> Result<Extrac
         Some(Value::Bool(b)) => *b,
         Some(_) => return Err(ApiError::bad_request("deduplicate must be a boolean")),
     };
-    let (input, input_value, input_text) = match (body.get("messages"), body.get("text")) {
+    // null is "not given", as for every optional field.
+    let given = |k: &str| body.get(k).filter(|v| !v.is_null());
+    let (input, input_value, input_text) = match (given("messages"), given("text")) {
         (Some(_), Some(_)) => {
             return Err(ApiError::bad_request(
                 "give exactly one of messages or text, not both",
@@ -648,9 +681,11 @@ pub(crate) fn extract_request(headers: &HeaderMap, body: &[u8]) -> Result<Extrac
                 .join("\n");
             (ExtractInput::Messages(msgs), m.clone(), text)
         }
+        // The audit detail's input_content is an object or an array (the interface), so the
+        // text is recorded as the object it came in.
         (None, Some(Value::String(t))) if !t.trim().is_empty() => (
             ExtractInput::Text(t.clone()),
-            Value::String(t.clone()),
+            json!({ "text": t }),
             t.clone(),
         ),
         (None, Some(_)) => return Err(ApiError::bad_request("text must be a non-empty string")),
@@ -876,4 +911,30 @@ pub(crate) async fn memory_history(
     Ok(Data(
         json!({"id": id.to_string(), "deleted": stored.deleted_at.is_some(), "versions": versions}),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{next_f32, score_floor, shown_score};
+
+    #[test]
+    fn the_score_floor_is_the_lowest_similarity_shown_at_the_threshold() {
+        for min in [-1.0, -0.25, 0.0, 1e-6, 0.123_456, 0.8, 0.999_999, 1.0] {
+            let t = score_floor(min);
+            assert!(shown_score(t) >= min, "{min}: {t} shows {}", shown_score(t));
+            assert!(
+                shown_score(next_f32(t, false)) < min,
+                "{min}: {} shows {}",
+                next_f32(t, false),
+                shown_score(next_f32(t, false))
+            );
+        }
+        for t in [-1.0f32, -0.3, -1e-40, 0.0, 1e-40, 0.3, 1.0] {
+            assert!(next_f32(t, true) > t && next_f32(t, false) < t, "{t}");
+            assert_eq!(next_f32(next_f32(t, true), false), t, "{t}");
+        }
+        // A similarity shown as 0.8 passes a threshold of 0.8 though it is below it unrounded.
+        assert!(0.799_999_6_f32 >= score_floor(0.8));
+        assert!(0.799_999_4_f32 < score_floor(0.8));
+    }
 }

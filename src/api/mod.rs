@@ -15,8 +15,6 @@ pub mod metrics;
 pub mod openapi;
 pub mod rate_limit;
 
-use std::time::Duration;
-
 use axum::extract::DefaultBodyLimit;
 use axum::http::{HeaderName, StatusCode};
 use axum::middleware::{from_fn, from_fn_with_state};
@@ -44,7 +42,7 @@ pub(crate) fn whole_number(n: &serde_json::Number) -> Option<i128> {
     })
 }
 
-pub fn app(state: AppState, request_timeout: Duration) -> Router {
+pub fn app(state: AppState) -> Router {
     let v1 = Router::new()
         .merge(audit::router())
         .merge(export::router())
@@ -59,21 +57,23 @@ pub fn app(state: AppState, request_timeout: Duration) -> Router {
             admin::router().route_layer(from_fn_with_state(state.clone(), admin::require_admin)),
         );
     }
-    // Outside `/v1`: refused by Content-Length before a byte of the body is read. `/v1` is
-    // not under this layer: its gate refuses the same bodies once the key is known, so that
-    // the refusal is recorded in the tenant's audit log (every operation is).
+    // Outside `/v1`: refused by Content-Length before a byte of the body is read, and 408
+    // after the timeout. `/v1` is under neither layer: its gate refuses the same bodies once the
+    // key is known and times out the same requests itself, so that each refusal is recorded in
+    // the tenant's audit log (every operation is), and so that a timeout never cuts off the
+    // recording of an operation that was done.
     let router = router
         .layer(RequestBodyLimitLayer::new(state.settings.max_body_bytes))
+        .layer(TimeoutLayer::with_status_code(
+            StatusCode::REQUEST_TIMEOUT,
+            state.settings.request_timeout,
+        ))
         .merge(v1);
     let request_id = HeaderName::from_static("x-request-id");
     router
         .route_layer(from_fn(metrics::track))
         .fallback(fallback)
         .layer(DefaultBodyLimit::max(state.settings.max_body_bytes))
-        .layer(TimeoutLayer::with_status_code(
-            StatusCode::REQUEST_TIMEOUT,
-            request_timeout,
-        ))
         .layer(from_fn(error::envelope_guard))
         .layer(TraceLayer::new_for_http())
         .layer(PropagateRequestIdLayer::new(request_id.clone()))

@@ -126,6 +126,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             max_body_bytes: args.max_body_bytes,
             audit_body_limit: args.audit_body_limit,
             custom_retention_days: args.custom_retention_days,
+            request_timeout: Duration::from_secs(args.request_timeout_secs.max(1)),
         },
         exports: crate::export::ExportSettings {
             dir: args.data_dir.join(crate::export::EXPORTS_DIR),
@@ -151,10 +152,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         state.clone(),
         state.exports.clone(),
     ));
-    let app = crate::api::app(
-        state.clone(),
-        Duration::from_secs(args.request_timeout_secs.max(1)),
-    );
+    let app = crate::api::app(state.clone());
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("binding {}", args.listen))?;
