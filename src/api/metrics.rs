@@ -86,9 +86,6 @@ pub async fn render(State(state): State<AppState>) -> Response {
     if let Some(live) = crate::heap_live_bytes() {
         metrics::gauge!("auditmem_heap_live_bytes").set(live as f64);
     }
-    if let Some(committed) = crate::heap_committed_bytes() {
-        metrics::gauge!("auditmem_heap_committed_bytes").set(committed as f64);
-    }
     if let Some(rss) = resident_bytes() {
         metrics::gauge!("auditmem_process_resident_bytes").set(rss as f64);
     }
