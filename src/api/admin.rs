@@ -712,29 +712,26 @@ impl IngestEntry {
             }
         }
         // The interface's types for the detail fields (null is always allowed, and is `None`).
-        for (field, v) in [
-            ("request_body", &e.request_body),
-            ("response_body", &e.response_body),
+        let object = Value::is_object as fn(&Value) -> bool;
+        for (field, v, fits, kinds) in [
+            ("request_body", &e.request_body, object, "a JSON object"),
+            ("response_body", &e.response_body, object, "a JSON object"),
+            (
+                "input_content",
+                &e.input_content,
+                |v: &Value| v.is_object() || v.is_array(),
+                "a JSON object, array",
+            ),
+            (
+                "output_content",
+                &e.output_content,
+                |v: &Value| v.is_object() || v.is_string(),
+                "a string, a JSON object",
+            ),
         ] {
-            if v.as_ref().is_some_and(|v| !v.is_object()) {
-                return Err(bad(format!("{field} must be a JSON object or null")));
+            if v.as_ref().is_some_and(|v| !fits(v)) {
+                return Err(bad(format!("{field} must be {kinds} or null")));
             }
-        }
-        if e.input_content
-            .as_ref()
-            .is_some_and(|v| !(v.is_object() || v.is_array()))
-        {
-            return Err(bad(
-                "input_content must be a JSON object, array or null".into()
-            ));
-        }
-        if e.output_content
-            .as_ref()
-            .is_some_and(|v| !(v.is_object() || v.is_string()))
-        {
-            return Err(bad(
-                "output_content must be a string, a JSON object or null".into(),
-            ));
         }
         if let Some(i) = e
             .rag_results

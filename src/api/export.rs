@@ -121,7 +121,7 @@ pub(crate) async fn create_export(
     if end.is_some_and(|e| e < earliest) {
         return Err(beyond("end_time"));
     }
-    let (start, end) = (start.map_or(window, |s| s.max(window)), end.unwrap_or(now));
+    let (start, end) = (start.unwrap_or(window).max(window), end.unwrap_or(now));
     if end < start {
         return Err(ApiError::bad_request("end_time is before start_time"));
     }

@@ -197,10 +197,17 @@ pub async fn v1_gate(State(state): State<AppState>, req: Request, next: Next) ->
         .and_then(|v| v.to_str().ok())
         .filter(|s| !s.is_empty())
         .map(str::to_string);
-    let metadata_header = req
-        .headers()
-        .get("x-audit-metadata")
-        .map(|v| v.to_str().map(str::to_string));
+    // The caller's tags, read once: `Err` when the header is there but not a JSON object.
+    let tags: Result<Option<Value>, ()> = match req.headers().get("x-audit-metadata") {
+        None => Ok(None),
+        Some(h) => h
+            .to_str()
+            .ok()
+            .and_then(|text| serde_json::from_str::<Value>(text).ok())
+            .filter(Value::is_object)
+            .map(Some)
+            .ok_or(()),
+    };
     let mut ctx = Ctx {
         started,
         action,
@@ -213,21 +220,14 @@ pub async fn v1_gate(State(state): State<AppState>, req: Request, next: Next) ->
     // Before the body is read: a throttled key must cost as little as possible. The refusal
     // is still the tenant's audit entry (every authenticated call is; see docs/API.md), kept
     // small: no body, only the caller's tags when they are valid.
-    let early_tags = || {
-        metadata_header
-            .as_ref()
-            .and_then(|h| h.as_ref().ok())
-            .and_then(|text| serde_json::from_str::<Value>(text).ok())
-            .filter(Value::is_object)
-    };
     if let Err(wait) = state.rate_limiter.check(key.key_id) {
-        ctx.metadata = early_tags();
+        ctx.metadata = tags.ok().flatten();
         return finish(&state, ctx, rate_limited(wait)).await;
     }
     // A body announced over the limit is refused without reading a byte of it, and, like the
     // 429 above, recorded small: the key is known, so the refusal is the tenant's operation.
     if declared_length(req.headers()).is_some_and(|n| n > state.settings.max_body_bytes as u64) {
-        ctx.metadata = early_tags();
+        ctx.metadata = tags.ok().flatten();
         return finish(&state, ctx, too_large(&state)).await;
     }
     // The request's time runs from its arrival through its body and its handler; the
@@ -248,16 +248,9 @@ pub async fn v1_gate(State(state): State<AppState>, req: Request, next: Next) ->
         Err(_) => return finish(&state, ctx, timed_out(&state)).await,
     };
     ctx.request_body = bounded_json(&bytes, state.settings.audit_body_limit);
-    match metadata_header {
-        None => {}
-        Some(Ok(text)) => match serde_json::from_str::<Value>(&text) {
-            Ok(v @ Value::Object(_)) => ctx.metadata = Some(v),
-            _ => {
-                let e = ApiError::bad_request("X-Audit-Metadata must be a JSON object");
-                return finish(&state, ctx, e.into_response()).await;
-            }
-        },
-        Some(Err(_)) => {
+    match tags {
+        Ok(t) => ctx.metadata = t,
+        Err(()) => {
             let e = ApiError::bad_request("X-Audit-Metadata must be a JSON object");
             return finish(&state, ctx, e.into_response()).await;
         }

@@ -562,18 +562,17 @@ pub(crate) async fn search_memories(
             top_k,
         )
         .map_err(ApiError::internal)?;
-    let round = shown_score;
     let results: Vec<Value> = hits
         .iter()
         .map(|(m, h)| {
-            json!({"id": m.id.to_string(), "content": m.content, "memory_type": m.memory_type, "importance": m.importance, "score": round(h.score)})
+            json!({"id": m.id.to_string(), "content": m.content, "memory_type": m.memory_type, "importance": m.importance, "score": shown_score(h.score)})
         })
         .collect();
     let audited: Vec<Value> = hits
         .iter()
         .map(|(m, h)| {
             json!({"id": m.id.to_string(), "content": m.content, "memory_type": m.memory_type, "importance": m.importance,
-                   "similarity": round(h.score), "final_score": round(h.final_score), "source": "semantic"})
+                   "similarity": shown_score(h.score), "final_score": shown_score(h.final_score), "source": "semantic"})
         })
         .collect();
     let ops = PendingOps {
