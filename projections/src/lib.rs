@@ -12,6 +12,7 @@ mod overlay;
 pub mod projection;
 pub mod sorted_index;
 pub mod tenants;
+pub mod texts;
 pub mod vector_table;
 
 pub use event::{
@@ -29,6 +30,7 @@ pub use projection::{Applied, Prepared, Projection, ProjectionError};
 /// itself, so SipHash's defence against chosen keys buys nothing there; it cost about 7% of a
 /// replay's apply thread (perf), foldhash a fraction of that.
 pub(crate) type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+pub(crate) type FastSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
 
 /// Every projection of the service, applied together in log order.
 pub struct Projections {

@@ -2,7 +2,8 @@
 //! `MemoryDeleted` and `MemoriesDeletedByType`.
 //!
 //! In memory: every memory ever created with its current state, a [`StoredMemory`] held compact
-//! (content, type, importance, times, the model, the seq of the event holding its current
+//! (type, importance, times, the model, where its content is in an unlinked file of the spill
+//! directory (see [`crate::texts`]), the seq of the event holding its current
 //! vector, the seqs of every event that changed it, and `deleted_at` once deleted: a deleted
 //! memory answers nothing but its history), and per tenant the order of its live memories by
 //! creation, each with its type, and its [`VectorTable`].
@@ -21,6 +22,7 @@
 //! entry, and is read from there (through a [`VectorSource`]) when the table is rebuilt at open.
 
 use std::collections::{BTreeMap, HashMap};
+use std::io;
 use std::sync::{RwLock, RwLockReadGuard};
 
 use rayon::prelude::*;
@@ -30,8 +32,9 @@ use uuid::Uuid;
 use crate::event::{vector_from_bytes, Event, MemoryType};
 use crate::overlay::{fold_new, prefixed, Overlay};
 use crate::projection::{corrupt, Applied, Projection, Result};
+use crate::texts::{TextRef, Texts};
 use crate::vector_table::{Hit, Spill, VectorTable};
-use crate::FastMap;
+use crate::{FastMap, FastSet};
 
 pub const TREE: &str = "proj_memories";
 
@@ -109,16 +112,18 @@ const SINGLE_PART: u32 = u32::MAX;
 /// `Kept::deleted_at` of a live memory: no event carries this time.
 const NOT_DELETED: i64 = i64::MIN;
 
-/// A memory as held in memory: [`StoredMemory`] without its id (the key it is held under), in
-/// 96 bytes and three allocations (itself, content, versions). Held once per memory ever
-/// created, so every field counts 100,000 times over in the soak's seed: the tenant and the
-/// model are indexes into [`Names`] (each held once however many memories share it), the
-/// home and the deletion time are packed without an enum's tag, and an older build's copy of
-/// the vector lives beside (`Names::old_vectors`), not in every state. Before this layout (160
-/// bytes, the tenant, model and home inline) `examples/heap_per_memory.rs` measured the store's
-/// heap without the vector tables at 501 bytes a memory; see docs/RELIABILITY.md for now.
+/// A memory as held in memory: [`StoredMemory`] without its id (the key it is held under) and
+/// without its content (in [`Names::texts`], off the heap), in 96 bytes and two allocations
+/// (itself and its versions). Held once per memory ever created, so every field counts 100,000
+/// times over in the soak's seed: the tenant and the model are indexes into [`Names`] (each
+/// held once however many memories share it), the home and the deletion time are packed
+/// without an enum's tag, and an older build's copy of the vector lives beside
+/// (`Names::old_vectors`), not in every state. Before this layout (160 bytes and the content
+/// on the heap) `examples/heap_per_memory.rs` measured the store's heap without the vector
+/// tables at 501 bytes a memory; docs/RELIABILITY.md ("Seventh session") has it now.
 struct Kept {
-    content: Box<str>,
+    /// Where the content is in [`Names::texts`].
+    text_at: u64,
     versions: Box<[u64]>,
     importance: f64,
     created_at: i64,
@@ -131,6 +136,7 @@ struct Kept {
     home_part: u32,
     tenant: u32,
     model: u32,
+    text_len: u32,
     memory_type: MemoryType,
 }
 
@@ -154,22 +160,20 @@ impl Kept {
         self.deleted_at != NOT_DELETED
     }
 
-    fn view(&self, id: Uuid) -> MemoryView {
-        MemoryView {
-            id,
-            content: self.content.to_string(),
-            memory_type: self.memory_type,
-            importance: self.importance,
-            created_at: self.created_at,
-            updated_at: self.updated_at,
+    fn text(&self) -> TextRef {
+        TextRef {
+            at: self.text_at,
+            len: self.text_len,
         }
     }
 }
 
 /// What the memories' states share: tenants and models, each held once and named in a
-/// [`Kept`] by index, and the vectors older builds copied into their records.
+/// [`Kept`] by index, the contents (off the heap, see [`Texts`]), and the vectors older builds
+/// copied into their records.
 #[derive(Default)]
 struct Names {
+    texts: Texts,
     tenants: Vec<Uuid>,
     tenant_index: HashMap<Uuid, u32>,
     models: Vec<Box<str>>,
@@ -205,7 +209,9 @@ impl Names {
         self.tenants.get(i as usize).copied().unwrap_or_default()
     }
 
-    fn keep(&mut self, m: StoredMemory, home: Home) -> Box<Kept> {
+    /// `m` as held in memory; its content is appended to the texts unless `text` says where
+    /// the same content already is.
+    fn keep(&mut self, m: StoredMemory, home: Home, text: Option<TextRef>) -> Box<Kept> {
         if m.vector.is_empty() {
             // Taken out once a later state (which never carries one) replaces it.
             if !self.old_vectors.is_empty() {
@@ -214,10 +220,12 @@ impl Names {
         } else {
             self.old_vectors.insert(m.id, m.vector.into_boxed_slice());
         }
+        let text = text.unwrap_or_else(|| self.texts.push(&m.content));
         let mut kept = Box::new(Kept {
             tenant: self.tenant_index(m.tenant_id),
             model: self.model_index(&m.model),
-            content: m.content.into_boxed_str(),
+            text_at: text.at,
+            text_len: text.len,
             versions: m.versions.into_boxed_slice(),
             importance: m.importance,
             created_at: m.created_at,
@@ -232,11 +240,22 @@ impl Names {
         kept
     }
 
-    fn stored(&self, id: Uuid, k: &Kept) -> StoredMemory {
-        StoredMemory {
+    fn view(&self, id: Uuid, k: &Kept) -> io::Result<MemoryView> {
+        Ok(MemoryView {
+            id,
+            content: self.texts.read(k.text())?,
+            memory_type: k.memory_type,
+            importance: k.importance,
+            created_at: k.created_at,
+            updated_at: k.updated_at,
+        })
+    }
+
+    fn stored(&self, id: Uuid, k: &Kept) -> io::Result<StoredMemory> {
+        Ok(StoredMemory {
             id,
             tenant_id: self.tenant(k.tenant),
-            content: k.content.to_string(),
+            content: self.texts.read(k.text())?,
             memory_type: k.memory_type,
             importance: k.importance,
             created_at: k.created_at,
@@ -254,7 +273,7 @@ impl Names {
             versions: k.versions.to_vec(),
             deleted_at: k.is_deleted().then_some(k.deleted_at),
             vector_seq: k.vector_seq,
-        }
+        })
     }
 }
 
@@ -398,15 +417,20 @@ impl Memories {
     /// tenants' f32 rows go to files as `spill` says (none: every row stays on the heap).
     pub fn open(db: &sled::Db, vectors: VectorSource<'_>, spill: Option<Spill>) -> Result<Self> {
         let tree = db.open_tree(TREE)?;
+        let texts = Texts::new(spill.as_ref().map(|s| s.dir.clone()));
         let mut state = State {
             spill,
+            names: Names {
+                texts,
+                ..Names::default()
+            },
             ..State::default()
         };
         for kv in tree.scan_prefix([b'm']) {
             let (_, v) = kv?;
             let m = dec(&v)?;
             let id = m.id;
-            let kept = state.names.keep(m, Home::Single);
+            let kept = state.names.keep(m, Home::Single, None);
             state.all.insert(id, kept);
         }
         // Keys sort by seq, so a later state of a memory replaces an earlier one.
@@ -417,7 +441,7 @@ impl Memories {
             let len = states.len() as u32;
             for m in states {
                 let id = m.id;
-                let kept = state.names.keep(m, Home::Block(block));
+                let kept = state.names.keep(m, Home::Block(block), None);
                 state.all.insert(id, kept);
             }
             state.blocks.insert(block, BlockUse { len, current: 0 });
@@ -483,14 +507,22 @@ impl Memories {
     }
 
     /// A live memory of the tenant.
-    pub fn get(&self, tenant: &Uuid, id: &Uuid) -> Option<MemoryView> {
-        self.state().live(tenant, id).map(|m| m.view(*id))
+    pub fn get(&self, tenant: &Uuid, id: &Uuid) -> io::Result<Option<MemoryView>> {
+        let state = self.state();
+        state
+            .live(tenant, id)
+            .map(|m| state.names.view(*id, m))
+            .transpose()
     }
 
     /// The stored record, live or deleted, of any tenant (history reads it).
     pub fn stored(&self, id: &Uuid) -> Result<Option<StoredMemory>> {
         let state = self.state();
-        Ok(state.all.get(id).map(|k| state.names.stored(*id, k)))
+        Ok(state
+            .all
+            .get(id)
+            .map(|k| state.names.stored(*id, k))
+            .transpose()?)
     }
 
     /// Newest first; returns (total, page).
@@ -500,10 +532,10 @@ impl Memories {
         memory_type: Option<MemoryType>,
         offset: usize,
         limit: usize,
-    ) -> (usize, Vec<MemoryView>) {
+    ) -> io::Result<(usize, Vec<MemoryView>)> {
         let state = self.state();
         let Some(t) = state.tenants.get(tenant) else {
-            return (0, Vec::new());
+            return Ok((0, Vec::new()));
         };
         let total = match memory_type {
             None => t.order.len(),
@@ -516,9 +548,9 @@ impl Memories {
             .filter(|(_, ty)| memory_type.is_none_or(|want| **ty == want))
             .skip(offset)
             .take(limit)
-            .filter_map(|((_, id), _)| state.live(tenant, id).map(|m| m.view(*id)))
-            .collect();
-        (total, page)
+            .filter_map(|((_, id), _)| state.live(tenant, id).map(|m| state.names.view(*id, m)))
+            .collect::<io::Result<_>>()?;
+        Ok((total, page))
     }
 
     /// Ids of the tenant's live memories of a type.
@@ -566,11 +598,15 @@ impl Memories {
         let Some(t) = state.tenants.get(tenant) else {
             return Ok(Vec::new());
         };
-        Ok(t.vectors
+        t.vectors
             .search_fast(query, memory_type, min_similarity, k)?
             .into_iter()
-            .filter_map(|h| state.live(tenant, &h.id).map(|m| (m.view(h.id), h)))
-            .collect())
+            .filter_map(|h| {
+                state
+                    .live(tenant, &h.id)
+                    .map(|m| state.names.view(h.id, m).map(|v| (v, h)))
+            })
+            .collect()
     }
 
     /// The most similar live memory of the tenant (of a type, if given) and its cosine.
@@ -590,34 +626,37 @@ impl Memories {
 
     /// Folds one event into `finals`, the latest state of each memory the batch touched (what
     /// the stored and in-memory state take once the batch landed); `vectors` records which
-    /// event holds each touched memory's new vector. Reads only memory: `all` is the state
-    /// before the batch.
+    /// event holds each touched memory's new vector, `texts` which were given a content. Reads
+    /// only the state before the batch (and contents from the texts file).
     fn fold(
         state: &State,
         finals: &mut FastMap<Uuid, StoredMemory>,
         vectors: &mut FastMap<Uuid, u64>,
+        texts: &mut FastSet<Uuid>,
         a: &Applied<'_>,
-    ) {
+    ) -> io::Result<()> {
         // Applies `f` to the memory's latest state unless it is deleted or unknown.
         let update = |finals: &mut FastMap<Uuid, StoredMemory>,
                       id: &Uuid,
-                      f: &mut dyn FnMut(&mut StoredMemory)| {
-            let current = match finals.get_mut(id) {
-                Some(m) => m,
-                None => match state.all.get(id) {
-                    Some(k) => finals
-                        .entry(*id)
-                        .or_insert_with(|| state.names.stored(*id, k)),
-                    None => return,
-                },
+                      f: &mut dyn FnMut(&mut StoredMemory)|
+         -> io::Result<()> {
+            if !finals.contains_key(id) {
+                let Some(k) = state.all.get(id) else {
+                    return Ok(());
+                };
+                finals.insert(*id, state.names.stored(*id, k)?);
+            }
+            let Some(current) = finals.get_mut(id) else {
+                return Ok(());
             };
             if current.deleted_at.is_some() {
-                return;
+                return Ok(());
             }
             f(current);
             if current.versions.last() != Some(&a.seq) {
                 current.versions.push(a.seq);
             }
+            Ok(())
         };
         match a.event {
             Event::MemoryCreated(e)
@@ -639,9 +678,13 @@ impl Memories {
                 };
                 finals.insert(e.memory_id, m);
                 vectors.insert(e.memory_id, a.seq);
+                texts.insert(e.memory_id);
             }
             Event::MemoryUpdated(e) => {
                 let mut new_vector = false;
+                if e.content.is_some() {
+                    texts.insert(e.memory_id);
+                }
                 update(finals, &e.memory_id, &mut |m| {
                     if let Some(c) = &e.content {
                         m.content = c.clone();
@@ -656,21 +699,22 @@ impl Memories {
                         new_vector = true;
                     }
                     m.updated_at = e.updated_at;
-                });
+                })?;
                 if new_vector {
                     vectors.insert(e.memory_id, a.seq);
                 }
             }
             Event::MemoryDeleted(e) => update(finals, &e.memory_id, &mut |m| {
                 m.deleted_at = Some(e.deleted_at)
-            }),
+            })?,
             Event::MemoriesDeletedByType(e) => {
                 for id in &e.memory_ids {
-                    update(finals, id, &mut |m| m.deleted_at = Some(e.deleted_at));
+                    update(finals, id, &mut |m| m.deleted_at = Some(e.deleted_at))?;
                 }
             }
             _ => {}
         }
+        Ok(())
     }
 
     /// Plans the blocks of a batch into `ov`: the changed states (`finals`) and any carried by
@@ -723,7 +767,7 @@ impl Memories {
         let carried: Vec<StoredMemory> = carried
             .iter()
             .filter_map(|id| state.all.get(id).map(|k| state.names.stored(*id, k)))
-            .collect();
+            .collect::<io::Result<_>>()?;
         let states: Vec<&StoredMemory> = finals.values().chain(&carried).collect();
         let mut written = Vec::new();
         for (part, chunk) in states.chunks(BLOCK_STATES).enumerate() {
@@ -790,12 +834,13 @@ impl Projection for Memories {
     fn apply(&self, events: &[Applied<'_>]) -> Result<()> {
         let mut finals: FastMap<Uuid, StoredMemory> = FastMap::default();
         let mut new_vectors: FastMap<Uuid, u64> = FastMap::default();
+        let mut new_texts: FastSet<Uuid> = FastSet::default();
         // `apply` is the only writer, so the state read here is still current when the batch
         // lands below.
         let (ov, last, plan) = {
             let state = self.state();
             let Some((mut ov, last)) = fold_new(&self.tree, TREE, events, |_, a| {
-                Self::fold(&state, &mut finals, &mut new_vectors, a);
+                Self::fold(&state, &mut finals, &mut new_vectors, &mut new_texts, a)?;
                 Ok(())
             })?
             else {
@@ -811,8 +856,13 @@ impl Projection for Memories {
             let id = m.id;
             // The home is set by the plan; a new memory starts without one.
             let tenant = m.tenant_id;
-            let home = state.all.get(&id).map_or(Home::Single, |k| k.home());
-            let kept = state.names.keep(m, home);
+            let before = state.all.get(&id);
+            let home = before.map_or(Home::Single, |k| k.home());
+            // A content that did not change stays where it is in the texts file.
+            let text = before
+                .filter(|_| !new_texts.contains(&id))
+                .map(|k| k.text());
+            let kept = state.names.keep(m, home, text);
             let t = state.tenant(tenant);
             if kept.is_deleted() {
                 t.drop_memory(id, &kept)?;
@@ -833,8 +883,13 @@ impl Projection for Memories {
         self.tree.clear()?;
         let mut state = self.state.write().unwrap_or_else(|p| p.into_inner());
         let spill = state.spill.take();
+        let texts = state.names.texts.emptied();
         *state = State {
             spill,
+            names: Names {
+                texts,
+                ..Names::default()
+            },
             ..State::default()
         };
         Ok(())
@@ -891,13 +946,16 @@ mod tests {
         p.apply(&applied[..3]).expect("apply");
         p.apply(&applied).expect("apply overlapping");
 
-        let (total, page) = p.list(&t, None, 0, 10);
+        let (total, page) = p.list(&t, None, 0, 10).expect("list");
         assert_eq!(total, 2);
         assert_eq!(
             page.iter().map(|m| m.id.as_u128()).collect::<Vec<_>>(),
             vec![3, 2]
         );
-        assert_eq!(p.list(&t, Some(MemoryType::Rule), 0, 10).0, 0);
+        assert_eq!(
+            p.list(&t, Some(MemoryType::Rule), 0, 10).expect("list").0,
+            0
+        );
         let hits = p.search(&t, &[1.0, 0.0], None, 0.0, 5).expect("search");
         assert_eq!(
             hits[0].0.id.as_u128(),
@@ -926,7 +984,7 @@ mod tests {
                 .deleted_at,
             Some(60)
         );
-        assert_eq!(p.get(&t, &Uuid::from_u128(1)), None);
+        assert_eq!(p.get(&t, &Uuid::from_u128(1)).expect("get"), None);
 
         let batch = Event::MemoriesDeletedByType(MemoriesDeletedByType {
             tenant_id: t,
@@ -995,7 +1053,7 @@ mod tests {
         };
         let p = Memories::open(&db, &from_log, None).expect("open from the tree");
         assert_eq!(p.count(&t), 1);
-        assert_eq!(p.get(&t, &Uuid::from_u128(1)), None);
+        assert_eq!(p.get(&t, &Uuid::from_u128(1)).expect("get"), None);
     }
 
     /// States stored in the tree's blocks, and how many blocks hold them.
@@ -1015,7 +1073,8 @@ mod tests {
     fn updates_supersede_block_states_and_compaction_bounds_the_tree() {
         let dir = tempfile::tempdir().expect("tempdir");
         let db = sled::open(dir.path()).expect("open");
-        let p = Memories::open(&db, &|_| Ok(None), None).expect("open");
+        // Contents in a file of the dir, as in the service (the rows on the heap).
+        let p = Memories::open(&db, &|_| Ok(None), texts_in(dir.path())).expect("open");
         let t = Uuid::from_u128(100);
         let mut events: Vec<Event> = (0..600)
             .map(|i| created(t, i, MemoryType::Fact, [1.0, i as f32], i as i64))
@@ -1048,7 +1107,7 @@ mod tests {
         assert_eq!(before[7].content, "updated 7");
         assert_eq!(before[7].versions, vec![8, 608]);
         assert_eq!(before[599].content, "memory 599");
-        let listed = p.list(&t, None, 0, 600);
+        let listed = p.list(&t, None, 0, 600).expect("list");
         drop(p);
         let from_log = |seq: u64| -> std::result::Result<Option<Vec<u8>>, String> {
             Ok(match events.get(seq as usize - 1) {
@@ -1056,18 +1115,82 @@ mod tests {
                 _ => None,
             })
         };
-        let p = Memories::open(&db, &from_log, None).expect("reopen");
+        let p = Memories::open(&db, &from_log, texts_in(dir.path())).expect("reopen");
+        assert!(!p.state().names.texts.is_empty());
         for (i, want) in before.iter().enumerate() {
             let got = p.stored(&Uuid::from_u128(i as u128)).expect("read");
             assert_eq!(got.as_ref(), Some(want), "memory {i} after reopening");
         }
-        assert_eq!(p.list(&t, None, 0, 600), listed);
+        assert_eq!(p.list(&t, None, 0, 600).expect("list"), listed);
         assert_eq!(
             p.search(&t, &[1.0, 0.0], None, 0.0, 600)
                 .expect("search")
                 .len(),
             600
         );
+    }
+
+    /// A spill setting that keeps vector rows on the heap and contents in a file in `dir`.
+    fn texts_in(dir: &std::path::Path) -> Option<Spill> {
+        Some(Spill {
+            dir: dir.to_path_buf(),
+            rows: 0,
+        })
+    }
+
+    #[test]
+    fn a_content_is_written_to_the_texts_once_until_it_changes() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = sled::open(dir.path()).expect("open");
+        let p = Memories::open(&db, &|_| Ok(None), texts_in(dir.path())).expect("open");
+        let t = Uuid::from_u128(100);
+        let id = Uuid::from_u128(1);
+        let first = created(t, 1, MemoryType::Fact, [1.0, 0.0], 10);
+        p.apply(&[Applied::at(1, &first)]).expect("apply");
+        let written = p.state().names.texts.len();
+        assert_eq!(written, "memory 1".len() as u64);
+        // Importance-only updates leave the content where it is,
+        let updates: Vec<Event> = (0..300)
+            .map(|i| {
+                Event::MemoryUpdated(MemoryUpdated {
+                    memory_id: id,
+                    tenant_id: t,
+                    content: None,
+                    importance: Some(f64::from(i) / 300.0),
+                    updated_at: 20 + i64::from(i),
+                    model: None,
+                    vector: None,
+                })
+            })
+            .collect();
+        for (i, e) in updates.iter().enumerate() {
+            p.apply(&[Applied::at(2 + i as u64, e)]).expect("apply");
+        }
+        assert_eq!(p.state().names.texts.len(), written);
+        // a new content is appended and shown,
+        let changed = Event::MemoryUpdated(MemoryUpdated {
+            memory_id: id,
+            tenant_id: t,
+            content: Some("x".repeat(500)),
+            importance: None,
+            updated_at: 1_000,
+            model: None,
+            vector: None,
+        });
+        p.apply(&[Applied::at(400, &changed)]).expect("apply");
+        assert_eq!(p.state().names.texts.len(), written + 500);
+        let shown = p.get(&t, &id).expect("get").expect("live");
+        assert_eq!(shown.content, "x".repeat(500));
+        assert_eq!(shown.importance, 299.0 / 300.0);
+        // and the stored state carries it across a reopen.
+        drop(p);
+        let from_log = |seq: u64| -> std::result::Result<Option<Vec<u8>>, String> {
+            Ok((seq == 1).then(|| vector_to_bytes(&[1.0, 0.0])))
+        };
+        let p = Memories::open(&db, &from_log, texts_in(dir.path())).expect("reopen");
+        let stored = p.stored(&id).expect("read").expect("kept");
+        assert_eq!(stored.content, "x".repeat(500));
+        assert_eq!(stored.versions.len(), 302);
     }
 
     #[test]
@@ -1077,12 +1200,9 @@ mod tests {
         let p = Memories::open(&db, &|_| Ok(None), None).expect("open");
         let t = Uuid::from_u128(100);
         // Ids 0..9 created at times 0..9; every third a rule, the rest facts.
-        let ty = |i: u128| {
-            if i % 3 == 0 {
-                MemoryType::Rule
-            } else {
-                MemoryType::Fact
-            }
+        let ty = |i: u128| match i % 3 {
+            0 => MemoryType::Rule,
+            _ => MemoryType::Fact,
         };
         let mut events: Vec<Event> = (0..10)
             .map(|i| created(t, i, ty(i), [1.0, i as f32], i as i64))
@@ -1095,17 +1215,17 @@ mod tests {
         p.apply(&Applied::in_order(&events)).expect("apply");
         let ids = |page: Vec<MemoryView>| page.iter().map(|m| m.id.as_u128()).collect::<Vec<_>>();
 
-        let (total, page) = p.list(&t, Some(MemoryType::Rule), 0, 2);
+        let (total, page) = p.list(&t, Some(MemoryType::Rule), 0, 2).expect("list");
         assert_eq!((total, ids(page)), (3, vec![9, 3]));
-        let (total, page) = p.list(&t, Some(MemoryType::Rule), 2, 2);
+        let (total, page) = p.list(&t, Some(MemoryType::Rule), 2, 2).expect("list");
         assert_eq!((total, ids(page)), (3, vec![0]));
-        let (total, page) = p.list(&t, Some(MemoryType::Fact), 1, 3);
+        let (total, page) = p.list(&t, Some(MemoryType::Fact), 1, 3).expect("list");
         assert_eq!((total, ids(page)), (6, vec![7, 5, 4]));
         assert_eq!(
-            p.list(&t, Some(MemoryType::Context), 0, 10),
+            p.list(&t, Some(MemoryType::Context), 0, 10).expect("list"),
             (0, Vec::new())
         );
-        assert_eq!(p.list(&t, None, 0, 100).0, 9);
+        assert_eq!(p.list(&t, None, 0, 100).expect("list").0, 9);
         let mut rules = p.ids_of_type(&t, MemoryType::Rule);
         rules.sort();
         assert_eq!(rules, [0, 3, 9].map(Uuid::from_u128).to_vec());
@@ -1155,7 +1275,7 @@ mod tests {
 
         let p = Memories::open(&db, &|_| Ok(None), None).expect("open");
         assert_eq!(
-            p.get(&t, &c.memory_id).map(|m| m.content),
+            p.get(&t, &c.memory_id).expect("get").map(|m| m.content),
             Some(c.content.clone())
         );
         let deleted = Event::MemoryDeleted(MemoryDeleted {
@@ -1171,7 +1291,7 @@ mod tests {
         );
         drop(p);
         let p = Memories::open(&db, &|_| Ok(None), None).expect("reopen");
-        assert_eq!(p.get(&t, &c.memory_id), None);
+        assert_eq!(p.get(&t, &c.memory_id).expect("get"), None);
         let kept = p.stored(&c.memory_id).expect("read").expect("kept");
         assert_eq!((kept.deleted_at, kept.versions), (Some(20), vec![1, 2]));
     }

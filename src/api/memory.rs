@@ -170,6 +170,7 @@ fn owned(state: &AppState, caller: &Caller, id: &str) -> Result<MemoryView, ApiE
         .projections
         .memories
         .get(&caller.tenant.id, &id)
+        .map_err(ApiError::internal)?
         .ok_or_else(|| ApiError::not_found("memory not found"))
 }
 
@@ -279,12 +280,16 @@ pub(crate) async fn list_memories(
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Data<Value>, ApiError> {
     let (page, page_size, memory_type) = list_params(&q)?;
-    let (total, items) = state.projections.memories.list(
-        &caller.tenant.id,
-        memory_type,
-        (page - 1).saturating_mul(page_size),
-        page_size,
-    );
+    let (total, items) = state
+        .projections
+        .memories
+        .list(
+            &caller.tenant.id,
+            memory_type,
+            (page - 1).saturating_mul(page_size),
+            page_size,
+        )
+        .map_err(ApiError::internal)?;
     Ok(Data(json!({
         "memories": items.iter().map(memory_json).collect::<Vec<_>>(),
         "total": total,
@@ -450,12 +455,15 @@ pub(crate) async fn delete_by_type(
         .projections
         .memories
         .ids_of_type(&caller.tenant.id, memory_type);
-    let audited: Vec<Value> = ids
-        .iter()
-        .take(MAX_AUDITED_RESULTS)
-        .filter_map(|id| state.projections.memories.get(&caller.tenant.id, id))
-        .map(|m| memory_json(&m))
-        .collect();
+    let mut audited: Vec<Value> = Vec::new();
+    for id in ids.iter().take(MAX_AUDITED_RESULTS) {
+        let m = state
+            .projections
+            .memories
+            .get(&caller.tenant.id, id)
+            .map_err(ApiError::internal)?;
+        audited.extend(m.as_ref().map(memory_json));
+    }
     let deleted = ids.len();
     let mut events = Vec::new();
     if deleted > 0 {
