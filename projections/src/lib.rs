@@ -13,6 +13,7 @@ pub mod projection;
 pub mod sorted_index;
 pub mod tenants;
 pub mod texts;
+pub mod unlinked;
 pub mod vector_table;
 
 pub use event::{

@@ -21,7 +21,9 @@
 //! The vector itself is not copied into the tree: it stays in its log record, like an audit
 //! entry, and is read from there (through a [`VectorSource`]) when the table is rebuilt at open.
 
+use std::borrow::Borrow;
 use std::collections::{BTreeMap, HashMap};
+use std::hash::Hash;
 use std::io;
 use std::sync::{RwLock, RwLockReadGuard};
 
@@ -171,42 +173,55 @@ impl Kept {
 /// What the memories' states share: tenants and models, each held once and named in a
 /// [`Kept`] by index, the contents (off the heap, see [`Texts`]), and the vectors older builds
 /// copied into their records.
+/// Values held once each, named by their index in the order they were first seen.
+struct Interned<T> {
+    values: Vec<T>,
+    index: HashMap<T, u32>,
+}
+
+impl<T> Default for Interned<T> {
+    fn default() -> Self {
+        Self {
+            values: Vec::new(),
+            index: HashMap::new(),
+        }
+    }
+}
+
+impl<T: Eq + Hash> Interned<T> {
+    fn index_of<Q>(&mut self, value: &Q) -> u32
+    where
+        T: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = T> + ?Sized,
+    {
+        if let Some(&i) = self.index.get(value) {
+            return i;
+        }
+        let i = self.values.len() as u32;
+        self.values.push(value.to_owned());
+        self.index.insert(value.to_owned(), i);
+        i
+    }
+
+    fn get(&self, i: u32) -> Option<&T> {
+        self.values.get(i as usize)
+    }
+}
+
 #[derive(Default)]
 struct Names {
     texts: Texts,
-    tenants: Vec<Uuid>,
-    tenant_index: HashMap<Uuid, u32>,
-    models: Vec<Box<str>>,
-    model_index: HashMap<Box<str>, u32>,
+    tenants: Interned<Uuid>,
+    models: Interned<String>,
     /// `StoredMemory::vector` of an older build's record, by memory, until the memory changes.
     old_vectors: BTreeMap<Uuid, Box<[u8]>>,
 }
 
 impl Names {
-    fn tenant_index(&mut self, id: Uuid) -> u32 {
-        if let Some(&i) = self.tenant_index.get(&id) {
-            return i;
-        }
-        let i = self.tenants.len() as u32;
-        self.tenants.push(id);
-        self.tenant_index.insert(id, i);
-        i
-    }
-
-    fn model_index(&mut self, name: &str) -> u32 {
-        if let Some(&i) = self.model_index.get(name) {
-            return i;
-        }
-        let i = self.models.len() as u32;
-        self.models.push(name.into());
-        self.model_index.insert(name.into(), i);
-        i
-    }
-
     /// The tenant named by a [`Kept`]'s index; indexes are only handed out by
-    /// [`Names::tenant_index`], so the nil id (no tenant's) is never given back in practice.
+    /// [`Interned::index_of`], so the nil id (no tenant's) is never given back in practice.
     fn tenant(&self, i: u32) -> Uuid {
-        self.tenants.get(i as usize).copied().unwrap_or_default()
+        self.tenants.get(i).copied().unwrap_or_default()
     }
 
     /// `m` as held in memory; its content is appended to the texts unless `text` says where
@@ -214,16 +229,14 @@ impl Names {
     fn keep(&mut self, m: StoredMemory, home: Home, text: Option<TextRef>) -> Box<Kept> {
         if m.vector.is_empty() {
             // Taken out once a later state (which never carries one) replaces it.
-            if !self.old_vectors.is_empty() {
-                self.old_vectors.remove(&m.id);
-            }
+            self.old_vectors.remove(&m.id);
         } else {
             self.old_vectors.insert(m.id, m.vector.into_boxed_slice());
         }
         let text = text.unwrap_or_else(|| self.texts.push(&m.content));
         let mut kept = Box::new(Kept {
-            tenant: self.tenant_index(m.tenant_id),
-            model: self.model_index(&m.model),
+            tenant: self.tenants.index_of(&m.tenant_id),
+            model: self.models.index_of(m.model.as_str()),
             text_at: text.at,
             text_len: text.len,
             versions: m.versions.into_boxed_slice(),
@@ -260,11 +273,7 @@ impl Names {
             importance: k.importance,
             created_at: k.created_at,
             updated_at: k.updated_at,
-            model: self
-                .models
-                .get(k.model as usize)
-                .map(|m| m.to_string())
-                .unwrap_or_default(),
+            model: self.models.get(k.model).cloned().unwrap_or_default(),
             vector: self
                 .old_vectors
                 .get(&id)
@@ -356,6 +365,18 @@ struct State {
 }
 
 impl State {
+    /// An empty state whose large vector tables and contents go where `spill` says.
+    fn new(spill: Option<Spill>) -> Self {
+        Self {
+            names: Names {
+                texts: Texts::new(spill.as_ref().map(|s| s.dir.as_path())),
+                ..Names::default()
+            },
+            spill,
+            ..Self::default()
+        }
+    }
+
     fn tenant(&mut self, id: Uuid) -> &mut TenantMemories {
         TenantMemories::of(&mut self.tenants, self.spill.as_ref(), id)
     }
@@ -417,15 +438,7 @@ impl Memories {
     /// tenants' f32 rows go to files as `spill` says (none: every row stays on the heap).
     pub fn open(db: &sled::Db, vectors: VectorSource<'_>, spill: Option<Spill>) -> Result<Self> {
         let tree = db.open_tree(TREE)?;
-        let texts = Texts::new(spill.as_ref().map(|s| s.dir.clone()));
-        let mut state = State {
-            spill,
-            names: Names {
-                texts,
-                ..Names::default()
-            },
-            ..State::default()
-        };
+        let mut state = State::new(spill);
         for kv in tree.scan_prefix([b'm']) {
             let (_, v) = kv?;
             let m = dec(&v)?;
@@ -682,12 +695,10 @@ impl Memories {
             }
             Event::MemoryUpdated(e) => {
                 let mut new_vector = false;
-                if e.content.is_some() {
-                    texts.insert(e.memory_id);
-                }
                 update(finals, &e.memory_id, &mut |m| {
                     if let Some(c) = &e.content {
                         m.content = c.clone();
+                        texts.insert(e.memory_id);
                     }
                     if let Some(i) = e.importance {
                         m.importance = i;
@@ -882,16 +893,7 @@ impl Projection for Memories {
     fn reset(&self) -> Result<()> {
         self.tree.clear()?;
         let mut state = self.state.write().unwrap_or_else(|p| p.into_inner());
-        let spill = state.spill.take();
-        let texts = state.names.texts.emptied();
-        *state = State {
-            spill,
-            names: Names {
-                texts,
-                ..Names::default()
-            },
-            ..State::default()
-        };
+        *state = State::new(state.spill.take());
         Ok(())
     }
 }
@@ -997,13 +999,7 @@ mod tests {
         assert_eq!(p.count(&other), 1);
         drop(p);
         // Reopening reads each live memory's vector back from "the log" (here: the events).
-        let from_log = |seq: u64| -> std::result::Result<Option<Vec<u8>>, String> {
-            Ok(match events.get(seq as usize - 1) {
-                Some(Event::MemoryCreated(e)) => Some(e.vector.clone()),
-                Some(Event::MemoryUpdated(e)) => e.vector.clone(),
-                _ => None,
-            })
-        };
+        let from_log = log_of(&events);
         let p = Memories::open(&db, &from_log, None).expect("reopen");
         assert_eq!((p.count(&t), p.count(&other)), (0, 1));
         let hits = p.search(&other, &[1.0, 0.0], None, 0.0, 5).expect("search");
@@ -1045,12 +1041,7 @@ mod tests {
         assert_eq!(p.count(&t), 1);
         assert_eq!(p.checkpoint().expect("checkpoint"), 3);
         drop(p);
-        let from_log = |seq: u64| -> std::result::Result<Option<Vec<u8>>, String> {
-            Ok(match events.get(seq as usize - 1) {
-                Some(Event::MemoryCreated(e)) => Some(e.vector.clone()),
-                _ => None,
-            })
-        };
+        let from_log = log_of(&events);
         let p = Memories::open(&db, &from_log, None).expect("open from the tree");
         assert_eq!(p.count(&t), 1);
         assert_eq!(p.get(&t, &Uuid::from_u128(1)).expect("get"), None);
@@ -1109,14 +1100,9 @@ mod tests {
         assert_eq!(before[599].content, "memory 599");
         let listed = p.list(&t, None, 0, 600).expect("list");
         drop(p);
-        let from_log = |seq: u64| -> std::result::Result<Option<Vec<u8>>, String> {
-            Ok(match events.get(seq as usize - 1) {
-                Some(Event::MemoryCreated(e)) => Some(e.vector.clone()),
-                _ => None,
-            })
-        };
+        let from_log = log_of(&events);
         let p = Memories::open(&db, &from_log, texts_in(dir.path())).expect("reopen");
-        assert!(!p.state().names.texts.is_empty());
+        assert!(p.state().names.texts.in_file() > 0, "contents in the file");
         for (i, want) in before.iter().enumerate() {
             let got = p.stored(&Uuid::from_u128(i as u128)).expect("read");
             assert_eq!(got.as_ref(), Some(want), "memory {i} after reopening");
@@ -1128,6 +1114,22 @@ mod tests {
                 .len(),
             600
         );
+    }
+
+    /// "The log" of `events` for reopening: the vector of the memory event at a seq (the
+    /// events' seqs counting from 1).
+    fn log_of(
+        events: &[Event],
+    ) -> impl Fn(u64) -> std::result::Result<Option<Vec<u8>>, String> + Sync + '_ {
+        |seq| {
+            Ok(
+                match seq.checked_sub(1).and_then(|i| events.get(i as usize)) {
+                    Some(Event::MemoryCreated(e)) => Some(e.vector.clone()),
+                    Some(Event::MemoryUpdated(e)) => e.vector.clone(),
+                    _ => None,
+                },
+            )
+        }
     }
 
     /// A spill setting that keeps vector rows on the heap and contents in a file in `dir`.
@@ -1179,14 +1181,13 @@ mod tests {
         });
         p.apply(&[Applied::at(400, &changed)]).expect("apply");
         assert_eq!(p.state().names.texts.len(), written + 500);
+        assert!(p.state().names.texts.in_file() > 0, "contents in the file");
         let shown = p.get(&t, &id).expect("get").expect("live");
         assert_eq!(shown.content, "x".repeat(500));
         assert_eq!(shown.importance, 299.0 / 300.0);
         // and the stored state carries it across a reopen.
         drop(p);
-        let from_log = |seq: u64| -> std::result::Result<Option<Vec<u8>>, String> {
-            Ok((seq == 1).then(|| vector_to_bytes(&[1.0, 0.0])))
-        };
+        let from_log = log_of(std::slice::from_ref(&first));
         let p = Memories::open(&db, &from_log, texts_in(dir.path())).expect("reopen");
         let stored = p.stored(&id).expect("read").expect("kept");
         assert_eq!(stored.content, "x".repeat(500));

@@ -23,12 +23,12 @@
 //! so nothing in it is trusted across restarts.
 
 use std::borrow::Cow;
-use std::fs::File;
 use std::io;
-use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
+
+use crate::unlinked::UnlinkedFile;
 
 /// Pairs per block: a sealed block is unpacked (2,048 pairs, 32 KiB) to take a late pair.
 const BLOCK: usize = 2048;
@@ -45,9 +45,9 @@ pub struct BlockFile(Arc<BlockFileInner>);
 
 #[derive(Debug)]
 struct BlockFileInner {
-    dir: PathBuf,
-    /// The file, once created; `None` if creating it failed (blocks then stay on the heap).
-    file: OnceLock<Option<File>>,
+    /// A block whose write fails (the file could not be made, or the disk is full) stays on
+    /// the heap.
+    file: UnlinkedFile,
     end: AtomicU64,
 }
 
@@ -55,15 +55,14 @@ impl BlockFile {
     /// A block file in `dir`, created there on the first write.
     pub fn in_dir(dir: &Path) -> BlockFile {
         BlockFile(Arc::new(BlockFileInner {
-            dir: dir.to_path_buf(),
-            file: OnceLock::new(),
+            file: UnlinkedFile::in_dir(dir),
             end: AtomicU64::new(0),
         }))
     }
 
     /// A new block file in the same directory (the old one's blocks all forgotten).
     pub fn renewed(&self) -> BlockFile {
-        BlockFile::in_dir(&self.0.dir)
+        BlockFile::in_dir(self.0.file.dir())
     }
 
     /// Bytes written to the file so far.
@@ -77,29 +76,17 @@ impl BlockFile {
 
     /// Appends `words`; returns their offset.
     fn write(&self, words: &[u64]) -> io::Result<u64> {
-        let file = self
-            .0
-            .file
-            .get_or_init(|| tempfile::tempfile_in(&self.0.dir).ok())
-            .as_ref()
-            .ok_or_else(|| io::Error::other("the block file could not be created"))?;
         let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_ne_bytes()).collect();
         // Each block gets its own range, so indexes sealing at once never overlap.
         let at = self.0.end.fetch_add(bytes.len() as u64, Ordering::Relaxed);
-        file.write_all_at(&bytes, at)?;
+        self.0.file.write_at(&bytes, at)?;
         Ok(at)
     }
 
     fn read(&self, at: u64, n: usize) -> io::Result<Vec<u64>> {
         // A block is only read from the file after it was written there.
-        let file = self
-            .0
-            .file
-            .get()
-            .and_then(Option::as_ref)
-            .ok_or_else(|| io::Error::other("a block read before the block file exists"))?;
         let mut bytes = vec![0u8; n * 8];
-        file.read_exact_at(&mut bytes, at)?;
+        self.0.file.read_at(&mut bytes, at)?;
         Ok(bytes
             .chunks_exact(8)
             .map(|c| {

@@ -12,10 +12,10 @@
 //! nothing in it is trusted across restarts. A content that changes is appended again; the old
 //! bytes stay in the file until the next start.
 
-use std::fs::File;
 use std::io;
-use std::os::unix::fs::FileExt;
-use std::path::PathBuf;
+use std::path::Path;
+
+use crate::unlinked::UnlinkedFile;
 
 /// Texts gathered on the heap before one write (small in tests, so that they write).
 const TAIL_BYTES: usize = if cfg!(test) { 256 } else { 64 * 1024 };
@@ -29,10 +29,8 @@ pub struct TextRef {
 
 #[derive(Debug, Default)]
 pub struct Texts {
-    /// Where the file is made; `None`: every text stays in the tail, on the heap.
-    dir: Option<PathBuf>,
-    /// Made at the first write.
-    file: Option<File>,
+    /// `None`: every text stays in the tail, on the heap.
+    file: Option<UnlinkedFile>,
     /// Bytes of the stream in the file: `0..stored`.
     stored: u64,
     /// The bytes after them.
@@ -40,43 +38,32 @@ pub struct Texts {
 }
 
 impl Texts {
-    pub fn new(dir: Option<PathBuf>) -> Self {
+    /// Texts written to a file in `dir`, or kept on the heap without one.
+    pub fn new(dir: Option<&Path>) -> Self {
         Self {
-            dir,
+            file: dir.map(UnlinkedFile::in_dir),
             ..Self::default()
         }
-    }
-
-    /// An empty store over the same directory.
-    pub fn emptied(&self) -> Self {
-        Self::new(self.dir.clone())
     }
 
     /// Appends `text`; where it is, to [`Texts::read`] it back.
     pub fn push(&mut self, text: &str) -> TextRef {
         let at = self.stored + self.tail.len() as u64;
         self.tail.extend_from_slice(text.as_bytes());
-        if self.tail.len() >= TAIL_BYTES && self.dir.is_some() {
-            // A failure keeps the tail, readable as it is, for the next push to write.
-            let _ = self.write_tail();
+        if self.tail.len() >= TAIL_BYTES {
+            if let Some(file) = &self.file {
+                // A failure keeps the tail, readable as it is, for the next push to write.
+                if file.write_at(&self.tail, self.stored).is_ok() {
+                    self.stored += self.tail.len() as u64;
+                    self.tail.clear();
+                }
+            }
         }
         TextRef {
             at,
             // Contents are limited far below 4 GiB (the interface's content length).
             len: u32::try_from(text.len()).unwrap_or(u32::MAX),
         }
-    }
-
-    fn write_tail(&mut self) -> io::Result<()> {
-        let file = match (&self.file, &self.dir) {
-            (Some(f), _) => f,
-            (None, Some(dir)) => self.file.insert(tempfile::tempfile_in(dir)?),
-            (None, None) => return Ok(()),
-        };
-        file.write_all_at(&self.tail, self.stored)?;
-        self.stored += self.tail.len() as u64;
-        self.tail.clear();
-        Ok(())
     }
 
     pub fn read(&self, r: TextRef) -> io::Result<String> {
@@ -93,10 +80,15 @@ impl Texts {
                 .as_ref()
                 .ok_or_else(|| io::Error::other("texts file missing"))?;
             let mut buf = vec![0u8; len];
-            file.read_exact_at(&mut buf, r.at)?;
+            file.read_at(&mut buf, r.at)?;
             buf
         };
         String::from_utf8(bytes).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+    }
+
+    /// Bytes written to the file so far.
+    pub fn in_file(&self) -> u64 {
+        self.stored
     }
 
     /// Bytes appended so far, in the file and the tail.
@@ -116,7 +108,7 @@ mod tests {
     #[test]
     fn texts_read_back_from_the_file_and_the_tail() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let mut t = Texts::new(Some(dir.path().to_path_buf()));
+        let mut t = Texts::new(Some(dir.path()));
         let texts: Vec<String> = (0..3_000)
             .map(|i| format!("memory {i}: {}", "é".repeat(i % 40)))
             .collect();
@@ -150,7 +142,7 @@ mod tests {
 
     #[test]
     fn a_failed_write_keeps_the_texts_in_the_tail() {
-        let mut t = Texts::new(Some(PathBuf::from("/nonexistent/auditmem-texts")));
+        let mut t = Texts::new(Some(Path::new("/nonexistent/auditmem-texts")));
         let big = "x".repeat(TAIL_BYTES);
         let a = t.push("first");
         let b = t.push(&big);
@@ -159,7 +151,7 @@ mod tests {
         assert_eq!(t.read(b).expect("read"), big);
         // A directory that works again takes the tail at the next push.
         let dir = tempfile::tempdir().expect("tempdir");
-        t.dir = Some(dir.path().to_path_buf());
+        t.file = Some(UnlinkedFile::in_dir(dir.path()));
         let c = t.push(&big);
         assert_eq!(t.stored, t.len(), "all written");
         assert_eq!(t.read(a).expect("read"), "first");
