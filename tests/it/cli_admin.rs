@@ -1,6 +1,6 @@
 //! The `auditmem admin` subcommands against a real server, automatic checkpoints, timeouts.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::time::Duration;

@@ -26,7 +26,7 @@
 //! capture, so it shows in every run: cycles, writes acknowledged, writes lost (asserted 0),
 //! seed, time.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::io::Write;

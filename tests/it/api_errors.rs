@@ -1,6 +1,6 @@
 //! Every error on every route is the one envelope with the registry's status and code.
 
-mod common;
+use crate::common;
 
 use common::{assert_error, Server, ADMIN_TOKEN};
 use reqwest::Method;

@@ -2,7 +2,7 @@
 //! `/v1/embeddings` protocol. The first path segment picks the server's
 //! behaviour, so one server serves every case.
 
-mod common;
+use crate::common;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};

@@ -1,7 +1,7 @@
 //! Audit exports: rules and codes, files parsed back, the tenant chain checked offline,
 //! isolation, expiry, and a restart in the middle of an export.
 
-mod common;
+use crate::common;
 
 use common::{assert_error, cli, path_str, Server};
 use reqwest::Method;

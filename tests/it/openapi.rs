@@ -1,6 +1,6 @@
 //! The OpenAPI document served by the code is the one checked into docs/openapi.json.
 
-mod common;
+use crate::common;
 
 use common::Server;
 

@@ -1,6 +1,6 @@
 //! Killed with SIGKILL under concurrent appends, the server loses nothing it acknowledged.
 
-mod common;
+use crate::common;
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -1,6 +1,6 @@
 //! The audit read API and ingestion, to the letter of the interface.
 
-mod common;
+use crate::common;
 
 use std::collections::HashSet;
 

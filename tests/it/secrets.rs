@@ -1,7 +1,7 @@
 //! Secrets stay secret: an API key is stored only as its blake3 hash, never in the data dir, the
 //! key dir or the server's log, and the `Authorization` header never lands in an audit entry.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

@@ -1,6 +1,6 @@
 //! `auditmem replay` drops every projection and rebuilds the same answers from the log.
 
-mod common;
+use crate::common;
 
 use common::{answers, assert_same_answers, copy_dir, now_end_time, replayed_copy, Server};
 use reqwest::Method;

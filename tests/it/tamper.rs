@@ -1,7 +1,7 @@
 //! Tampering with a stopped server's data dir is caught by `auditmem verify`, which names the
 //! first bad seq and the kind of tampering; a clean log exits 0.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

@@ -1,6 +1,6 @@
 //! Permissions, revocation, subscriptions and tenant isolation on the `/v1` routes.
 
-mod common;
+use crate::common;
 
 use common::{assert_error, Server};
 use reqwest::Method;

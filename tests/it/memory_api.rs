@@ -1,6 +1,6 @@
 //! The memory store against a real server and the real embedding model.
 
-mod common;
+use crate::common;
 
 use common::{assert_error, cli, copy_dir, path_str, Server};
 use reqwest::Method;

@@ -2,7 +2,7 @@
 //! `/v1/chat/completions` protocol. The first path segment picks the
 //! server's behaviour; requests are counted per behaviour to observe retries.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

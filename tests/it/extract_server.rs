@@ -1,7 +1,7 @@
 //! Extraction through an OpenAI-compatible chat provider, end to end: a real local server
 //! speaking the protocol, the real auditmem binary in front of it.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;

@@ -4,7 +4,7 @@
 //! tmpfs mounted for the test, which needs root (CI runs as root; elsewhere the test says it
 //! was skipped).
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

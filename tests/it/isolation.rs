@@ -2,7 +2,7 @@
 //! calls every `/v1` route, with its own ids and with B's real ids, and never reads, changes,
 //! deletes, exports, downloads or finds anything of B's; B's data is unchanged afterwards.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 

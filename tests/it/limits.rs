@@ -2,7 +2,7 @@
 //! limit, and the exact boundaries of memory content and search `top_k`. (Ingestion batches of 1,000/1,001 entries
 //! are covered in `audit_api.rs`, the other validation errors in `memory_api.rs`.)
 
-mod common;
+use crate::common;
 
 use std::io::Cursor;
 use std::time::Duration;

@@ -1,0 +1,28 @@
+//! auditmem's integration tests, one binary: linked once, and each module a group of tests.
+//!
+//! Black-box modules start the real `auditmem` binary on a loopback port (`common::Server`)
+//! and speak HTTP to it, or run its CLI; `properties` and the provider modules test the
+//! library's parts directly. Select a group with `cargo test --test it <module>::`.
+
+mod common;
+
+mod api_errors;
+mod audit_api;
+mod auth;
+mod cli_admin;
+mod crash;
+mod crash_cycles;
+mod disk_full;
+mod embed_model;
+mod embed_openai;
+mod export;
+mod extract_providers;
+mod extract_server;
+mod isolation;
+mod limits;
+mod memory_api;
+mod openapi;
+mod properties;
+mod replay;
+mod secrets;
+mod tamper;
