@@ -35,7 +35,7 @@ pub fn audit_event(tenant: Uuid, i: u64) -> Event {
         tenant_id: tenant,
         entry: AuditEntry {
             id: Uuid::now_v7(),
-            action: if i % 3 == 0 {
+            action: if i.is_multiple_of(3) {
                 "rag.query".into()
             } else {
                 "gateway.chat".into()
@@ -95,7 +95,7 @@ pub fn memory_created(tenant: Uuid, i: u64) -> Event {
         memory_id: Uuid::from_u128(0x0190_0000_0000_7000_9000_0000_0000_0000 + i as u128),
         tenant_id: tenant,
         content: format!("The user prefers short answers about topic number {i}."),
-        memory_type: MemoryType::ALL[i as usize % 3],
+        memory_type: <MemoryType as strum::VariantArray>::VARIANTS[i as usize % 3],
         importance: 0.5,
         created_at: 1_700_000_000_000_000 + i as i64,
         model: "all-MiniLM-L6-v2".into(),

@@ -400,11 +400,11 @@ fn gateway_entry(tenant: &str, i: u64, created_at: Option<i64>) -> Value {
     let mut entry = json!({
         "tenant_id": tenant,
         "action": ACTIONS[(i % ACTIONS.len() as u64) as usize],
-        "model_id": if i % 3 == 0 { "gpt-4o-mini" } else { "claude-sonnet" },
+        "model_id": if i.is_multiple_of(3) { "gpt-4o-mini" } else { "claude-sonnet" },
         "project_id": format!("proj-{}", i % 17),
         "ip_address": format!("10.0.{}.{}", (i / 256) % 256, i % 256),
         "user_agent": "gateway/1.4",
-        "http_status": if i % 50 == 0 { 429 } else { 200 },
+        "http_status": if i.is_multiple_of(50) { 429 } else { 200 },
         "duration": (i % 900) as f64 + 12.5,
         "credits_consumed": ((prompt + completion) as f64) / 1000.0,
         "tokens": {"prompt_tokens": prompt, "completion_tokens": completion,

@@ -1,41 +1,10 @@
-//! Command-line and environment configuration (clap derive; every flag has an `AUDITMEM_` env).
+//! The settings of the commands (clap derive; every flag has an `AUDITMEM_` env). The command line
+//! that holds them is `crate::cli::Cli`.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
-
-#[derive(Parser, Debug)]
-#[command(
-    name = "auditmem",
-    version,
-    about = "Tamper-evident audit log and memory store"
-)]
-pub struct Cli {
-    /// Log output format on stderr.
-    #[arg(long, env = "AUDITMEM_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, global = true)]
-    pub log_format: LogFormat,
-    #[command(subcommand)]
-    pub command: Command,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum LogFormat {
-    Text,
-    Json,
-}
-
-#[derive(Subcommand, Debug)]
-pub enum Command {
-    /// Run the HTTP service.
-    Serve(Box<ServeArgs>),
-    /// Prove the log's hash chain (offline from a data dir, live from a URL, or a tenant export).
-    Verify(VerifyArgs),
-    /// Drop every projection and rebuild them all from the log.
-    Replay(ReplayArgs),
-    /// Call the admin API of a running server.
-    Admin(crate::cli::admin::AdminArgs),
-}
+use clap::{Args, ValueEnum};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum DurabilityMode {

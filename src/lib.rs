@@ -16,7 +16,7 @@ pub mod fuzzing;
 pub mod log;
 mod openai_compat;
 pub mod registry;
-pub mod state;
+pub mod wire;
 
 pub use auditmem_projections as projections;
 

@@ -89,7 +89,7 @@ fn main() {
                 "The on-call engineer deploys to Kubernetes on Fridays only after review as noted in meeting {}.",
                 i / 576
             ),
-            memory_type: MemoryType::ALL[(i % 3) as usize],
+            memory_type: <MemoryType as strum::VariantArray>::VARIANTS[(i % 3) as usize],
             importance: 0.5,
             created_at: 1_700_000_000_000 + i as i64,
             model: "local-minilm-l6-v2".into(),

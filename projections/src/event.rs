@@ -18,9 +18,48 @@ use uuid::Uuid;
 /// Version of the event wire format written by this build.
 pub const EVENT_FORMAT_VERSION: u16 = 2;
 
+/// The wire names of a closed set (plans, permissions, memory types, export formats): each
+/// enum derives its list of variants and their names, and parses a name with a message that
+/// lists the accepted ones.
+pub trait Named: Copy + strum::VariantArray + Into<&'static str> + 'static {
+    /// What a value of the set is called in messages ("plan", "memory_type").
+    const WHAT: &'static str;
+
+    /// The wire name, as serde writes it.
+    fn as_str(self) -> &'static str {
+        self.into()
+    }
+}
+
+/// The refusal of a name outside the set `T`: "unknown plan 'gold' (expected free, basic, pro,
+/// business or custom)".
+fn unknown<T: Named>(name: &str) -> String {
+    let names: Vec<&str> = T::VARIANTS.iter().map(|v| v.as_str()).collect();
+    let expected = match names.split_last() {
+        Some((last, [])) => last.to_string(),
+        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+        None => String::new(),
+    };
+    format!("unknown {} '{name}' (expected {expected})", T::WHAT)
+}
+
 /// Subscription plan of a tenant; decides audit retention and which features are open.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    Deserialize,
+    strum::VariantArray,
+    strum::IntoStaticStr,
+    strum::EnumString,
+)]
 #[serde(rename_all = "lowercase")]
+#[strum(serialize_all = "lowercase", parse_err_ty = String, parse_err_fn = unknown::<Plan>)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema), schema(as = PlanName))]
 pub enum Plan {
     Free,
     Basic,
@@ -29,25 +68,11 @@ pub enum Plan {
     Custom,
 }
 
+impl Named for Plan {
+    const WHAT: &'static str = "plan";
+}
+
 impl Plan {
-    pub const ALL: [Plan; 5] = [
-        Plan::Free,
-        Plan::Basic,
-        Plan::Pro,
-        Plan::Business,
-        Plan::Custom,
-    ];
-
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            Plan::Free => "free",
-            Plan::Basic => "basic",
-            Plan::Pro => "pro",
-            Plan::Business => "business",
-            Plan::Custom => "custom",
-        }
-    }
-
     /// Pro, Business and Custom may export audit logs.
     pub fn can_export(&self) -> bool {
         matches!(self, Plan::Pro | Plan::Business | Plan::Custom)
@@ -59,83 +84,73 @@ impl Plan {
     }
 }
 
-impl std::str::FromStr for Plan {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Plan::ALL
-            .into_iter()
-            .find(|p| p.as_str() == s)
-            .ok_or_else(|| {
-                format!("unknown plan '{s}' (expected free, basic, pro, business or custom)")
-            })
-    }
-}
-
 /// A permission an API key may carry.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    Deserialize,
+    PartialOrd,
+    Ord,
+    strum::VariantArray,
+    strum::IntoStaticStr,
+    strum::EnumString,
+)]
+#[strum(parse_err_ty = String, parse_err_fn = unknown::<Permission>)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema), schema(as = PermissionName))]
 pub enum Permission {
     #[serde(rename = "audit.read")]
+    #[strum(serialize = "audit.read")]
     AuditRead,
     #[serde(rename = "audit.export")]
+    #[strum(serialize = "audit.export")]
     AuditExport,
     #[serde(rename = "memory.read")]
+    #[strum(serialize = "memory.read")]
     MemoryRead,
     #[serde(rename = "memory.write")]
+    #[strum(serialize = "memory.write")]
     MemoryWrite,
 }
 
-impl Permission {
-    pub const ALL: [Permission; 4] = [
-        Permission::AuditRead,
-        Permission::AuditExport,
-        Permission::MemoryRead,
-        Permission::MemoryWrite,
-    ];
-
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            Permission::AuditRead => "audit.read",
-            Permission::AuditExport => "audit.export",
-            Permission::MemoryRead => "memory.read",
-            Permission::MemoryWrite => "memory.write",
-        }
-    }
+impl Named for Permission {
+    const WHAT: &'static str = "permission";
 }
 
-impl std::str::FromStr for Permission {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Permission::ALL
-            .into_iter()
-            .find(|p| p.as_str() == s)
-            .ok_or_else(|| {
-                format!(
-                    "unknown permission '{s}' (expected audit.read, audit.export, memory.read or memory.write)"
-                )
-            })
-    }
-}
-
-/// Type of a memory.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
+/// The three memory types of the interface.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    Deserialize,
+    PartialOrd,
+    Ord,
+    strum::VariantArray,
+    strum::IntoStaticStr,
+    strum::EnumString,
+)]
 #[serde(rename_all = "lowercase")]
+#[strum(serialize_all = "lowercase", parse_err_ty = String, parse_err_fn = unknown::<MemoryType>)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema), schema(as = MemoryTypeName))]
 pub enum MemoryType {
     Rule,
     Fact,
     Context,
 }
 
+impl Named for MemoryType {
+    const WHAT: &'static str = "memory_type";
+}
+
 impl MemoryType {
-    pub const ALL: [MemoryType; 3] = [MemoryType::Rule, MemoryType::Fact, MemoryType::Context];
-
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            MemoryType::Rule => "rule",
-            MemoryType::Fact => "fact",
-            MemoryType::Context => "context",
-        }
-    }
-
     /// Stable one-byte tag used in projection keys.
     pub fn tag(&self) -> u8 {
         match self {
@@ -146,18 +161,9 @@ impl MemoryType {
     }
 }
 
-impl std::str::FromStr for MemoryType {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        MemoryType::ALL
-            .into_iter()
-            .find(|p| p.as_str() == s)
-            .ok_or_else(|| format!("unknown memory_type '{s}' (expected rule, fact or context)"))
-    }
-}
-
 /// Token usage of a gateway operation.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct Tokens {
     pub prompt_tokens: u64,
     pub completion_tokens: u64,
@@ -297,22 +303,28 @@ pub struct AuditRecorded {
 }
 
 /// File format of an audit export.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    strum::VariantArray,
+    strum::IntoStaticStr,
+    strum::EnumString,
+)]
 #[serde(rename_all = "lowercase")]
+#[strum(serialize_all = "lowercase", parse_err_ty = String, parse_err_fn = unknown::<ExportFormat>)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema), schema(as = ExportFormatName))]
 pub enum ExportFormat {
     Csv,
     Json,
 }
 
-impl ExportFormat {
-    pub const ALL: [ExportFormat; 2] = [ExportFormat::Csv, ExportFormat::Json];
-
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            ExportFormat::Csv => "csv",
-            ExportFormat::Json => "json",
-        }
-    }
+impl Named for ExportFormat {
+    const WHAT: &'static str = "format";
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -677,17 +689,38 @@ mod tests {
         assert!(err.is_err(), "{err:?}");
     }
 
+    /// Every name parses back to its value, serde writes the same name (events and the API
+    /// store and show serde's), and a name outside the set is refused listing the set.
+    fn names_round_trip<
+        T: Named + std::str::FromStr<Err = String> + Serialize + PartialEq + std::fmt::Debug,
+    >() {
+        for v in T::VARIANTS.iter().copied() {
+            assert_eq!(v.as_str().parse::<T>(), Ok(v));
+            assert_eq!(
+                serde_json::to_value(v).expect("json"),
+                serde_json::Value::from(v.as_str())
+            );
+        }
+        assert!("gold".parse::<T>().is_err());
+    }
+
     #[test]
     fn names_parse_and_print() {
-        for p in Plan::ALL {
-            assert_eq!(p.as_str().parse::<Plan>(), Ok(p));
-        }
-        for p in Permission::ALL {
-            assert_eq!(p.as_str().parse::<Permission>(), Ok(p));
-        }
-        for t in MemoryType::ALL {
-            assert_eq!(t.as_str().parse::<MemoryType>(), Ok(t));
-        }
-        assert!("gold".parse::<Plan>().is_err());
+        names_round_trip::<Plan>();
+        names_round_trip::<Permission>();
+        names_round_trip::<MemoryType>();
+        names_round_trip::<ExportFormat>();
+        assert_eq!(
+            "gold".parse::<Plan>(),
+            Err("unknown plan 'gold' (expected free, basic, pro, business or custom)".into())
+        );
+        assert_eq!(
+            "x".parse::<Permission>(),
+            Err("unknown permission 'x' (expected audit.read, audit.export, memory.read or memory.write)".into())
+        );
+        assert_eq!(
+            "opinion".parse::<MemoryType>(),
+            Err("unknown memory_type 'opinion' (expected rule, fact or context)".into())
+        );
     }
 }

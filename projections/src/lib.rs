@@ -22,7 +22,7 @@ pub use event::{
 };
 pub use event::{
     AuditDetail, AuditEntry, AuditRecorded, Event, ExportCompleted, ExportFailed, ExportFormat,
-    ExportRequested, KeyIssued, KeyRevoked, MemoryType, Permission, Plan, TenantCreated,
+    ExportRequested, KeyIssued, KeyRevoked, MemoryType, Named, Permission, Plan, TenantCreated,
     TenantUpdated, Tokens,
 };
 pub use projection::{Applied, Prepared, Projection, ProjectionError};

@@ -26,6 +26,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::hash::Hash;
 use std::io;
 use std::sync::{RwLock, RwLockReadGuard};
+use strum::VariantArray as _;
 
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -301,7 +302,7 @@ struct TenantMemories {
     /// (A second B-tree per type cost ~37 bytes a memory, for every memory held.)
     order: BTreeMap<(i64, Uuid), MemoryType>,
     /// Live memories of each type (by `MemoryType as usize`), a typed list's total.
-    per_type: [usize; MemoryType::ALL.len()],
+    per_type: [usize; MemoryType::VARIANTS.len()],
     vectors: VectorTable,
 }
 
@@ -314,7 +315,7 @@ impl TenantMemories {
     ) -> &'a mut TenantMemories {
         tenants.entry(id).or_insert_with(|| Self {
             order: BTreeMap::new(),
-            per_type: [0; MemoryType::ALL.len()],
+            per_type: [0; MemoryType::VARIANTS.len()],
             vectors: spill.map_or_else(VectorTable::default, |s| VectorTable::spilling(s.clone())),
         })
     }

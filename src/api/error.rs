@@ -3,10 +3,12 @@
 
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use serde_json::json;
 
+use super::envelope::json_response;
 use crate::log::appender::{AppendError, Rejection};
 use crate::registry::ErrorCode;
+use crate::wire::envelope::ErrorEnvelope;
+use crate::wire::Invalid;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct ApiError {
@@ -54,6 +56,12 @@ impl ApiError {
     }
 }
 
+impl From<Invalid> for ApiError {
+    fn from(e: Invalid) -> Self {
+        Self::bad_request(e.0)
+    }
+}
+
 impl From<Rejection> for ApiError {
     fn from(r: Rejection) -> Self {
         Self::new(r.code, r.message)
@@ -92,14 +100,13 @@ impl From<crate::log::LogError> for ApiError {
     }
 }
 
-/// Builds the error envelope for a registry row.
-/// The error envelope's JSON.
-pub fn error_body(code: ErrorCode, message: &str) -> serde_json::Value {
-    json!({"success": false, "code": code.code(), "message": message, "data": null})
+/// The error envelope of a registry row.
+pub fn error_body(code: ErrorCode, message: &str) -> ErrorEnvelope {
+    ErrorEnvelope::new(code.code(), message)
 }
 
 pub fn error_response(code: ErrorCode, message: &str) -> Response {
-    let mut resp = (code.status(), axum::Json(error_body(code, message))).into_response();
+    let mut resp = json_response(code.status(), &error_body(code, message));
     resp.extensions_mut().insert(ErrorInfo {
         code: code.code(),
         message: message.to_string(),

@@ -1,109 +1,48 @@
 //! Audit exports: `POST /v1/audit/logs/export`, its status, and the file download.
 
 use auditmem_projections::audit_index::Filter;
-use auditmem_projections::audit_view::format_time;
 use auditmem_projections::exports::{ExportStatus, ExportView};
-use auditmem_projections::{Event, ExportFormat, ExportRequested};
+use auditmem_projections::{Event, ExportFormat, ExportRequested, Named};
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, State};
-use axum::http::header;
-use axum::http::HeaderMap;
+use axum::http::{header, HeaderMap};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use axum::{Extension, Router};
-use serde::Deserialize;
-use serde_json::{json, Value};
+use axum::Extension;
 use uuid::Uuid;
 
-use super::audit::{parse_time, retention_start};
-use super::envelope::{parse_json_body, AuditOk};
 use super::error::ApiError;
-use super::gate::{Caller, Pending, PendingOps};
-#[allow(unused_imports)]
-use super::openapi::*;
+use super::extract::{is_json, read};
+use super::gate::{Caller, PendingOps, Recorded};
+use super::state::AppState;
 use crate::log::appender::Rejection;
 use crate::registry::ErrorCode;
-use crate::state::AppState;
+use crate::wire::envelope::{AuditOk, ErrorEnvelope};
+use crate::wire::export::{ExportAsked, ExportCreated, ExportRequest, ExportTask, PROCESSING};
+use crate::wire::time::{now, CLOCK_SKEW_MICROS};
 
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/v1/audit/logs/export", post(create_export))
-        .route("/v1/audit/logs/export/{export_id}", get(export_status))
-        .route(
-            "/v1/audit/logs/export/{export_id}/download",
-            get(download_export),
-        )
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct CreateExport {
-    #[serde(default)]
-    start_time: Option<String>,
-    #[serde(default)]
-    end_time: Option<String>,
-    #[serde(default)]
-    format: Option<String>,
-}
-
-/// The checked fields of an export request: format, start and end (micros, as given). The
-/// plan and retention checks need the state and stay in the handler; split out so the fuzz
-/// targets (`crate::fuzzing`) run exactly the handler's parsing.
-pub(crate) fn create_export_fields(
-    headers: &HeaderMap,
-    body: &[u8],
-) -> Result<(ExportFormat, Option<i64>, Option<i64>), ApiError> {
-    // Every field is optional, so an empty body is a valid request.
-    let body: CreateExport = if body.iter().all(u8::is_ascii_whitespace) {
-        CreateExport {
-            start_time: None,
-            end_time: None,
-            format: None,
-        }
-    } else {
-        parse_json_body(headers, body)?
-    };
-    let format = match body.format.as_deref().map(str::trim) {
-        None | Some("csv") => ExportFormat::Csv,
-        Some("json") => ExportFormat::Json,
-        Some(other) => {
-            return Err(ApiError::bad_request(format!(
-                "format must be csv or json, got '{other}'"
-            )))
-        }
-    };
-    let start = body
-        .start_time
-        .as_deref()
-        .map(|s| parse_time("start_time", s))
-        .transpose()?;
-    let end = body
-        .end_time
-        .as_deref()
-        .map(|s| parse_time("end_time", s))
-        .transpose()?;
-    Ok((format, start, end))
-}
+type ExportCreatedEnvelope = AuditOk<ExportCreated>;
+type ExportTaskEnvelope = AuditOk<ExportTask>;
 
 #[utoipa::path(post, path = "/v1/audit/logs/export", tag = "audit", security(("api_key" = [])),
     request_body(content = ExportRequest, description = "optional, as is every field"),
-    responses((status = 200, description = "the task, processing", body = ExportCreatedEnvelope), (status = 400, description = "bad format or times (4000), start beyond retention (2201)", body = ErrorEnvelope), (status = 401, description = "missing, unknown or revoked key (4010)", body = ErrorEnvelope), (status = 403, description = "permission (4030), subscription (2200), below Pro (2202)", body = ErrorEnvelope), (status = 409, description = "an export is in progress (2203)", body = ErrorEnvelope)))]
+    responses((status = 200, description = "the task, processing", body = ExportCreatedEnvelope), (status = 400, description = "bad format or times (4000), start beyond retention (2201)", body = ErrorEnvelope), (status = 403, description = "permission (4030), subscription (2200), below Pro (2202)", body = ErrorEnvelope), (status = 409, description = "an export is in progress (2203)", body = ErrorEnvelope)))]
 pub(crate) async fn create_export(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     headers: HeaderMap,
     body: Bytes,
-) -> Result<Response, ApiError> {
+) -> Result<Recorded<AuditOk<ExportCreated>>, ApiError> {
     let tenant = &caller.tenant;
+    // The plan decides before the body is looked at.
     if !tenant.plan.can_export() {
         return Err(ApiError::new(
             ErrorCode::ExportNeedsPro,
             ErrorCode::ExportNeedsPro.label(),
         ));
     }
-    let (format, start, end) = create_export_fields(&headers, &body)?;
-    let window = retention_start(&state, tenant.plan);
-    let now = chrono::Utc::now().timestamp_micros();
+    let ExportAsked { format, start, end } = read::<ExportRequest>(is_json(&headers), &body)?;
+    let window = state.settings.retention_start(tenant.plan);
+    let now = now();
     let beyond = |field: &str| {
         let days = state.settings.retention_days(tenant.plan);
         ApiError::new(
@@ -111,10 +50,10 @@ pub(crate) async fn create_export(
             format!("export time range exceeds the plan retention days: {field} is more than {days} days ago"),
         )
     };
-    // A start at most the ingestion's clock-skew allowance before the window is the window: a
-    // client asking for exactly "the last 90 days" by its own clock is not refused for the
-    // milliseconds its request took to arrive.
-    let earliest = window - super::admin::MAX_FUTURE_MICROS;
+    // A start at most a clock's skew before the window is the window: a client asking for
+    // exactly "the last 90 days" by its own clock is not refused for the milliseconds its
+    // request took to arrive.
+    let earliest = window - CLOCK_SKEW_MICROS;
     if start.is_some_and(|s| s < earliest) {
         return Err(beyond("start_time"));
     }
@@ -157,14 +96,13 @@ pub(crate) async fn create_export(
             }),
         }
     });
-    let resp = AuditOk(json!({
-        "export_id": export_id.hyphenated().to_string(),
-        "status": "processing",
-        "estimated_records": estimated,
-        "download_url": null,
-    }));
-    Ok(Pending::attach(
-        resp,
+    Ok(Recorded::new(
+        AuditOk(ExportCreated {
+            export_id,
+            status: PROCESSING,
+            estimated_records: estimated,
+            download_url: None,
+        }),
         PendingOps {
             events: vec![event],
             check: Some(check),
@@ -184,58 +122,29 @@ fn owned_export(state: &AppState, caller: &Caller, id: &str) -> Result<ExportVie
 }
 
 fn is_expired(v: &ExportView) -> bool {
-    v.status == ExportStatus::Completed
-        && v.expires_at
-            .is_some_and(|t| t <= chrono::Utc::now().timestamp_micros())
+    v.status == ExportStatus::Completed && v.expires_at.is_some_and(|t| t <= now())
 }
 
 #[utoipa::path(get, path = "/v1/audit/logs/export/{export_id}", tag = "audit", security(("api_key" = [])),
     params(("export_id" = String, Path, description = "export id")),
-    responses((status = 200, description = "the task", body = ExportTaskEnvelope), (status = 401, description = "missing, unknown or revoked key (4010)", body = ErrorEnvelope), (status = 403, description = "permission (4030), subscription (2200)", body = ErrorEnvelope), (status = 404, description = "missing or foreign (4040)", body = ErrorEnvelope)))]
+    responses((status = 200, description = "the task", body = ExportTaskEnvelope), (status = 403, description = "permission (4030), subscription (2200)", body = ErrorEnvelope), (status = 404, description = "missing or foreign (4040)", body = ErrorEnvelope)))]
 pub(crate) async fn export_status(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
-) -> Result<AuditOk<Value>, ApiError> {
+) -> Result<AuditOk<ExportTask>, ApiError> {
     let v = owned_export(&state, &caller, &id)?;
-    let expired = is_expired(&v);
-    let status = if expired {
-        "expired"
-    } else {
-        match v.status {
-            ExportStatus::Processing => "processing",
-            ExportStatus::Completed => "completed",
-            ExportStatus::Failed => "failed",
-        }
-    };
-    let download_url =
-        (status == "completed").then(|| format!("/v1/audit/logs/export/{}/download", v.export_id));
-    Ok(AuditOk(json!({
-        "export_id": v.export_id.hyphenated().to_string(),
-        "status": status,
-        "format": v.format,
-        "start_time": format_time(v.start_time),
-        "end_time": format_time(v.end_time),
-        "estimated_records": v.estimated_records,
-        "records": v.records,
-        "file_size": v.file_size,
-        "file_blake3": v.file_blake3,
-        "download_url": download_url,
-        "created_at": format_time(v.created_at),
-        "completed_at": v.completed_at.map(format_time),
-        "expires_at": v.expires_at.map(format_time),
-        "error": v.error,
-    })))
+    Ok(AuditOk(ExportTask::new(&v, is_expired(&v))))
 }
 
 #[utoipa::path(get, path = "/v1/audit/logs/export/{export_id}/download", tag = "audit", security(("api_key" = [])),
     params(("export_id" = String, Path, description = "export id")),
-    responses((status = 200, description = "the file, in the export's format", content((String = "text/csv"), (serde_json::Value = "application/json"))), (status = 401, description = "missing, unknown or revoked key (4010)", body = ErrorEnvelope), (status = 403, description = "permission (4030), subscription (2200)", body = ErrorEnvelope), (status = 404, description = "missing or foreign (4040)", body = ErrorEnvelope), (status = 409, description = "not completed (4090)", body = ErrorEnvelope), (status = 410, description = "expired (4100)", body = ErrorEnvelope)))]
+    responses((status = 200, description = "the file, in the export's format", content((String = "text/csv"), (serde_json::Value = "application/json"))), (status = 403, description = "permission (4030), subscription (2200)", body = ErrorEnvelope), (status = 404, description = "missing or foreign (4040)", body = ErrorEnvelope), (status = 409, description = "not completed (4090)", body = ErrorEnvelope), (status = 410, description = "expired (4100)", body = ErrorEnvelope)))]
 pub(crate) async fn download_export(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
-) -> Result<Response, ApiError> {
+) -> Result<Recorded<Response>, ApiError> {
     let v = owned_export(&state, &caller, &id)?;
     let path = crate::export::file_path(&state.exports.dir, &v);
     if is_expired(&v) {
@@ -285,7 +194,7 @@ pub(crate) async fn download_export(
         Body::from_stream(stream),
     )
         .into_response();
-    Ok(Pending::attach(
+    Ok(Recorded::new(
         resp,
         PendingOps {
             streamed: true,

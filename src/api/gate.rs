@@ -2,21 +2,30 @@
 //! every request.
 //!
 //! Handlers decide; the gate commits. A handler returns its response together with the events
-//! of the operation ([`Pending`]); the gate adds the request's `AuditRecorded` and appends them
+//! of the operation ([`Recorded`]); the gate adds the request's `AuditRecorded` and appends them
 //! all as one atomic submission, so an operation never lands without its audit entry nor an
 //! audit entry without its operation. Requests refused before a tenant is known (401) are not
 //! tenant entries; they are traced.
+//!
+//! The gate runs on each `/v1` route with the route's [`Policy`] (`api::routes` installs it):
+//!
+//! ```text
+//! identify (401) ─▶ refused unread: rate limit (429), declared size (413)
+//!   ─▶ read the body (413, 408) ─▶ authorize: tags (400), permission (403), subscription (2200)
+//!   ─▶ handler (408 past the deadline) ─▶ record: append [events..., AuditRecorded]
+//! ```
+//!
+//! Every refusal after `identify` is itself recorded as the tenant's entry.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use auditmem_projections::audit_view::format_time;
 use auditmem_projections::tenants::{ApiKey, Tenant};
-use auditmem_projections::{AuditDetail, AuditEntry, AuditRecorded, Event, Permission};
-use axum::body::Body;
-use axum::extract::{ConnectInfo, MatchedPath, Request, State};
-use axum::http::{header, HeaderMap, HeaderValue, Method};
+use auditmem_projections::{AuditDetail, AuditEntry, AuditRecorded, Event, Named, Permission};
+use axum::body::{Body, Bytes};
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::{header, HeaderMap, HeaderValue};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
@@ -24,9 +33,25 @@ use uuid::Uuid;
 
 use super::error::{error_body, error_response, ApiError, ErrorInfo};
 use super::rate_limit;
+use super::state::AppState;
 use crate::log::appender::{AppendError, Precondition};
 use crate::registry::ErrorCode;
-use crate::state::AppState;
+use crate::wire::memory::json_of;
+
+/// What a `/v1` route's calls are: the action their audit entries carry and the permission they
+/// need.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Policy {
+    pub action: &'static str,
+    pub permission: Permission,
+}
+
+/// The gate's state on one route: the service's and the route's policy.
+#[derive(Clone)]
+pub struct Gate {
+    pub state: AppState,
+    pub policy: Policy,
+}
 
 /// The authenticated caller, for handlers.
 #[derive(Clone, Debug)]
@@ -35,7 +60,9 @@ pub struct Caller {
     pub key: ApiKey,
 }
 
-/// What a handler hands back to the gate besides its response.
+/// What a handler hands to the gate besides its response: the operation's events, the
+/// precondition the appender checks before committing them, and the audit entry's detail and
+/// charges.
 #[derive(Default)]
 pub struct PendingOps {
     pub events: Vec<Event>,
@@ -47,52 +74,129 @@ pub struct PendingOps {
     pub streamed: bool,
 }
 
-/// Response extension carrying [`PendingOps`] (extensions must be `Clone`).
-#[derive(Clone, Default)]
-pub struct Pending(Arc<Mutex<Option<PendingOps>>>);
+/// A handler's answer with what the gate records and commits with it.
+pub struct Recorded<R> {
+    pub response: R,
+    pub ops: PendingOps,
+}
 
-impl Pending {
-    pub fn attach(resp: impl IntoResponse, ops: PendingOps) -> Response {
-        let mut resp = resp.into_response();
+impl<R> Recorded<R> {
+    pub fn new(response: R, ops: PendingOps) -> Self {
+        Recorded { response, ops }
+    }
+}
+
+/// Response extension carrying [`PendingOps`] to the gate (extensions must be `Clone`).
+#[derive(Clone, Default)]
+struct Pending(Arc<Mutex<Option<PendingOps>>>);
+
+impl<R: IntoResponse> IntoResponse for Recorded<R> {
+    fn into_response(self) -> Response {
+        let mut resp = self.response.into_response();
         resp.extensions_mut()
-            .insert(Pending(Arc::new(Mutex::new(Some(ops)))));
+            .insert(Pending(Arc::new(Mutex::new(Some(self.ops)))));
         resp
     }
+}
 
+impl Pending {
     fn take(&self) -> Option<PendingOps> {
         self.0.lock().ok().and_then(|mut g| g.take())
     }
 }
 
-/// The action name and permission of each `/v1` route.
-pub fn route_policy(method: &Method, path: &str) -> Option<(&'static str, Permission)> {
-    use Permission::*;
-    let p = match (method.as_str(), path) {
-        ("GET", "/v1/audit/logs") => ("audit.list", AuditRead),
-        ("GET", "/v1/audit/logs/{audit_id}") => ("audit.read", AuditRead),
-        ("POST", "/v1/audit/logs/export") => ("audit.export", AuditExport),
-        ("GET", "/v1/audit/logs/export/{export_id}") => ("audit.export_status", AuditExport),
-        ("GET", "/v1/audit/logs/export/{export_id}/download") => {
-            ("audit.export_download", AuditExport)
-        }
-        ("POST", "/v1/memories") => ("memory.write", MemoryWrite),
-        ("GET", "/v1/memories") => ("memory.list", MemoryRead),
-        ("DELETE", "/v1/memories") => ("memory.batch_delete", MemoryWrite),
-        ("GET", "/v1/memories/{id}") => ("memory.read", MemoryRead),
-        ("PATCH", "/v1/memories/{id}") => ("memory.update", MemoryWrite),
-        ("DELETE", "/v1/memories/{id}") => ("memory.delete", MemoryWrite),
-        ("GET", "/v1/memories/{id}/history") => ("memory.history", MemoryRead),
-        ("POST", "/v1/memories/search") => ("memory.search", MemoryRead),
-        ("POST", "/v1/memories/extract") => ("memory.extract", MemoryWrite),
-        _ => return None,
-    };
-    Some(p)
+/// Bodies over the limit are kept as a marked prefix, never silently dropped. The interface
+/// types `request_body` and `response_body` as objects, so JSON of another kind (an array, a
+/// string: a body the route refuses) is kept whole inside a marker object.
+pub fn bounded_json(bytes: &[u8], limit: usize) -> Option<Value> {
+    if bytes.is_empty() {
+        return None;
+    }
+    if bytes.len() > limit {
+        let cut = String::from_utf8_lossy(&bytes[..limit]).to_string();
+        return Some(json!({"_truncated": true, "_original_bytes": bytes.len(), "_prefix": cut}));
+    }
+    match serde_json::from_slice::<Value>(bytes) {
+        Ok(v @ Value::Object(_)) => Some(v),
+        Ok(v) => Some(json!({ "_non_object": v })),
+        Err(_) => Some(json!({"_unparsed": String::from_utf8_lossy(bytes)})),
+    }
 }
 
-/// Looks up the key presented in `Authorization: Bearer <key>`.
-fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<(Tenant, ApiKey), ApiError> {
+/// The request as its audit entry records it, gathered as the gate goes.
+struct Entry {
+    started: Instant,
+    action: &'static str,
+    tenant: Tenant,
+    ip: Option<String>,
+    user_agent: Option<String>,
+    metadata: Option<Value>,
+    request_body: Option<Value>,
+}
+
+/// The caller's `X-Audit-Metadata` tags, read once: `Err` when the header is there but not a
+/// JSON object.
+type Tags = Result<Option<Value>, ()>;
+
+pub async fn v1_gate(State(gate): State<Gate>, req: Request, next: Next) -> Response {
+    let Gate { state, policy } = gate;
+    let started = Instant::now();
+    let (tenant, key) = match identify(&state, req.headers()) {
+        Ok(v) => v,
+        Err(e) => {
+            tracing::warn!(action = policy.action, reason = %e.message, ip = ?client_ip(&state, &req), "unauthenticated request refused");
+            return e.into_response();
+        }
+    };
+    let tags = tags(req.headers());
+    let mut entry = Entry {
+        started,
+        action: policy.action,
+        tenant: tenant.clone(),
+        ip: client_ip(&state, &req),
+        // An empty header is no user agent, as ingestion treats empty text: a CSV export
+        // cannot tell an empty cell from a null one.
+        user_agent: req
+            .headers()
+            .get(header::USER_AGENT)
+            .and_then(|v| v.to_str().ok())
+            .filter(|s| !s.is_empty())
+            .map(str::to_string),
+        metadata: None,
+        request_body: None,
+    };
+    if let Some(refused) = refused_unread(&state, &key, req.headers()) {
+        // Refused before the body is read, so a throttled key costs as little as possible; the
+        // entry is kept small: no body, only the caller's tags when they are valid.
+        entry.metadata = tags.ok().flatten();
+        return record(&state, entry, refused).await;
+    }
+    // The request's time runs from its arrival through its body and its handler; the
+    // recording is outside it, so a timeout answers 408 with nothing of the operation stored
+    // (its events are appended only when recorded) and is itself recorded.
+    let deadline = tokio::time::Instant::from_std(started) + state.settings.request_timeout;
+    let (parts, body) = req.into_parts();
+    let bytes = match read_body(&state, body, deadline).await {
+        Ok(b) => b,
+        Err(refused) => return record(&state, entry, refused).await,
+    };
+    entry.request_body = bounded_json(&bytes, state.settings.audit_body_limit);
+    if let Err(refused) = authorize(policy, &tenant, &key, tags, &mut entry) {
+        return record(&state, entry, refused.into_response()).await;
+    }
+    let mut req = Request::from_parts(parts, Body::from(bytes));
+    req.extensions_mut().insert(Caller { tenant, key });
+    let resp = match tokio::time::timeout_at(deadline, next.run(req)).await {
+        Ok(resp) => resp,
+        Err(_) => timed_out(&state),
+    };
+    record(&state, entry, resp).await
+}
+
+/// The tenant and key of the key presented in `Authorization: Bearer <key>`.
+fn identify(state: &AppState, headers: &HeaderMap) -> Result<(Tenant, ApiKey), ApiError> {
     let value = headers
-        .get("authorization")
+        .get(header::AUTHORIZATION)
         .ok_or_else(|| ApiError::unauthorized("missing Authorization: Bearer <API key> header"))?;
     let token = value
         .to_str()
@@ -141,64 +245,8 @@ fn client_ip(state: &AppState, req: &Request) -> Option<String> {
         .map(|c| c.0.ip().to_string())
 }
 
-/// Bodies over the limit are kept as a marked prefix, never silently dropped. The interface
-/// types `request_body` and `response_body` as objects, so JSON of another kind (an array, a
-/// string: a body the route refuses) is kept whole inside a marker object.
-pub fn bounded_json(bytes: &[u8], limit: usize) -> Option<Value> {
-    if bytes.is_empty() {
-        return None;
-    }
-    if bytes.len() > limit {
-        let cut = String::from_utf8_lossy(&bytes[..limit]).to_string();
-        return Some(json!({"_truncated": true, "_original_bytes": bytes.len(), "_prefix": cut}));
-    }
-    match serde_json::from_slice::<Value>(bytes) {
-        Ok(v @ Value::Object(_)) => Some(v),
-        Ok(v) => Some(json!({ "_non_object": v })),
-        Err(_) => Some(json!({"_unparsed": String::from_utf8_lossy(bytes)})),
-    }
-}
-
-struct Ctx {
-    started: Instant,
-    action: &'static str,
-    tenant: Tenant,
-    ip: Option<String>,
-    user_agent: Option<String>,
-    metadata: Option<Value>,
-    request_body: Option<Value>,
-}
-
-pub async fn v1_gate(State(state): State<AppState>, req: Request, next: Next) -> Response {
-    let started = Instant::now();
-    let path = req
-        .extensions()
-        .get::<MatchedPath>()
-        .map(|p| p.as_str().to_string())
-        .unwrap_or_default();
-    let Some((action, permission)) = route_policy(req.method(), &path) else {
-        // The path matched but not with this method: let the router answer 405 (no tenant
-        // operation happened, so nothing is recorded).
-        return next.run(req).await;
-    };
-    let (tenant, key) = match authenticate(&state, req.headers()) {
-        Ok(v) => v,
-        Err(e) => {
-            tracing::warn!(action, reason = %e.message, ip = ?client_ip(&state, &req), "unauthenticated request refused");
-            return e.into_response();
-        }
-    };
-    let ip = client_ip(&state, &req);
-    // An empty header is no user agent, as ingestion treats empty text: a CSV export cannot
-    // tell an empty cell from a null one, so an entry holding "" failed `verify --export`.
-    let user_agent = req
-        .headers()
-        .get("user-agent")
-        .and_then(|v| v.to_str().ok())
-        .filter(|s| !s.is_empty())
-        .map(str::to_string);
-    // The caller's tags, read once: `Err` when the header is there but not a JSON object.
-    let tags: Result<Option<Value>, ()> = match req.headers().get("x-audit-metadata") {
+fn tags(headers: &HeaderMap) -> Tags {
+    match headers.get("x-audit-metadata") {
         None => Ok(None),
         Some(h) => h
             .to_str()
@@ -207,75 +255,60 @@ pub async fn v1_gate(State(state): State<AppState>, req: Request, next: Next) ->
             .filter(Value::is_object)
             .map(Some)
             .ok_or(()),
-    };
-    let mut ctx = Ctx {
-        started,
-        action,
-        tenant: tenant.clone(),
-        ip,
-        user_agent,
-        metadata: None,
-        request_body: None,
-    };
-    // Before the body is read: a throttled key must cost as little as possible. The refusal
-    // is still the tenant's audit entry (every authenticated call is; see docs/API.md), kept
-    // small: no body, only the caller's tags when they are valid.
-    if let Err(wait) = state.rate_limiter.check(key.key_id) {
-        ctx.metadata = tags.ok().flatten();
-        return finish(&state, ctx, rate_limited(wait)).await;
     }
-    // A body announced over the limit is refused without reading a byte of it, and, like the
-    // 429 above, recorded small: the key is known, so the refusal is the tenant's operation.
-    if declared_length(req.headers()).is_some_and(|n| n > state.settings.max_body_bytes as u64) {
-        ctx.metadata = tags.ok().flatten();
-        return finish(&state, ctx, too_large(&state)).await;
-    }
-    // The request's time runs from its arrival through its body and its handler; the
-    // recording in `finish` is outside it, so a timeout answers 408 with nothing of the
-    // operation stored (its events are appended only there) and is itself recorded.
-    let deadline = tokio::time::Instant::from_std(started) + state.settings.request_timeout;
-    let (parts, body) = req.into_parts();
-    let body_result = tokio::time::timeout_at(
-        deadline,
-        axum::body::to_bytes(body, state.settings.max_body_bytes),
-    )
-    .await;
+}
 
-    let bytes = match body_result {
-        Ok(Ok(b)) => b,
+/// The refusals decided before the body is read: the key's rate (429) and a body announced
+/// over the limit (413, refused without reading a byte of it).
+fn refused_unread(state: &AppState, key: &ApiKey, headers: &HeaderMap) -> Option<Response> {
+    if let Err(wait) = state.rate_limiter.check(key.key_id) {
+        return Some(rate_limited(wait));
+    }
+    if declared_length(headers).is_some_and(|n| n > state.settings.max_body_bytes as u64) {
+        return Some(too_large(state));
+    }
+    None
+}
+
+/// The body, read within the deadline: 413 when it streams past the limit, 408 past the time.
+async fn read_body(
+    state: &AppState,
+    body: Body,
+    deadline: tokio::time::Instant,
+) -> Result<Bytes, Response> {
+    let read = axum::body::to_bytes(body, state.settings.max_body_bytes);
+    match tokio::time::timeout_at(deadline, read).await {
+        Ok(Ok(b)) => Ok(b),
         // Streamed without a length (or longer than announced): noticed while reading.
-        Ok(Err(_)) => return finish(&state, ctx, too_large(&state)).await,
-        Err(_) => return finish(&state, ctx, timed_out(&state)).await,
-    };
-    ctx.request_body = bounded_json(&bytes, state.settings.audit_body_limit);
-    match tags {
-        Ok(t) => ctx.metadata = t,
-        Err(()) => {
-            let e = ApiError::bad_request("X-Audit-Metadata must be a JSON object");
-            return finish(&state, ctx, e.into_response()).await;
-        }
+        Ok(Err(_)) => Err(too_large(state)),
+        Err(_) => Err(timed_out(state)),
     }
-    if !key.has(permission) {
-        let e = ApiError::forbidden(format!(
+}
+
+/// The refusals decided once the body is read: the tags' shape, the key's permission and, on
+/// audit routes, the subscription. Valid tags go into the entry.
+fn authorize(
+    policy: Policy,
+    tenant: &Tenant,
+    key: &ApiKey,
+    tags: Tags,
+    entry: &mut Entry,
+) -> Result<(), ApiError> {
+    entry.metadata =
+        tags.map_err(|()| ApiError::bad_request("X-Audit-Metadata must be a JSON object"))?;
+    if !key.has(policy.permission) {
+        return Err(ApiError::forbidden(format!(
             "this API key lacks the '{}' permission",
-            permission.as_str()
-        ));
-        return finish(&state, ctx, e.into_response()).await;
+            policy.permission.as_str()
+        )));
     }
-    if action.starts_with("audit.") && !tenant.subscription_active {
-        let e = ApiError::new(
+    if policy.action.starts_with("audit.") && !tenant.subscription_active {
+        return Err(ApiError::new(
             ErrorCode::SubscriptionInactive,
             ErrorCode::SubscriptionInactive.label(),
-        );
-        return finish(&state, ctx, e.into_response()).await;
+        ));
     }
-    let mut req = Request::from_parts(parts, Body::from(bytes));
-    req.extensions_mut().insert(Caller { tenant, key });
-    let resp = match tokio::time::timeout_at(deadline, next.run(req)).await {
-        Ok(resp) => resp,
-        Err(_) => timed_out(&state),
-    };
-    finish(&state, ctx, resp).await
+    Ok(())
 }
 
 /// 408 naming the configured timeout.
@@ -323,8 +356,9 @@ fn rate_limited(wait: std::time::Duration) -> Response {
     resp
 }
 
-/// Records the audit entry with the operation's events and returns the final response.
-async fn finish(state: &AppState, ctx: Ctx, resp: Response) -> Response {
+/// Appends the operation's events with the request's audit entry and returns the response the
+/// caller gets: the handler's, or the refusal of a precondition, or the failure of the log.
+async fn record(state: &AppState, entry: Entry, resp: Response) -> Response {
     let pending = resp
         .extensions()
         .get::<Pending>()
@@ -333,20 +367,9 @@ async fn finish(state: &AppState, ctx: Ctx, resp: Response) -> Response {
     let (resp, response_body, response_json) = if pending.streamed {
         (resp, None, None)
     } else {
-        let (parts, body) = resp.into_parts();
-        match axum::body::to_bytes(body, usize::MAX).await {
-            Ok(b) => {
-                // Within the limit the text is kept as sent (see `AuditDetail::response_json`).
-                let limit = state.settings.audit_body_limit;
-                let (value, text) = match std::str::from_utf8(&b) {
-                    Ok(text) if !text.is_empty() && text.len() <= limit => {
-                        (None, Some(text.to_string()))
-                    }
-                    _ => (bounded_json(&b, limit), None),
-                };
-                (Response::from_parts(parts, Body::from(b)), value, text)
-            }
-            Err(e) => return ApiError::internal(format!("response body: {e}")).into_response(),
+        match recorded_body(state, resp).await {
+            Ok(v) => v,
+            Err(e) => return e.into_response(),
         }
     };
     let PendingOps {
@@ -357,11 +380,10 @@ async fn finish(state: &AppState, ctx: Ctx, resp: Response) -> Response {
         usd,
         ..
     } = pending;
-    detail.request_body = ctx.request_body.clone();
+    detail.request_body = entry.request_body.clone();
     detail.response_body = response_body;
     detail.response_json = response_json;
-    let audit = audit_event(&ctx, &resp, detail.clone(), credits, usd);
-    events.push(audit);
+    events.push(audit_event(&entry, &resp, detail, credits, usd));
     let outcome = match check {
         Some(check) => state.appender.append_checked(events, check).await,
         None => state.appender.append(events).await,
@@ -372,11 +394,11 @@ async fn finish(state: &AppState, ctx: Ctx, resp: Response) -> Response {
             // The precondition refused the operation: record the refusal alone.
             let refused = error_response(r.code, &r.message);
             let detail = AuditDetail {
-                request_body: ctx.request_body.clone(),
-                response_body: Some(error_body(r.code, &r.message)),
+                request_body: entry.request_body.clone(),
+                response_body: Some(json_of(&error_body(r.code, &r.message))),
                 ..Default::default()
             };
-            let audit = audit_event(&ctx, &refused, detail, 0.0, 0.0);
+            let audit = audit_event(&entry, &refused, detail, 0.0, 0.0);
             match state.appender.append(vec![audit]).await {
                 Ok(_) => refused,
                 Err(e) => ApiError::from(e).into_response(),
@@ -386,39 +408,58 @@ async fn finish(state: &AppState, ctx: Ctx, resp: Response) -> Response {
     }
 }
 
-fn audit_event(ctx: &Ctx, resp: &Response, detail: AuditDetail, credits: f64, usd: f64) -> Event {
+/// The response, buffered, with its body as the entry records it: within the audit body limit
+/// the text as sent (see `AuditDetail::response_json`), beyond it a marked prefix.
+#[allow(clippy::type_complexity)]
+async fn recorded_body(
+    state: &AppState,
+    resp: Response,
+) -> Result<(Response, Option<Value>, Option<String>), ApiError> {
+    let (parts, body) = resp.into_parts();
+    let b = axum::body::to_bytes(body, usize::MAX)
+        .await
+        .map_err(|e| ApiError::internal(format!("response body: {e}")))?;
+    let limit = state.settings.audit_body_limit;
+    let (value, text) = match std::str::from_utf8(&b) {
+        Ok(text) if !text.is_empty() && text.len() <= limit => (None, Some(text.to_string())),
+        _ => (bounded_json(&b, limit), None),
+    };
+    Ok((Response::from_parts(parts, Body::from(b)), value, text))
+}
+
+fn audit_event(
+    entry: &Entry,
+    resp: &Response,
+    detail: AuditDetail,
+    credits: f64,
+    usd: f64,
+) -> Event {
     let status = resp.status().as_u16();
     let info = resp.extensions().get::<ErrorInfo>();
-    let now = chrono::Utc::now().timestamp_micros();
     Event::AuditRecorded(Box::new(AuditRecorded {
-        tenant_id: ctx.tenant.id,
+        tenant_id: entry.tenant.id,
         entry: AuditEntry {
             id: Uuid::now_v7(),
-            action: ctx.action.to_string(),
+            action: entry.action.to_string(),
             model_id: None,
             project_id: None,
             gateway_id: None,
-            ip_address: ctx.ip.clone(),
-            user_agent: ctx.user_agent.clone(),
+            ip_address: entry.ip.clone(),
+            user_agent: entry.user_agent.clone(),
             http_status: status,
             is_success: (200..300).contains(&status),
             is_cache_hit: false,
             error_code: info.map(|i| i.code),
             error_msg: info.map(|i| i.message.clone()),
             duration: Some(
-                (ctx.started.elapsed().as_secs_f64() * 1000.0 * 1000.0).round() / 1000.0,
+                (entry.started.elapsed().as_secs_f64() * 1000.0 * 1000.0).round() / 1000.0,
             ),
             credits_consumed: credits,
             balance_consumed_usd: usd,
             tokens: None,
-            metadata: ctx.metadata.clone(),
-            created_at: auditmem_projections::audit_view::millis_floor(now),
+            metadata: entry.metadata.clone(),
+            created_at: crate::wire::time::now_stored(),
         },
         detail,
     }))
-}
-
-/// Used by handlers that need "now" in the same form as audit entries.
-pub fn now_string() -> String {
-    format_time(chrono::Utc::now().timestamp_micros())
 }

@@ -10,7 +10,41 @@ pub mod verify;
 
 use std::process::ExitCode;
 
-use crate::config::{Cli, Command, LogFormat};
+use clap::{Parser, Subcommand, ValueEnum};
+
+use crate::config::{ReplayArgs, ServeArgs, VerifyArgs};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "auditmem",
+    version,
+    about = "Tamper-evident audit log and memory store"
+)]
+pub struct Cli {
+    /// Log output format on stderr.
+    #[arg(long, env = "AUDITMEM_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, global = true)]
+    pub log_format: LogFormat,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run the HTTP service.
+    Serve(Box<ServeArgs>),
+    /// Prove the log's hash chain (offline from a data dir, live from a URL, or a tenant export).
+    Verify(VerifyArgs),
+    /// Drop every projection and rebuild them all from the log.
+    Replay(ReplayArgs),
+    /// Call the admin API of a running server.
+    Admin(admin::AdminArgs),
+}
 
 pub fn init_tracing(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("AUDITMEM_LOG")

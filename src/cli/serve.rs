@@ -9,10 +9,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
+use crate::api::state::{AppState, Inner, MemorySettings, Settings};
 use crate::config::{DurabilityMode, ServeArgs};
 use crate::log::appender::{Appender, Durability};
-use crate::log::{catch_up::catch_up, checkpoint, open_db_with_cache, LogReader};
-use crate::state::{AppState, Inner, Settings, Signer};
+use crate::log::checkpoint::{self, CheckpointSigner};
+use crate::log::{catch_up::catch_up, open_db_with_cache, LogReader};
 
 pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     // Before the model, the projections and the runtime's threads allocate: see the function.
@@ -103,7 +104,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             tracing::warn!("the signing key is inside the data dir: whoever can rewrite the log can then re-sign it");
         }
     }
-    let signer = Arc::new(Signer::new(key, args.checkpoints_file.clone()));
+    let signer = Arc::new(CheckpointSigner::new(key, args.checkpoints_file.clone()));
     let signer_task = tokio::spawn(signer.clone().run(
         appender.clone(),
         args.checkpoint_every,
@@ -136,7 +137,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         metrics: Some(crate::api::metrics::install()?),
         embed,
         extractor,
-        memory: crate::state::MemorySettings {
+        memory: MemorySettings {
             credits_per_call: args.extract_credits_per_call,
             credits_per_1k_chars: args.extract_credits_per_1k_chars,
             usd_per_credit: args.usd_per_credit,
@@ -148,10 +149,12 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             args.rate_limit_burst,
         ),
     }));
-    let export_worker = tokio::spawn(crate::export::run_worker(
-        state.clone(),
-        state.exports.clone(),
-    ));
+    let export_worker = tokio::spawn(crate::export::run_worker(crate::export::Exporter {
+        log: state.log.clone(),
+        projections: state.projections.clone(),
+        appender: state.appender.clone(),
+        settings: state.exports.clone(),
+    }));
     let app = crate::api::app(state.clone());
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await

@@ -213,7 +213,7 @@ impl Bert {
         shape: BertShape,
         words_file: Option<&Path>,
     ) -> Result<Self, String> {
-        if shape.heads == 0 || shape.hidden == 0 || shape.hidden % shape.heads != 0 {
+        if shape.heads == 0 || shape.hidden == 0 || !shape.hidden.is_multiple_of(shape.heads) {
             return Err(format!(
                 "hidden size {} is not a multiple of {} heads",
                 shape.hidden, shape.heads

@@ -46,7 +46,7 @@ impl PackedLinear {
                 bias.len()
             ));
         }
-        if n % NR != 0 || k == 0 {
+        if !n.is_multiple_of(NR) || k == 0 {
             return Err(format!(
                 "linear layer {n}x{k}: outputs must be a non-zero multiple of {NR}"
             ));

@@ -1,5 +1,8 @@
 //! Audit exports: the background worker that writes export files, and their rows.
 //!
+//! The worker works through an [`Exporter`]: the log it reads entries from, the projections it
+//! finds them and the pending exports in, and the appender it records each outcome with.
+//!
 //! An export holds exactly the tenant's entries in its time range that were logged before the
 //! `ExportRequested` record (seq below it), in log order, so the same request always yields
 //! the same file. The worker writes `<export_id>.<ext>.part`, syncs it, renames it, and appends
@@ -18,12 +21,14 @@ use std::time::Duration;
 
 use auditmem_projections::audit_index::{AuditRef, Filter};
 use auditmem_projections::exports::ExportView;
-use auditmem_projections::{AuditEntry, Event, ExportCompleted, ExportFailed, ExportFormat};
+use auditmem_projections::{
+    Event, ExportCompleted, ExportFailed, ExportFormat, Named, Projections,
+};
 use rayon::prelude::*;
-use serde_json::{Map, Value};
 
-use crate::api::audit::entry_json;
-use crate::state::AppState;
+use crate::log::appender::Appender;
+use crate::log::LogReader;
+use crate::wire::audit::AuditLogEntry;
 
 /// Export files live in this subdirectory of the data dir (verify does not copy it).
 pub const EXPORTS_DIR: &str = "exports";
@@ -52,25 +57,18 @@ impl<W: Write> Write for HashingWriter<W> {
     }
 }
 
-/// The JSON row of one entry: the list item, plus its chain place when the plan shows the
-/// chain (else without `hash`).
-fn json_row(entry: &AuditEntry, r: &AuditRef, with_chain: bool) -> Map<String, Value> {
-    let mut m = entry_json(entry, r, with_chain);
-    if with_chain {
-        m.insert("chain_index".into(), Value::from(r.chain_index));
-        m.insert(
-            "prev_hash".into(),
-            Value::String(auditmem_projections::audit_view::hash_hex(&r.prev_hash)),
-        );
-    } else {
-        m.remove("hash");
-    }
-    m
+/// What the export worker reads and writes through.
+#[derive(Clone)]
+pub struct Exporter {
+    pub log: LogReader,
+    pub projections: Arc<Projections>,
+    pub appender: Appender,
+    pub settings: ExportSettings,
 }
 
 /// Rows of `refs` as file bytes (CSV records, or JSON objects joined by `,\n`) and their count.
 fn encode_rows(
-    state: &AppState,
+    log: &LogReader,
     refs: &[AuditRef],
     format: ExportFormat,
     with_chain: bool,
@@ -88,24 +86,19 @@ fn encode_rows(
         0
     }));
     let seqs: Vec<u64> = refs.iter().map(|r| r.seq).collect();
-    let entries = state.log.audit_entries(&seqs).map_err(|e| e.to_string())?;
+    let entries = log.audit_entries(&seqs).map_err(|e| e.to_string())?;
+    let mut cell = Vec::new();
     for (i, (r, entry)) in refs.iter().zip(entries).enumerate() {
         let Some((_, entry)) = entry else {
             return Err(format!("seq {} holds no audit entry", r.seq));
         };
         match format {
-            ExportFormat::Csv => csv
-                .write_record(
-                    rows::csv_cells(&entry, r, with_chain)
-                        .iter()
-                        .map(|c| c.as_bytes()),
-                )
-                .map_err(|e| e.to_string())?,
+            ExportFormat::Csv => rows::write_csv_row(&mut csv, &entry, r, with_chain, &mut cell)?,
             ExportFormat::Json => {
                 if i > 0 {
                     buf.extend_from_slice(b",\n");
                 }
-                serde_json::to_writer(&mut buf, &json_row(&entry, r, with_chain))
+                serde_json::to_writer(&mut buf, &AuditLogEntry::exported(&entry, r, with_chain))
                     .map_err(|e| e.to_string())?;
             }
         }
@@ -150,7 +143,8 @@ fn start_writeback(
 
 /// Writes the export file; returns (records, bytes, blake3).
 pub fn write_file(
-    state: &AppState,
+    log: &LogReader,
+    projections: &Projections,
     dir: &Path,
     view: &ExportView,
 ) -> Result<(u64, u64, [u8; 32]), String> {
@@ -161,8 +155,7 @@ pub fn write_file(
         from: view.start_time,
         to: view.end_time,
     };
-    let keys = state
-        .projections
+    let keys = projections
         .audit
         .in_log_order(&filter, view.request_seq)
         .map_err(|e| format!("reading the audit index: {e}"))?;
@@ -174,14 +167,12 @@ pub fn write_file(
         hasher: blake3::Hasher::new(),
         bytes: 0,
     };
-    let columns = rows::columns(view.with_chain);
     let io = |e: std::io::Error| format!("writing the export file: {e}");
     // Reading, decoding and formatting entries dominates: every core encodes a slice of rows
     // into bytes of its own, and this thread only writes and hashes them, in order.
     let encoded = keys.chunks(4096).map(|chunk| {
         let seqs: Vec<u64> = chunk.iter().map(|k| k.1).collect();
-        let refs = state
-            .projections
+        let refs = projections
             .audit
             .at_seqs(&seqs)
             .map_err(|e| e.to_string())?;
@@ -191,14 +182,14 @@ pub fn write_file(
             .map(|(r, seq)| r.ok_or_else(|| format!("seq {seq} missing from the audit index")))
             .collect::<Result<_, _>>()?;
         refs.par_chunks(256)
-            .map(|part| encode_rows(state, part, view.format, view.with_chain))
+            .map(|part| encode_rows(log, part, view.format, view.with_chain))
             .collect::<Result<Vec<(Vec<u8>, u64)>, String>>()
     });
     let mut written = 0u64;
     match view.format {
         ExportFormat::Csv => {
             let mut w = rows::csv_writer(Vec::new());
-            w.write_record(&columns).map_err(|e| e.to_string())?;
+            rows::write_header(&mut w, view.with_chain).map_err(|e| e.to_string())?;
             let header = w.into_inner().map_err(|e| e.to_string())?;
             out.write_all(&header).map_err(io)?;
         }
@@ -246,11 +237,11 @@ pub struct ExportSettings {
 
 /// Watches the log head and writes every export still processing, including those a restart
 /// found unfinished; ends when the appender stops.
-pub async fn run_worker(state: AppState, settings: ExportSettings) {
-    let mut head = state.appender.subscribe();
+pub async fn run_worker(exporter: Exporter) {
+    let mut head = exporter.appender.subscribe();
     let running: Arc<Mutex<HashSet<uuid::Uuid>>> = Arc::default();
     loop {
-        match state.projections.exports.processing() {
+        match exporter.projections.exports.processing() {
             Ok(views) => {
                 for view in views {
                     let fresh = running
@@ -258,8 +249,8 @@ pub async fn run_worker(state: AppState, settings: ExportSettings) {
                         .map(|mut r| r.insert(view.export_id))
                         .unwrap_or(false);
                     if fresh {
-                        let (state, settings) = (state.clone(), settings.clone());
-                        tokio::spawn(async move { export_one(state, settings, view).await });
+                        let exporter = exporter.clone();
+                        tokio::spawn(async move { export_one(exporter, view).await });
                     }
                 }
             }
@@ -271,16 +262,18 @@ pub async fn run_worker(state: AppState, settings: ExportSettings) {
     }
 }
 
-async fn export_one(state: AppState, settings: ExportSettings, view: ExportView) {
+async fn export_one(exporter: Exporter, view: ExportView) {
+    let settings = &exporter.settings;
     if !settings.start_delay.is_zero() {
         tokio::time::sleep(settings.start_delay).await;
     }
     metrics::gauge!("auditmem_exports_running").increment(1.0);
-    let (s, dir) = (state.clone(), settings.dir.clone());
-    let v = view.clone();
-    let result = tokio::task::spawn_blocking(move || write_file(&s, &dir, &v))
-        .await
-        .unwrap_or_else(|e| Err(format!("export worker crashed: {e}")));
+    let (e, v) = (exporter.clone(), view.clone());
+    let result = tokio::task::spawn_blocking(move || {
+        write_file(&e.log, &e.projections, &e.settings.dir, &v)
+    })
+    .await
+    .unwrap_or_else(|e| Err(format!("export worker crashed: {e}")));
     metrics::gauge!("auditmem_exports_running").decrement(1.0);
     let now = chrono::Utc::now().timestamp_micros();
     let event = match result {
@@ -307,7 +300,7 @@ async fn export_one(state: AppState, settings: ExportSettings, view: ExportView)
             })
         }
     };
-    if let Err(e) = state.appender.append(vec![event]).await {
+    if let Err(e) = exporter.appender.append(vec![event]).await {
         tracing::error!(export_id = %view.export_id, error = %e, "could not record the export's outcome; it resumes at the next start");
     }
 }

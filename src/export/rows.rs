@@ -1,62 +1,21 @@
 //! The rows of an audit export, as written and as read back by `verify --export`.
 //!
-//! CSV (RFC 4180, the `csv` crate): one header row, then one row per entry; strings as they
-//! are, null as an empty cell, numbers and booleans as JSON literals, nested objects (`tokens`,
-//! `metadata`) as JSON text. JSON: an array of row objects. Business and custom exports add
-//! `chain_index`, `prev_hash` and `hash`: the entry's place in its tenant's chain.
+//! A row is the audit entry's wire form ([`AuditLogEntry::exported`]), so an export holds
+//! exactly the fields a list shows, plus `chain_index`, `prev_hash` and `hash` for plans that
+//! see the tenant chain. JSON: an array of those objects. CSV (RFC 4180, the `csv` crate): a
+//! header row of the fields' names, then one record per entry, its cells written from the same
+//! serialisation: strings as they are, null as an empty cell, numbers and booleans as JSON
+//! literals, nested objects (`tokens`, `metadata`) as JSON text.
 
-use std::borrow::Cow;
+use std::sync::OnceLock;
 
 use auditmem_projections::audit_index::AuditRef;
-use auditmem_projections::audit_view::{format_time, hash_hex};
-use auditmem_projections::AuditEntry;
+use auditmem_projections::{AuditEntry, Tokens};
+use serde::ser::{self, Impossible, Serialize, SerializeMap, SerializeStruct, Serializer};
 use serde_json::{Map, Value};
+use uuid::Uuid;
 
-pub const BASE_COLUMNS: [&str; 18] = [
-    "id",
-    "action",
-    "model_id",
-    "project_id",
-    "gateway_id",
-    "ip_address",
-    "user_agent",
-    "http_status",
-    "is_success",
-    "is_cache_hit",
-    "error_code",
-    "error_msg",
-    "duration",
-    "credits_consumed",
-    "balance_consumed_usd",
-    "tokens",
-    "metadata",
-    "created_at",
-];
-
-pub const CHAIN_COLUMNS: [&str; 3] = ["chain_index", "prev_hash", "hash"];
-
-/// Columns whose cells are plain strings (every other cell is a JSON literal).
-pub const STRING_COLUMNS: [&str; 11] = [
-    "id",
-    "action",
-    "model_id",
-    "project_id",
-    "gateway_id",
-    "ip_address",
-    "user_agent",
-    "error_msg",
-    "created_at",
-    "prev_hash",
-    "hash",
-];
-
-pub fn columns(with_chain: bool) -> Vec<&'static str> {
-    let mut c = BASE_COLUMNS.to_vec();
-    if with_chain {
-        c.extend_from_slice(&CHAIN_COLUMNS);
-    }
-    c
-}
+use crate::wire::audit::AuditLogEntry;
 
 /// The CSV writer of exports, header and rows alike (RFC 4180: fields holding a comma, a quote
 /// or a line break are quoted, quotes doubled); [`parse`] reads its output back.
@@ -64,61 +23,102 @@ pub fn csv_writer<W: std::io::Write>(w: W) -> csv::Writer<W> {
     csv::WriterBuilder::new().from_writer(w)
 }
 
-/// A number cell as the JSON literal of the value (empty for a non-finite one, which JSON
-/// cannot hold and the list shows as null).
-fn number(v: f64) -> Cow<'static, str> {
-    match serde_json::Number::from_f64(v) {
-        Some(n) => Cow::Owned(n.to_string()),
-        None => Cow::Borrowed(""),
-    }
+/// A column of the CSV: its name, and whether its cells are plain strings (the others hold JSON
+/// literals).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Column {
+    pub name: String,
+    pub text: bool,
 }
 
-fn text(v: &Option<String>) -> Cow<'_, str> {
-    Cow::Borrowed(v.as_deref().unwrap_or(""))
-}
-
-fn json_text<T: serde::Serialize>(v: &Option<T>) -> Cow<'static, str> {
-    match v {
-        // Writing JSON of a serialisable value into a String cannot fail.
-        Some(v) => Cow::Owned(serde_json::to_string(v).unwrap_or_default()),
-        None => Cow::Borrowed(""),
-    }
-}
-
-/// The CSV cells of one entry, in [`columns`] order, straight from its fields: what
-/// [`uncell`] reads back into the values the list shows.
-pub fn csv_cells<'a>(e: &'a AuditEntry, r: &AuditRef, with_chain: bool) -> Vec<Cow<'a, str>> {
-    let flag = |b: bool| Cow::Borrowed(if b { "true" } else { "false" });
-    let mut cells = Vec::with_capacity(BASE_COLUMNS.len() + CHAIN_COLUMNS.len());
-    cells.extend([
-        Cow::Owned(e.id.to_string()),
-        Cow::Borrowed(e.action.as_str()),
-        text(&e.model_id),
-        text(&e.project_id),
-        text(&e.gateway_id),
-        text(&e.ip_address),
-        text(&e.user_agent),
-        Cow::Owned(e.http_status.to_string()),
-        flag(e.is_success),
-        flag(e.is_cache_hit),
-        e.error_code
-            .map(|c| Cow::Owned(c.to_string()))
-            .unwrap_or_default(),
-        text(&e.error_msg),
-        e.duration.map(number).unwrap_or_default(),
-        number(e.credits_consumed),
-        number(e.balance_consumed_usd),
-        json_text(&e.tokens),
-        json_text(&e.metadata),
-        Cow::Owned(format_time(e.created_at)),
-    ]);
+/// The columns of an export, in order: the names and kinds of [`AuditLogEntry`]'s fields,
+/// learnt by writing an entry that fills every field.
+pub fn columns(with_chain: bool) -> &'static [Column] {
+    static WITH: OnceLock<Vec<Column>> = OnceLock::new();
+    static WITHOUT: OnceLock<Vec<Column>> = OnceLock::new();
+    let learn = || {
+        let (entry, r) = full_entry();
+        let mut out = Vec::new();
+        let _ = AuditLogEntry::exported(&entry, &r, with_chain)
+            .serialize(Row::<std::io::Sink>::new(Sink::Columns(&mut out), &[]));
+        out
+    };
     if with_chain {
-        cells.extend([
-            Cow::Owned(r.chain_index.to_string()),
-            Cow::Owned(hash_hex(&r.prev_hash)),
-            Cow::Owned(hash_hex(&r.hash)),
-        ]);
+        WITH.get_or_init(learn)
+    } else {
+        WITHOUT.get_or_init(learn)
     }
+}
+
+/// An entry with every optional field given, so each column shows the kind of its cells.
+fn full_entry() -> (AuditEntry, AuditRef) {
+    let text = || Some(String::from("x"));
+    let entry = AuditEntry {
+        id: Uuid::nil(),
+        action: "a".into(),
+        model_id: text(),
+        project_id: text(),
+        gateway_id: text(),
+        ip_address: text(),
+        user_agent: text(),
+        http_status: 200,
+        is_success: true,
+        is_cache_hit: false,
+        error_code: Some(0),
+        error_msg: text(),
+        duration: Some(0.0),
+        credits_consumed: 0.0,
+        balance_consumed_usd: 0.0,
+        tokens: Some(Tokens {
+            prompt_tokens: 0,
+            completion_tokens: 0,
+            total_tokens: 0,
+        }),
+        metadata: Some(Value::Object(Map::new())),
+        created_at: 0,
+    };
+    let r = AuditRef {
+        id: entry.id,
+        seq: 0,
+        tenant_id: Uuid::nil(),
+        created_at: 0,
+        action_key: 0,
+        chain_index: 0,
+        hash: [0; 32],
+        prev_hash: [0; 32],
+    };
+    (entry, r)
+}
+
+/// Writes the header row of an export.
+pub fn write_header<W: std::io::Write>(
+    w: &mut csv::Writer<W>,
+    with_chain: bool,
+) -> csv::Result<()> {
+    w.write_record(columns(with_chain).iter().map(|c| c.name.as_bytes()))
+}
+
+/// Writes one entry as a CSV record; `cell` is scratch space kept between rows.
+pub fn write_csv_row<W: std::io::Write>(
+    w: &mut csv::Writer<W>,
+    entry: &AuditEntry,
+    r: &AuditRef,
+    with_chain: bool,
+    cell: &mut Vec<u8>,
+) -> Result<(), String> {
+    AuditLogEntry::exported(entry, r, with_chain)
+        .serialize(Row::new(Sink::Csv(w, cell), columns(with_chain)))
+        .map_err(|e| e.0)?;
+    w.write_record(None::<&[u8]>).map_err(|e| e.to_string())
+}
+
+/// The CSV cells of one entry, in [`columns`] order, as [`write_csv_row`] writes them.
+pub fn csv_cells(entry: &AuditEntry, r: &AuditRef, with_chain: bool) -> Vec<String> {
+    let mut cells = Vec::new();
+    let _ = AuditLogEntry::exported(entry, r, with_chain).serialize(Row::<std::io::Sink>::new(
+        Sink::Cells(&mut cells),
+        columns(with_chain),
+    ));
     cells
 }
 
@@ -127,7 +127,11 @@ pub fn uncell(column: &str, s: &str) -> Result<Value, String> {
     if s.is_empty() {
         return Ok(Value::Null);
     }
-    if STRING_COLUMNS.contains(&column) {
+    let text = columns(true)
+        .iter()
+        .find(|c| c.name == column)
+        .is_some_and(|c| c.text);
+    if text {
         return Ok(Value::String(s.to_string()));
     }
     serde_json::from_str(s).map_err(|e| format!("column {column}: {e}"))
@@ -172,26 +176,541 @@ pub fn parse(bytes: &[u8]) -> Result<Vec<Map<String, Value>>, String> {
     Ok(out)
 }
 
+/// Where a row's fields go.
+enum Sink<'a, W: std::io::Write> {
+    /// Cells into a CSV record, through a scratch buffer.
+    Csv(&'a mut csv::Writer<W>, &'a mut Vec<u8>),
+    /// Cells as strings.
+    Cells(&'a mut Vec<String>),
+    /// The names and kinds of the fields.
+    Columns(&'a mut Vec<Column>),
+}
+
+/// Serialises a struct (or, with flattened fields, a map) as one CSV row.
+struct Row<'a, W: std::io::Write> {
+    sink: Sink<'a, W>,
+    /// The columns of the row's export (none while they are being learnt), and the next one.
+    columns: &'static [Column],
+    next: usize,
+}
+
+impl<'a, W: std::io::Write> Row<'a, W> {
+    fn new(sink: Sink<'a, W>, columns: &'static [Column]) -> Self {
+        Row {
+            sink,
+            columns,
+            next: 0,
+        }
+    }
+}
+
+#[derive(Debug)]
+struct RowError(String);
+
+impl std::fmt::Display for RowError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for RowError {}
+
+impl ser::Error for RowError {
+    fn custom<T: std::fmt::Display>(msg: T) -> Self {
+        RowError(msg.to_string())
+    }
+}
+
+impl<W: std::io::Write> Row<'_, W> {
+    fn field<T: Serialize + ?Sized>(&mut self, name: &str, value: &T) -> Result<(), RowError> {
+        let mut local = Vec::new();
+        let buf = match &mut self.sink {
+            Sink::Csv(_, cell) => {
+                cell.clear();
+                &mut **cell
+            }
+            _ => &mut local,
+        };
+        // A column of JSON literals holds a string as a JSON string (a `metadata` that is one).
+        let literal_column = self.columns.get(self.next).is_some_and(|c| !c.text);
+        self.next += 1;
+        let text = match value.serialize(Cell(&mut *buf)) {
+            Ok(Kind::Text) if literal_column => {
+                buf.clear();
+                serde_json::to_writer(&mut *buf, value).map_err(|e| RowError(e.to_string()))?;
+                false
+            }
+            Ok(kind) => kind == Kind::Text,
+            // A nested value is its JSON text.
+            Err(CellError::Nested) => {
+                buf.clear();
+                serde_json::to_writer(&mut *buf, value).map_err(|e| RowError(e.to_string()))?;
+                false
+            }
+            Err(CellError::Other(e)) => return Err(RowError(e)),
+        };
+        match &mut self.sink {
+            Sink::Csv(w, cell) => w.write_field(&**cell).map_err(|e| RowError(e.to_string())),
+            Sink::Cells(cells) => {
+                cells.push(String::from_utf8_lossy(&local).into_owned());
+                Ok(())
+            }
+            Sink::Columns(columns) => {
+                columns.push(Column {
+                    name: name.to_string(),
+                    text,
+                });
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Pending key of a map entry ([`SerializeMap::serialize_key`] comes before its value).
+struct RowMap<'a, W: std::io::Write> {
+    row: Row<'a, W>,
+    key: String,
+}
+
+impl<'a, W: std::io::Write> Serializer for Row<'a, W> {
+    type Ok = ();
+    type Error = RowError;
+    type SerializeSeq = Impossible<(), RowError>;
+    type SerializeTuple = Impossible<(), RowError>;
+    type SerializeTupleStruct = Impossible<(), RowError>;
+    type SerializeTupleVariant = Impossible<(), RowError>;
+    type SerializeMap = RowMap<'a, W>;
+    type SerializeStruct = Self;
+    type SerializeStructVariant = Impossible<(), RowError>;
+
+    fn serialize_map(self, _len: Option<usize>) -> Result<Self::SerializeMap, RowError> {
+        Ok(RowMap {
+            row: self,
+            key: String::new(),
+        })
+    }
+
+    fn serialize_struct(self, _name: &'static str, _len: usize) -> Result<Self, RowError> {
+        Ok(self)
+    }
+
+    fn serialize_bool(self, _: bool) -> Result<(), RowError> {
+        Err(not_a_row())
+    }
+    fn serialize_i8(self, _: i8) -> Result<(), RowError> {
+        Err(not_a_row())
+    }
+    fn serialize_i16(self, _: i16) -> Result<(), RowError> {
+        Err(not_a_row())
+    }
+    fn serialize_i32(self, _: i32) -> Result<(), RowError> {
+        Err(not_a_row())
+    }
+    fn serialize_i64(self, _: i64) -> Result<(), RowError> {
+        Err(not_a_row())
+    }
+    fn serialize_u8(self, _: u8) -> Result<(), RowError> {
+        Err(not_a_row())
+    }
+    fn serialize_u16(self, _: u16) -> Result<(), RowError> {
+        Err(not_a_row())
+    }
+    fn serialize_u32(self, _: u32) -> Result<(), RowError> {
+        Err(not_a_row())
+    }
+    fn serialize_u64(self, _: u64) -> Result<(), RowError> {
+        Err(not_a_row())
+    }
+    fn serialize_f32(self, _: f32) -> Result<(), RowError> {
+        Err(not_a_row())
+    }
+    fn serialize_f64(self, _: f64) -> Result<(), RowError> {
+        Err(not_a_row())
+    }
+    fn serialize_char(self, _: char) -> Result<(), RowError> {
+        Err(not_a_row())
+    }
+    fn serialize_str(self, _: &str) -> Result<(), RowError> {
+        Err(not_a_row())
+    }
+    fn serialize_bytes(self, _: &[u8]) -> Result<(), RowError> {
+        Err(not_a_row())
+    }
+    fn serialize_none(self) -> Result<(), RowError> {
+        Err(not_a_row())
+    }
+    fn serialize_some<T: Serialize + ?Sized>(self, _: &T) -> Result<(), RowError> {
+        Err(not_a_row())
+    }
+    fn serialize_unit(self) -> Result<(), RowError> {
+        Err(not_a_row())
+    }
+    fn serialize_unit_struct(self, _: &'static str) -> Result<(), RowError> {
+        Err(not_a_row())
+    }
+    fn serialize_unit_variant(
+        self,
+        _: &'static str,
+        _: u32,
+        _: &'static str,
+    ) -> Result<(), RowError> {
+        Err(not_a_row())
+    }
+    fn serialize_newtype_struct<T: Serialize + ?Sized>(
+        self,
+        _: &'static str,
+        _: &T,
+    ) -> Result<(), RowError> {
+        Err(not_a_row())
+    }
+    fn serialize_newtype_variant<T: Serialize + ?Sized>(
+        self,
+        _: &'static str,
+        _: u32,
+        _: &'static str,
+        _: &T,
+    ) -> Result<(), RowError> {
+        Err(not_a_row())
+    }
+    fn serialize_seq(self, _: Option<usize>) -> Result<Self::SerializeSeq, RowError> {
+        Err(not_a_row())
+    }
+    fn serialize_tuple(self, _: usize) -> Result<Self::SerializeTuple, RowError> {
+        Err(not_a_row())
+    }
+    fn serialize_tuple_struct(
+        self,
+        _: &'static str,
+        _: usize,
+    ) -> Result<Self::SerializeTupleStruct, RowError> {
+        Err(not_a_row())
+    }
+    fn serialize_tuple_variant(
+        self,
+        _: &'static str,
+        _: u32,
+        _: &'static str,
+        _: usize,
+    ) -> Result<Self::SerializeTupleVariant, RowError> {
+        Err(not_a_row())
+    }
+    fn serialize_struct_variant(
+        self,
+        _: &'static str,
+        _: u32,
+        _: &'static str,
+        _: usize,
+    ) -> Result<Self::SerializeStructVariant, RowError> {
+        Err(not_a_row())
+    }
+}
+
+fn not_a_row() -> RowError {
+    RowError("an export row is a struct of fields".into())
+}
+
+impl<W: std::io::Write> SerializeStruct for Row<'_, W> {
+    type Ok = ();
+    type Error = RowError;
+
+    fn serialize_field<T: Serialize + ?Sized>(
+        &mut self,
+        key: &'static str,
+        value: &T,
+    ) -> Result<(), RowError> {
+        self.field(key, value)
+    }
+
+    fn end(self) -> Result<(), RowError> {
+        Ok(())
+    }
+}
+
+impl<W: std::io::Write> SerializeMap for RowMap<'_, W> {
+    type Ok = ();
+    type Error = RowError;
+
+    fn serialize_key<T: Serialize + ?Sized>(&mut self, key: &T) -> Result<(), RowError> {
+        // Only the columns need the names; rows are written by position.
+        if let Sink::Columns(_) = self.row.sink {
+            let mut name = Vec::new();
+            key.serialize(Cell(&mut name))
+                .map_err(|_| RowError("an export row's keys are strings".into()))?;
+            self.key = String::from_utf8_lossy(&name).into_owned();
+        }
+        Ok(())
+    }
+
+    fn serialize_value<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), RowError> {
+        let key = std::mem::take(&mut self.key);
+        self.row.field(&key, value)
+    }
+
+    fn end(self) -> Result<(), RowError> {
+        Ok(())
+    }
+}
+
+/// What a cell was written from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    /// A string, written as it is.
+    Text,
+    /// A number, a boolean or null, written as its JSON literal (null as nothing).
+    Literal,
+}
+
+#[derive(Debug)]
+enum CellError {
+    /// A map, sequence or struct: the caller writes it as JSON text.
+    Nested,
+    Other(String),
+}
+
+impl std::fmt::Display for CellError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CellError::Nested => f.write_str("a nested value"),
+            CellError::Other(e) => f.write_str(e),
+        }
+    }
+}
+
+impl std::error::Error for CellError {}
+
+impl ser::Error for CellError {
+    fn custom<T: std::fmt::Display>(msg: T) -> Self {
+        CellError::Other(msg.to_string())
+    }
+}
+
+/// Writes one scalar value as a cell's text.
+struct Cell<'a>(&'a mut Vec<u8>);
+
+impl Cell<'_> {
+    fn literal(self, v: impl Serialize) -> Result<Kind, CellError> {
+        serde_json::to_writer(&mut *self.0, &v).map_err(|e| CellError::Other(e.to_string()))?;
+        Ok(Kind::Literal)
+    }
+}
+
+impl Serializer for Cell<'_> {
+    type Ok = Kind;
+    type Error = CellError;
+    type SerializeSeq = Impossible<Kind, CellError>;
+    type SerializeTuple = Impossible<Kind, CellError>;
+    type SerializeTupleStruct = Impossible<Kind, CellError>;
+    type SerializeTupleVariant = Impossible<Kind, CellError>;
+    type SerializeMap = Impossible<Kind, CellError>;
+    type SerializeStruct = Impossible<Kind, CellError>;
+    type SerializeStructVariant = Impossible<Kind, CellError>;
+
+    fn serialize_str(self, v: &str) -> Result<Kind, CellError> {
+        self.0.extend_from_slice(v.as_bytes());
+        Ok(Kind::Text)
+    }
+    fn serialize_char(self, v: char) -> Result<Kind, CellError> {
+        self.serialize_str(v.encode_utf8(&mut [0; 4]))
+    }
+    fn serialize_unit_variant(
+        self,
+        _: &'static str,
+        _: u32,
+        variant: &'static str,
+    ) -> Result<Kind, CellError> {
+        self.serialize_str(variant)
+    }
+    fn serialize_bool(self, v: bool) -> Result<Kind, CellError> {
+        self.literal(v)
+    }
+    fn serialize_i8(self, v: i8) -> Result<Kind, CellError> {
+        self.literal(v)
+    }
+    fn serialize_i16(self, v: i16) -> Result<Kind, CellError> {
+        self.literal(v)
+    }
+    fn serialize_i32(self, v: i32) -> Result<Kind, CellError> {
+        self.literal(v)
+    }
+    fn serialize_i64(self, v: i64) -> Result<Kind, CellError> {
+        self.literal(v)
+    }
+    fn serialize_u8(self, v: u8) -> Result<Kind, CellError> {
+        self.literal(v)
+    }
+    fn serialize_u16(self, v: u16) -> Result<Kind, CellError> {
+        self.literal(v)
+    }
+    fn serialize_u32(self, v: u32) -> Result<Kind, CellError> {
+        self.literal(v)
+    }
+    fn serialize_u64(self, v: u64) -> Result<Kind, CellError> {
+        self.literal(v)
+    }
+    fn serialize_f32(self, v: f32) -> Result<Kind, CellError> {
+        self.serialize_f64(v as f64)
+    }
+    /// JSON has no non-finite numbers: such a cell is empty, as the list shows it null.
+    fn serialize_f64(self, v: f64) -> Result<Kind, CellError> {
+        if v.is_finite() {
+            self.literal(v)
+        } else {
+            Ok(Kind::Literal)
+        }
+    }
+    fn serialize_none(self) -> Result<Kind, CellError> {
+        Ok(Kind::Literal)
+    }
+    fn serialize_unit(self) -> Result<Kind, CellError> {
+        Ok(Kind::Literal)
+    }
+    fn serialize_unit_struct(self, _: &'static str) -> Result<Kind, CellError> {
+        Ok(Kind::Literal)
+    }
+    fn serialize_some<T: Serialize + ?Sized>(self, v: &T) -> Result<Kind, CellError> {
+        v.serialize(self)
+    }
+    fn serialize_newtype_struct<T: Serialize + ?Sized>(
+        self,
+        _: &'static str,
+        v: &T,
+    ) -> Result<Kind, CellError> {
+        v.serialize(self)
+    }
+    fn serialize_bytes(self, _: &[u8]) -> Result<Kind, CellError> {
+        Err(CellError::Nested)
+    }
+    fn serialize_newtype_variant<T: Serialize + ?Sized>(
+        self,
+        _: &'static str,
+        _: u32,
+        _: &'static str,
+        _: &T,
+    ) -> Result<Kind, CellError> {
+        Err(CellError::Nested)
+    }
+    fn serialize_seq(self, _: Option<usize>) -> Result<Self::SerializeSeq, CellError> {
+        Err(CellError::Nested)
+    }
+    fn serialize_tuple(self, _: usize) -> Result<Self::SerializeTuple, CellError> {
+        Err(CellError::Nested)
+    }
+    fn serialize_tuple_struct(
+        self,
+        _: &'static str,
+        _: usize,
+    ) -> Result<Self::SerializeTupleStruct, CellError> {
+        Err(CellError::Nested)
+    }
+    fn serialize_tuple_variant(
+        self,
+        _: &'static str,
+        _: u32,
+        _: &'static str,
+        _: usize,
+    ) -> Result<Self::SerializeTupleVariant, CellError> {
+        Err(CellError::Nested)
+    }
+    fn serialize_map(self, _: Option<usize>) -> Result<Self::SerializeMap, CellError> {
+        Err(CellError::Nested)
+    }
+    fn serialize_struct(
+        self,
+        _: &'static str,
+        _: usize,
+    ) -> Result<Self::SerializeStruct, CellError> {
+        Err(CellError::Nested)
+    }
+    fn serialize_struct_variant(
+        self,
+        _: &'static str,
+        _: u32,
+        _: &'static str,
+        _: usize,
+    ) -> Result<Self::SerializeStructVariant, CellError> {
+        Err(CellError::Nested)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn csv_cells_read_back_as_the_values_the_list_shows() {
-        let (mut entry, r) = crate::api::audit::tests::sample();
+        let (mut entry, r) = crate::wire::audit::tests::sample();
         for with_chain in [true, false] {
-            let mut want = crate::api::audit::entry_json(&entry, &r, true);
-            want.insert("chain_index".into(), Value::from(3));
-            want.insert("prev_hash".into(), Value::String(hex::encode([9u8; 32])));
+            let listed = crate::wire::audit::ListedEntry::new(entry.clone(), &r, true);
+            let mut want = serde_json::to_value(&listed).expect("json");
+            want["chain_index"] = Value::from(3);
+            want["prev_hash"] = Value::String(hex::encode([9u8; 32]));
             let cols = columns(with_chain);
             let cells = csv_cells(&entry, &r, with_chain);
             assert_eq!(cells.len(), cols.len());
             for (c, cell) in cols.iter().zip(&cells) {
-                assert_eq!(uncell(c, cell).as_ref(), Ok(&want[*c]), "column {c}");
+                assert_eq!(
+                    uncell(&c.name, cell).as_ref(),
+                    Ok(&want[&c.name]),
+                    "column {}",
+                    c.name
+                );
             }
         }
         entry.duration = None;
         let cells = csv_cells(&entry, &r, false);
         assert_eq!(cells[12], "");
+    }
+
+    #[test]
+    fn the_columns_are_the_entry_fields_in_order() {
+        let names: Vec<&str> = columns(true).iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "id",
+                "action",
+                "model_id",
+                "project_id",
+                "gateway_id",
+                "ip_address",
+                "user_agent",
+                "http_status",
+                "is_success",
+                "is_cache_hit",
+                "error_code",
+                "error_msg",
+                "duration",
+                "credits_consumed",
+                "balance_consumed_usd",
+                "tokens",
+                "metadata",
+                "created_at",
+                "chain_index",
+                "prev_hash",
+                "hash"
+            ]
+        );
+        assert_eq!(columns(false).len(), 18);
+        let text: Vec<&str> = columns(true)
+            .iter()
+            .filter(|c| c.text)
+            .map(|c| c.name.as_str())
+            .collect();
+        assert_eq!(
+            text,
+            [
+                "id",
+                "action",
+                "model_id",
+                "project_id",
+                "gateway_id",
+                "ip_address",
+                "user_agent",
+                "error_msg",
+                "created_at",
+                "prev_hash",
+                "hash"
+            ]
+        );
     }
 }

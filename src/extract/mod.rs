@@ -17,8 +17,10 @@ pub use rules::RuleExtractor;
 /// that one pasted document cannot become one giant memory.
 pub const MAX_CONTENT_CHARS: usize = 10_000;
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// A message of a conversation to extract from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ChatMessage {
+    #[schema(value_type = crate::wire::memory::ChatRole)]
     pub role: String,
     pub content: String,
 }

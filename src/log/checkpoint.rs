@@ -10,14 +10,16 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::Duration;
 
 use ed25519_dalek::{Signature, Signer, SigningKey, Verifier, VerifyingKey};
 use serde::{Deserialize, Serialize};
 
 use super::Head;
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Checkpoint {
     pub seq: u64,
     /// Lowercase hex of the record hash at `seq`.
@@ -147,6 +149,94 @@ pub fn parse(reader: impl BufRead, name: &str) -> Result<Vec<Checkpoint>, String
         );
     }
     Ok(out)
+}
+
+/// Signs checkpoints and keeps the latest.
+pub struct CheckpointSigner {
+    key: SigningKey,
+    file: PathBuf,
+    latest: Mutex<Option<Checkpoint>>,
+}
+
+impl CheckpointSigner {
+    pub fn new(key: SigningKey, file: PathBuf) -> Self {
+        let latest = read_file(&file).ok().and_then(|v| v.into_iter().last());
+        Self {
+            key,
+            file,
+            latest: Mutex::new(latest),
+        }
+    }
+
+    pub fn public_key_hex(&self) -> String {
+        hex::encode(self.key.verifying_key().as_bytes())
+    }
+
+    pub fn latest(&self) -> Option<Checkpoint> {
+        self.latest
+            .lock()
+            .map(|g| g.clone())
+            .unwrap_or_else(|p| p.into_inner().clone())
+    }
+
+    fn last_seq(&self) -> u64 {
+        self.latest().map(|c| c.seq).unwrap_or(0)
+    }
+
+    /// Signs `head` (unless it is already the latest checkpoint) and appends it to the file.
+    pub fn sign(&self, head: Head) -> std::io::Result<Checkpoint> {
+        let mut guard = self.latest.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(cp) = guard.as_ref() {
+            if cp.seq == head.seq && cp.hash == hex::encode(head.hash) {
+                return Ok(cp.clone());
+            }
+        }
+        let time =
+            auditmem_projections::audit_view::format_time(chrono::Utc::now().timestamp_micros());
+        let cp = Checkpoint::sign(&self.key, head, &time);
+        append_to_file(&self.file, &cp)?;
+        *guard = Some(cp.clone());
+        Ok(cp)
+    }
+
+    /// Signs every `every` records or `interval` while the head moves; stops with the appender.
+    pub async fn run(
+        self: std::sync::Arc<Self>,
+        appender: super::appender::Appender,
+        every: u64,
+        interval: Duration,
+    ) {
+        let mut rx = appender.subscribe();
+        drop(appender);
+        let mut deadline = tokio::time::Instant::now() + interval;
+        loop {
+            tokio::select! {
+                changed = rx.changed() => {
+                    if changed.is_err() {
+                        break;
+                    }
+                    let head = *rx.borrow_and_update();
+                    if head.seq >= self.last_seq() + every.max(1) {
+                        self.sign_logged(head);
+                    }
+                }
+                _ = tokio::time::sleep_until(deadline) => {
+                    let head = *rx.borrow();
+                    if head.seq > self.last_seq() {
+                        self.sign_logged(head);
+                    }
+                    deadline = tokio::time::Instant::now() + interval;
+                }
+            }
+        }
+    }
+
+    pub fn sign_logged(&self, head: Head) {
+        match self.sign(head) {
+            Ok(cp) => tracing::info!(seq = cp.seq, hash = %cp.hash, "signed checkpoint"),
+            Err(e) => tracing::error!(error = %e, "could not write checkpoint"),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -321,7 +321,7 @@ mod tests {
     use auditmem_projections::{AuditRecorded, CreditsConsumed};
 
     fn audit(tenant: Uuid, n: u64) -> Event {
-        let (mut entry, _) = crate::api::audit::tests::sample();
+        let (mut entry, _) = crate::wire::audit::tests::sample();
         entry.id = Uuid::now_v7();
         entry.action = format!("gateway.chat{n}");
         entry.created_at = n as i64;

@@ -128,7 +128,7 @@ fn tenant_a_can_reach_nothing_of_tenant_b_on_any_route() {
     for (method, path) in ROUTES {
         let m = axum::http::Method::from_bytes(method.as_bytes()).expect("method");
         assert!(
-            auditmem::api::gate::route_policy(&m, path).is_some(),
+            auditmem::api::routes::policy(&m, path).is_some(),
             "{method} {path} is not a gated route"
         );
     }

@@ -1,0 +1,245 @@
+//! Create, list, read, update and delete memories, one at a time or every memory of a type.
+
+use auditmem_projections::memories::MemoryView;
+use auditmem_projections::{
+    vector_to_bytes, AuditDetail, Event, MemoriesDeletedByType, MemoryCreated, MemoryDeleted,
+    MemoryUpdated,
+};
+use axum::extract::{Path, State};
+use axum::Extension;
+use uuid::Uuid;
+
+use super::{embed_one, owned};
+use crate::api::error::ApiError;
+use crate::api::extract::{Json, Query};
+use crate::api::gate::{Caller, PendingOps, Recorded};
+use crate::api::state::AppState;
+use crate::wire::envelope::{Data, ErrorEnvelope};
+use crate::wire::memory::{
+    BatchDeleteRequest, BatchDeleted, Changes, DeletedMemory, Memory, MemoryCreateRequest,
+    MemoryListQuery, MemoryListing, MemoryPage, MemoryUpdateRequest, NewMemory,
+};
+use crate::wire::time::now_stored;
+
+type MemoryEnvelope = Data<Memory>;
+type MemoryPageEnvelope = Data<MemoryPage>;
+type MemoryDeletedEnvelope = Data<DeletedMemory>;
+type BatchDeletedEnvelope = Data<BatchDeleted>;
+
+/// Memories listed in one audit entry's `memory_results` at most (batch deletes can be large).
+const MAX_AUDITED_RESULTS: usize = 1000;
+
+/// An answer of one memory, which its audit entry records in `memory_results`.
+fn answered(
+    memory: Memory,
+    memory_query: Option<Vec<String>>,
+    events: Vec<Event>,
+) -> Recorded<Data<Memory>> {
+    let ops = PendingOps {
+        events,
+        detail: AuditDetail {
+            memory_query,
+            memory_results: Some(vec![memory.audited()]),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    Recorded::new(Data(memory), ops)
+}
+
+#[utoipa::path(post, path = "/v1/memories", tag = "memory", security(("api_key" = [])),
+    request_body = MemoryCreateRequest,
+    responses((status = 200, description = "the memory", body = MemoryEnvelope), (status = 400, description = "invalid field (4000)", body = ErrorEnvelope), (status = 403, description = "permission (4030)", body = ErrorEnvelope), (status = 502, description = "embedding provider failed (5020)", body = ErrorEnvelope)))]
+pub(crate) async fn create_memory(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Json(new): Json<MemoryCreateRequest>,
+) -> Result<Recorded<Data<Memory>>, ApiError> {
+    let NewMemory {
+        content,
+        memory_type,
+        importance,
+    } = new;
+    let vector = embed_one(&state, &content).await?;
+    let at = now_stored();
+    let id = Uuid::now_v7();
+    let event = Event::MemoryCreated(MemoryCreated {
+        memory_id: id,
+        tenant_id: caller.tenant.id,
+        content: content.clone(),
+        memory_type,
+        importance,
+        created_at: at,
+        model: state.embed.model_id().to_string(),
+        vector: vector_to_bytes(&vector),
+    });
+    let memory = Memory::from(MemoryView {
+        id,
+        content: content.clone(),
+        memory_type,
+        importance,
+        created_at: at,
+        updated_at: at,
+    });
+    Ok(answered(memory, Some(vec![content]), vec![event]))
+}
+
+#[utoipa::path(get, path = "/v1/memories", tag = "memory", security(("api_key" = [])),
+    params(MemoryListQuery),
+    responses((status = 200, description = "newest first", body = MemoryPageEnvelope), (status = 400, description = "bad parameter (4000)", body = ErrorEnvelope), (status = 403, description = "permission (4030)", body = ErrorEnvelope)))]
+pub(crate) async fn list_memories(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Query(q): Query<MemoryListQuery>,
+) -> Result<Data<MemoryPage>, ApiError> {
+    let MemoryListing {
+        paging,
+        memory_type,
+    } = q;
+    let (total, items) = state
+        .projections
+        .memories
+        .list(
+            &caller.tenant.id,
+            memory_type,
+            paging.offset(),
+            paging.page_size,
+        )
+        .map_err(ApiError::internal)?;
+    Ok(Data(MemoryPage {
+        memories: items.into_iter().map(Memory::from).collect(),
+        total,
+        page: paging.page,
+        page_size: paging.page_size,
+    }))
+}
+
+#[utoipa::path(get, path = "/v1/memories/{id}", tag = "memory", security(("api_key" = [])),
+    params(("id" = String, Path, description = "memory id")),
+    responses((status = 200, description = "the memory", body = MemoryEnvelope), (status = 403, description = "permission (4030)", body = ErrorEnvelope), (status = 404, description = "missing or foreign (4040)", body = ErrorEnvelope)))]
+pub(crate) async fn get_memory(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+) -> Result<Recorded<Data<Memory>>, ApiError> {
+    let memory = Memory::from(owned(&state, &caller, &id)?);
+    Ok(answered(memory, None, Vec::new()))
+}
+
+#[utoipa::path(patch, path = "/v1/memories/{id}", tag = "memory", security(("api_key" = [])),
+    params(("id" = String, Path, description = "memory id")), request_body = MemoryUpdateRequest,
+    responses((status = 200, description = "the memory", body = MemoryEnvelope), (status = 400, description = "empty body or another field (4000)", body = ErrorEnvelope), (status = 403, description = "permission (4030)", body = ErrorEnvelope), (status = 404, description = "missing or foreign (4040)", body = ErrorEnvelope)))]
+pub(crate) async fn update_memory(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+    Json(update): Json<MemoryUpdateRequest>,
+) -> Result<Recorded<Data<Memory>>, ApiError> {
+    // The body's shape was checked first (a malformed body is 400 even for a missing id); its
+    // values once the memory is found.
+    let m = owned(&state, &caller, &id)?;
+    let Changes {
+        content,
+        importance,
+    } = update.check()?;
+    // Only changed content is embedded again.
+    let changed = content.as_ref().filter(|c| **c != m.content).cloned();
+    let vector = match &changed {
+        Some(c) => Some(embed_one(&state, c).await?),
+        None => None,
+    };
+    let at = now_stored();
+    let event = Event::MemoryUpdated(MemoryUpdated {
+        memory_id: m.id,
+        tenant_id: caller.tenant.id,
+        content: changed.clone(),
+        importance,
+        updated_at: at,
+        model: vector.as_ref().map(|_| state.embed.model_id().to_string()),
+        vector: vector.as_deref().map(vector_to_bytes),
+    });
+    let memory = Memory::from(MemoryView {
+        content: changed.unwrap_or_else(|| m.content.clone()),
+        importance: importance.unwrap_or(m.importance),
+        updated_at: at,
+        ..m
+    });
+    Ok(answered(memory, content.map(|c| vec![c]), vec![event]))
+}
+
+#[utoipa::path(delete, path = "/v1/memories/{id}", tag = "memory", security(("api_key" = [])),
+    params(("id" = String, Path, description = "memory id")),
+    responses((status = 200, description = "deleted", body = MemoryDeletedEnvelope), (status = 403, description = "permission (4030)", body = ErrorEnvelope), (status = 404, description = "missing or foreign (4040)", body = ErrorEnvelope)))]
+pub(crate) async fn delete_memory(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+) -> Result<Recorded<Data<DeletedMemory>>, ApiError> {
+    let m = owned(&state, &caller, &id)?;
+    let id = m.id;
+    let event = Event::MemoryDeleted(MemoryDeleted {
+        memory_id: id,
+        tenant_id: caller.tenant.id,
+        deleted_at: now_stored(),
+    });
+    let ops = PendingOps {
+        events: vec![event],
+        detail: AuditDetail {
+            memory_results: Some(vec![Memory::from(m).audited()]),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    Ok(Recorded::new(
+        Data(DeletedMemory { id, deleted: true }),
+        ops,
+    ))
+}
+
+#[utoipa::path(delete, path = "/v1/memories", tag = "memory", security(("api_key" = [])),
+    request_body = BatchDeleteRequest,
+    responses((status = 200, description = "how many were deleted", body = BatchDeletedEnvelope), (status = 400, description = "empty body or bad memory_type (4000)", body = ErrorEnvelope), (status = 403, description = "permission (4030)", body = ErrorEnvelope)))]
+pub(crate) async fn delete_by_type(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Json(memory_type): Json<BatchDeleteRequest>,
+) -> Result<Recorded<Data<BatchDeleted>>, ApiError> {
+    let ids = state
+        .projections
+        .memories
+        .ids_of_type(&caller.tenant.id, memory_type);
+    let mut audited = Vec::new();
+    for id in ids.iter().take(MAX_AUDITED_RESULTS) {
+        let m = state
+            .projections
+            .memories
+            .get(&caller.tenant.id, id)
+            .map_err(ApiError::internal)?;
+        audited.extend(m.map(|m| Memory::from(m).audited()));
+    }
+    let deleted = ids.len();
+    let mut events = Vec::new();
+    if deleted > 0 {
+        events.push(Event::MemoriesDeletedByType(MemoriesDeletedByType {
+            tenant_id: caller.tenant.id,
+            memory_type,
+            memory_ids: ids,
+            deleted_at: now_stored(),
+        }));
+    }
+    let ops = PendingOps {
+        events,
+        detail: AuditDetail {
+            memory_results: Some(audited),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    Ok(Recorded::new(
+        Data(BatchDeleted {
+            memory_type,
+            deleted,
+        }),
+        ops,
+    ))
+}

@@ -1,0 +1,242 @@
+//! `POST /v1/memories/extract`: memories found in a conversation or a text by the extractor,
+//! embedded, optionally deduplicated against the tenant's memories and each other, stored, and
+//! charged.
+//!
+//! The steps: check the input and what it costs; extract; embed; keep or skip each candidate;
+//! commit the memories with the charge, which the appender checks again against the credits.
+
+use auditmem_projections::memories::MemoryView;
+use auditmem_projections::{
+    vector_to_bytes, AuditDetail, CreditsConsumed, Event, MemoryCreated, MemoryType, Projections,
+};
+use axum::extract::State;
+use axum::Extension;
+use uuid::Uuid;
+
+use super::embedding_failed;
+use crate::api::error::ApiError;
+use crate::api::extract::Json;
+use crate::api::gate::{Caller, PendingOps, Recorded};
+use crate::api::state::AppState;
+use crate::extract::{Candidate, ExtractInput};
+use crate::log::appender::{Precondition, Rejection};
+use crate::registry::ErrorCode;
+use crate::wire::envelope::{Data, ErrorEnvelope};
+use crate::wire::memory::{ExtractRequest, Extracted, Extraction, Memory, SkippedMemory};
+use crate::wire::time::now_stored;
+
+type ExtractEnvelope = Data<Extracted>;
+
+/// What an extraction costs, in credits and USD: a base per call plus a rate per started 1,000
+/// input characters.
+pub fn extraction_cost(state: &AppState, input_chars: usize) -> (f64, f64) {
+    let s = &state.memory;
+    let credits = s.credits_per_call + s.credits_per_1k_chars * input_chars.div_ceil(1000) as f64;
+    (credits, ((credits * s.usd_per_credit) * 1e6).round() / 1e6)
+}
+
+fn insufficient(needed: f64, have: f64) -> ApiError {
+    ApiError::new(
+        ErrorCode::InsufficientCredits,
+        format!("extraction needs {needed} credits; the tenant has {have}"),
+    )
+}
+
+#[utoipa::path(post, path = "/v1/memories/extract", tag = "memory", security(("api_key" = [])),
+    request_body = ExtractRequest,
+    responses((status = 200, description = "created and skipped memories", body = ExtractEnvelope), (status = 400, description = "invalid input (4000)", body = ErrorEnvelope), (status = 402, description = "insufficient credits (4020)", body = ErrorEnvelope), (status = 403, description = "permission (4030)", body = ErrorEnvelope), (status = 502, description = "provider failed (5020)", body = ErrorEnvelope)))]
+pub(crate) async fn extract_memories(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Json(extraction): Json<ExtractRequest>,
+) -> Result<Recorded<Data<Extracted>>, ApiError> {
+    let Extraction {
+        deduplicate,
+        input,
+        input_value,
+        input_text,
+    } = extraction;
+    let (credits, usd) = price(&state, &caller, &input_text)?;
+    let candidates = extract(&state, input).await?;
+    let vectors = embed(&state, &candidates).await?;
+    let at = now_stored();
+    let kept = sort(&state, &caller, &candidates, &vectors, deduplicate)?;
+    let mut events = Vec::with_capacity(kept.created.len() + 1);
+    let mut memories = Vec::with_capacity(kept.created.len());
+    for (c, id, vector) in kept.created {
+        let importance = (c.importance as f64 * 100.0).round() / 100.0;
+        events.push(Event::MemoryCreated(MemoryCreated {
+            memory_id: id,
+            tenant_id: caller.tenant.id,
+            content: c.content.clone(),
+            memory_type: c.memory_type,
+            importance,
+            created_at: at,
+            model: state.embed.model_id().to_string(),
+            vector: vector_to_bytes(vector),
+        }));
+        memories.push(Memory::from(MemoryView {
+            id,
+            content: c.content.clone(),
+            memory_type: c.memory_type,
+            importance,
+            created_at: at,
+            updated_at: at,
+        }));
+    }
+    events.push(Event::CreditsConsumed(CreditsConsumed {
+        tenant_id: caller.tenant.id,
+        credits,
+        usd,
+        at,
+    }));
+    let answer = Extracted {
+        memories,
+        skipped: kept.skipped,
+        credits_consumed: credits,
+    };
+    let ops = PendingOps {
+        events,
+        check: Some(credits_cover(caller.tenant.id, credits)),
+        detail: AuditDetail {
+            input_content: Some(input_value),
+            output_content: Some(answer.output()),
+            memory_query: Some(vec![input_text]),
+            memory_results: Some(answer.memories.iter().map(Memory::audited).collect()),
+            ..Default::default()
+        },
+        credits,
+        usd,
+        ..Default::default()
+    };
+    Ok(Recorded::new(Data(answer), ops))
+}
+
+/// The cost of extracting from `input_text`, refused when the input is over the limit or the
+/// tenant's credits do not cover it.
+fn price(state: &AppState, caller: &Caller, input_text: &str) -> Result<(f64, f64), ApiError> {
+    let input_chars = input_text.chars().count();
+    if input_chars > state.memory.max_extract_chars {
+        return Err(ApiError::bad_request(format!(
+            "the input is {input_chars} characters; at most {} are allowed",
+            state.memory.max_extract_chars
+        )));
+    }
+    let (credits, usd) = extraction_cost(state, input_chars);
+    if caller.tenant.credits < credits {
+        return Err(insufficient(credits, caller.tenant.credits));
+    }
+    Ok((credits, usd))
+}
+
+/// The extractor's candidates; it may call a remote model, so it runs off the runtime.
+async fn extract(state: &AppState, input: ExtractInput) -> Result<Vec<Candidate>, ApiError> {
+    let extractor = state.extractor.clone();
+    tokio::task::spawn_blocking(move || extractor.extract(&input))
+        .await
+        .map_err(|e| ApiError::internal(format!("extractor crashed: {e}")))?
+        .map_err(|e| {
+            tracing::warn!(error = %e, "extraction provider failed");
+            ApiError::new(
+                ErrorCode::ProviderFailure,
+                format!("the extraction provider failed; nothing was stored: {e}"),
+            )
+        })
+}
+
+async fn embed(state: &AppState, candidates: &[Candidate]) -> Result<Vec<Vec<f32>>, ApiError> {
+    if candidates.is_empty() {
+        return Ok(Vec::new());
+    }
+    state
+        .embed
+        .embed(candidates.iter().map(|c| c.content.clone()).collect())
+        .await
+        .map_err(embedding_failed)
+}
+
+/// The candidates to store, each with its new id and vector, and the ones skipped.
+struct Sorted<'a> {
+    created: Vec<(&'a Candidate, Uuid, &'a [f32])>,
+    skipped: Vec<SkippedMemory>,
+}
+
+/// Keeps every candidate, or with `deduplicate` skips one as similar as the threshold to a
+/// memory of the same type already stored or kept earlier in this call.
+fn sort<'a>(
+    state: &AppState,
+    caller: &Caller,
+    candidates: &'a [Candidate],
+    vectors: &'a [Vec<f32>],
+    deduplicate: bool,
+) -> Result<Sorted<'a>, ApiError> {
+    let threshold = state.memory.dedup_threshold;
+    let mut sorted = Sorted {
+        created: Vec::new(),
+        skipped: Vec::new(),
+    };
+    for (c, v) in candidates.iter().zip(vectors) {
+        if deduplicate {
+            if let Some(dup) =
+                duplicate(state, caller, &sorted.created, c.memory_type, v, threshold)?
+            {
+                sorted.skipped.push(SkippedMemory {
+                    content: c.content.clone(),
+                    memory_type: c.memory_type,
+                    reason: "duplicate",
+                    duplicate_of: dup,
+                });
+                continue;
+            }
+        }
+        sorted.created.push((c, Uuid::now_v7(), v));
+    }
+    Ok(sorted)
+}
+
+/// The memory `v` duplicates: a stored one of the tenant's first, else one kept in this call.
+fn duplicate(
+    state: &AppState,
+    caller: &Caller,
+    kept: &[(&Candidate, Uuid, &[f32])],
+    memory_type: MemoryType,
+    v: &[f32],
+    threshold: f32,
+) -> Result<Option<Uuid>, ApiError> {
+    let stored = state
+        .projections
+        .memories
+        .nearest(&caller.tenant.id, v, Some(memory_type))
+        .map_err(ApiError::internal)?
+        .filter(|(_, s)| *s >= threshold);
+    let within = kept
+        .iter()
+        .filter(|(c, _, _)| c.memory_type == memory_type)
+        .map(|(_, id, kv)| (*id, auditmem_projections::vector_table::dot(kv, v)))
+        .filter(|(_, s)| *s >= threshold)
+        .max_by(|a, b| a.1.total_cmp(&b.1));
+    Ok(stored.or(within).map(|(id, _)| id))
+}
+
+/// The appender's check that the tenant's credits still cover the charge, against every charge
+/// committed before it.
+fn credits_cover(tenant_id: Uuid, credits: f64) -> Precondition {
+    Box::new(move |p: &Projections| match p.tenants.tenant(&tenant_id) {
+        Ok(Some(t)) if t.credits >= credits => Ok(()),
+        Ok(Some(t)) => {
+            let e = insufficient(credits, t.credits);
+            Err(Rejection {
+                code: e.code,
+                message: e.message,
+            })
+        }
+        Ok(None) => Err(Rejection {
+            code: ErrorCode::Unauthorized,
+            message: "unknown tenant".into(),
+        }),
+        Err(e) => Err(Rejection {
+            code: ErrorCode::Internal,
+            message: format!("reading credits: {e}"),
+        }),
+    })
+}

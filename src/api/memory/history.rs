@@ -1,0 +1,91 @@
+//! `GET /v1/memories/{id}/history`: every version of a memory, read from the log.
+
+use auditmem_projections::Event;
+use axum::extract::{Path, State};
+use axum::Extension;
+
+use super::{not_found, parse_id};
+use crate::api::error::ApiError;
+use crate::api::gate::Caller;
+use crate::api::state::AppState;
+use crate::wire::envelope::{Data, ErrorEnvelope};
+use crate::wire::memory::{MemoryHistory, MemoryVersion};
+use crate::wire::time::Time;
+
+type MemoryHistoryEnvelope = Data<MemoryHistory>;
+
+/// What the event at a version's seq changed; `None` for an event that is no memory's change.
+fn version(event: &Event, seq: u64, at: i64) -> Option<MemoryVersion> {
+    let blank = |change| MemoryVersion {
+        change,
+        seq,
+        audit_id: None,
+        at: Time(at),
+        content: None,
+        memory_type: None,
+        importance: None,
+        batch_memory_type: None,
+    };
+    Some(match event {
+        Event::MemoryCreated(e) => MemoryVersion {
+            content: Some(Some(e.content.clone())),
+            memory_type: Some(e.memory_type),
+            importance: Some(Some(e.importance)),
+            ..blank("created")
+        },
+        Event::MemoryUpdated(e) => MemoryVersion {
+            content: Some(e.content.clone()),
+            importance: Some(e.importance),
+            ..blank("updated")
+        },
+        Event::MemoryDeleted(_) => blank("deleted"),
+        Event::MemoriesDeletedByType(e) => MemoryVersion {
+            batch_memory_type: Some(e.memory_type),
+            ..blank("deleted")
+        },
+        _ => return None,
+    })
+}
+
+#[utoipa::path(get, path = "/v1/memories/{id}/history", tag = "memory", security(("api_key" = [])),
+    params(("id" = String, Path, description = "memory id")),
+    responses((status = 200, description = "every version, from the log", body = MemoryHistoryEnvelope), (status = 403, description = "permission (4030)", body = ErrorEnvelope), (status = 404, description = "missing or foreign (4040)", body = ErrorEnvelope)))]
+pub(crate) async fn memory_history(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+) -> Result<Data<MemoryHistory>, ApiError> {
+    let id = parse_id(&id)?;
+    let stored = state
+        .projections
+        .memories
+        .stored(&id)?
+        .filter(|m| m.tenant_id == caller.tenant.id)
+        .ok_or_else(not_found)?;
+    let mut versions = Vec::new();
+    for seq in &stored.versions {
+        let Some((record, event)) = state.log.event(*seq)? else {
+            continue;
+        };
+        let Some(mut v) = version(&event, *seq, record.ts_micros) else {
+            continue;
+        };
+        // The audit entry is the last event of the same atomic submission, right after.
+        let mut at = *seq + 1;
+        while let Some((_, e)) = state.log.event(at)? {
+            if let Event::AuditRecorded(a) = e {
+                if a.tenant_id == caller.tenant.id {
+                    v.audit_id = Some(a.entry.id);
+                }
+                break;
+            }
+            at += 1;
+        }
+        versions.push(v);
+    }
+    Ok(Data(MemoryHistory {
+        id,
+        deleted: stored.deleted_at.is_some(),
+        versions,
+    }))
+}

@@ -1,0 +1,74 @@
+//! What every handler shares: the log, the projections, the appender, the providers and the
+//! settings.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use auditmem_projections::{Plan, Projections};
+
+use crate::log::appender::Appender;
+use crate::log::checkpoint::CheckpointSigner;
+use crate::log::LogReader;
+
+/// Settings the handlers consult.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub admin_token: Option<String>,
+    pub trust_proxy: bool,
+    pub max_body_bytes: usize,
+    pub audit_body_limit: usize,
+    pub custom_retention_days: i64,
+    /// How long a request may take, its body read and its handler included (408 beyond).
+    pub request_timeout: Duration,
+}
+
+impl Settings {
+    pub fn retention_days(&self, plan: Plan) -> i64 {
+        match plan {
+            Plan::Free => 7,
+            Plan::Basic => 30,
+            Plan::Pro => 90,
+            Plan::Business => 365,
+            Plan::Custom => self.custom_retention_days,
+        }
+    }
+
+    /// Where a plan's readable window starts, now.
+    pub fn retention_start(&self, plan: Plan) -> i64 {
+        crate::wire::time::now() - self.retention_days(plan) * 86_400 * 1_000_000
+    }
+}
+
+pub struct Inner {
+    pub log: LogReader,
+    pub projections: Arc<Projections>,
+    pub appender: Appender,
+    pub signer: Arc<CheckpointSigner>,
+    pub settings: Settings,
+    pub exports: crate::export::ExportSettings,
+    pub metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
+    pub embed: crate::embed::EmbedService,
+    pub extractor: Arc<dyn crate::extract::Extractor>,
+    pub memory: MemorySettings,
+    pub rate_limiter: super::rate_limit::RateLimiter,
+}
+
+/// Settings of the memory endpoints.
+#[derive(Clone, Debug)]
+pub struct MemorySettings {
+    pub credits_per_call: f64,
+    pub credits_per_1k_chars: f64,
+    pub usd_per_credit: f64,
+    pub dedup_threshold: f32,
+    pub max_extract_chars: usize,
+}
+
+#[derive(Clone)]
+pub struct AppState(pub Arc<Inner>);
+
+impl std::ops::Deref for AppState {
+    type Target = Inner;
+    fn deref(&self) -> &Inner {
+        &self.0
+    }
+}

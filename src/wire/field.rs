@@ -1,0 +1,89 @@
+//! Request fields whose value checks run after parsing, with the API's own messages.
+//!
+//! serde checks a body's syntax and shape (a JSON object, no unknown field, each field of a
+//! kind it can hold) and stops at the first error it meets, in document order, in its own
+//! words. The checks of a field's value (a trimmed length, a range, a name in a set) are the
+//! API's, worded as the API documents them, and they run after parsing in the order the body
+//! type lists its fields, so a body with several faults always names the same one first. A
+//! [`Field`] is what makes that possible: it deserialises whatever serde read for the field
+//! (its [`Check::Raw`]) into either the checked value or the refusal, and the body's check
+//! returns the first refusal ([`Field::value`]).
+
+use serde::{Deserialize, Deserializer};
+
+/// A request the API refuses with 400, and why: the message names the field.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Invalid(pub String);
+
+impl Invalid {
+    pub fn new(message: impl Into<String>) -> Self {
+        Invalid(message.into())
+    }
+}
+
+impl std::fmt::Display for Invalid {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A field value the API checks itself.
+pub trait Check: Sized {
+    /// What serde reads for the field: a typed value, whose wrong JSON kind is then serde's
+    /// error, or `serde_json::Value` where the field's own message covers every kind.
+    type Raw: for<'de> Deserialize<'de>;
+
+    fn check(raw: Self::Raw) -> Result<Self, Invalid>;
+}
+
+/// A field as parsed: its checked value, or why it was refused.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Field<T>(Result<T, Invalid>);
+
+impl<T> Field<T> {
+    /// The checked value, or the field's refusal.
+    pub fn value(self) -> Result<T, Invalid> {
+        self.0
+    }
+
+    /// A field checked already (tests, and callers that build bodies in code).
+    pub fn of(value: T) -> Self {
+        Field(Ok(value))
+    }
+}
+
+impl<'de, T: Check> Deserialize<'de> for Field<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        T::Raw::deserialize(d).map(|raw| Field(T::check(raw)))
+    }
+}
+
+/// The value of a field that must be given (present and not null).
+pub fn required<T>(field: Option<Field<T>>, missing: &str) -> Result<T, Invalid> {
+    field.ok_or_else(|| Invalid::new(missing))?.value()
+}
+
+/// The value of a field that may be left out (or null, where the body says so).
+pub fn optional<T>(field: Option<Field<T>>) -> Result<Option<T>, Invalid> {
+    field.map(Field::value).transpose()
+}
+
+/// For `#[serde(default, deserialize_with = "present")]`: a field left out is `None`, a field
+/// given, `null` included, is `Some` (serde's own `Option` reads `null` as left out).
+pub fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
+    d: D,
+) -> Result<Option<T>, D::Error> {
+    T::deserialize(d).map(Some)
+}
+
+/// The whole number a JSON number stands for, if it is one: an integer, or a float with no
+/// fraction (`5.0`, as encoders of floats write it and JSON Schema's "integer" admits) below
+/// 2^63 in magnitude, where the conversion is exact. Fields the interface calls numbers that
+/// hold counts or codes (`top_k`, `http_status`, ...) read through this.
+pub fn whole_number(n: &serde_json::Number) -> Option<i128> {
+    n.as_i128().or_else(|| {
+        n.as_f64()
+            .filter(|f| f.fract() == 0.0 && f.abs() < 9.2e18)
+            .map(|f| f as i128)
+    })
+}

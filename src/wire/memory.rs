@@ -1,0 +1,844 @@
+//! The memory store's shapes: memories, the create, update, search, extract and batch-delete
+//! bodies with their checks, and what each answers.
+
+use auditmem_projections::memories::MemoryView;
+use auditmem_projections::MemoryType;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::{IntoParams, ToSchema};
+use uuid::Uuid;
+
+use super::envelope::Payload;
+use super::field::{optional, present, required, whole_number, Check, Field, Invalid};
+use super::query::{self, Paging};
+use super::time::Time;
+use super::{empty_refused, unknown_field_named, Body, Params};
+use crate::extract::{ChatMessage, ExtractInput};
+
+/// A memory's content and a search query hold at most this many characters (after trimming).
+pub const MAX_CONTENT_CHARS: usize = 10_000;
+/// The memory list's page size: default 20, at most 100 (larger is clamped).
+pub const DEFAULT_PAGE_SIZE: usize = 20;
+/// Search's result count: default 5, 1 to 100.
+pub const DEFAULT_TOP_K: usize = 5;
+pub const MAX_TOP_K: usize = 100;
+
+const IMPORTANCE_RANGE: &str = "importance must be a number from 0.0 to 1.0";
+
+/// A memory's text: 1 to [`MAX_CONTENT_CHARS`] characters after trimming (stored trimmed).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Content(pub String);
+
+impl Check for Content {
+    type Raw = Value;
+
+    fn check(raw: Value) -> Result<Self, Invalid> {
+        match raw {
+            Value::Null => Err(Invalid::new("content is required")),
+            Value::String(s) => {
+                let t = s.trim();
+                let n = t.chars().count();
+                if n == 0 {
+                    Err(Invalid::new("content must not be empty"))
+                } else if n > MAX_CONTENT_CHARS {
+                    Err(Invalid(format!(
+                        "content is {n} characters; at most {MAX_CONTENT_CHARS} are allowed"
+                    )))
+                } else {
+                    Ok(Content(t.to_string()))
+                }
+            }
+            _ => Err(Invalid::new("content must be a string")),
+        }
+    }
+}
+
+impl Check for MemoryType {
+    type Raw = Value;
+
+    fn check(raw: Value) -> Result<Self, Invalid> {
+        match raw {
+            Value::String(s) => s.parse().map_err(Invalid),
+            _ => Err(Invalid::new(
+                "memory_type must be one of rule, fact, context",
+            )),
+        }
+    }
+}
+
+/// How much a memory matters, 0.0 to 1.0: search ranks by it beside similarity.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Importance(pub f64);
+
+impl Check for Importance {
+    type Raw = Value;
+
+    fn check(raw: Value) -> Result<Self, Invalid> {
+        match raw.as_f64() {
+            Some(x) if raw.is_number() && (0.0..=1.0).contains(&x) => Ok(Importance(x)),
+            _ => Err(Invalid::new(IMPORTANCE_RANGE)),
+        }
+    }
+}
+
+/// `POST /v1/memories`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MemoryCreateRequest {
+    /// 1 to 10,000 characters after trimming.
+    #[schema(value_type = String, min_length = 1, max_length = 10000, pattern = r"\S")]
+    pub content: Option<Field<Content>>,
+    #[schema(value_type = MemoryType)]
+    pub memory_type: Option<Field<MemoryType>>,
+    /// 0.0 to 1.0, default 0.5.
+    #[schema(value_type = Option<f64>, minimum = 0.0, maximum = 1.0)]
+    pub importance: Option<Field<Importance>>,
+}
+
+/// A memory to store, checked.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NewMemory {
+    pub content: String,
+    pub memory_type: MemoryType,
+    pub importance: f64,
+}
+
+/// The importance of a memory created without one.
+pub const DEFAULT_IMPORTANCE: f64 = 0.5;
+
+impl Body for MemoryCreateRequest {
+    type Checked = NewMemory;
+
+    fn when_empty() -> Option<Result<Self, Invalid>> {
+        empty_refused()
+    }
+
+    fn refused(e: serde_path_to_error::Error<serde_json::Error>) -> Invalid {
+        unknown_field_named(e)
+    }
+
+    fn check(self) -> Result<NewMemory, Invalid> {
+        Ok(NewMemory {
+            content: required(self.content, "content is required")?.0,
+            memory_type: memory_type_required(self.memory_type)?,
+            importance: optional(self.importance)?.map_or(DEFAULT_IMPORTANCE, |i| i.0),
+        })
+    }
+}
+
+fn memory_type_required(field: Option<Field<MemoryType>>) -> Result<MemoryType, Invalid> {
+    required(field, "memory_type is required (rule, fact or context)")
+}
+
+/// `PATCH /v1/memories/{id}`: at least one of the two fields (only these two can be updated);
+/// neither may be null.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(
+    description = "At least one of the two fields (only these two can be updated); neither may be null."
+)]
+pub struct MemoryUpdateRequest {
+    /// 1 to 10,000 characters after trimming.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<String>, nullable = false, min_length = 1, max_length = 10000, pattern = r"\S")]
+    pub content: Option<Field<Content>>,
+    /// 0.0 to 1.0.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<f64>, nullable = false, minimum = 0.0, maximum = 1.0)]
+    pub importance: Option<Field<Importance>>,
+}
+
+/// An update whose shape is checked: at least one field. Its values are checked after the
+/// memory is found ([`MemoryUpdate::check`]), so that an update of a missing memory is 404
+/// whatever its values.
+#[derive(Debug)]
+pub struct MemoryUpdate(MemoryUpdateRequest);
+
+/// The changes an update asks for.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Changes {
+    pub content: Option<String>,
+    pub importance: Option<f64>,
+}
+
+impl Body for MemoryUpdateRequest {
+    type Checked = MemoryUpdate;
+
+    fn when_empty() -> Option<Result<Self, Invalid>> {
+        empty_refused()
+    }
+
+    fn refused(e: serde_path_to_error::Error<serde_json::Error>) -> Invalid {
+        unknown_field_named(e)
+    }
+
+    fn check(self) -> Result<MemoryUpdate, Invalid> {
+        if self.content.is_none() && self.importance.is_none() {
+            return Err(Invalid::new("give content and/or importance to update"));
+        }
+        Ok(MemoryUpdate(self))
+    }
+}
+
+impl MemoryUpdate {
+    pub fn check(self) -> Result<Changes, Invalid> {
+        Ok(Changes {
+            content: optional(self.0.content)?.map(|c| c.0),
+            importance: optional(self.0.importance)?.map(|i| i.0),
+        })
+    }
+}
+
+/// `DELETE /v1/memories`: every memory of one type. There is no "delete everything": an empty
+/// body or no type is refused.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BatchDeleteRequest {
+    #[schema(value_type = MemoryType)]
+    pub memory_type: Option<Field<MemoryType>>,
+}
+
+impl Body for BatchDeleteRequest {
+    type Checked = MemoryType;
+
+    fn when_empty() -> Option<Result<Self, Invalid>> {
+        empty_refused()
+    }
+
+    fn refused(e: serde_path_to_error::Error<serde_json::Error>) -> Invalid {
+        unknown_field_named(e)
+    }
+
+    fn check(self) -> Result<MemoryType, Invalid> {
+        memory_type_required(self.memory_type)
+    }
+}
+
+/// A search query: 1 to [`MAX_CONTENT_CHARS`] characters after trimming.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SearchText(pub String);
+
+impl Check for SearchText {
+    type Raw = Value;
+
+    fn check(raw: Value) -> Result<Self, Invalid> {
+        let query = match raw {
+            Value::String(s) if !s.trim().is_empty() => s.trim().to_string(),
+            Value::String(_) => return Err(Invalid::new("query must not be empty")),
+            Value::Null => return Err(Invalid::new("query is required")),
+            _ => return Err(Invalid::new("query must be a string")),
+        };
+        if query.chars().count() > MAX_CONTENT_CHARS {
+            return Err(Invalid(format!(
+                "query is longer than {MAX_CONTENT_CHARS} characters"
+            )));
+        }
+        Ok(SearchText(query))
+    }
+}
+
+/// How many results a search returns: 1 to [`MAX_TOP_K`]; the interface calls it a number, so a
+/// whole one written as 5.0 is 5.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TopK(pub usize);
+
+impl Check for TopK {
+    type Raw = Value;
+
+    fn check(raw: Value) -> Result<Self, Invalid> {
+        match raw.as_number().and_then(whole_number) {
+            Some(k) if (1..=MAX_TOP_K as i128).contains(&k) => Ok(TopK(k as usize)),
+            _ => Err(Invalid(format!(
+                "top_k must be an integer from 1 to {MAX_TOP_K}"
+            ))),
+        }
+    }
+}
+
+/// The lowest similarity a search result may have, -1.0 to 1.0.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct MinSimilarity(pub f64);
+
+impl Check for MinSimilarity {
+    type Raw = Value;
+
+    fn check(raw: Value) -> Result<Self, Invalid> {
+        match raw.as_f64() {
+            Some(x) if (-1.0..=1.0).contains(&x) => Ok(MinSimilarity(x)),
+            _ => Err(Invalid::new(
+                "min_similarity must be a number from -1.0 to 1.0",
+            )),
+        }
+    }
+}
+
+/// `POST /v1/memories/search`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SearchRequest {
+    /// 1 to 10,000 characters after trimming.
+    #[schema(value_type = String, min_length = 1, max_length = 10000, pattern = r"\S")]
+    pub query: Option<Field<SearchText>>,
+    /// 1 to 100, default 5; a whole number written as 5.0 is 5.
+    #[schema(value_type = Option<u64>, minimum = 1, maximum = 100)]
+    pub top_k: Option<Field<TopK>>,
+    /// -1.0 to 1.0, default 0.
+    #[schema(value_type = Option<f64>, minimum = -1.0, maximum = 1.0)]
+    pub min_similarity: Option<Field<MinSimilarity>>,
+    #[schema(value_type = Option<MemoryType>)]
+    pub memory_type: Option<Field<MemoryType>>,
+}
+
+/// A search, checked.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Search {
+    pub query: String,
+    pub top_k: usize,
+    pub min_similarity: f64,
+    pub memory_type: Option<MemoryType>,
+}
+
+impl Body for SearchRequest {
+    type Checked = Search;
+
+    fn when_empty() -> Option<Result<Self, Invalid>> {
+        empty_refused()
+    }
+
+    fn refused(e: serde_path_to_error::Error<serde_json::Error>) -> Invalid {
+        unknown_field_named(e)
+    }
+
+    fn check(self) -> Result<Search, Invalid> {
+        Ok(Search {
+            query: required(self.query, "query is required")?.0,
+            top_k: optional(self.top_k)?.map_or(DEFAULT_TOP_K, |k| k.0),
+            min_similarity: optional(self.min_similarity)?.map_or(0.0, |m| m.0),
+            memory_type: optional(self.memory_type)?,
+        })
+    }
+}
+
+/// The roles of the messages extraction reads.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    ToSchema,
+    strum::VariantArray,
+    strum::IntoStaticStr,
+    strum::EnumString,
+)]
+#[serde(rename_all = "lowercase")]
+#[strum(serialize_all = "lowercase")]
+pub enum ChatRole {
+    System,
+    User,
+    Assistant,
+    Tool,
+}
+
+/// A conversation to extract from: 1 or more `{role, content}` messages, kept also as given
+/// (the audit entry's `input_content`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Messages {
+    pub list: Vec<ChatMessage>,
+    pub given: Value,
+}
+
+impl Check for Messages {
+    type Raw = Value;
+
+    fn check(raw: Value) -> Result<Self, Invalid> {
+        let list: Vec<ChatMessage> = serde_json::from_value(raw.clone()).map_err(|e| {
+            Invalid(format!(
+                "messages must be a list of {{role, content}} strings: {e}"
+            ))
+        })?;
+        if list.is_empty() {
+            return Err(Invalid::new("messages must not be empty"));
+        }
+        if let Some((i, bad)) = list
+            .iter()
+            .enumerate()
+            .find(|(_, m)| m.role.parse::<ChatRole>().is_err())
+        {
+            return Err(Invalid(format!(
+                "messages[{i}].role must be system, user, assistant or tool, got '{}'",
+                bad.role
+            )));
+        }
+        Ok(Messages { list, given: raw })
+    }
+}
+
+/// A text to extract from: not blank.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Text(pub String);
+
+impl Check for Text {
+    type Raw = Value;
+
+    fn check(raw: Value) -> Result<Self, Invalid> {
+        match raw {
+            Value::String(t) if !t.trim().is_empty() => Ok(Text(t)),
+            _ => Err(Invalid::new("text must be a non-empty string")),
+        }
+    }
+}
+
+/// Whether extraction skips what duplicates a memory already stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Deduplicate(pub bool);
+
+impl Check for Deduplicate {
+    type Raw = Value;
+
+    fn check(raw: Value) -> Result<Self, Invalid> {
+        match raw {
+            Value::Bool(b) => Ok(Deduplicate(b)),
+            _ => Err(Invalid::new("deduplicate must be a boolean")),
+        }
+    }
+}
+
+/// `POST /v1/memories/extract`: exactly one of `messages` and `text` (at most 100,000
+/// characters in all, a setting); `null` is "not given".
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(description = "Exactly one of `messages` and `text` (at most 100,000 characters in all).")]
+pub struct ExtractRequest {
+    #[schema(value_type = Option<Vec<ChatMessage>>, nullable = false, min_items = 1)]
+    pub messages: Option<Field<Messages>>,
+    #[schema(value_type = Option<String>, nullable = false, min_length = 1, pattern = r"\S")]
+    pub text: Option<Field<Text>>,
+    /// Default false.
+    #[schema(value_type = Option<bool>)]
+    pub deduplicate: Option<Field<Deduplicate>>,
+}
+
+/// An extraction, checked: its input as the extractor takes it, as it is audited, and as text
+/// (what is measured and charged).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Extraction {
+    pub deduplicate: bool,
+    pub input: ExtractInput,
+    pub input_value: Value,
+    pub input_text: String,
+}
+
+impl Body for ExtractRequest {
+    type Checked = Extraction;
+
+    fn when_empty() -> Option<Result<Self, Invalid>> {
+        empty_refused()
+    }
+
+    fn refused(e: serde_path_to_error::Error<serde_json::Error>) -> Invalid {
+        unknown_field_named(e)
+    }
+
+    fn check(self) -> Result<Extraction, Invalid> {
+        let deduplicate = optional(self.deduplicate)?.is_some_and(|d| d.0);
+        let (input, input_value, input_text) = match (self.messages, self.text) {
+            (Some(_), Some(_)) => {
+                return Err(Invalid::new(
+                    "give exactly one of messages or text, not both",
+                ))
+            }
+            (None, None) => return Err(Invalid::new("give exactly one of messages or text")),
+            (Some(m), None) => {
+                let Messages { list, given } = m.value()?;
+                let text = list
+                    .iter()
+                    .map(|m| m.content.as_str())
+                    .collect::<Vec<_>>()
+                    .join("\n");
+                (ExtractInput::Messages(list), given, text)
+            }
+            // The audit detail's input_content is an object or an array (the interface), so
+            // the text is recorded as the object it came in.
+            (None, Some(t)) => {
+                let Text(t) = t.value()?;
+                (
+                    ExtractInput::Text(t.clone()),
+                    serde_json::json!({ "text": t }),
+                    t,
+                )
+            }
+        };
+        Ok(Extraction {
+            deduplicate,
+            input,
+            input_value,
+            input_text,
+        })
+    }
+}
+
+/// The query of `GET /v1/memories`.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct MemoryListQuery {
+    /// rule, fact or context
+    #[param(value_type = Option<MemoryType>)]
+    memory_type: Option<String>,
+    /// default 1
+    #[param(value_type = Option<u64>, minimum = 1)]
+    page: Option<String>,
+    /// default 20, above 100 clamped
+    #[param(value_type = Option<u64>, minimum = 1)]
+    page_size: Option<String>,
+}
+
+/// A memory list, checked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemoryListing {
+    pub paging: Paging,
+    pub memory_type: Option<MemoryType>,
+}
+
+impl Params for MemoryListQuery {
+    type Checked = MemoryListing;
+
+    fn check(self) -> Result<MemoryListing, Invalid> {
+        let paging = Paging::check(self.page, self.page_size, DEFAULT_PAGE_SIZE)?;
+        let memory_type = query::given(self.memory_type.map(|t| t.trim().to_string()))
+            .map(|t| t.parse::<MemoryType>().map_err(Invalid))
+            .transpose()?;
+        Ok(MemoryListing {
+            paging,
+            memory_type,
+        })
+    }
+}
+
+/// A memory as the interface shows it.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct Memory {
+    #[schema(value_type = String)]
+    pub id: Uuid,
+    pub content: String,
+    pub memory_type: MemoryType,
+    pub importance: f64,
+    #[schema(value_type = String)]
+    pub created_at: Time,
+    #[schema(value_type = String)]
+    pub updated_at: Time,
+}
+
+impl From<MemoryView> for Memory {
+    fn from(m: MemoryView) -> Self {
+        Memory {
+            id: m.id,
+            content: m.content,
+            memory_type: m.memory_type,
+            importance: m.importance,
+            created_at: Time(m.created_at),
+            updated_at: Time(m.updated_at),
+        }
+    }
+}
+
+impl Memory {
+    /// The memory as an audit entry's `memory_results` holds it.
+    pub fn audited(&self) -> Value {
+        json_of(self)
+    }
+}
+
+impl Payload for Memory {}
+
+/// The JSON tree of a shape an audit detail stores (its fields are trees).
+pub(crate) fn json_of<T: Serialize>(v: &T) -> Value {
+    // A shape of strings, numbers and ids always serialises.
+    serde_json::to_value(v).unwrap_or(Value::Null)
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct MemoryPage {
+    pub memories: Vec<Memory>,
+    #[schema(value_type = u64)]
+    pub total: usize,
+    #[schema(value_type = u64)]
+    pub page: usize,
+    #[schema(value_type = u64)]
+    pub page_size: usize,
+}
+
+impl Payload for MemoryPage {}
+
+/// The answer to a delete.
+// Named apart from the event `MemoryDeleted`; the schema keeps the document's name.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(as = MemoryDeleted)]
+pub struct DeletedMemory {
+    #[schema(value_type = String)]
+    pub id: Uuid,
+    pub deleted: bool,
+}
+
+impl Payload for DeletedMemory {}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct BatchDeleted {
+    pub memory_type: MemoryType,
+    #[schema(value_type = u64)]
+    pub deleted: usize,
+}
+
+impl Payload for BatchDeleted {}
+
+/// A similarity as the API shows it: six decimals.
+pub fn shown_score(s: f32) -> f64 {
+    ((s as f64) * 1e6).round() / 1e6
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SearchResult {
+    #[schema(value_type = String)]
+    pub id: Uuid,
+    pub content: String,
+    pub memory_type: MemoryType,
+    pub importance: f64,
+    /// Cosine similarity.
+    pub score: f64,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SearchResults {
+    pub results: Vec<SearchResult>,
+}
+
+impl Payload for SearchResults {
+    fn envelope_name() -> std::borrow::Cow<'static, str> {
+        "SearchEnvelope".into()
+    }
+}
+
+/// A search result as the search's audit entry records it (`memory_results`): its ranking too.
+#[derive(Debug, Serialize)]
+pub struct AuditedHit<'a> {
+    pub id: Uuid,
+    pub content: &'a str,
+    pub memory_type: MemoryType,
+    pub importance: f64,
+    pub similarity: f64,
+    pub final_score: f64,
+    /// How the memory was found: `semantic` (by meaning).
+    pub source: &'static str,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SkippedMemory {
+    pub content: String,
+    pub memory_type: MemoryType,
+    // Why it was not stored: `duplicate`.
+    pub reason: &'static str,
+    #[schema(value_type = String)]
+    pub duplicate_of: Uuid,
+}
+
+/// What an extraction stored and skipped, and what it cost.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Extracted {
+    pub memories: Vec<Memory>,
+    pub skipped: Vec<SkippedMemory>,
+    pub credits_consumed: f64,
+}
+
+impl Extracted {
+    /// What the extraction's audit entry records as its `output_content`: the memories stored
+    /// and skipped (the charge is the entry's own `credits_consumed`).
+    pub fn output(&self) -> Value {
+        #[derive(Serialize)]
+        struct Output<'a> {
+            memories: &'a [Memory],
+            skipped: &'a [SkippedMemory],
+        }
+        json_of(&Output {
+            memories: &self.memories,
+            skipped: &self.skipped,
+        })
+    }
+}
+
+impl Payload for Extracted {
+    fn envelope_name() -> std::borrow::Cow<'static, str> {
+        "ExtractEnvelope".into()
+    }
+}
+
+/// One version of a memory, from the log: what the change set and when.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct MemoryVersion {
+    /// created, updated or deleted.
+    pub change: &'static str,
+    pub seq: u64,
+    #[schema(value_type = Option<String>)]
+    pub audit_id: Option<Uuid>,
+    #[schema(value_type = String)]
+    pub at: Time,
+    /// The content set (created, updated; null when an update left it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>)]
+    pub content: Option<Option<String>>,
+    /// The type of a created memory.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory_type: Option<MemoryType>,
+    /// The importance set (created, updated; null when an update left it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<f64>)]
+    pub importance: Option<Option<f64>>,
+    /// The type a batch delete named, when the memory went in one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub batch_memory_type: Option<MemoryType>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct MemoryHistory {
+    #[schema(value_type = String)]
+    pub id: Uuid,
+    pub deleted: bool,
+    pub versions: Vec<MemoryVersion>,
+}
+
+impl Payload for MemoryHistory {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse<T: for<'de> Deserialize<'de>>(body: Value) -> T {
+        serde_json::from_value(body).expect("parses")
+    }
+
+    #[test]
+    fn create_checks_name_the_field_in_order() {
+        let check = |body: Value| parse::<MemoryCreateRequest>(body).check().map_err(|e| e.0);
+        assert_eq!(
+            check(serde_json::json!({"content": " a fact ", "memory_type": "fact"})),
+            Ok(NewMemory {
+                content: "a fact".into(),
+                memory_type: MemoryType::Fact,
+                importance: 0.5
+            })
+        );
+        for (body, message) in [
+            (serde_json::json!({}), "content is required"),
+            (serde_json::json!({"content": null}), "content is required"),
+            (
+                serde_json::json!({"content": 5, "memory_type": 1}),
+                "content must be a string",
+            ),
+            (
+                serde_json::json!({"content": "  "}),
+                "content must not be empty",
+            ),
+            (
+                serde_json::json!({"content": "x"}),
+                "memory_type is required (rule, fact or context)",
+            ),
+            (
+                serde_json::json!({"content": "x", "memory_type": "opinion"}),
+                "unknown memory_type 'opinion' (expected rule, fact or context)",
+            ),
+            (
+                serde_json::json!({"content": "x", "memory_type": 3}),
+                "memory_type must be one of rule, fact, context",
+            ),
+            (
+                serde_json::json!({"content": "x", "memory_type": "fact", "importance": 1.5}),
+                IMPORTANCE_RANGE,
+            ),
+            (
+                serde_json::json!({"content": "x", "memory_type": "fact", "importance": "high"}),
+                IMPORTANCE_RANGE,
+            ),
+        ] {
+            assert_eq!(check(body.clone()), Err(message.to_string()), "{body}");
+        }
+    }
+
+    #[test]
+    fn an_update_refuses_null_and_needs_a_field() {
+        let shape = |body: Value| parse::<MemoryUpdateRequest>(body).check();
+        assert_eq!(
+            shape(serde_json::json!({})).map(|_| ()).map_err(|e| e.0),
+            Err("give content and/or importance to update".into())
+        );
+        let fields = |body: Value| shape(body).and_then(MemoryUpdate::check).map_err(|e| e.0);
+        assert_eq!(
+            fields(serde_json::json!({"importance": null})),
+            Err(IMPORTANCE_RANGE.into())
+        );
+        assert_eq!(
+            fields(serde_json::json!({"content": null})),
+            Err("content is required".into())
+        );
+        assert_eq!(
+            fields(serde_json::json!({"importance": 0.25})),
+            Ok(Changes {
+                content: None,
+                importance: Some(0.25)
+            })
+        );
+    }
+
+    #[test]
+    fn an_unknown_field_is_named_with_the_allowed_ones() {
+        let refused = |body: &str| {
+            let mut de = serde_json::Deserializer::from_str(body);
+            match serde_path_to_error::deserialize::<_, SearchRequest>(&mut de) {
+                Err(e) => <SearchRequest as Body>::refused(e).0,
+                Ok(_) => String::from("accepted"),
+            }
+        };
+        assert_eq!(
+            refused(r#"{"query": "x", "z": 1}"#),
+            "unknown field 'z' (allowed: query, top_k, min_similarity, memory_type)"
+        );
+        assert_eq!(
+            refused(r#"{"query": tru}"#),
+            "invalid JSON body: query: expected ident at line 1 column 14"
+        );
+    }
+
+    #[test]
+    fn roles_are_the_schemas() {
+        let names: Vec<&str> = <ChatRole as strum::VariantArray>::VARIANTS
+            .iter()
+            .map(|r| r.into())
+            .collect();
+        assert_eq!(names, ["system", "user", "assistant", "tool"]);
+        let bad = serde_json::json!({"messages": [{"role": "user", "content": "a"}, {"role": "bot", "content": "b"}]});
+        assert_eq!(
+            parse::<ExtractRequest>(bad)
+                .check()
+                .map(|_| ())
+                .map_err(|e| e.0),
+            Err("messages[1].role must be system, user, assistant or tool, got 'bot'".into())
+        );
+    }
+
+    #[test]
+    fn a_memory_shows_its_fields() {
+        let view = MemoryView {
+            id: Uuid::nil(),
+            content: "c".into(),
+            memory_type: MemoryType::Rule,
+            importance: 0.5,
+            created_at: 1_763_773_323_456_789,
+            updated_at: 1_763_773_323_456_789,
+        };
+        assert_eq!(
+            Memory::from(view).audited(),
+            serde_json::json!({"id": Uuid::nil().to_string(), "content": "c", "memory_type": "rule",
+                "importance": 0.5, "created_at": "2025-11-22T01:02:03.456Z", "updated_at": "2025-11-22T01:02:03.456Z"})
+        );
+    }
+}

@@ -1,0 +1,109 @@
+//! Query strings: read into typed query structs from the parameters axum parsed (the last
+//! value of a repeated parameter wins), and the paging both lists share.
+
+use std::collections::HashMap;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::field::Invalid;
+
+/// Every list's largest page; larger sizes are clamped to it, not refused.
+pub const MAX_PAGE_SIZE: usize = 100;
+
+/// A query struct from the request's parameters. Its fields are strings (every query value is
+/// one) and unknown parameters are ignored, so this fails only on a struct that asks for more.
+pub fn from_map<T: for<'de> Deserialize<'de>>(
+    params: &HashMap<String, String>,
+) -> Result<T, Invalid> {
+    // Through a JSON object, whose deserialiser reads a present value as `Some` (serde's plain
+    // string deserialiser does not take `Option`).
+    let object = params
+        .iter()
+        .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+        .collect();
+    T::deserialize(Value::Object(object)).map_err(|e| Invalid(format!("invalid query: {e}")))
+}
+
+/// A parameter given with an empty value is not given.
+pub fn given(v: Option<String>) -> Option<String> {
+    v.filter(|s| !s.is_empty())
+}
+
+/// A page of a list: its number from 1 and its size, clamped to [`MAX_PAGE_SIZE`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Paging {
+    pub page: usize,
+    pub page_size: usize,
+}
+
+impl Paging {
+    /// Reads `page` (default 1) and `page_size` (default `default_size`); each must be an
+    /// integer of at least 1.
+    pub fn check(
+        page: Option<String>,
+        page_size: Option<String>,
+        default_size: usize,
+    ) -> Result<Paging, Invalid> {
+        Ok(Paging {
+            page: positive("page", page, 1)?,
+            page_size: positive("page_size", page_size, default_size)?.min(MAX_PAGE_SIZE),
+        })
+    }
+
+    /// How many items come before this page.
+    pub fn offset(&self) -> usize {
+        (self.page - 1).saturating_mul(self.page_size)
+    }
+}
+
+fn positive(field: &str, v: Option<String>, default: usize) -> Result<usize, Invalid> {
+    match v {
+        None => Ok(default),
+        Some(s) => match s.trim().parse::<i64>() {
+            Ok(n) if n >= 1 => Ok(n as usize),
+            _ => Err(Invalid(format!(
+                "{field} must be an integer of at least 1, got '{s}'"
+            ))),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pages_default_clamp_and_refuse_naming_the_parameter() {
+        let p = |page: Option<&str>, size: Option<&str>| {
+            Paging::check(page.map(str::to_string), size.map(str::to_string), 20)
+        };
+        assert_eq!(
+            p(None, None),
+            Ok(Paging {
+                page: 1,
+                page_size: 20
+            })
+        );
+        assert_eq!(
+            p(Some(" 3"), Some("500")),
+            Ok(Paging {
+                page: 3,
+                page_size: 100
+            })
+        );
+        assert_eq!(
+            p(Some("0"), None),
+            Err(Invalid::new(
+                "page must be an integer of at least 1, got '0'"
+            ))
+        );
+        assert_eq!(
+            p(None, Some("")),
+            Err(Invalid::new(
+                "page_size must be an integer of at least 1, got ''"
+            ))
+        );
+        assert_eq!(p(Some("3"), Some("10")).map(|p| p.offset()), Ok(20));
+    }
+}
