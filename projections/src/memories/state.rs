@@ -1,0 +1,264 @@
+//! The memories' state as held in memory: every memory ever created, packed ([`Kept`]), what
+//! the packed states share ([`Names`]), the stored blocks' use counts and each tenant's
+//! indexes ([`State`]).
+//!
+//! Invariants: `State::all` holds every memory ever created, deleted ones too (their history
+//! stays readable); a [`Kept`]'s tenant and model indexes were handed out by its [`Names`]'
+//! [`Interned`] tables, and its text range is in `Names::texts`; a live memory (and only a
+//! live one) is listed in its tenant's [`TenantMemories`].
+
+use std::borrow::Borrow;
+use std::collections::{BTreeMap, HashMap};
+use std::hash::Hash;
+use std::io;
+
+use uuid::Uuid;
+
+use super::block::{BlockId, BlockUse};
+use super::tenant::TenantMemories;
+use super::{MemoryView, StoredMemory};
+use crate::event::MemoryType;
+use crate::texts::{TextRef, Texts};
+use crate::vector_table::Spill;
+
+/// Where a memory's current state is persisted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(super) enum Home {
+    /// An `m|id` key of an older build.
+    Single,
+    Block(BlockId),
+}
+
+/// `Kept::home_part` of a memory whose home is [`Home::Single`]: a block's part numbers count
+/// from 0 by [`BLOCK_STATES`](super::block::BLOCK_STATES) states, so they never reach it.
+const SINGLE_PART: u32 = u32::MAX;
+
+/// `Kept::deleted_at` of a live memory: no event carries this time.
+const NOT_DELETED: i64 = i64::MIN;
+
+/// A memory as held in memory: [`StoredMemory`] without its id (the key it is held under) and
+/// without its content (in [`Names::texts`], off the heap), in 96 bytes and two allocations
+/// (itself and its versions). Held once per memory ever created, so every field counts 100,000
+/// times over in the soak's seed: the tenant and the model are indexes into [`Names`] (each
+/// held once however many memories share it), the home and the deletion time are packed
+/// without an enum's tag, and an older build's copy of the vector lives beside
+/// (`Names::old_vectors`), not in every state. `examples/heap_per_memory.rs` measures the
+/// store's heap per memory.
+pub(super) struct Kept {
+    /// Where the content is in [`Names::texts`].
+    text_at: u64,
+    versions: Box<[u64]>,
+    pub(super) importance: f64,
+    pub(super) created_at: i64,
+    updated_at: i64,
+    /// [`NOT_DELETED`] while live.
+    deleted_at: i64,
+    pub(super) vector_seq: u64,
+    home_seq: u64,
+    /// [`SINGLE_PART`] for [`Home::Single`].
+    home_part: u32,
+    pub(super) tenant: u32,
+    model: u32,
+    text_len: u32,
+    pub(super) memory_type: MemoryType,
+}
+
+impl Kept {
+    pub(super) fn home(&self) -> Home {
+        if self.home_part == SINGLE_PART {
+            Home::Single
+        } else {
+            Home::Block((self.home_seq, self.home_part))
+        }
+    }
+
+    pub(super) fn set_home(&mut self, home: Home) {
+        (self.home_seq, self.home_part) = match home {
+            Home::Single => (0, SINGLE_PART),
+            Home::Block(b) => b,
+        };
+    }
+
+    pub(super) fn is_deleted(&self) -> bool {
+        self.deleted_at != NOT_DELETED
+    }
+
+    pub(super) fn text(&self) -> TextRef {
+        TextRef {
+            at: self.text_at,
+            len: self.text_len,
+        }
+    }
+}
+
+/// Values held once each, named by their index in the order they were first seen.
+pub(super) struct Interned<T> {
+    values: Vec<T>,
+    index: HashMap<T, u32>,
+}
+
+impl<T> Default for Interned<T> {
+    fn default() -> Self {
+        Self {
+            values: Vec::new(),
+            index: HashMap::new(),
+        }
+    }
+}
+
+impl<T: Eq + Hash> Interned<T> {
+    pub(super) fn index_of<Q>(&mut self, value: &Q) -> u32
+    where
+        T: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = T> + ?Sized,
+    {
+        if let Some(&i) = self.index.get(value) {
+            return i;
+        }
+        let i = self.values.len() as u32;
+        self.values.push(value.to_owned());
+        self.index.insert(value.to_owned(), i);
+        i
+    }
+
+    pub(super) fn get(&self, i: u32) -> Option<&T> {
+        self.values.get(i as usize)
+    }
+}
+
+/// What the memories' states share: tenants and models, each held once and named in a
+/// [`Kept`] by index, the contents (off the heap, see [`Texts`]), and the vectors older builds
+/// copied into their records.
+#[derive(Default)]
+pub(super) struct Names {
+    pub(super) texts: Texts,
+    tenants: Interned<Uuid>,
+    models: Interned<String>,
+    /// `StoredMemory::vector` of an older build's record, by memory, until the memory changes.
+    pub(super) old_vectors: BTreeMap<Uuid, Box<[u8]>>,
+}
+
+impl Names {
+    /// The tenant named by a [`Kept`]'s index; indexes are only handed out by
+    /// [`Interned::index_of`], so the nil id (no tenant's) is never given back in practice.
+    pub(super) fn tenant(&self, i: u32) -> Uuid {
+        self.tenants.get(i).copied().unwrap_or_default()
+    }
+
+    /// `m` as held in memory; its content is appended to the texts unless `text` says where
+    /// the same content already is.
+    pub(super) fn keep(&mut self, m: StoredMemory, home: Home, text: Option<TextRef>) -> Box<Kept> {
+        if m.vector.is_empty() {
+            // Taken out once a later state (which never carries one) replaces it.
+            self.old_vectors.remove(&m.id);
+        } else {
+            self.old_vectors.insert(m.id, m.vector.into_boxed_slice());
+        }
+        let text = text.unwrap_or_else(|| self.texts.push(&m.content));
+        let mut kept = Box::new(Kept {
+            tenant: self.tenants.index_of(&m.tenant_id),
+            model: self.models.index_of(m.model.as_str()),
+            text_at: text.at,
+            text_len: text.len,
+            versions: m.versions.into_boxed_slice(),
+            importance: m.importance,
+            created_at: m.created_at,
+            updated_at: m.updated_at,
+            deleted_at: m.deleted_at.unwrap_or(NOT_DELETED),
+            vector_seq: m.vector_seq,
+            home_seq: 0,
+            home_part: SINGLE_PART,
+            memory_type: m.memory_type,
+        });
+        kept.set_home(home);
+        kept
+    }
+
+    pub(super) fn view(&self, id: Uuid, k: &Kept) -> io::Result<MemoryView> {
+        Ok(MemoryView {
+            id,
+            content: self.texts.read(k.text())?,
+            memory_type: k.memory_type,
+            importance: k.importance,
+            created_at: k.created_at,
+            updated_at: k.updated_at,
+        })
+    }
+
+    pub(super) fn stored(&self, id: Uuid, k: &Kept) -> io::Result<StoredMemory> {
+        Ok(StoredMemory {
+            id,
+            tenant_id: self.tenant(k.tenant),
+            content: self.texts.read(k.text())?,
+            memory_type: k.memory_type,
+            importance: k.importance,
+            created_at: k.created_at,
+            updated_at: k.updated_at,
+            model: self.models.get(k.model).cloned().unwrap_or_default(),
+            vector: self
+                .old_vectors
+                .get(&id)
+                .map(|v| v.to_vec())
+                .unwrap_or_default(),
+            versions: k.versions.to_vec(),
+            deleted_at: k.is_deleted().then_some(k.deleted_at),
+            vector_seq: k.vector_seq,
+        })
+    }
+}
+
+#[derive(Default)]
+pub(super) struct State {
+    /// Every memory ever created, deleted ones too (their history stays readable). A B-tree:
+    /// a hash table doubles at once when it fills (a step of megabytes in RSS at the soak's
+    /// size), a B-tree grows a node at a time. Boxed: a node moves its slots on insert.
+    pub(super) all: BTreeMap<Uuid, Box<Kept>>,
+    /// A B-tree for the reason `all` is one: a group commit writes a block, so there are
+    /// about as many blocks as group commits, and a hash table would double at once.
+    pub(super) blocks: BTreeMap<BlockId, BlockUse>,
+    pub(super) names: Names,
+    pub(super) tenants: HashMap<Uuid, TenantMemories>,
+    /// Where large tenants' vector tables keep their f32 rows (see `vector_table`).
+    pub(super) spill: Option<Spill>,
+}
+
+impl State {
+    /// An empty state whose large vector tables and contents go where `spill` says.
+    pub(super) fn new(spill: Option<Spill>) -> Self {
+        Self {
+            names: Names {
+                texts: Texts::new(spill.as_ref().map(|s| s.dir.as_path())),
+                ..Names::default()
+            },
+            spill,
+            ..Self::default()
+        }
+    }
+
+    pub(super) fn tenant(&mut self, id: Uuid) -> &mut TenantMemories {
+        TenantMemories::of(&mut self.tenants, self.spill.as_ref(), id)
+    }
+
+    pub(super) fn live(&self, tenant: &Uuid, id: &Uuid) -> Option<&Kept> {
+        self.all
+            .get(id)
+            .map(|k| &**k)
+            .filter(|m| !m.is_deleted() && self.names.tenant(m.tenant) == *tenant)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_kept_memory_stays_compact() {
+        // What every memory ever created costs in memory (see `Kept`): a field added here
+        // is paid 100,000 times over by the soak's seed.
+        assert!(
+            std::mem::size_of::<Kept>() <= 96,
+            "{}",
+            std::mem::size_of::<Kept>()
+        );
+    }
+}

@@ -1,0 +1,132 @@
+//! Per tenant: the order of its live memories by creation, each with its type, the count of
+//! each type, and its [`VectorTable`].
+//!
+//! Invariants: exactly the tenant's live memories are listed in `order` and counted in
+//! `per_type`, and the vector table has a row for each of them whose vector has the table's
+//! dimension (another model's is refused); a memory's creation time and type never change,
+//! so its place in `order` never moves. Rebuilt at open from the states and the vectors in
+//! the log ([`read_tenants`]).
+
+use std::collections::{BTreeMap, HashMap};
+use strum::VariantArray as _;
+
+use rayon::prelude::*;
+use uuid::Uuid;
+
+use super::state::{Kept, State};
+use super::{VectorSource, TREE};
+use crate::event::{vector_from_bytes, MemoryType};
+use crate::projection::{corrupt, Result};
+use crate::vector_table::{Spill, VectorTable};
+
+/// One tenant's live memories: their order, counts per type, and vectors.
+pub(super) struct TenantMemories {
+    /// The tenant's live memories by creation, each with its type: a list of one type walks
+    /// this order and passes over the others, as a page at an offset already walked to it.
+    /// (A second B-tree per type would hold every memory's key once more.)
+    pub(super) order: BTreeMap<(i64, Uuid), MemoryType>,
+    /// Live memories of each type (by `MemoryType as usize`), a typed list's total.
+    pub(super) per_type: [usize; MemoryType::VARIANTS.len()],
+    pub(super) vectors: VectorTable,
+}
+
+impl TenantMemories {
+    /// The tenant's entry in `tenants`, new ones with a vector table that spills as `spill` says.
+    pub(super) fn of<'a>(
+        tenants: &'a mut HashMap<Uuid, TenantMemories>,
+        spill: Option<&Spill>,
+        id: Uuid,
+    ) -> &'a mut TenantMemories {
+        tenants.entry(id).or_insert_with(|| Self {
+            order: BTreeMap::new(),
+            per_type: [0; MemoryType::VARIANTS.len()],
+            vectors: spill.map_or_else(VectorTable::default, |s| VectorTable::spilling(s.clone())),
+        })
+    }
+
+    /// Puts a live memory; `vector` is its new vector, or `None` when it did not change.
+    /// Creation time and type never change, so a memory already listed keeps its places.
+    /// Called for every memory a batch changes, from `apply` in another module: inlined there.
+    #[inline]
+    pub(super) fn put(
+        &mut self,
+        id: Uuid,
+        m: &Kept,
+        vector: Option<&[f32]>,
+    ) -> std::io::Result<()> {
+        if self
+            .order
+            .insert((m.created_at, id), m.memory_type)
+            .is_none()
+        {
+            self.per_type[m.memory_type as usize] += 1;
+        }
+        match vector {
+            Some(v) => {
+                self.vectors
+                    .upsert(id, v, m.memory_type, m.importance as f32)?;
+            }
+            None => self.vectors.set_importance(&id, m.importance as f32),
+        }
+        Ok(())
+    }
+
+    pub(super) fn drop_memory(&mut self, id: Uuid, m: &Kept) -> std::io::Result<()> {
+        if let Some(ty) = self.order.remove(&(m.created_at, id)) {
+            self.per_type[ty as usize] = self.per_type[ty as usize].saturating_sub(1);
+            self.vectors.remove(&id)?;
+        }
+        Ok(())
+    }
+}
+
+/// Every tenant's entry for the live memories of `state`, each memory's vector read back
+/// through `vectors` (or from an older build's copy in the state).
+pub(super) fn read_tenants(
+    state: &State,
+    vectors: VectorSource<'_>,
+) -> Result<HashMap<Uuid, TenantMemories>> {
+    // Reading the vectors back from the log is random reads and decoding: on every core.
+    let mut live: Vec<(Uuid, &Kept)> = state
+        .all
+        .iter()
+        .map(|(id, k)| (*id, &**k))
+        .filter(|(_, m)| !m.is_deleted())
+        .collect();
+    // In log order: each leaf of the log is paged in once and read in one go. Read in
+    // random order, sled keeps many more of the log's nodes in memory after opening, though
+    // its cache is capped.
+    live.sort_unstable_by_key(|(_, m)| m.vector_seq);
+    let found: Vec<Result<Vec<f32>>> = live
+        .par_iter()
+        .map(|(id, m)| {
+            if let Some(v) = state.names.old_vectors.get(id) {
+                return Ok(vector_from_bytes(v));
+            }
+            match vectors(m.vector_seq) {
+                Ok(Some(bytes)) => Ok(vector_from_bytes(&bytes)),
+                Ok(None) => Err(corrupt(
+                    TREE,
+                    format!(
+                        "memory {}: no vector at log seq {} (run `auditmem replay`)",
+                        id, m.vector_seq
+                    ),
+                )),
+                Err(why) => Err(corrupt(
+                    TREE,
+                    format!("memory {id}: vector at seq {}: {why}", m.vector_seq),
+                )),
+            }
+        })
+        .collect();
+    let mut tenants: HashMap<Uuid, TenantMemories> = HashMap::new();
+    for ((id, m), v) in live.iter().zip(found) {
+        TenantMemories::of(
+            &mut tenants,
+            state.spill.as_ref(),
+            state.names.tenant(m.tenant),
+        )
+        .put(*id, m, Some(&v?))?;
+    }
+    Ok(tenants)
+}

@@ -1,0 +1,393 @@
+//! [`Memories`] as a whole, through its public API: events in, lists, searches, history and
+//! the stored blocks out, across reopening and detaching.
+
+use uuid::Uuid;
+
+use super::block::dec_block;
+use super::*;
+use crate::event::{
+    vector_to_bytes, Event, MemoriesDeletedByType, MemoryCreated, MemoryDeleted, MemoryUpdated,
+};
+use crate::overlay::prefixed;
+use crate::projection::{Applied, Projection};
+
+fn created(tenant: Uuid, id: u128, ty: MemoryType, v: [f32; 2], at: i64) -> Event {
+    Event::MemoryCreated(MemoryCreated {
+        memory_id: Uuid::from_u128(id),
+        tenant_id: tenant,
+        content: format!("memory {id}"),
+        memory_type: ty,
+        importance: 0.5,
+        created_at: at,
+        model: "m".into(),
+        vector: vector_to_bytes(&v),
+    })
+}
+
+#[test]
+fn given_memory_events_then_lists_search_and_history_follow() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = sled::open(dir.path()).expect("open");
+    let p = Memories::open(&db, &|_| Ok(None), None).expect("open");
+    let (t, other) = (Uuid::from_u128(100), Uuid::from_u128(200));
+    let events = [
+        created(t, 1, MemoryType::Rule, [1.0, 0.0], 10),
+        created(t, 2, MemoryType::Fact, [0.0, 1.0], 20),
+        created(t, 3, MemoryType::Fact, [0.6, 0.8], 30),
+        created(other, 4, MemoryType::Fact, [1.0, 0.0], 40),
+        Event::MemoryUpdated(MemoryUpdated {
+            memory_id: Uuid::from_u128(2),
+            tenant_id: t,
+            content: Some("changed".into()),
+            importance: Some(0.9),
+            updated_at: 50,
+            model: Some("m".into()),
+            vector: Some(vector_to_bytes(&[1.0, 0.0])),
+        }),
+        Event::MemoryDeleted(MemoryDeleted {
+            memory_id: Uuid::from_u128(1),
+            tenant_id: t,
+            deleted_at: 60,
+        }),
+    ];
+    let applied = Applied::in_order(&events);
+    p.apply(&applied[..3]).expect("apply");
+    p.apply(&applied).expect("apply overlapping");
+
+    let (total, page) = p.list(&t, None, 0, 10).expect("list");
+    assert_eq!(total, 2);
+    assert_eq!(
+        page.iter().map(|m| m.id.as_u128()).collect::<Vec<_>>(),
+        vec![3, 2]
+    );
+    assert_eq!(
+        p.list(&t, Some(MemoryType::Rule), 0, 10).expect("list").0,
+        0
+    );
+    let hits = p.search(&t, &[1.0, 0.0], None, 0.0, 5).expect("search");
+    assert_eq!(
+        hits[0].0.id.as_u128(),
+        2,
+        "the re-embedded memory now matches best"
+    );
+    assert_eq!(hits[0].0.content, "changed");
+    assert!(
+        p.search(&t, &[1.0, 0.0], None, 0.0, 5)
+            .expect("search")
+            .iter()
+            .all(|(m, _)| m.id.as_u128() != 4),
+        "no other tenant's memory"
+    );
+    assert_eq!(
+        p.stored(&Uuid::from_u128(2))
+            .expect("read")
+            .expect("stored")
+            .versions,
+        vec![2, 5]
+    );
+    assert_eq!(
+        p.stored(&Uuid::from_u128(1))
+            .expect("read")
+            .expect("stored")
+            .deleted_at,
+        Some(60)
+    );
+    assert_eq!(p.get(&t, &Uuid::from_u128(1)).expect("get"), None);
+
+    let batch = Event::MemoriesDeletedByType(MemoriesDeletedByType {
+        tenant_id: t,
+        memory_type: MemoryType::Fact,
+        memory_ids: p.ids_of_type(&t, MemoryType::Fact),
+        deleted_at: 70,
+    });
+    p.apply(&[Applied::at(7, &batch)]).expect("apply");
+    assert_eq!(p.count(&t), 0);
+    assert_eq!(p.count(&other), 1);
+    drop(p);
+    // Reopening reads each live memory's vector back from "the log" (here: the events).
+    let from_log = log_of(&events);
+    let p = Memories::open(&db, &from_log, None).expect("reopen");
+    assert_eq!((p.count(&t), p.count(&other)), (0, 1));
+    let hits = p.search(&other, &[1.0, 0.0], None, 0.0, 5).expect("search");
+    assert_eq!(hits.len(), 1);
+    assert_eq!(hits[0].0.id.as_u128(), 4);
+    assert!((hits[0].1.score - 1.0).abs() < 1e-6, "{:?}", hits[0].1);
+    // A vector the log does not have is a clear error, not an empty table.
+    assert!(Memories::open(&db, &|_| Ok(None), None).is_err());
+}
+
+#[test]
+fn state_detached_and_attached_to_the_reopened_database_answers_and_takes_writes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = sled::open(dir.path()).expect("open");
+    let p = Memories::open(&db, &|_| Ok(None), None).expect("open");
+    let t = Uuid::from_u128(100);
+    let events = [
+        created(t, 1, MemoryType::Rule, [1.0, 0.0], 10),
+        created(t, 2, MemoryType::Fact, [0.0, 1.0], 20),
+        Event::MemoryDeleted(MemoryDeleted {
+            memory_id: Uuid::from_u128(1),
+            tenant_id: t,
+            deleted_at: 30,
+        }),
+    ];
+    let applied = Applied::in_order(&events);
+    p.apply(&applied[..2]).expect("apply");
+    // Given the state detached, the database closed and opened again,
+    let detached = p.detach();
+    drop(db);
+    let db = sled::open(dir.path()).expect("reopen");
+    let p = Memories::attach(&db, detached).expect("attach");
+    // then it answers as before, without reading anything back,
+    assert_eq!(p.count(&t), 2);
+    let hits = p.search(&t, &[0.0, 1.0], None, 0.0, 5).expect("search");
+    assert_eq!(hits[0].0.id.as_u128(), 2);
+    // and takes later events into the reopened tree.
+    p.apply(&applied).expect("apply after attach");
+    assert_eq!(p.count(&t), 1);
+    assert_eq!(p.checkpoint().expect("checkpoint"), 3);
+    drop(p);
+    let from_log = log_of(&events);
+    let p = Memories::open(&db, &from_log, None).expect("open from the tree");
+    assert_eq!(p.count(&t), 1);
+    assert_eq!(p.get(&t, &Uuid::from_u128(1)).expect("get"), None);
+}
+
+/// States stored in the tree's blocks, and how many blocks hold them.
+fn stored_states(db: &sled::Db) -> (usize, usize) {
+    let tree = db.open_tree(TREE).expect("tree");
+    let mut states = 0;
+    let mut blocks = 0;
+    for kv in tree.scan_prefix([b'b']) {
+        let (_, v) = kv.expect("read");
+        states += dec_block(&v).expect("block").len();
+        blocks += 1;
+    }
+    (states, blocks)
+}
+
+#[test]
+fn updates_supersede_block_states_and_compaction_bounds_the_tree() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = sled::open(dir.path()).expect("open");
+    // Contents in a file of the dir, as in the service (the rows on the heap).
+    let p = Memories::open(&db, &|_| Ok(None), texts_in(dir.path())).expect("open");
+    let t = Uuid::from_u128(100);
+    let mut events: Vec<Event> = (0..600)
+        .map(|i| created(t, i, MemoryType::Fact, [1.0, i as f32], i as i64))
+        .collect();
+    for i in 0..500u128 {
+        events.push(Event::MemoryUpdated(MemoryUpdated {
+            memory_id: Uuid::from_u128(i),
+            tenant_id: t,
+            content: Some(format!("updated {i}")),
+            importance: Some(0.25),
+            updated_at: 1_000 + i as i64,
+            model: None,
+            vector: None,
+        }));
+    }
+    let applied = Applied::in_order(&events);
+    // All creations in one batch (three blocks), then one update per batch.
+    p.apply(&applied[..600]).expect("apply");
+    assert_eq!(stored_states(&db), (600, 3));
+    for a in &applied[600..] {
+        p.apply(std::slice::from_ref(a)).expect("apply");
+    }
+    let (states, blocks) = stored_states(&db);
+    assert!(states <= 4 * 600, "{states} states stored for 600 memories");
+    assert!(blocks < 600, "{blocks} blocks");
+
+    let before: Vec<StoredMemory> = (0..600)
+        .map(|i| p.stored(&Uuid::from_u128(i)).expect("read").expect("kept"))
+        .collect();
+    assert_eq!(before[7].content, "updated 7");
+    assert_eq!(before[7].versions, vec![8, 608]);
+    assert_eq!(before[599].content, "memory 599");
+    let listed = p.list(&t, None, 0, 600).expect("list");
+    drop(p);
+    let from_log = log_of(&events);
+    let p = Memories::open(&db, &from_log, texts_in(dir.path())).expect("reopen");
+    assert!(p.state().names.texts.in_file() > 0, "contents in the file");
+    for (i, want) in before.iter().enumerate() {
+        let got = p.stored(&Uuid::from_u128(i as u128)).expect("read");
+        assert_eq!(got.as_ref(), Some(want), "memory {i} after reopening");
+    }
+    assert_eq!(p.list(&t, None, 0, 600).expect("list"), listed);
+    assert_eq!(
+        p.search(&t, &[1.0, 0.0], None, 0.0, 600)
+            .expect("search")
+            .len(),
+        600
+    );
+}
+
+/// "The log" of `events` for reopening: the vector of the memory event at a seq (the
+/// events' seqs counting from 1).
+fn log_of(
+    events: &[Event],
+) -> impl Fn(u64) -> std::result::Result<Option<Vec<u8>>, String> + Sync + '_ {
+    |seq| {
+        Ok(
+            match seq.checked_sub(1).and_then(|i| events.get(i as usize)) {
+                Some(Event::MemoryCreated(e)) => Some(e.vector.clone()),
+                Some(Event::MemoryUpdated(e)) => e.vector.clone(),
+                _ => None,
+            },
+        )
+    }
+}
+
+/// A spill setting that keeps vector rows on the heap and contents in a file in `dir`.
+fn texts_in(dir: &std::path::Path) -> Option<Spill> {
+    Some(Spill {
+        dir: dir.to_path_buf(),
+        rows: 0,
+    })
+}
+
+#[test]
+fn a_content_is_written_to_the_texts_once_until_it_changes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = sled::open(dir.path()).expect("open");
+    let p = Memories::open(&db, &|_| Ok(None), texts_in(dir.path())).expect("open");
+    let t = Uuid::from_u128(100);
+    let id = Uuid::from_u128(1);
+    let first = created(t, 1, MemoryType::Fact, [1.0, 0.0], 10);
+    p.apply(&[Applied::at(1, &first)]).expect("apply");
+    let written = p.state().names.texts.len();
+    assert_eq!(written, "memory 1".len() as u64);
+    // Importance-only updates leave the content where it is,
+    let updates: Vec<Event> = (0..300)
+        .map(|i| {
+            Event::MemoryUpdated(MemoryUpdated {
+                memory_id: id,
+                tenant_id: t,
+                content: None,
+                importance: Some(f64::from(i) / 300.0),
+                updated_at: 20 + i64::from(i),
+                model: None,
+                vector: None,
+            })
+        })
+        .collect();
+    for (i, e) in updates.iter().enumerate() {
+        p.apply(&[Applied::at(2 + i as u64, e)]).expect("apply");
+    }
+    assert_eq!(p.state().names.texts.len(), written);
+    // a new content is appended and shown,
+    let changed = Event::MemoryUpdated(MemoryUpdated {
+        memory_id: id,
+        tenant_id: t,
+        content: Some("x".repeat(500)),
+        importance: None,
+        updated_at: 1_000,
+        model: None,
+        vector: None,
+    });
+    p.apply(&[Applied::at(400, &changed)]).expect("apply");
+    assert_eq!(p.state().names.texts.len(), written + 500);
+    assert!(p.state().names.texts.in_file() > 0, "contents in the file");
+    let shown = p.get(&t, &id).expect("get").expect("live");
+    assert_eq!(shown.content, "x".repeat(500));
+    assert_eq!(shown.importance, 299.0 / 300.0);
+    // and the stored state carries it across a reopen.
+    drop(p);
+    let from_log = log_of(std::slice::from_ref(&first));
+    let p = Memories::open(&db, &from_log, texts_in(dir.path())).expect("reopen");
+    let stored = p.stored(&id).expect("read").expect("kept");
+    assert_eq!(stored.content, "x".repeat(500));
+    assert_eq!(stored.versions.len(), 302);
+}
+
+#[test]
+fn a_typed_list_pages_through_its_type_only_with_its_own_total() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = sled::open(dir.path()).expect("open");
+    let p = Memories::open(&db, &|_| Ok(None), None).expect("open");
+    let t = Uuid::from_u128(100);
+    // Ids 0..9 created at times 0..9; every third a rule, the rest facts.
+    let ty = |i: u128| match i % 3 {
+        0 => MemoryType::Rule,
+        _ => MemoryType::Fact,
+    };
+    let mut events: Vec<Event> = (0..10)
+        .map(|i| created(t, i, ty(i), [1.0, i as f32], i as i64))
+        .collect();
+    events.push(Event::MemoryDeleted(MemoryDeleted {
+        memory_id: Uuid::from_u128(6),
+        tenant_id: t,
+        deleted_at: 100,
+    }));
+    p.apply(&Applied::in_order(&events)).expect("apply");
+    let ids = |page: Vec<MemoryView>| page.iter().map(|m| m.id.as_u128()).collect::<Vec<_>>();
+
+    let (total, page) = p.list(&t, Some(MemoryType::Rule), 0, 2).expect("list");
+    assert_eq!((total, ids(page)), (3, vec![9, 3]));
+    let (total, page) = p.list(&t, Some(MemoryType::Rule), 2, 2).expect("list");
+    assert_eq!((total, ids(page)), (3, vec![0]));
+    let (total, page) = p.list(&t, Some(MemoryType::Fact), 1, 3).expect("list");
+    assert_eq!((total, ids(page)), (6, vec![7, 5, 4]));
+    assert_eq!(
+        p.list(&t, Some(MemoryType::Context), 0, 10).expect("list"),
+        (0, Vec::new())
+    );
+    assert_eq!(p.list(&t, None, 0, 100).expect("list").0, 9);
+    let mut rules = p.ids_of_type(&t, MemoryType::Rule);
+    rules.sort();
+    assert_eq!(rules, [0, 3, 9].map(Uuid::from_u128).to_vec());
+}
+
+#[test]
+fn records_of_an_older_build_are_read_and_replaced_when_changed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = sled::open(dir.path()).expect("open");
+    let t = Uuid::from_u128(100);
+    let first = created(t, 1, MemoryType::Rule, [1.0, 0.0], 10);
+    let Event::MemoryCreated(c) = &first else {
+        unreachable!()
+    };
+    let old = StoredMemory {
+        id: c.memory_id,
+        tenant_id: t,
+        content: c.content.clone(),
+        memory_type: c.memory_type,
+        importance: c.importance,
+        created_at: c.created_at,
+        updated_at: c.created_at,
+        model: c.model.clone(),
+        // Older builds copied the vector in.
+        vector: c.vector.clone(),
+        versions: vec![1],
+        deleted_at: None,
+        vector_seq: 0,
+    };
+    let tree = db.open_tree(TREE).expect("tree");
+    let key = prefixed(b'm', &[c.memory_id.as_bytes()]);
+    tree.insert(&key, rmp_serde::to_vec_named(&old).expect("encode"))
+        .expect("insert");
+    tree.insert(crate::projection::CHECKPOINT_KEY, &1u64.to_be_bytes())
+        .expect("checkpoint");
+
+    let p = Memories::open(&db, &|_| Ok(None), None).expect("open");
+    assert_eq!(
+        p.get(&t, &c.memory_id).expect("get").map(|m| m.content),
+        Some(c.content.clone())
+    );
+    let deleted = Event::MemoryDeleted(MemoryDeleted {
+        memory_id: c.memory_id,
+        tenant_id: t,
+        deleted_at: 20,
+    });
+    p.apply(&[Applied::at(2, &deleted)]).expect("apply");
+    assert_eq!(
+        tree.get(&key).expect("read"),
+        None,
+        "the old record is gone"
+    );
+    drop(p);
+    let p = Memories::open(&db, &|_| Ok(None), None).expect("reopen");
+    assert_eq!(p.get(&t, &c.memory_id).expect("get"), None);
+    let kept = p.stored(&c.memory_id).expect("read").expect("kept");
+    assert_eq!((kept.deleted_at, kept.versions), (Some(20), vec![1, 2]));
+}
