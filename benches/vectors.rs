@@ -10,6 +10,9 @@ use auditmem::projections::MemoryType;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use uuid::Uuid;
 
+#[path = "../tests/it/candle_reference.rs"]
+mod candle_reference;
+
 const N: usize = 100_000;
 const DIM: usize = 384;
 
@@ -110,7 +113,8 @@ fn search(c: &mut Criterion) {
 /// The in-process embedder (our forward pass) next to candle's `BertModel` on the same
 /// weights: a batch of 64 sentences, and one search-sized query.
 fn embed(c: &mut Criterion) {
-    use auditmem::embed::{CandleMiniLm, Embedder, MiniLm};
+    use auditmem::embed::{Embedder, MiniLm};
+    use candle_reference::CandleMiniLm;
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("models/all-MiniLM-L6-v2");
     let (Ok(ours), Ok(candle)) = (MiniLm::load(&dir), CandleMiniLm::load(&dir)) else {
         eprintln!("model not installed (bash .ci/setup): skipping the embedder bench");

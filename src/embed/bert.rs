@@ -1,17 +1,16 @@
 //! The BERT encoder forward pass for sentence embeddings, on our own kernels
-//! ([`super::kernels`]), with the weights packed once at load.
+//! ([`super::kernels`]), with the weights read from a safetensors file and packed once at load.
 //!
 //! Sequences of a batch are not padded: their tokens are stacked into one matrix for every
 //! dense layer (so no compute goes to padding) and attention runs per sequence and head. With
 //! padding and a mask, as candle's `BertModel` does it, the masked positions get weight
-//! exactly zero, so the two compute the same function; `tests/embed_model.rs` checks that they
-//! agree to 1e-5 on every component.
+//! exactly zero, so the two compute the same function; `tests/it/embed_model.rs` checks that
+//! they agree to 1e-5 on every component.
 
-use std::collections::HashMap;
 use std::path::Path;
 
-use candle_core::{Device, Tensor};
 use rayon::prelude::*;
+use safetensors::{Dtype, SafeTensors};
 
 use super::kernels::{add_layer_norm, attend, gelu, Head, PackedLinear};
 
@@ -66,25 +65,22 @@ pub(crate) struct Bert {
     layers: Vec<Layer>,
 }
 
-/// The safetensors file's tensors by name, as f32 values.
-struct Weights {
-    tensors: HashMap<String, Tensor>,
+/// The safetensors file's tensors by name.
+struct Weights<'a> {
+    tensors: SafeTensors<'a>,
     /// "" or "bert.": checkpoints exported from a pre-training head prefix every name.
     prefix: &'static str,
 }
 
-impl Weights {
+impl Weights<'_> {
+    /// The values of tensor `name` (after the prefix) as f32, which must number `len`.
     fn get(&self, name: &str, len: usize) -> Result<Vec<f32>, String> {
         let full = format!("{}{name}", self.prefix);
-        let t = self
+        let v = self
             .tensors
-            .get(&full)
-            .ok_or_else(|| format!("tensor {full} is missing"))?;
-        let v = t
-            .flatten_all()
-            .and_then(|t| t.to_dtype(candle_core::DType::F32))
-            .and_then(|t| t.to_vec1::<f32>())
-            .map_err(|e| format!("tensor {full}: {e}"))?;
+            .tensor(&full)
+            .map_err(|_| format!("tensor {full} is missing"))
+            .and_then(|t| to_f32(t.dtype(), t.data()).map_err(|e| format!("tensor {full}: {e}")))?;
         if v.len() != len {
             return Err(format!(
                 "tensor {full} has {} values, expected {len}",
@@ -167,41 +163,47 @@ impl WordTable {
     }
 }
 
-/// Where tensor `name`'s data sits in a safetensors file: (offset from the file's start,
-/// bytes); `None` when there is no such tensor, an error unless it is f32. The layout: an
-/// 8-byte little-endian header length, a JSON header of `name -> {dtype, shape,
-/// data_offsets: [begin, end]}` relative to the data after the header.
+/// Little-endian tensor data of type `dtype` as f32 values: the float types checkpoints are
+/// published in, widened exactly (f64 rounded to nearest).
+fn to_f32(dtype: Dtype, data: &[u8]) -> Result<Vec<f32>, String> {
+    Ok(match dtype {
+        Dtype::F32 => data
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect(),
+        Dtype::F16 => data
+            .chunks_exact(2)
+            .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())
+            .collect(),
+        Dtype::BF16 => data
+            .chunks_exact(2)
+            .map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32())
+            .collect(),
+        Dtype::F64 => data
+            .chunks_exact(8)
+            .map(|b| f64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]) as f32)
+            .collect(),
+        other => return Err(format!("dtype {other} (F32, F16, BF16 or F64 expected)")),
+    })
+}
+
+/// Where tensor `name`'s data sits in the safetensors file `file`: (offset from the file's
+/// start, bytes); `None` when there is no such tensor, an error unless it is f32. The header
+/// is checked as a whole (`SafeTensors::read_metadata`): every tensor's bytes lie within the
+/// file and match its shape and type.
 fn tensor_span(file: &[u8], name: &str) -> Result<Option<(u64, usize)>, String> {
-    let len_bytes: [u8; 8] = file
-        .get(..8)
-        .and_then(|b| b.try_into().ok())
-        .ok_or("the weights file is shorter than its header")?;
-    let header_len = u64::from_le_bytes(len_bytes);
-    let header = usize::try_from(header_len)
-        .ok()
-        .and_then(|n| file.get(8..8usize.checked_add(n)?))
-        .ok_or("the weights file's header runs past its end")?;
-    let header: serde_json::Value =
-        serde_json::from_slice(header).map_err(|e| format!("the weights file's header: {e}"))?;
-    let Some(t) = header.get(name) else {
+    let (header_len, metadata) =
+        SafeTensors::read_metadata(file).map_err(|e| format!("the weights file: {e}"))?;
+    let Some(info) = metadata.info(name) else {
         return Ok(None);
     };
-    if t.get("dtype").and_then(|d| d.as_str()) != Some("F32") {
+    if info.dtype != Dtype::F32 {
         return Err(format!("tensor {name} is not f32"));
     }
-    let span = t
-        .get("data_offsets")
-        .and_then(|o| Some((o.get(0)?.as_u64()?, o.get(1)?.as_u64()?)))
-        .filter(|(b, e)| b <= e)
-        .ok_or_else(|| format!("tensor {name} has no valid data_offsets"))?;
-    let start = 8 + header_len + span.0;
-    let len = usize::try_from(span.1 - span.0).map_err(|e| e.to_string())?;
-    if start.saturating_add(len as u64) > file.len() as u64 {
-        return Err(format!(
-            "tensor {name} runs past the end of the weights file"
-        ));
-    }
-    Ok(Some((start, len)))
+    let (begin, end) = info.data_offsets;
+    // The data follows the 8-byte header length and the header.
+    let start = 8 + header_len + begin;
+    Ok(Some((start as u64, end - begin)))
 }
 
 impl Bert {
@@ -219,9 +221,9 @@ impl Bert {
                 shape.hidden, shape.heads
             ));
         }
-        let tensors = candle_core::safetensors::load_buffer(safetensors, &Device::Cpu)
-            .map_err(|e| e.to_string())?;
-        let prefix = if tensors.contains_key("embeddings.word_embeddings.weight") {
+        let tensors =
+            SafeTensors::deserialize(safetensors).map_err(|e| format!("the weights file: {e}"))?;
+        let prefix = if tensors.tensor("embeddings.word_embeddings.weight").is_ok() {
             ""
         } else {
             "bert."
@@ -230,9 +232,9 @@ impl Bert {
         let h = shape.hidden;
         let word_table = w
             .tensors
-            .get(&format!("{prefix}embeddings.word_embeddings.weight"))
-            .ok_or("tensor embeddings.word_embeddings.weight is missing")?;
-        let vocab = word_table.elem_count() / h;
+            .tensor(&format!("{prefix}embeddings.word_embeddings.weight"))
+            .map_err(|_| "tensor embeddings.word_embeddings.weight is missing")?;
+        let vocab = word_table.shape().iter().product::<usize>() / h;
         if vocab == 0 {
             return Err("tensor embeddings.word_embeddings.weight is empty".into());
         }
@@ -438,28 +440,90 @@ mod tests {
             tensor_span(&file(f16, &[0u8; 4]), "a"),
             Err("tensor a is not f32".to_string())
         );
+        let is_refused = |f: &[u8], why: &str| {
+            let got = tensor_span(f, "a");
+            assert_eq!(got, Err(format!("the weights file: {why}")), "{why}");
+            let load = Bert::load(f, tiny_shape(), None).err();
+            assert_eq!(load, Some(format!("the weights file: {why}")), "{why}");
+        };
         let past_end = r#"{"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}}"#;
-        assert_eq!(
-            tensor_span(&file(past_end, &[0u8; 8]), "a"),
-            Err("tensor a runs past the end of the weights file".to_string())
+        is_refused(
+            &file(past_end, &[0u8; 8]),
+            "incomplete metadata, file not fully covered",
         );
         let reversed = r#"{"a":{"dtype":"F32","shape":[1],"data_offsets":[8,4]}}"#;
-        assert_eq!(
-            tensor_span(&file(reversed, &[0u8; 8]), "a"),
-            Err("tensor a has no valid data_offsets".to_string())
+        is_refused(&file(reversed, &[0u8; 8]), "invalid offset for tensor `a`");
+        let wrong_size = r#"{"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}}"#;
+        is_refused(
+            &file(wrong_size, &[0u8; 8]),
+            "invalid shape, data type, or offset for tensor",
         );
-        assert_eq!(
-            tensor_span(&[1, 2, 3], "a"),
-            Err("the weights file is shorter than its header".to_string())
-        );
+        is_refused(&[1, 2, 3], "header too small");
         let mut huge = u64::MAX.to_le_bytes().to_vec();
         huge.extend_from_slice(b"{}");
-        assert_eq!(
-            tensor_span(&huge, "a"),
-            Err("the weights file's header runs past its end".to_string())
+        is_refused(&huge, "header too large");
+        let f = file("not json", &[]);
+        assert!(tensor_span(&f, "a").is_err_and(|e| e.starts_with("the weights file: ")));
+        assert!(
+            Bert::load(&f, tiny_shape(), None).is_err_and(|e| e.starts_with("the weights file: "))
         );
-        assert!(tensor_span(&file("not json", &[]), "a")
-            .is_err_and(|e| e.starts_with("the weights file's header: ")));
+    }
+
+    /// A 16-wide, one-layer BERT's shape (16 is the kernels' panel width).
+    fn tiny_shape() -> BertShape {
+        BertShape {
+            hidden: 16,
+            heads: 2,
+            intermediate: 32,
+            layers: 1,
+            max_positions: 8,
+            layer_norm_eps: 1e-12,
+        }
+    }
+
+    #[test]
+    fn weights_of_every_float_type_load_and_others_are_refused() {
+        let values = [1.5f32, -0.25, 3.0, 0.0];
+        let header = |dtype: &str, bytes: usize| {
+            format!(r#"{{"a":{{"dtype":"{dtype}","shape":[4],"data_offsets":[0,{bytes}]}}}}"#)
+        };
+        let f32s: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let f16s: Vec<u8> = values
+            .iter()
+            .flat_map(|&v| half::f16::from_f32(v).to_le_bytes())
+            .collect();
+        let bf16s: Vec<u8> = values
+            .iter()
+            .flat_map(|&v| half::bf16::from_f32(v).to_le_bytes())
+            .collect();
+        let f64s: Vec<u8> = values
+            .iter()
+            .flat_map(|&v| f64::from(v).to_le_bytes())
+            .collect();
+        for (dtype, data) in [("F32", f32s), ("F16", f16s), ("BF16", bf16s), ("F64", f64s)] {
+            let bytes = file(&header(dtype, data.len()), &data);
+            let tensors = SafeTensors::deserialize(&bytes).expect(dtype);
+            let w = Weights {
+                tensors,
+                prefix: "",
+            };
+            assert_eq!(w.get("a", 4), Ok(values.to_vec()), "{dtype}");
+            assert_eq!(
+                w.get("a", 5),
+                Err("tensor a has 4 values, expected 5".to_string())
+            );
+            assert_eq!(w.get("b", 4), Err("tensor b is missing".to_string()));
+        }
+        let bytes = file(&header("I32", 16), &[0u8; 16]);
+        let tensors = SafeTensors::deserialize(&bytes).expect("I32");
+        let w = Weights {
+            tensors,
+            prefix: "",
+        };
+        assert_eq!(
+            w.get("a", 4),
+            Err("tensor a: dtype I32 (F32, F16, BF16 or F64 expected)".to_string())
+        );
     }
 
     #[test]

@@ -122,8 +122,9 @@ impl PackedLinear {
                     let out = &mut block[i * width + col..];
                     #[cfg(target_arch = "x86_64")]
                     if fast {
-                        // SAFETY: the CPU has AVX2 and FMA (checked above); the slices cover
-                        // what the kernel reads and writes (asserted inside).
+                        // SAFETY: `fast` is `has_avx2_fma()`, so the CPU has the features
+                        // the kernel is compiled for, its only requirement: it asserts that
+                        // the slices cover everything it reads and writes.
                         unsafe { micro_avx2_rows(rows, xs, k, panel, bias, out, width) };
                         i += rows;
                         continue;
@@ -161,6 +162,11 @@ fn micro_portable(
     }
 }
 
+/// [`micro_avx2`] for `rows` rows (1 to 6).
+///
+/// # Safety
+///
+/// The CPU must have AVX2 and FMA (`has_avx2_fma`). Nothing else: the slices are checked.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn micro_avx2_rows(
@@ -172,6 +178,7 @@ unsafe fn micro_avx2_rows(
     out: &mut [f32],
     ldo: usize,
 ) {
+    // SAFETY: `micro_avx2` needs what this function needs, AVX2 and FMA.
     match rows {
         1 => micro_avx2::<1>(x, k, panel, bias, out, ldo),
         2 => micro_avx2::<2>(x, k, panel, bias, out, ldo),
@@ -183,7 +190,12 @@ unsafe fn micro_avx2_rows(
 }
 
 /// The register-blocked kernel: R rows x 16 columns held in 2R accumulators while the panel
-/// streams past once.
+/// streams past once. `out` receives row `r` at `r * ldo`.
+///
+/// # Safety
+///
+/// The CPU must have AVX2 and FMA. Short slices panic (the bounds are asserted on entry);
+/// they are not read or written past their ends.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn micro_avx2<const R: usize>(
@@ -198,6 +210,11 @@ unsafe fn micro_avx2<const R: usize>(
     // The bounds every raw access below stays within.
     assert!(x.len() >= R * k && panel.len() >= k * NR && bias.len() >= NR);
     assert!(out.len() >= (R - 1) * ldo + NR);
+    // SAFETY, for every pointer below: with q < k and r < R, `x` is read at r * k + q
+    // < R * k; `panel` at q * 16 .. q * 16 + 16 <= k * 16; `bias` at 0..16; `out` written
+    // at r * ldo .. r * ldo + 16 <= (R - 1) * ldo + 16: all within the lengths asserted
+    // above. `loadu`/`storeu` take unaligned addresses, and the CPU has AVX2 and FMA (this
+    // function's contract).
     let (xp, pp) = (x.as_ptr(), panel.as_ptr());
     let mut lo = [_mm256_setzero_ps(); R];
     let mut hi = [_mm256_setzero_ps(); R];
@@ -223,6 +240,11 @@ unsafe fn micro_avx2<const R: usize>(
 /// element-wise loops below are written to auto-vectorise, and AVX2 doubles their width.
 macro_rules! dispatch {
     ($name:ident, $avx:ident, $body:ident, ($($arg:ident: $ty:ty),*)) => {
+        /// The body compiled for AVX2 and FMA.
+        ///
+        /// # Safety
+        ///
+        /// The CPU must have AVX2 and FMA; the code itself is the safe body's.
         #[cfg(target_arch = "x86_64")]
         #[target_feature(enable = "avx2,fma")]
         unsafe fn $avx($($arg: $ty),*) {
@@ -232,7 +254,8 @@ macro_rules! dispatch {
         pub(crate) fn $name($($arg: $ty),*) {
             #[cfg(target_arch = "x86_64")]
             if has_avx2_fma() {
-                // SAFETY: the CPU has the features the copy was compiled for.
+                // SAFETY: `has_avx2_fma()` says the CPU has AVX2 and FMA, the copy's
+                // only requirement.
                 return unsafe { $avx($($arg),*) };
             }
             $body($($arg),*)

@@ -2,16 +2,13 @@
 //! vectors as sentence-transformers: mean pooling over real (non-padding)
 //! tokens, then L2 normalisation.
 //!
-//! Two forward passes over the same weights: [`MiniLm`], the one the service
-//! uses, on our own kernels with weights packed once at load (2.4x faster for a
-//! single query, see docs/EMBEDDINGS.md), and [`CandleMiniLm`], candle's
-//! `BertModel`, kept as the reference the tests compare it with.
+//! [`MiniLm`] runs our own forward pass (`embed::bert`) with weights packed once at
+//! load. [`ModelFiles`] is public so that the tests' reference, candle's `BertModel`
+//! (tests/it/candle_reference.rs), reads the same files the same way.
 
 use std::path::{Path, PathBuf};
 
-use candle_core::{DType, Device, Tensor};
-use candle_nn::VarBuilder;
-use candle_transformers::models::bert::{BertModel, Config, HiddenAct, DTYPE};
+use serde::Deserialize;
 use tokenizers::{PaddingParams, PaddingStrategy, Tokenizer, TruncationParams};
 
 use super::bert::{Bert, BertShape};
@@ -23,26 +20,40 @@ pub const MINILM_DIM: usize = 384;
 /// truncated (special tokens included), exactly as the reference does.
 pub const MINILM_MAX_TOKENS: usize = 256;
 
-/// Sequences per forward pass. Bounds peak memory for large inputs; inputs
-/// are also grouped by length so short texts are not padded to a long one.
-const CHUNK: usize = 32;
-
 const SETUP_HINT: &str = "run `bash .ci/setup` from the repository root to fetch it";
 
+/// The fields of a BERT `config.json` that our forward pass needs; the others
+/// (dropout, vocabulary size: the weights give it) do not change inference.
+#[derive(Debug, Deserialize)]
+struct BertConfig {
+    hidden_size: usize,
+    num_attention_heads: usize,
+    intermediate_size: usize,
+    num_hidden_layers: usize,
+    max_position_embeddings: usize,
+    layer_norm_eps: f64,
+    hidden_act: String,
+}
+
 /// The files of a model directory, read and checked.
-struct ModelFiles {
-    config: Config,
-    tokenizer: Tokenizer,
-    weights: Vec<u8>,
-    weights_path: PathBuf,
-    config_path: PathBuf,
+pub struct ModelFiles {
+    config: BertConfig,
+    /// `tokenizer.json`, set to truncate at [`MINILM_MAX_TOKENS`] and to pad as
+    /// [`ModelFiles::read`] was asked.
+    pub tokenizer: Tokenizer,
+    /// The bytes of `model.safetensors`.
+    pub weights: Vec<u8>,
+    /// Where `weights` were read from.
+    pub weights_path: PathBuf,
+    /// `config.json`, for a forward pass that reads more of it than [`MiniLm`] does.
+    pub config_path: PathBuf,
 }
 
 impl ModelFiles {
     /// Reads `model.safetensors`, `tokenizer.json` and `config.json` from
     /// `model_dir` (as laid out by `.ci/setup`). `pad` keeps sentence-transformers'
     /// batch-longest padding, which a padded forward pass needs.
-    fn read(model_dir: &Path, pad: bool) -> Result<Self, EmbedError> {
+    pub fn read(model_dir: &Path, pad: bool) -> Result<Self, EmbedError> {
         if !model_dir.is_dir() {
             return Err(EmbedError::ModelLoad(format!(
                 "model directory {} does not exist; {SETUP_HINT}",
@@ -67,7 +78,7 @@ impl ModelFiles {
         let config_text = std::fs::read_to_string(&config_path).map_err(|e| {
             EmbedError::ModelLoad(format!("cannot read {}: {e}", config_path.display()))
         })?;
-        let config: Config = serde_json::from_str(&config_text).map_err(|e| {
+        let config: BertConfig = serde_json::from_str(&config_text).map_err(|e| {
             EmbedError::ModelLoad(format!("invalid {}: {e}", config_path.display()))
         })?;
         if config.hidden_size != MINILM_DIM {
@@ -110,7 +121,8 @@ impl ModelFiles {
         })
     }
 
-    fn mismatch(&self, e: impl std::fmt::Display) -> EmbedError {
+    /// A load error: the weights do not fit the config, for the reason `e`.
+    pub fn mismatch(&self, e: impl std::fmt::Display) -> EmbedError {
         EmbedError::ModelLoad(format!(
             "{} does not hold a BERT model matching {}: {e}",
             self.weights_path.display(),
@@ -137,7 +149,7 @@ impl MiniLm {
         let files = ModelFiles::read(model_dir, false)?;
         let c = &files.config;
         // Our forward pass implements BERT's exact (erf) GELU only.
-        if !matches!(c.hidden_act, HiddenAct::Gelu) {
+        if c.hidden_act != "gelu" {
             return Err(files.mismatch(format!(
                 "activation {:?}, only gelu is supported",
                 c.hidden_act
@@ -196,117 +208,6 @@ impl Embedder for MiniLm {
                 out.push(v);
             }
             start = end;
-        }
-        Ok(out)
-    }
-}
-
-/// all-MiniLM-L6-v2 on candle's `BertModel` (padded batches, masked): the
-/// reference [`MiniLm`] is checked against.
-pub struct CandleMiniLm {
-    model: BertModel,
-    tokenizer: Tokenizer,
-    device: Device,
-}
-
-impl CandleMiniLm {
-    /// Loads the same files as [`MiniLm::load`].
-    pub fn load(model_dir: &Path) -> Result<Self, EmbedError> {
-        let files = ModelFiles::read(model_dir, true)?;
-        let device = Device::Cpu;
-        let vb = VarBuilder::from_buffered_safetensors(files.weights.clone(), DTYPE, &device)
-            .map_err(|e| {
-                EmbedError::ModelLoad(format!("invalid {}: {e}", files.weights_path.display()))
-            })?;
-        let model = BertModel::load(vb, &files.config).map_err(|e| files.mismatch(e))?;
-        Ok(Self {
-            model,
-            tokenizer: files.tokenizer,
-            device,
-        })
-    }
-
-    fn embed_chunk(&self, texts: Vec<&str>) -> Result<Vec<Vec<f32>>, EmbedError> {
-        let encodings = self
-            .tokenizer
-            .encode_batch(texts, true)
-            .map_err(|e| EmbedError::Tokenizer(e.to_string()))?;
-        let batch = encodings.len();
-        let seq_len = encodings.first().map_or(0, |e| e.get_ids().len());
-        let mut ids = Vec::with_capacity(batch * seq_len);
-        let mut mask = Vec::with_capacity(batch * seq_len);
-        for enc in &encodings {
-            if enc.get_ids().len() != seq_len {
-                return Err(EmbedError::Tokenizer(
-                    "tokenizer returned sequences of different lengths despite padding".into(),
-                ));
-            }
-            ids.extend_from_slice(enc.get_ids());
-            mask.extend_from_slice(enc.get_attention_mask());
-        }
-        let inf = |e: candle_core::Error| EmbedError::Inference(e.to_string());
-        let input_ids = Tensor::from_vec(ids, (batch, seq_len), &self.device).map_err(inf)?;
-        let attention_mask = Tensor::from_vec(mask, (batch, seq_len), &self.device).map_err(inf)?;
-        // Single-segment inputs: every token is segment 0, as in the reference.
-        let token_type_ids = input_ids.zeros_like().map_err(inf)?;
-
-        let hidden = self
-            .model
-            .forward(&input_ids, &token_type_ids, Some(&attention_mask))
-            .map_err(inf)?;
-
-        // Mean over real tokens only: padded positions still get hidden
-        // states, and letting them into the mean would make a text's vector
-        // depend on what it was batched with.
-        let mask_f = attention_mask
-            .to_dtype(DType::F32)
-            .and_then(|m| m.unsqueeze(2))
-            .map_err(inf)?;
-        let summed = hidden
-            .broadcast_mul(&mask_f)
-            .and_then(|t| t.sum(1))
-            .map_err(inf)?;
-        let counts = mask_f
-            .sum(1)
-            .and_then(|c| c.clamp(1e-9f32, f32::MAX))
-            .map_err(inf)?;
-        let pooled = summed.broadcast_div(&counts).map_err(inf)?;
-        let mut rows: Vec<Vec<f32>> = pooled.to_vec2().map_err(inf)?;
-        for row in &mut rows {
-            l2_normalize(row);
-        }
-        Ok(rows)
-    }
-}
-
-impl Embedder for CandleMiniLm {
-    fn model_id(&self) -> &str {
-        MINILM_MODEL_ID
-    }
-
-    fn dim(&self) -> usize {
-        MINILM_DIM
-    }
-
-    fn embed_batch(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
-        // Length-sorted chunks keep padding (wasted compute) small; results
-        // are written back to their input positions.
-        let mut order: Vec<usize> = (0..texts.len()).collect();
-        order.sort_by_key(|&i| texts[i].len());
-        let mut out = vec![Vec::new(); texts.len()];
-        for chunk in order.chunks(CHUNK) {
-            let chunk_texts = chunk.iter().map(|&i| texts[i].as_str()).collect();
-            let vectors = self.embed_chunk(chunk_texts)?;
-            if vectors.len() != chunk.len() {
-                return Err(EmbedError::Inference(format!(
-                    "model returned {} vectors for {} texts",
-                    vectors.len(),
-                    chunk.len()
-                )));
-            }
-            for (&i, v) in chunk.iter().zip(vectors) {
-                out[i] = v;
-            }
         }
         Ok(out)
     }

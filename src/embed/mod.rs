@@ -6,13 +6,16 @@
 //! Every vector that leaves this module is L2-normalised, so cosine
 //! similarity is a plain dot product for callers.
 
+// The AVX2 kernels (kernels.rs) are this module's only `unsafe`: each block says why it is sound.
+#![warn(clippy::undocumented_unsafe_blocks)]
+
 mod bert;
 mod kernels;
 mod minilm;
 mod openai;
 mod service;
 
-pub use minilm::{CandleMiniLm, MiniLm, MINILM_DIM, MINILM_MAX_TOKENS, MINILM_MODEL_ID};
+pub use minilm::{MiniLm, ModelFiles, MINILM_DIM, MINILM_MAX_TOKENS, MINILM_MODEL_ID};
 pub use openai::{OpenAiEmbedConfig, OpenAiEmbedder};
 pub use service::{EmbedService, EmbedServiceConfig};
 
@@ -56,7 +59,7 @@ pub enum EmbedError {
 
 /// Scales `v` to unit length in place. A zero vector is left as is because
 /// there is no direction to preserve and NaNs would poison every comparison.
-pub(crate) fn l2_normalize(v: &mut [f32]) {
+pub fn l2_normalize(v: &mut [f32]) {
     let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
     if norm > f32::EPSILON {
         for x in v.iter_mut() {

@@ -7,6 +7,8 @@ use std::sync::{Arc, OnceLock};
 
 use auditmem::embed::{cosine, EmbedService, Embedder, MiniLm};
 
+use crate::candle_reference::CandleMiniLm;
+
 fn model() -> Arc<MiniLm> {
     static MODEL: OnceLock<Arc<MiniLm>> = OnceLock::new();
     MODEL
@@ -125,7 +127,7 @@ async fn service_cache_returns_identical_vectors() {
 }
 
 /// Prints throughput; run with
-/// `cargo test --release --test embed_model -- --ignored --nocapture`.
+/// `cargo test --release --test it embed_model::throughput_report -- --ignored --nocapture`.
 #[test]
 #[ignore]
 fn throughput_report() {
@@ -156,7 +158,7 @@ fn own_forward_pass_equals_candles() {
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from("models/all-MiniLM-L6-v2"));
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(dir);
-    let reference = match auditmem::embed::CandleMiniLm::load(&dir) {
+    let reference = match CandleMiniLm::load(&dir) {
         Ok(m) => m,
         Err(e) => panic!("{e}"),
     };

@@ -4,6 +4,7 @@
 //! and speak HTTP to it, or run its CLI; `properties` and the provider modules test the
 //! library's parts directly. Select a group with `cargo test --test it <module>::`.
 
+mod candle_reference;
 mod common;
 
 mod api_errors;
