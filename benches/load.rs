@@ -319,7 +319,9 @@ impl Target {
     fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
             // SIGTERM: the server drains and signs a last checkpoint, so the dir stays reusable.
-            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+            if let Some(pid) = rustix::process::Pid::from_raw(child.id() as i32) {
+                let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+            }
             let _ = child.wait();
         }
     }

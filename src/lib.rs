@@ -4,6 +4,9 @@
 //! models ([`auditmem_projections`]) are folded from it; the HTTP API ([`api`]) decides, the
 //! appender commits, the projections answer.
 
+// Every `unsafe` says why it is sound.
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 pub mod api;
 pub mod cli;
 pub mod config;
@@ -62,6 +65,7 @@ mod heap_stats {
     // counter is bookkeeping beside it and touches no allocated memory.
     unsafe impl GlobalAlloc for Counting {
         unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+            // SAFETY: the caller's contract for `alloc`, passed on as it came.
             let p = unsafe { mimalloc::MiMalloc.alloc(layout) };
             if !p.is_null() {
                 LIVE.fetch_add(layout.size() as i64, Relaxed);
@@ -70,6 +74,7 @@ mod heap_stats {
         }
 
         unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+            // SAFETY: the caller's contract for `alloc_zeroed`, passed on as it came.
             let p = unsafe { mimalloc::MiMalloc.alloc_zeroed(layout) };
             if !p.is_null() {
                 LIVE.fetch_add(layout.size() as i64, Relaxed);
@@ -79,10 +84,12 @@ mod heap_stats {
 
         unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
             LIVE.fetch_sub(layout.size() as i64, Relaxed);
+            // SAFETY: `ptr` came from this allocator (mimalloc underneath) with `layout`.
             unsafe { mimalloc::MiMalloc.dealloc(ptr, layout) }
         }
 
         unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+            // SAFETY: the caller's contract for `realloc`, passed on as it came.
             let p = unsafe { mimalloc::MiMalloc.realloc(ptr, layout, new_size) };
             // On failure the old block is still allocated and the count stays as it was.
             if !p.is_null() {
@@ -120,8 +127,7 @@ mod heap_stats {
 /// "Transparent huge pages"). Process-wide and kept across exec; a kernel without the option
 /// (before 3.15) keeps its default, which is only a memory cost.
 pub fn disable_transparent_huge_pages() -> bool {
-    // SAFETY: PR_SET_THP_DISABLE takes plain integer arguments and touches no memory of ours.
-    unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) == 0 }
+    rustix::thread::disable_transparent_huge_pages(true).is_ok()
 }
 
 /// mimalloc's `mi_option_purge_delay` (v3's `mi_option_e`; the bindings name no constant).
@@ -149,7 +155,11 @@ pub fn purge_freed_pages_at_once() -> bool {
 pub fn release_free_memory() {
     // SAFETY: `mi_collect` only returns free pages to the OS; it is safe to call on any
     // thread at any time (it touches only the calling thread's heap and abandoned segments).
-    rayon::broadcast(|_| unsafe { libmimalloc_sys::mi_collect(true) });
+    rayon::broadcast(|_| {
+        // SAFETY: as above, on each rayon worker's own heap.
+        unsafe { libmimalloc_sys::mi_collect(true) }
+    });
+    // SAFETY: as above, on this thread's heap.
     unsafe { libmimalloc_sys::mi_collect(true) };
 }
 
@@ -164,6 +174,7 @@ mod tests {
         }
         // mimalloc v3's purge delay defaults to 1000 ms, which no neighbouring option does, so
         // the index names the option; setting it turns it to 0.
+        // SAFETY: reading an allocator option takes and returns plain integers.
         let get = || unsafe { libmimalloc_sys::mi_option_get(super::MI_OPTION_PURGE_DELAY) };
         assert_eq!(get(), 1000);
         assert!(super::purge_freed_pages_at_once());

@@ -3,6 +3,9 @@
 //! Nothing here speaks HTTP or calls a provider: a projection is a pure fold of events into
 //! sled trees, so `auditmem replay` can drop them all and rebuild the same answers.
 
+// Every `unsafe` says why it is sound.
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 pub mod audit_index;
 pub mod audit_view;
 pub mod event;
@@ -108,6 +111,19 @@ impl Projections {
             exports: exports::Exports::open(db)?,
             memories: memories::Memories::open(db, vectors, spill)?,
         })
+    }
+
+    /// The state-independent work of folding `event` into every projection.
+    pub fn prepare(event: &Event) -> Prepared {
+        match event {
+            Event::AuditRecorded(rec) => Prepared {
+                audit: Some((
+                    audit_view::canonical_entry_bytes(&rec.entry),
+                    audit_index::action_key(&rec.entry.action),
+                )),
+            },
+            _ => Prepared::default(),
+        }
     }
 
     pub fn all(&self) -> [&dyn Projection; 4] {

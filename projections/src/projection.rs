@@ -45,25 +45,11 @@ impl<'a> Applied<'a> {
 
 /// The part of folding an event that depends on nothing before it. Replay computes it on
 /// every core while decoding, so the sequential fold only links; without it a projection
-/// computes the same itself.
+/// computes the same itself. [`crate::Projections::prepare`] fills it.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Prepared {
     /// For an audit entry: its canonical bytes (what the tenant chain hashes) and action key.
     pub audit: Option<(Vec<u8>, u64)>,
-}
-
-impl Prepared {
-    pub fn for_event(event: &Event) -> Prepared {
-        match event {
-            Event::AuditRecorded(rec) => Prepared {
-                audit: Some((
-                    crate::audit_view::canonical_entry_bytes(&rec.entry),
-                    crate::audit_index::action_key(&rec.entry.action),
-                )),
-            },
-            _ => Prepared::default(),
-        }
-    }
 }
 
 #[derive(Debug, thiserror::Error)]

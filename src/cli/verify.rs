@@ -101,18 +101,18 @@ fn parse_head(s: &str) -> anyhow::Result<Head> {
 fn held_by_server(db_file: &Path) -> anyhow::Result<bool> {
     let f =
         std::fs::File::open(db_file).with_context(|| format!("opening {}", db_file.display()))?;
-    #[cfg(unix)]
-    {
-        use std::os::unix::io::AsRawFd;
-        // sled takes an exclusive flock on `db`; probing it takes and drops a shared one.
-        let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) };
-        if rc != 0 {
-            return Ok(true);
+    // sled takes an exclusive flock on `db`; probing it takes and drops a shared one.
+    match f.try_lock_shared() {
+        Ok(()) => {
+            f.unlock()
+                .with_context(|| format!("unlocking {}", db_file.display()))?;
+            Ok(false)
         }
-        unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_UN) };
+        Err(std::fs::TryLockError::WouldBlock) => Ok(true),
+        Err(std::fs::TryLockError::Error(e)) => {
+            Err(e).with_context(|| format!("probing the lock of {}", db_file.display()))
+        }
     }
-    drop(f);
-    Ok(false)
 }
 
 fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {

@@ -6,9 +6,6 @@
 //! Every vector that leaves this module is L2-normalised, so cosine
 //! similarity is a plain dot product for callers.
 
-// The AVX2 kernels (kernels.rs) are this module's only `unsafe`: each block says why it is sound.
-#![warn(clippy::undocumented_unsafe_blocks)]
-
 mod bert;
 mod kernels;
 mod minilm;

@@ -17,10 +17,33 @@ pub use rules::RuleExtractor;
 /// that one pasted document cannot become one giant memory.
 pub const MAX_CONTENT_CHARS: usize = 10_000;
 
+/// The roles of the messages extraction reads.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    utoipa::ToSchema,
+    strum::VariantArray,
+    strum::IntoStaticStr,
+    strum::EnumString,
+)]
+#[serde(rename_all = "lowercase")]
+#[strum(serialize_all = "lowercase")]
+pub enum ChatRole {
+    System,
+    User,
+    Assistant,
+    Tool,
+}
+
 /// A message of a conversation to extract from.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ChatMessage {
-    #[schema(value_type = crate::wire::memory::ChatRole)]
+    #[schema(value_type = ChatRole)]
     pub role: String,
     pub content: String,
 }

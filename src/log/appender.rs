@@ -278,7 +278,7 @@ impl Appender {
         let mut encoded = Vec::with_capacity(events.len());
         for e in events {
             let bytes = e.encode().map_err(|e| AppendError::Encode(e.to_string()))?;
-            let prepared = Prepared::for_event(&e);
+            let prepared = Projections::prepare(&e);
             encoded.push((e, bytes, prepared));
         }
         let (reply, rx) = oneshot::channel();

@@ -101,6 +101,6 @@ fn decode((seq, value): &(u64, sled::IVec)) -> Result<(u64, i64, Event, Prepared
         seq: *seq,
         why: e.to_string(),
     })?;
-    let prepared = Prepared::for_event(&event);
+    let prepared = Projections::prepare(&event);
     Ok((record.seq, record.ts_micros, event, prepared))
 }

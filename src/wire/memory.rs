@@ -13,7 +13,7 @@ use super::field::{optional, present, required, whole_number, Check, Field, Inva
 use super::query::{self, Paging};
 use super::time::Time;
 use super::{empty_refused, unknown_field_named, Body, Params};
-use crate::extract::{ChatMessage, ExtractInput};
+use crate::extract::{ChatMessage, ChatRole, ExtractInput};
 
 /// A memory's content and a search query hold at most this many characters (after trimming).
 pub const MAX_CONTENT_CHARS: usize = 10_000;
@@ -317,29 +317,6 @@ impl Body for SearchRequest {
             memory_type: optional(self.memory_type)?,
         })
     }
-}
-
-/// The roles of the messages extraction reads.
-#[derive(
-    Clone,
-    Copy,
-    Debug,
-    PartialEq,
-    Eq,
-    Serialize,
-    Deserialize,
-    ToSchema,
-    strum::VariantArray,
-    strum::IntoStaticStr,
-    strum::EnumString,
-)]
-#[serde(rename_all = "lowercase")]
-#[strum(serialize_all = "lowercase")]
-pub enum ChatRole {
-    System,
-    User,
-    Assistant,
-    Tool,
 }
 
 /// A conversation to extract from: 1 or more `{role, content}` messages, kept also as given
