@@ -523,61 +523,80 @@ impl IngestEntry {
     /// refusal names `entries[i]` and the field. Whether the tenant exists is the caller's
     /// check (it needs the state).
     pub fn check(self, i: usize, id: Uuid, now: i64) -> Result<AuditRecorded, Invalid> {
-        let e = self;
-        let bad = |msg: String| Invalid(format!("entries[{i}]: {msg}"));
-        if !valid_action(&e.action) {
-            return Err(bad(
-                "action must be a dotted name such as gateway.chat".into()
+        let named = |Invalid(msg)| Invalid(format!("entries[{i}]: {msg}"));
+        let created_at = self.check_entry(now).map_err(named)?;
+        self.check_detail().map_err(named)?;
+        Ok(self.recorded(id, created_at))
+    }
+
+    /// The entry's own fields; returns its time (now when not given).
+    fn check_entry(&self, now: i64) -> Result<i64, Invalid> {
+        if !valid_action(&self.action) {
+            return Err(Invalid::new(
+                "action must be a dotted name such as gateway.chat",
             ));
         }
-        if !(100..=599).contains(&e.http_status) {
-            return Err(bad(
-                "http_status must be an HTTP status code (100 to 599)".into()
+        if !(100..=599).contains(&self.http_status) {
+            return Err(Invalid::new(
+                "http_status must be an HTTP status code (100 to 599)",
             ));
         }
-        let created_at = match &e.created_at {
+        let created_at = match &self.created_at {
             None => now,
-            Some(s) => parse_time("created_at", s).map_err(|err| bad(err.0))?,
+            Some(s) => parse_time("created_at", s)?,
         };
         if created_at > now + CLOCK_SKEW_MICROS {
-            return Err(bad("created_at is more than 5 minutes in the future".into()));
+            return Err(Invalid::new(
+                "created_at is more than 5 minutes in the future",
+            ));
         }
         for (field, v) in [
-            ("duration", e.duration),
-            ("credits_consumed", e.credits_consumed),
-            ("balance_consumed_usd", e.balance_consumed_usd),
+            ("duration", self.duration),
+            ("credits_consumed", self.credits_consumed),
+            ("balance_consumed_usd", self.balance_consumed_usd),
         ] {
             if v.is_some_and(|v| !v.is_finite() || v < 0.0) {
-                return Err(bad(format!("{field} must be a number of at least 0")));
+                return Err(Invalid(format!("{field} must be a number of at least 0")));
             }
         }
-        if e.metadata.as_ref().is_some_and(|m| !m.is_object()) {
-            return Err(bad("metadata must be a JSON object".into()));
+        if self.metadata.as_ref().is_some_and(|m| !m.is_object()) {
+            return Err(Invalid::new("metadata must be a JSON object"));
         }
+        Ok(created_at)
+    }
+
+    /// The detail fields hold the kinds the interface gives them.
+    fn check_detail(&self) -> Result<(), Invalid> {
         let given = [
-            &e.request_body,
-            &e.response_body,
-            &e.input_content,
-            &e.output_content,
+            &self.request_body,
+            &self.response_body,
+            &self.input_content,
+            &self.output_content,
         ];
         for ((field, fits, kinds), v) in DETAIL_KINDS.iter().zip(given) {
             if v.as_ref().is_some_and(|v| !fits(v)) {
-                return Err(bad(format!("{field} must be {kinds} or null")));
+                return Err(Invalid(format!("{field} must be {kinds} or null")));
             }
         }
-        if let Some(i) = e
+        match self
             .rag_results
             .iter()
             .flatten()
             .position(|r| !rag_result_shape(r))
         {
-            return Err(bad(format!(
+            Some(i) => Err(Invalid(format!(
                 "rag_results[{i}] must be an object with content (string), similarity (number) and source (object)"
-            )));
+            ))),
+            None => Ok(()),
         }
+    }
+
+    /// The checked entry as the event that records it.
+    fn recorded(self, id: Uuid, created_at: i64) -> AuditRecorded {
+        let e = self;
         // Empty strings are stored as null: an export cell cannot tell the two apart.
         let text = |v: Option<String>| v.filter(|s| !s.is_empty());
-        Ok(AuditRecorded {
+        AuditRecorded {
             tenant_id: e.tenant_id,
             entry: AuditEntry {
                 id,
@@ -610,7 +629,7 @@ impl IngestEntry {
                 memory_results: None,
                 response_json: None,
             },
-        })
+        }
     }
 }
 
