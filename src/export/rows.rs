@@ -176,6 +176,28 @@ pub fn parse(bytes: &[u8]) -> Result<Vec<Map<String, Value>>, String> {
     Ok(out)
 }
 
+/// Serializer methods of one argument that refuse it: a row is a struct or a map of fields.
+macro_rules! refuse {
+    ($($method:ident($t:ty)),* $(,)?) => {
+        $(
+            fn $method(self, _: $t) -> Result<(), RowError> {
+                Err(not_a_row())
+            }
+        )*
+    };
+}
+
+/// Serializer methods of one scalar that write its JSON literal into the cell.
+macro_rules! literal {
+    ($($method:ident($t:ty)),* $(,)?) => {
+        $(
+            fn $method(self, v: $t) -> Result<Kind, CellError> {
+                self.literal(v)
+            }
+        )*
+    };
+}
+
 /// Where a row's fields go.
 enum Sink<'a, W: std::io::Write> {
     /// Cells into a CSV record, through a scratch buffer.
@@ -294,58 +316,29 @@ impl<'a, W: std::io::Write> Serializer for Row<'a, W> {
         Ok(self)
     }
 
-    fn serialize_bool(self, _: bool) -> Result<(), RowError> {
-        Err(not_a_row())
-    }
-    fn serialize_i8(self, _: i8) -> Result<(), RowError> {
-        Err(not_a_row())
-    }
-    fn serialize_i16(self, _: i16) -> Result<(), RowError> {
-        Err(not_a_row())
-    }
-    fn serialize_i32(self, _: i32) -> Result<(), RowError> {
-        Err(not_a_row())
-    }
-    fn serialize_i64(self, _: i64) -> Result<(), RowError> {
-        Err(not_a_row())
-    }
-    fn serialize_u8(self, _: u8) -> Result<(), RowError> {
-        Err(not_a_row())
-    }
-    fn serialize_u16(self, _: u16) -> Result<(), RowError> {
-        Err(not_a_row())
-    }
-    fn serialize_u32(self, _: u32) -> Result<(), RowError> {
-        Err(not_a_row())
-    }
-    fn serialize_u64(self, _: u64) -> Result<(), RowError> {
-        Err(not_a_row())
-    }
-    fn serialize_f32(self, _: f32) -> Result<(), RowError> {
-        Err(not_a_row())
-    }
-    fn serialize_f64(self, _: f64) -> Result<(), RowError> {
-        Err(not_a_row())
-    }
-    fn serialize_char(self, _: char) -> Result<(), RowError> {
-        Err(not_a_row())
-    }
-    fn serialize_str(self, _: &str) -> Result<(), RowError> {
-        Err(not_a_row())
-    }
-    fn serialize_bytes(self, _: &[u8]) -> Result<(), RowError> {
-        Err(not_a_row())
-    }
+    // A row is a struct or a map of fields, nothing else.
+    refuse!(
+        serialize_bool(bool),
+        serialize_i8(i8),
+        serialize_i16(i16),
+        serialize_i32(i32),
+        serialize_i64(i64),
+        serialize_u8(u8),
+        serialize_u16(u16),
+        serialize_u32(u32),
+        serialize_u64(u64),
+        serialize_f32(f32),
+        serialize_f64(f64),
+        serialize_char(char),
+        serialize_str(&str),
+        serialize_bytes(&[u8]),
+        serialize_unit_struct(&'static str),
+    );
+
     fn serialize_none(self) -> Result<(), RowError> {
         Err(not_a_row())
     }
-    fn serialize_some<T: Serialize + ?Sized>(self, _: &T) -> Result<(), RowError> {
-        Err(not_a_row())
-    }
     fn serialize_unit(self) -> Result<(), RowError> {
-        Err(not_a_row())
-    }
-    fn serialize_unit_struct(self, _: &'static str) -> Result<(), RowError> {
         Err(not_a_row())
     }
     fn serialize_unit_variant(
@@ -354,6 +347,10 @@ impl<'a, W: std::io::Write> Serializer for Row<'a, W> {
         _: u32,
         _: &'static str,
     ) -> Result<(), RowError> {
+        Err(not_a_row())
+    }
+
+    fn serialize_some<T: Serialize + ?Sized>(self, _: &T) -> Result<(), RowError> {
         Err(not_a_row())
     }
     fn serialize_newtype_struct<T: Serialize + ?Sized>(
@@ -520,33 +517,17 @@ impl Serializer for Cell<'_> {
     ) -> Result<Kind, CellError> {
         self.serialize_str(variant)
     }
-    fn serialize_bool(self, v: bool) -> Result<Kind, CellError> {
-        self.literal(v)
-    }
-    fn serialize_i8(self, v: i8) -> Result<Kind, CellError> {
-        self.literal(v)
-    }
-    fn serialize_i16(self, v: i16) -> Result<Kind, CellError> {
-        self.literal(v)
-    }
-    fn serialize_i32(self, v: i32) -> Result<Kind, CellError> {
-        self.literal(v)
-    }
-    fn serialize_i64(self, v: i64) -> Result<Kind, CellError> {
-        self.literal(v)
-    }
-    fn serialize_u8(self, v: u8) -> Result<Kind, CellError> {
-        self.literal(v)
-    }
-    fn serialize_u16(self, v: u16) -> Result<Kind, CellError> {
-        self.literal(v)
-    }
-    fn serialize_u32(self, v: u32) -> Result<Kind, CellError> {
-        self.literal(v)
-    }
-    fn serialize_u64(self, v: u64) -> Result<Kind, CellError> {
-        self.literal(v)
-    }
+    literal!(
+        serialize_bool(bool),
+        serialize_i8(i8),
+        serialize_i16(i16),
+        serialize_i32(i32),
+        serialize_i64(i64),
+        serialize_u8(u8),
+        serialize_u16(u16),
+        serialize_u32(u32),
+        serialize_u64(u64),
+    );
     fn serialize_f32(self, v: f32) -> Result<Kind, CellError> {
         self.serialize_f64(v as f64)
     }
