@@ -7,11 +7,12 @@
 //! serialisation: strings as they are, null as an empty cell, numbers and booleans as JSON
 //! literals, nested objects (`tokens`, `metadata`) as JSON text.
 
+use std::io::Write;
 use std::sync::OnceLock;
 
 use auditmem_projections::audit_index::AuditRef;
 use auditmem_projections::{AuditEntry, Tokens};
-use serde::ser::{self, Impossible, Serialize, SerializeMap, SerializeStruct, Serializer};
+use serde::ser::{self, Impossible, Serialize, SerializeStruct, Serializer};
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
@@ -31,17 +32,26 @@ pub struct Column {
     pub text: bool,
 }
 
-/// The columns of an export, in order: the names and kinds of [`AuditLogEntry`]'s fields,
-/// learnt by writing an entry that fills every field.
+/// The columns of an export, in order: the names of [`AuditLogEntry`]'s fields and whether
+/// each holds text, learnt from an entry that fills every field.
 pub fn columns(with_chain: bool) -> &'static [Column] {
     static WITH: OnceLock<Vec<Column>> = OnceLock::new();
     static WITHOUT: OnceLock<Vec<Column>> = OnceLock::new();
     let learn = || {
         let (entry, r) = full_entry();
-        let mut out = Vec::new();
-        let _ = AuditLogEntry::exported(&entry, &r, with_chain)
-            .serialize(Row::<std::io::Sink>::new(Sink::Columns(&mut out), &[]));
-        out
+        let row = AuditLogEntry::exported(&entry, &r, with_chain);
+        let mut names = Names(Vec::new());
+        // Serialising an entry's fields cannot fail: they are strings, numbers and JSON.
+        let _ = row.serialize(Row(&mut names));
+        let values = serde_json::to_value(&row).unwrap_or_default();
+        names
+            .0
+            .into_iter()
+            .map(|name| Column {
+                name: name.to_string(),
+                text: values.get(name).is_some_and(Value::is_string),
+            })
+            .collect()
     };
     if with_chain {
         WITH.get_or_init(learn)
@@ -91,35 +101,50 @@ fn full_entry() -> (AuditEntry, AuditRef) {
 }
 
 /// Writes the header row of an export.
-pub fn write_header<W: std::io::Write>(
-    w: &mut csv::Writer<W>,
-    with_chain: bool,
-) -> csv::Result<()> {
+pub fn write_header<W: Write>(w: &mut csv::Writer<W>, with_chain: bool) -> csv::Result<()> {
     w.write_record(columns(with_chain).iter().map(|c| c.name.as_bytes()))
 }
 
-/// Writes one entry as a CSV record; `cell` is scratch space kept between rows.
-pub fn write_csv_row<W: std::io::Write>(
+/// Writes one entry as a CSV record; `scratch` is space kept between rows.
+pub fn write_csv_row<W: Write>(
     w: &mut csv::Writer<W>,
     entry: &AuditEntry,
     r: &AuditRef,
     with_chain: bool,
-    cell: &mut Vec<u8>,
+    scratch: &mut Vec<u8>,
 ) -> Result<(), String> {
+    let mut sink = Record {
+        w,
+        scratch,
+        columns: columns(with_chain).iter(),
+    };
     AuditLogEntry::exported(entry, r, with_chain)
-        .serialize(Row::new(Sink::Csv(w, cell), columns(with_chain)))
+        .serialize(Row(&mut sink))
         .map_err(|e| e.0)?;
-    w.write_record(None::<&[u8]>).map_err(|e| e.to_string())
+    sink.w
+        .write_record(None::<&[u8]>)
+        .map_err(|e| e.to_string())
 }
 
 /// The CSV cells of one entry, in [`columns`] order, as [`write_csv_row`] writes them.
 pub fn csv_cells(entry: &AuditEntry, r: &AuditRef, with_chain: bool) -> Vec<String> {
-    let mut cells = Vec::new();
-    let _ = AuditLogEntry::exported(entry, r, with_chain).serialize(Row::<std::io::Sink>::new(
-        Sink::Cells(&mut cells),
-        columns(with_chain),
-    ));
-    cells
+    let mut w = csv::WriterBuilder::new()
+        .has_headers(false)
+        .from_writer(Vec::new());
+    let written = write_csv_row(&mut w, entry, r, with_chain, &mut Vec::new());
+    let bytes = written
+        .ok()
+        .and_then(|()| w.into_inner().ok())
+        .unwrap_or_default();
+    let mut reader = csv::ReaderBuilder::new()
+        .has_headers(false)
+        .from_reader(bytes.as_slice());
+    reader
+        .records()
+        .next()
+        .and_then(Result::ok)
+        .map(|rec| rec.iter().map(str::to_string).collect())
+        .unwrap_or_default()
 }
 
 /// Reads a CSV cell back into the value it was written from.
@@ -176,7 +201,7 @@ pub fn parse(bytes: &[u8]) -> Result<Vec<Map<String, Value>>, String> {
     Ok(out)
 }
 
-/// Serializer methods of one argument that refuse it: a row is a struct or a map of fields.
+/// Serializer methods of one argument that refuse it: a row is a struct of fields.
 macro_rules! refuse {
     ($($method:ident($t:ty)),* $(,)?) => {
         $(
@@ -187,44 +212,70 @@ macro_rules! refuse {
     };
 }
 
-/// Serializer methods of one scalar that write its JSON literal into the cell.
-macro_rules! literal {
+/// Serializer methods of one integer that write it as the cell.
+macro_rules! integers {
     ($($method:ident($t:ty)),* $(,)?) => {
         $(
-            fn $method(self, v: $t) -> Result<Kind, CellError> {
-                self.literal(v)
+            fn $method(self, v: $t) -> Result<(), CellError> {
+                self.integer(v)
             }
         )*
     };
 }
 
-/// Where a row's fields go.
-enum Sink<'a, W: std::io::Write> {
-    /// Cells into a CSV record, through a scratch buffer.
-    Csv(&'a mut csv::Writer<W>, &'a mut Vec<u8>),
-    /// Cells as strings.
-    Cells(&'a mut Vec<String>),
-    /// The names and kinds of the fields.
-    Columns(&'a mut Vec<Column>),
+/// What a row's fields go to.
+trait RowSink {
+    fn field<T: Serialize + ?Sized>(
+        &mut self,
+        name: &'static str,
+        value: &T,
+    ) -> Result<(), RowError>;
 }
 
-/// Serialises a struct (or, with flattened fields, a map) as one CSV row.
-struct Row<'a, W: std::io::Write> {
-    sink: Sink<'a, W>,
-    /// The columns of the row's export (none while they are being learnt), and the next one.
-    columns: &'static [Column],
-    next: usize,
+/// The names of a row's fields.
+struct Names(Vec<&'static str>);
+
+impl RowSink for Names {
+    fn field<T: Serialize + ?Sized>(&mut self, name: &'static str, _: &T) -> Result<(), RowError> {
+        self.0.push(name);
+        Ok(())
+    }
 }
 
-impl<'a, W: std::io::Write> Row<'a, W> {
-    fn new(sink: Sink<'a, W>, columns: &'static [Column]) -> Self {
-        Row {
-            sink,
-            columns,
-            next: 0,
+/// A row's fields as the cells of a CSV record.
+struct Record<'a, W: Write> {
+    w: &'a mut csv::Writer<W>,
+    scratch: &'a mut Vec<u8>,
+    columns: std::slice::Iter<'static, Column>,
+}
+
+impl<W: Write> RowSink for Record<'_, W> {
+    fn field<T: Serialize + ?Sized>(&mut self, _: &'static str, value: &T) -> Result<(), RowError> {
+        // A column of JSON literals holds a string as a JSON string (a `metadata` that is one).
+        let text = self.columns.next().is_some_and(|c| c.text);
+        let cell = Cell {
+            w: &mut *self.w,
+            scratch: &mut *self.scratch,
+            text,
+        };
+        match value.serialize(cell) {
+            Ok(()) => Ok(()),
+            // A nested value is its JSON text.
+            Err(CellError::Nested) => {
+                self.scratch.clear();
+                serde_json::to_writer(&mut *self.scratch, value)
+                    .map_err(|e| RowError(e.to_string()))?;
+                self.w
+                    .write_field(&*self.scratch)
+                    .map_err(|e| RowError(e.to_string()))
+            }
+            Err(CellError::Other(e)) => Err(RowError(e)),
         }
     }
 }
+
+/// Serialises a struct of fields into a [`RowSink`].
+struct Row<'a, S>(&'a mut S);
 
 #[derive(Debug)]
 struct RowError(String);
@@ -243,80 +294,26 @@ impl ser::Error for RowError {
     }
 }
 
-impl<W: std::io::Write> Row<'_, W> {
-    fn field<T: Serialize + ?Sized>(&mut self, name: &str, value: &T) -> Result<(), RowError> {
-        let mut local = Vec::new();
-        let buf = match &mut self.sink {
-            Sink::Csv(_, cell) => {
-                cell.clear();
-                &mut **cell
-            }
-            _ => &mut local,
-        };
-        // A column of JSON literals holds a string as a JSON string (a `metadata` that is one).
-        let literal_column = self.columns.get(self.next).is_some_and(|c| !c.text);
-        self.next += 1;
-        let text = match value.serialize(Cell(&mut *buf)) {
-            Ok(Kind::Text) if literal_column => {
-                buf.clear();
-                serde_json::to_writer(&mut *buf, value).map_err(|e| RowError(e.to_string()))?;
-                false
-            }
-            Ok(kind) => kind == Kind::Text,
-            // A nested value is its JSON text.
-            Err(CellError::Nested) => {
-                buf.clear();
-                serde_json::to_writer(&mut *buf, value).map_err(|e| RowError(e.to_string()))?;
-                false
-            }
-            Err(CellError::Other(e)) => return Err(RowError(e)),
-        };
-        match &mut self.sink {
-            Sink::Csv(w, cell) => w.write_field(&**cell).map_err(|e| RowError(e.to_string())),
-            Sink::Cells(cells) => {
-                cells.push(String::from_utf8_lossy(&local).into_owned());
-                Ok(())
-            }
-            Sink::Columns(columns) => {
-                columns.push(Column {
-                    name: name.to_string(),
-                    text,
-                });
-                Ok(())
-            }
-        }
-    }
+fn not_a_row() -> RowError {
+    RowError("an export row is a struct of fields".into())
 }
 
-/// Pending key of a map entry ([`SerializeMap::serialize_key`] comes before its value).
-struct RowMap<'a, W: std::io::Write> {
-    row: Row<'a, W>,
-    key: String,
-}
-
-impl<'a, W: std::io::Write> Serializer for Row<'a, W> {
+impl<'a, S: RowSink> Serializer for Row<'a, S> {
     type Ok = ();
     type Error = RowError;
     type SerializeSeq = Impossible<(), RowError>;
     type SerializeTuple = Impossible<(), RowError>;
     type SerializeTupleStruct = Impossible<(), RowError>;
     type SerializeTupleVariant = Impossible<(), RowError>;
-    type SerializeMap = RowMap<'a, W>;
+    type SerializeMap = Impossible<(), RowError>;
     type SerializeStruct = Self;
     type SerializeStructVariant = Impossible<(), RowError>;
-
-    fn serialize_map(self, _len: Option<usize>) -> Result<Self::SerializeMap, RowError> {
-        Ok(RowMap {
-            row: self,
-            key: String::new(),
-        })
-    }
 
     fn serialize_struct(self, _name: &'static str, _len: usize) -> Result<Self, RowError> {
         Ok(self)
     }
 
-    // A row is a struct or a map of fields, nothing else.
+    // A row is a struct of fields, nothing else.
     refuse!(
         serialize_bool(bool),
         serialize_i8(i8),
@@ -349,7 +346,6 @@ impl<'a, W: std::io::Write> Serializer for Row<'a, W> {
     ) -> Result<(), RowError> {
         Err(not_a_row())
     }
-
     fn serialize_some<T: Serialize + ?Sized>(self, _: &T) -> Result<(), RowError> {
         Err(not_a_row())
     }
@@ -391,6 +387,9 @@ impl<'a, W: std::io::Write> Serializer for Row<'a, W> {
     ) -> Result<Self::SerializeTupleVariant, RowError> {
         Err(not_a_row())
     }
+    fn serialize_map(self, _: Option<usize>) -> Result<Self::SerializeMap, RowError> {
+        Err(not_a_row())
+    }
     fn serialize_struct_variant(
         self,
         _: &'static str,
@@ -402,11 +401,7 @@ impl<'a, W: std::io::Write> Serializer for Row<'a, W> {
     }
 }
 
-fn not_a_row() -> RowError {
-    RowError("an export row is a struct of fields".into())
-}
-
-impl<W: std::io::Write> SerializeStruct for Row<'_, W> {
+impl<S: RowSink> SerializeStruct for Row<'_, S> {
     type Ok = ();
     type Error = RowError;
 
@@ -415,46 +410,12 @@ impl<W: std::io::Write> SerializeStruct for Row<'_, W> {
         key: &'static str,
         value: &T,
     ) -> Result<(), RowError> {
-        self.field(key, value)
+        self.0.field(key, value)
     }
 
     fn end(self) -> Result<(), RowError> {
         Ok(())
     }
-}
-
-impl<W: std::io::Write> SerializeMap for RowMap<'_, W> {
-    type Ok = ();
-    type Error = RowError;
-
-    fn serialize_key<T: Serialize + ?Sized>(&mut self, key: &T) -> Result<(), RowError> {
-        // Only the columns need the names; rows are written by position.
-        if let Sink::Columns(_) = self.row.sink {
-            let mut name = Vec::new();
-            key.serialize(Cell(&mut name))
-                .map_err(|_| RowError("an export row's keys are strings".into()))?;
-            self.key = String::from_utf8_lossy(&name).into_owned();
-        }
-        Ok(())
-    }
-
-    fn serialize_value<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), RowError> {
-        let key = std::mem::take(&mut self.key);
-        self.row.field(&key, value)
-    }
-
-    fn end(self) -> Result<(), RowError> {
-        Ok(())
-    }
-}
-
-/// What a cell was written from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Kind {
-    /// A string, written as it is.
-    Text,
-    /// A number, a boolean or null, written as its JSON literal (null as nothing).
-    Literal,
 }
 
 #[derive(Debug)]
@@ -481,32 +442,54 @@ impl ser::Error for CellError {
     }
 }
 
-/// Writes one scalar value as a cell's text.
-struct Cell<'a>(&'a mut Vec<u8>);
+/// Writes one scalar value as a CSV cell: a string as it is in a text column (as a JSON string
+/// in the others), a number or a boolean as its JSON literal, null as nothing.
+struct Cell<'a, W: Write> {
+    w: &'a mut csv::Writer<W>,
+    scratch: &'a mut Vec<u8>,
+    text: bool,
+}
 
-impl Cell<'_> {
-    fn literal(self, v: impl Serialize) -> Result<Kind, CellError> {
-        serde_json::to_writer(&mut *self.0, &v).map_err(|e| CellError::Other(e.to_string()))?;
-        Ok(Kind::Literal)
+impl<W: Write> Cell<'_, W> {
+    fn write(self, bytes: &[u8]) -> Result<(), CellError> {
+        self.w
+            .write_field(bytes)
+            .map_err(|e| CellError::Other(e.to_string()))
+    }
+
+    fn integer(self, v: impl itoa::Integer) -> Result<(), CellError> {
+        self.write(itoa::Buffer::new().format(v).as_bytes())
+    }
+
+    fn json<T: Serialize + ?Sized>(self, v: &T) -> Result<(), CellError> {
+        self.scratch.clear();
+        serde_json::to_writer(&mut *self.scratch, v)
+            .map_err(|e| CellError::Other(e.to_string()))?;
+        self.w
+            .write_field(&*self.scratch)
+            .map_err(|e| CellError::Other(e.to_string()))
     }
 }
 
-impl Serializer for Cell<'_> {
-    type Ok = Kind;
+impl<W: Write> Serializer for Cell<'_, W> {
+    type Ok = ();
     type Error = CellError;
-    type SerializeSeq = Impossible<Kind, CellError>;
-    type SerializeTuple = Impossible<Kind, CellError>;
-    type SerializeTupleStruct = Impossible<Kind, CellError>;
-    type SerializeTupleVariant = Impossible<Kind, CellError>;
-    type SerializeMap = Impossible<Kind, CellError>;
-    type SerializeStruct = Impossible<Kind, CellError>;
-    type SerializeStructVariant = Impossible<Kind, CellError>;
+    type SerializeSeq = Impossible<(), CellError>;
+    type SerializeTuple = Impossible<(), CellError>;
+    type SerializeTupleStruct = Impossible<(), CellError>;
+    type SerializeTupleVariant = Impossible<(), CellError>;
+    type SerializeMap = Impossible<(), CellError>;
+    type SerializeStruct = Impossible<(), CellError>;
+    type SerializeStructVariant = Impossible<(), CellError>;
 
-    fn serialize_str(self, v: &str) -> Result<Kind, CellError> {
-        self.0.extend_from_slice(v.as_bytes());
-        Ok(Kind::Text)
+    fn serialize_str(self, v: &str) -> Result<(), CellError> {
+        if self.text {
+            self.write(v.as_bytes())
+        } else {
+            self.json(v)
+        }
     }
-    fn serialize_char(self, v: char) -> Result<Kind, CellError> {
+    fn serialize_char(self, v: char) -> Result<(), CellError> {
         self.serialize_str(v.encode_utf8(&mut [0; 4]))
     }
     fn serialize_unit_variant(
@@ -514,11 +497,13 @@ impl Serializer for Cell<'_> {
         _: &'static str,
         _: u32,
         variant: &'static str,
-    ) -> Result<Kind, CellError> {
+    ) -> Result<(), CellError> {
         self.serialize_str(variant)
     }
-    literal!(
-        serialize_bool(bool),
+    fn serialize_bool(self, v: bool) -> Result<(), CellError> {
+        self.write(if v { b"true" } else { b"false" })
+    }
+    integers!(
         serialize_i8(i8),
         serialize_i16(i16),
         serialize_i32(i32),
@@ -528,37 +513,37 @@ impl Serializer for Cell<'_> {
         serialize_u32(u32),
         serialize_u64(u64),
     );
-    fn serialize_f32(self, v: f32) -> Result<Kind, CellError> {
+    fn serialize_f32(self, v: f32) -> Result<(), CellError> {
         self.serialize_f64(v as f64)
     }
     /// JSON has no non-finite numbers: such a cell is empty, as the list shows it null.
-    fn serialize_f64(self, v: f64) -> Result<Kind, CellError> {
+    fn serialize_f64(self, v: f64) -> Result<(), CellError> {
         if v.is_finite() {
-            self.literal(v)
+            self.json(&v)
         } else {
-            Ok(Kind::Literal)
+            self.write(b"")
         }
     }
-    fn serialize_none(self) -> Result<Kind, CellError> {
-        Ok(Kind::Literal)
+    fn serialize_none(self) -> Result<(), CellError> {
+        self.write(b"")
     }
-    fn serialize_unit(self) -> Result<Kind, CellError> {
-        Ok(Kind::Literal)
+    fn serialize_unit(self) -> Result<(), CellError> {
+        self.write(b"")
     }
-    fn serialize_unit_struct(self, _: &'static str) -> Result<Kind, CellError> {
-        Ok(Kind::Literal)
+    fn serialize_unit_struct(self, _: &'static str) -> Result<(), CellError> {
+        self.write(b"")
     }
-    fn serialize_some<T: Serialize + ?Sized>(self, v: &T) -> Result<Kind, CellError> {
+    fn serialize_some<T: Serialize + ?Sized>(self, v: &T) -> Result<(), CellError> {
         v.serialize(self)
     }
     fn serialize_newtype_struct<T: Serialize + ?Sized>(
         self,
         _: &'static str,
         v: &T,
-    ) -> Result<Kind, CellError> {
+    ) -> Result<(), CellError> {
         v.serialize(self)
     }
-    fn serialize_bytes(self, _: &[u8]) -> Result<Kind, CellError> {
+    fn serialize_bytes(self, _: &[u8]) -> Result<(), CellError> {
         Err(CellError::Nested)
     }
     fn serialize_newtype_variant<T: Serialize + ?Sized>(
@@ -567,7 +552,7 @@ impl Serializer for Cell<'_> {
         _: u32,
         _: &'static str,
         _: &T,
-    ) -> Result<Kind, CellError> {
+    ) -> Result<(), CellError> {
         Err(CellError::Nested)
     }
     fn serialize_seq(self, _: Option<usize>) -> Result<Self::SerializeSeq, CellError> {

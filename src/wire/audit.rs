@@ -20,13 +20,6 @@ use super::query::{self, Paging};
 use super::time::{parse_time, Time, CLOCK_SKEW_MICROS};
 use super::{Body, Params};
 
-/// An entry's place in its tenant's chain, in the rows of an export of a plan that sees it.
-#[derive(Clone, Copy, Debug, Serialize)]
-pub struct ChainPlace {
-    pub chain_index: u64,
-    pub prev_hash: Hex,
-}
-
 /// A hash written as lower-case hex.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Hex(pub [u8; 32]);
@@ -93,9 +86,14 @@ pub struct AuditLogEntry<'a> {
     /// RFC 3339 UTC, milliseconds.
     #[schema(value_type = String)]
     pub created_at: Time,
-    #[serde(flatten)]
+    // An entry's place in its tenant's chain, in the rows of an export of a plan that sees it
+    // (and only there, so not in the list item's schema).
+    #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(ignore)]
-    pub chain: Option<ChainPlace>,
+    pub chain_index: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(ignore)]
+    pub prev_hash: Option<Hex>,
     /// Per-tenant chain hash (hex) for business and custom plans; null otherwise.
     #[serde(skip_serializing_if = "EntryHash::is_left_out")]
     #[schema(value_type = Option<String>)]
@@ -103,7 +101,8 @@ pub struct AuditLogEntry<'a> {
 }
 
 impl<'a> AuditLogEntry<'a> {
-    fn new(e: &'a AuditEntry, chain: Option<ChainPlace>, hash: EntryHash) -> Self {
+    /// `chain`: the entry's place in its chain and the hash before it.
+    fn new(e: &'a AuditEntry, chain: Option<(u64, Hex)>, hash: EntryHash) -> Self {
         AuditLogEntry {
             id: e.id,
             action: &e.action,
@@ -123,7 +122,8 @@ impl<'a> AuditLogEntry<'a> {
             tokens: e.tokens.as_ref(),
             metadata: e.metadata.as_ref(),
             created_at: Time(e.created_at),
-            chain,
+            chain_index: chain.map(|c| c.0),
+            prev_hash: chain.map(|c| c.1),
             hash,
         }
     }
@@ -132,10 +132,7 @@ impl<'a> AuditLogEntry<'a> {
     /// the chain, without either otherwise.
     pub fn exported(e: &'a AuditEntry, r: &AuditRef, with_chain: bool) -> Self {
         if with_chain {
-            let place = ChainPlace {
-                chain_index: r.chain_index,
-                prev_hash: Hex(r.prev_hash),
-            };
+            let place = (r.chain_index, Hex(r.prev_hash));
             Self::new(e, Some(place), EntryHash::Shown(Hex(r.hash)))
         } else {
             Self::new(e, None, EntryHash::LeftOut)
