@@ -608,8 +608,8 @@ struct Ctx {
     /// Makes every created memory and search query distinct across workers.
     counter: AtomicU64,
     /// Ingestion bodies built once: the driver shares the server's two cores, and building
-    /// 100 entries of JSON per request took a third of the CPU (the server gives every entry
-    /// its own id and time whatever the body).
+    /// 100 entries of JSON per request would take CPU from the server it measures (the server
+    /// gives every entry its own id and time whatever the body).
     ingest_bodies: Vec<axum::body::Bytes>,
     started_micros: i64,
 }
@@ -870,8 +870,8 @@ where
             let mut n;
             loop {
                 // Turns come from one counter: a scenario's mix (`Op::pick`) then holds over all
-                // requests. Per-worker strides aliased with the mix's period of ten: with 16 or
-                // 32 workers each worker saw only the odd or the even half of `mixed`.
+                // requests. Per-worker strides would alias with the mix's period of ten: with 16
+                // or 32 workers each worker would see only the odd or the even half of `mixed`.
                 n = next.fetch_add(1, Ordering::Relaxed);
                 let t0 = if rate > 0.0 {
                     let due = start + Duration::from_secs_f64(n as f64 / rate);

@@ -16,7 +16,7 @@ pub enum DurabilityMode {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum EmbedderKind {
-    /// all-MiniLM-L6-v2 in process (candle).
+    /// all-MiniLM-L6-v2 in process (our own BERT forward pass).
     Minilm,
     /// An OpenAI-compatible /v1/embeddings API (OpenAI, Ollama, vLLM, TEI).
     Openai,

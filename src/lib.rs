@@ -24,8 +24,7 @@ pub mod wire;
 pub use auditmem_projections as projections;
 
 /// glibc's malloc serialises the appender, the applier and the request threads on its arena
-/// locks and spent about a third of the append benchmark's CPU time (perf, docs/PERFORMANCE.md);
-/// mimalloc's thread-local free lists remove that. Declared in the library so the binary, the
+/// locks; mimalloc's thread-local free lists do not. Declared in the library so the binary, the
 /// benches and the tests all run on the same allocator.
 #[cfg(not(feature = "heap-stats"))]
 #[global_allocator]
@@ -120,12 +119,11 @@ mod heap_stats {
 /// Stops the kernel from backing this process's memory with transparent huge pages.
 ///
 /// mimalloc reserves its heap as 1 GiB arenas that the kernel may back with 2 MiB pages even
-/// in THP's `madvise` mode; an idle server with 1,000,000 audit entries and 100,000 memories
-/// had 160 MB of its heap in huge pages. A huge page is resident whole once any byte of it is
-/// touched, and freeing part of one splits it: RSS was ~50-80 MB higher at start and grew a
-/// third faster under the soak's mix, with no search or list faster for it (docs/PERFORMANCE.md,
-/// "Transparent huge pages"). Process-wide and kept across exec; a kernel without the option
-/// (before 3.15) keeps its default, which is only a memory cost.
+/// in THP's `madvise` mode. A huge page is resident whole once any byte of it is touched, and
+/// freeing part of one splits it: with them the server starts larger and grows faster under
+/// load, and no search or list is faster for it (docs/PERFORMANCE.md, "Transparent huge
+/// pages"). Process-wide and kept across exec; a kernel without the option (before 3.15) keeps
+/// its default, which is only a memory cost.
 pub fn disable_transparent_huge_pages() -> bool {
     rustix::thread::disable_transparent_huge_pages(true).is_ok()
 }
@@ -134,10 +132,10 @@ pub fn disable_transparent_huge_pages() -> bool {
 const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 
 /// Has mimalloc hand pages it frees back to the OS at once, instead of 1 s later (its v3
-/// default), unless `MIMALLOC_PURGE_DELAY` says otherwise. Under steady load the delay kept
-/// freed pages resident in bulk: the soak's RSS ran 25-40 MiB over the live heap more than
-/// with no delay, and grew 11% in ten minutes against 5% (docs/RELIABILITY.md, "Soak"), at no
-/// measured cost in latency. Returns whether it set the option.
+/// default), unless `MIMALLOC_PURGE_DELAY` says otherwise. Under steady load the delay keeps
+/// freed pages resident in bulk, so RSS runs further over the live heap and grows faster
+/// (docs/RELIABILITY.md, "Soak"); purging at once costs a little latency. Returns whether it
+/// set the option.
 pub fn purge_freed_pages_at_once() -> bool {
     if std::env::var_os("MIMALLOC_PURGE_DELAY").is_some() {
         return false;
@@ -150,8 +148,8 @@ pub fn purge_freed_pages_at_once() -> bool {
 /// Hands the memory freed so far back to the operating system. mimalloc keeps freed pages in
 /// the heap of the thread that freed them until that thread allocates again; start-up frees a
 /// lot on threads that then idle (the log records decoded to rebuild the vector table, the
-/// model file and its unpacked tensors): ~130 MB of an idle server's RSS with 100,000
-/// memories, measured. Collects the calling thread's heap and every rayon worker's.
+/// model file and its unpacked tensors), which would otherwise stay in an idle server's RSS.
+/// Collects the calling thread's heap and every rayon worker's.
 pub fn release_free_memory() {
     // SAFETY: `mi_collect` only returns free pages to the OS; it is safe to call on any
     // thread at any time (it touches only the calling thread's heap and abandoned segments).

@@ -4,7 +4,7 @@
 //! through `Memories::apply`, `BATCH` per batch as group commits hand them over, then detaches
 //! the store from its database and counts what dropping it frees: the store's whole heap, sled's
 //! excluded. Run it for two counts and subtract to get the bytes each further memory adds (what
-//! the soak of docs/RELIABILITY.md grows by):
+//! the soak grows by, docs/RELIABILITY.md, "Soak"):
 //!
 //! ```sh
 //! cargo run --release -p auditmem-projections --example heap_per_memory -- 1 100000
@@ -63,7 +63,8 @@ fn main() {
     let count = arg(2, 100_000);
     let dir = tempfile::tempdir().expect("temporary dir");
     // The service's segment size (src/log/mod.rs): with sled's 512 KiB default, sled 0.34's
-    // segment truncation can deadlock under this many small commits (docs/RELIABILITY.md).
+    // segment truncation can deadlock under this many small commits (docs/RELIABILITY.md,
+    // "Known limits").
     let db = sled::Config::new()
         .path(dir.path().join("db"))
         .segment_size(8 << 20)

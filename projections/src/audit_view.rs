@@ -20,7 +20,7 @@ pub fn format_time(micros: i64) -> String {
 }
 
 /// Lower-case hex of a hash, as lists and exports show it. blake3's table-driven encoder:
-/// `hex::encode` builds the string a char at a time and was a tenth of an export's CPU.
+/// `hex::encode` builds the string a char at a time, and an export writes hashes on every row.
 pub fn hash_hex(h: &[u8; 32]) -> String {
     blake3::Hash::from_bytes(*h).to_hex().to_string()
 }

@@ -3,12 +3,12 @@
 //! Invariants:
 //! - Events are past-tense facts; they carry no business logic and are never rewritten.
 //! - The wire form is msgpack `[EVENT_FORMAT_VERSION, event]`: the enum tagged by variant name,
-//!   its structs as arrays in declaration order (version 2). Version 1 wrote the structs as maps
-//!   with field names, more than doubling an audit record (577 vs 254 bytes) and with it the
-//!   hashing, copying and sled work of every append, verify and replay; it still decodes, since
-//!   the same `Deserialize` reads both. So that records already in the log keep decoding, a
-//!   field is never removed or reordered: new fields go last, with `#[serde(default)]`, and new
-//!   variants can be added freely.
+//!   its structs as arrays in declaration order (version 2), so no field name is stored.
+//!   Version 1 wrote the structs as maps with field names, which more than double an audit
+//!   record and with it the hashing, copying and sled work of every append, verify and replay;
+//!   it still decodes, since the same `Deserialize` reads both. So that records already in the
+//!   log keep decoding, a field is never removed or reordered: new fields go last, with
+//!   `#[serde(default)]`, and new variants can be added freely.
 //! - Secrets never appear: an API key is stored only as its blake3 hash.
 
 use serde::{Deserialize, Serialize};
@@ -230,9 +230,9 @@ pub struct AuditDetail {
     pub memory_results: Option<Vec<Value>>,
     /// The response body as the JSON text the service sent, when within the audit body limit:
     /// kept as written rather than parsed into `response_body` (an audit list answer is tens
-    /// of kilobytes; parsing, encoding and freeing it as a tree cost more than the list
-    /// itself). Read it through [`AuditDetail::response_body_value`]. Added after the v2
-    /// layout: last and defaulted, so older records decode.
+    /// of kilobytes; parsing, encoding and freeing it as a tree costs more than the list
+    /// itself). Read it through [`AuditDetail::response_body_value`]. Last and defaulted, so
+    /// records written without it decode.
     #[serde(default)]
     pub response_json: Option<String>,
 }
@@ -515,7 +515,7 @@ impl Event {
     ///
     /// The detail holds whole request and response bodies (an audit list's response is tens of
     /// kilobytes): lists and exports need only the entry, and decoding the detail into JSON
-    /// values cost them ~45x the entry itself (perf, docs/PERFORMANCE.md). The v2 layout is
+    /// values costs many times what the entry does. The v2 layout is
     /// `[version, {"AuditRecorded": [tenant_id, entry, detail]}]`, so the entry is read and the
     /// rest left unread; any other layout (v1 named maps) takes the full decode.
     pub fn decode_audit_entry(bytes: &[u8]) -> Result<Option<(Uuid, AuditEntry)>, EventCodecError> {

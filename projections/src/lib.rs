@@ -31,8 +31,8 @@ pub use event::{
 pub use projection::{Applied, Prepared, Projection, ProjectionError};
 
 /// The hash map of the in-memory indexes. Their keys are ids and seqs produced by the service
-/// itself, so SipHash's defence against chosen keys buys nothing there; it cost about 7% of a
-/// replay's apply thread (perf), foldhash a fraction of that.
+/// itself, so SipHash's defence against chosen keys buys nothing there, while its cost is
+/// paid on every lookup of replay's apply thread; foldhash costs a fraction of it.
 pub(crate) type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 pub(crate) type FastSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
 
@@ -56,9 +56,9 @@ impl Projections {
     ///
     /// Why: sled 0.34 keeps in memory most of the nodes read through it, whatever its cache
     /// capacity (a known limit of that version). Opening reads every stored audit ref and every
-    /// memory's vector: on a log of 4.1 million records that left ~290 MB resident for good
-    /// (measured with a 1 MiB cache as with 64). Closing the database frees it; the server
-    /// then opens it again (a quarter of a second) and [`Projections::attach`]es the state.
+    /// memory's vector, so what sled keeps of that reading grows with the log and stays
+    /// resident, however small the cache. Closing the database frees it; the server then opens
+    /// it again (a fraction of a second) and [`Projections::attach`]es the state.
     pub fn detach(self) -> Detached {
         let Self {
             tenants,

@@ -9,7 +9,7 @@
 //! Memory is the other half of the design, as every audit entry has a pair here twice (its
 //! tenant's index and its action's) for as long as the log keeps it. A full block is
 //! **sealed**: its pairs are stored as offsets from the block's smallest `created_at` and
-//! smallest `seq`, bit-packed at the width the largest offset needs ([`Packed`]). Entries of a
+//! smallest `seq`, bit-packed at the width the largest offset needs (`Packed`). Entries of a
 //! busy tenant arriving in order span well under a second and a few thousand seqs per block,
 //! so a pair takes 4-5 bytes instead of 16. Only the last block, where in-order appends land,
 //! and at most one other block, the last one a late pair was inserted into, are kept unpacked.
@@ -17,10 +17,9 @@
 //! An index given a [`BlockFile`] writes each sealed block's packed words there and keeps in
 //! memory only the block's summary (bases, widths, length, last pair, file offset: ~60 bytes
 //! per 2,048 pairs). A query reads the one or two blocks it lands in (a ~9 KB `pread`,
-//! normally from the page cache) instead of holding every pair: the service's memory then
-//! no longer grows with the audit log (4-5 bytes a pair did: ~9 bytes an entry, 1.4 GB a day
-//! at the soak's rate in docs/RELIABILITY.md). The file is unlinked and rebuilt at each open,
-//! so nothing in it is trusted across restarts.
+//! normally from the page cache) instead of holding every pair, so the service's memory does
+//! not grow with the audit log (held on the heap, the packed pairs take ~9 bytes an entry).
+//! The file is unlinked and rebuilt at each open, so nothing in it is trusted across restarts.
 
 use std::borrow::Cow;
 use std::io;

@@ -2,11 +2,11 @@
 //! directory and read back with `pread` when a memory is shown (without a spill directory,
 //! as with `--vector-spill-rows 0`, they stay on the heap).
 //!
-//! A memory's content was its largest part held in memory (~100 bytes in the soak of
-//! docs/RELIABILITY.md, beside a 96-byte state), and is read only for the few memories a list,
-//! a search or a history answers with: a `pread` from the page cache costs about a microsecond
-//! each. Texts are gathered in a tail on the heap and written [`TAIL_BYTES`] at a time; a write
-//! that fails (a full disk) leaves them in the tail, where they are read from as before, and is
+//! On the heap a memory's content would be its largest part (its state takes 96 bytes, a
+//! content up to 10,000 characters), and it is read only for the few memories a list, a search
+//! or a history answers with: a `pread` from the page cache costs about a microsecond each.
+//! Texts are gathered in a tail on the heap and written `TAIL_BYTES` at a time; a write
+//! that fails (a full disk) leaves them in the tail, where they are still read from, and is
 //! tried again at the next write, so a failing disk costs memory, never a content. Like the
 //! vector tables' spilled rows, the file is rebuilt from the stored states at every start, so
 //! nothing in it is trusted across restarts. A content that changes is appended again; the old

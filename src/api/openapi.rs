@@ -99,7 +99,7 @@ impl Modify for GuardResponses {
 }
 
 /// What the annotations cannot say: every operation that takes a JSON body can also answer 413
-/// (the body limit, a layer in front of every handler) and 415 (a body not sent as JSON); a
+/// (the body limit, checked before any handler runs) and 415 (a body not sent as JSON); a
 /// memory update needs at least one field (utoipa's `min_properties` emits `maxProperties`); and
 /// the export's body may be left out (`Option<ExportRequest>` would instead allow a JSON `null`,
 /// which the handler refuses).

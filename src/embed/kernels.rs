@@ -2,9 +2,9 @@
 //! pre-packed weights, layer norm, GELU and softmax.
 //!
 //! Why not a general matrix library: a query is ~25 tokens, and a general GEMM (candle's) packs
-//! the whole weight matrix into its panel layout on every call, which for so few rows costs as
-//! much as the multiplication itself (measured: 26% packing vs 31% multiply of a query's
-//! embedding time). The weights never change, so [`PackedLinear`] packs them once at load.
+//! the whole weight matrix into its panel layout on every call, which for so few rows costs
+//! about as much as the multiplication itself. The weights never change, so [`PackedLinear`]
+//! packs them once at load.
 //!
 //! Each hot loop exists twice: compiled for AVX2+FMA (chosen at run time when the CPU has
 //! them) and for the baseline target. Both run the same code, so results agree up to the order

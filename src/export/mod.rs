@@ -110,7 +110,7 @@ fn encode_rows(
 }
 
 /// Starts the disk writing what is written so far, every 32 MiB, without waiting for it: the
-/// final sync of a 370 MB file then finds little left to write (it took a tenth of an export).
+/// final sync of a large export then finds little left to write, rather than all of it.
 fn start_writeback(
     out: &mut HashingWriter<BufWriter<File>>,
     flushed_to: &mut u64,

@@ -283,10 +283,10 @@ pub fn open_db(dir: &Path) -> Result<sled::Db, sled::Error> {
 }
 
 /// Segment size of new data dirs: sled writes any page over a quarter segment as a file of its
-/// own, and a log leaf holds up to 16 records. An audited list response is 30-60 KB, so with
-/// sled's 512 KiB default nearly every leaf written was a separate blob file (thousands of
-/// files, an extra file creation on the append path); 8 MiB keeps leaves of such records
-/// inline.
+/// own, and a log leaf holds up to 16 keys, each a chunk of up to 64 KiB of records
+/// (`record::CHUNK_BYTES`; an audited list response is 30-60 KB). With sled's 512 KiB default
+/// nearly every leaf written would be a separate blob file, an extra file creation on the
+/// append path; 8 MiB keeps such leaves inline.
 const SEGMENT_SIZE: usize = 8 << 20;
 
 /// The segment size a data dir was created with (sled refuses to open it with another), or
@@ -334,7 +334,7 @@ mod tests {
 
     #[test]
     fn data_dirs_reopen_with_the_segment_size_they_were_created_with() {
-        // A dir of an earlier build (sled's 512 KiB default) and a new one (8 MiB) both open.
+        // A dir made with sled's 512 KiB default and a new one (8 MiB) both open.
         let old = tempfile::tempdir().expect("tempdir");
         let db = sled::Config::new().path(old.path()).open().expect("create");
         db.insert(b"k", b"v".to_vec()).expect("insert");

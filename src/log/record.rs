@@ -9,8 +9,9 @@
 //! [`Record::seal_encoded`] writes it (at most [`CHUNK_RECORDS`] records and, past the first,
 //! [`CHUNK_BYTES`] bytes). A chunk of one record is the stored value of one record, so data
 //! dirs written one record per key read the same. Why: sled 0.34 keeps per-leaf state in
-//! memory and rewrites a leaf as it fills, both per key; a key per record made the server's
-//! memory grow with the log and wrote ~1.6 KB for each 342-byte entry (docs/ARCHITECTURE.md).
+//! memory and rewrites a leaf as it fills, both per key; a key per record would make the
+//! server's memory grow with the log and write each entry's bytes several times over
+//! (docs/ARCHITECTURE.md, "Record format").
 
 use serde::{Deserialize, Serialize};
 

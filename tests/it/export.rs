@@ -367,10 +367,10 @@ fn an_empty_user_agent_header_still_exports_a_verifiable_csv() {
     assert_eq!(v["data"]["logs"][0]["user_agent"], Value::Null, "{v}");
 }
 
-/// Regression, found by the CSV property in tests/properties.rs: `verify --export` parses
+/// Regression, found by the CSV property in tests/it/properties.rs: `verify --export` parses
 /// numbers with serde_json, whose default float parsing may be a unit in the last place off;
 /// this value came back as ...604e104, and the row's chain hash (over the value the list shows)
-/// no longer matched. Exact since serde_json's `float_roundtrip`.
+/// no longer matched. Exact with serde_json's `float_roundtrip`.
 #[test]
 fn exported_floats_read_back_exactly() {
     let x = 1.2080109125617605e104_f64;

@@ -10,7 +10,7 @@ use common::{assert_error, Server};
 use reqwest::Method;
 use serde_json::{json, Value};
 
-/// Every `/v1` route of the router (src/api/mod.rs merges audit, export and memory routers).
+/// Every `/v1` route of the route table (src/api/routes.rs).
 /// The test checks this list against the routes the gate knows and the served OpenAPI document,
 /// so a route added later without a row here fails the test.
 const ROUTES: [(&str, &str); 14] = [

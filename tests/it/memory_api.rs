@@ -991,9 +991,9 @@ fn vector_rows_kept_in_a_file_answer_as_rows_kept_in_memory() {
 
 #[test]
 fn the_server_runs_without_transparent_huge_pages() {
-    // Huge pages kept ~50-80 MB more of the heap resident and made it grow a third faster
-    // under load (src/lib.rs, `disable_transparent_huge_pages`); the kernel reports the
-    // process's setting.
+    // Huge pages keep more of the heap resident and make it grow faster under load
+    // (src/lib.rs, `disable_transparent_huge_pages`); the kernel reports the process's
+    // setting.
     let s = Server::start();
     let pid = s.pid().expect("running");
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");

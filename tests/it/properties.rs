@@ -1,6 +1,6 @@
 //! Property tests (proptest) of the pure parts every answer rests on: the event and record
 //! codecs, the hash chain and its verifier, the audit list's query parser, and the CSV of
-//! exports. Case counts are modest (64-256 a property) so the file runs in seconds in a debug
+//! exports. Case counts are modest (24-256 a property) so the file runs in seconds in a debug
 //! build; `PROPTEST_CASES=N` raises them all for a longer hunt.
 
 use std::collections::HashMap;

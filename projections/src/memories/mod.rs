@@ -51,7 +51,7 @@ pub struct StoredMemory {
     pub created_at: i64,
     pub updated_at: i64,
     pub model: String,
-    /// A vector copied in by an older build; empty now (see `vector_seq`).
+    /// A vector copied in by an older build; this build writes it empty (see `vector_seq`).
     #[serde(default, with = "serde_bytes", skip_serializing_if = "Vec::is_empty")]
     pub vector: Vec<u8>,
     /// Seqs of the events that created, changed and deleted it, in order.

@@ -19,9 +19,9 @@
 //! file there once it reaches [`SPILL_ROWS`], the size from which search runs the int8 first
 //! pass and reads only its ~100 candidates' f32 rows to rescore them: the int8 copy stays in
 //! memory and is what is scanned, the f32 rows (four times its size) are read from the page
-//! cache a hundred at a time. The service's memory then grows by ~0.5 KB per stored memory
-//! instead of ~2 KB (the soak in docs/RELIABILITY.md). The file is rebuilt from the log at
-//! every start, so nothing in it is ever trusted across restarts.
+//! cache a hundred at a time. A row of a spilled table then holds ~0.4 KB of the heap (its
+//! int8 copy, id, scale, type and importance), its 1.5 KB of f32 being in the file. The file is
+//! rebuilt from the log at every start, so nothing in it is ever trusted across restarts.
 
 use std::collections::BTreeMap;
 use std::io;

@@ -14,7 +14,7 @@ use std::path::Path;
 use bytemuck::{cast_slice, cast_slice_mut};
 
 /// Rows appended to a spilled table are written to the file this many at a time (a replay
-/// appends 100,000 rows; one write each would cost it a fifth of its time).
+/// appends a row per memory, and a write per row would be a system call per row).
 pub(super) const TAIL_ROWS: usize = 256;
 /// Rows read per `pread` when a spilled table is scanned in full (exact search, `most_similar`).
 const READ_ROWS: usize = 128;

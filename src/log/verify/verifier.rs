@@ -21,8 +21,8 @@ use crate::log::Head;
 const MAX_LISTED: usize = 100;
 
 /// Streaming verifier: feed batches of `(seq, one record's bytes)` in seq order, then finish.
-/// A stored chunk of several records is split into its records first ([`verify_tree`] does;
-/// the server's log stream sends them one by one).
+/// A stored chunk of several records is split into its records first
+/// ([`verify_tree`](super::verify_tree) does; the server's log stream sends them one by one).
 pub struct Verifier {
     from: u64,
     expected: u64,
