@@ -156,7 +156,8 @@ impl Server {
     /// SIGTERM, then wait for a clean exit.
     pub fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
-            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+            let pid = rustix::process::Pid::from_raw(child.id() as i32).expect("a child's pid");
+            rustix::process::kill_process(pid, rustix::process::Signal::TERM).expect("SIGTERM");
             let status = child.wait().expect("wait");
             assert!(status.success(), "server exited with {status}");
         }

@@ -22,8 +22,7 @@ struct Mount {
 impl Mount {
     /// `None` when this process may not mount (not root).
     fn tmpfs(size_mb: u64) -> Option<Mount> {
-        // SAFETY: geteuid has no preconditions and cannot fail.
-        if unsafe { libc::geteuid() } != 0 {
+        if !rustix::process::geteuid().is_root() {
             eprintln!("skipped: mounting a small filesystem needs root");
             return None;
         }
