@@ -432,3 +432,57 @@ fn a_json_array_is_not_a_request_body() {
         resp.1
     );
 }
+
+/// `HEAD` on a `/v1` GET route is that GET without a body: same status and headers, never a
+/// 5xx, with a key and without. Every such route of the served document is tried, so a new
+/// one is covered without an edit here.
+#[test]
+fn head_on_every_get_route_is_the_get_without_its_body() {
+    let s = Server::start();
+    let (_, key) = s.tenant_with_key("business");
+    let (status, doc) = s.call(Method::GET, "/openapi.json", None, None);
+    assert_eq!(status, 200);
+    let mut paths: Vec<String> = doc["paths"]
+        .as_object()
+        .expect("paths")
+        .iter()
+        .filter(|(path, item)| path.starts_with("/v1/") && item.get("get").is_some())
+        .map(|(path, _)| {
+            // Every path parameter is an id: a well-formed one that names nothing.
+            path.split('/')
+                .map(|seg| {
+                    if seg.starts_with('{') {
+                        "00000000-0000-0000-0000-000000000000"
+                    } else {
+                        seg
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join("/")
+        })
+        .collect();
+    paths.sort();
+    assert!(paths.len() >= 6, "{paths:?}");
+    for path in &paths {
+        for bearer in [Some(key.as_str()), None] {
+            let send = |method: Method| {
+                let mut req = s.raw().request(method, format!("{}{path}", s.url));
+                if let Some(b) = bearer {
+                    req = req.bearer_auth(b);
+                }
+                let resp = req.send().expect("request");
+                let status = resp.status().as_u16();
+                let content_type = resp.headers().get("content-type").cloned();
+                let body = resp.bytes().expect("body");
+                (status, content_type, body)
+            };
+            let (get_status, get_type, _) = send(Method::GET);
+            let (head_status, head_type, head_body) = send(Method::HEAD);
+            let with = if bearer.is_some() { "key" } else { "no key" };
+            assert_eq!(head_status, get_status, "HEAD {path} ({with})");
+            assert!(head_status < 500, "HEAD {path} ({with}): {head_status}");
+            assert_eq!(head_type, get_type, "HEAD {path} ({with})");
+            assert!(head_body.is_empty(), "HEAD {path} ({with}) has a body");
+        }
+    }
+}
