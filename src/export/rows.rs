@@ -39,19 +39,10 @@ pub fn columns(with_chain: bool) -> &'static [Column] {
     static WITHOUT: OnceLock<Vec<Column>> = OnceLock::new();
     let learn = || {
         let (entry, r) = full_entry();
-        let row = AuditLogEntry::exported(&entry, &r, with_chain);
-        let mut names = Names(Vec::new());
+        let mut learnt = Columns(Vec::new());
         // Serialising an entry's fields cannot fail: they are strings, numbers and JSON.
-        let _ = row.serialize(Row(&mut names));
-        let values = serde_json::to_value(&row).unwrap_or_default();
-        names
-            .0
-            .into_iter()
-            .map(|name| Column {
-                name: name.to_string(),
-                text: values.get(name).is_some_and(Value::is_string),
-            })
-            .collect()
+        let _ = AuditLogEntry::exported(&entry, &r, with_chain).serialize(Row(&mut learnt));
+        learnt.0
     };
     if with_chain {
         WITH.get_or_init(learn)
@@ -232,12 +223,19 @@ trait RowSink {
     ) -> Result<(), RowError>;
 }
 
-/// The names of a row's fields.
-struct Names(Vec<&'static str>);
+/// The columns a row's fields make: their names, and whether each holds text.
+struct Columns(Vec<Column>);
 
-impl RowSink for Names {
-    fn field<T: Serialize + ?Sized>(&mut self, name: &'static str, _: &T) -> Result<(), RowError> {
-        self.0.push(name);
+impl RowSink for Columns {
+    fn field<T: Serialize + ?Sized>(
+        &mut self,
+        name: &'static str,
+        value: &T,
+    ) -> Result<(), RowError> {
+        self.0.push(Column {
+            name: name.to_string(),
+            text: serde_json::to_value(value).is_ok_and(|v| v.is_string()),
+        });
         Ok(())
     }
 }
@@ -253,23 +251,21 @@ impl<W: Write> RowSink for Record<'_, W> {
     fn field<T: Serialize + ?Sized>(&mut self, _: &'static str, value: &T) -> Result<(), RowError> {
         // A column of JSON literals holds a string as a JSON string (a `metadata` that is one).
         let text = self.columns.next().is_some_and(|c| c.text);
-        let cell = Cell {
+        match value.serialize(self.cell(text)) {
+            // A nested value is its JSON text.
+            Err(CellError::Nested) => self.cell(text).json(value),
+            written => written,
+        }
+        .map_err(|e| RowError(e.to_string()))
+    }
+}
+
+impl<W: Write> Record<'_, W> {
+    fn cell(&mut self, text: bool) -> Cell<'_, W> {
+        Cell {
             w: &mut *self.w,
             scratch: &mut *self.scratch,
             text,
-        };
-        match value.serialize(cell) {
-            Ok(()) => Ok(()),
-            // A nested value is its JSON text.
-            Err(CellError::Nested) => {
-                self.scratch.clear();
-                serde_json::to_writer(&mut *self.scratch, value)
-                    .map_err(|e| RowError(e.to_string()))?;
-                self.w
-                    .write_field(&*self.scratch)
-                    .map_err(|e| RowError(e.to_string()))
-            }
-            Err(CellError::Other(e)) => Err(RowError(e)),
         }
     }
 }

@@ -13,8 +13,9 @@ use serde::{Deserialize, Serialize};
 pub use openai::{OpenAiChatConfig, OpenAiChatExtractor, SYSTEM_PROMPT};
 pub use rules::RuleExtractor;
 
-/// Longest memory content kept, in characters; longer statements are cut so
-/// that one pasted document cannot become one giant memory.
+/// Longest memory content, in characters: a memory's content and a search query hold at most
+/// this many (after trimming; `wire::memory` refuses more), and extracted statements are cut to
+/// it so that one pasted document cannot become one giant memory.
 pub const MAX_CONTENT_CHARS: usize = 10_000;
 
 /// The roles of the messages extraction reads.

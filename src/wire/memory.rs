@@ -13,10 +13,8 @@ use super::field::{optional, present, required, whole_number, Check, Field, Inva
 use super::query::{self, Paging};
 use super::time::Time;
 use super::{empty_refused, unknown_field_named, Body, Params};
-use crate::extract::{ChatMessage, ChatRole, ExtractInput};
+use crate::extract::{ChatMessage, ChatRole, ExtractInput, MAX_CONTENT_CHARS};
 
-/// A memory's content and a search query hold at most this many characters (after trimming).
-pub const MAX_CONTENT_CHARS: usize = 10_000;
 /// The memory list's page size: default 20, at most 100 (larger is clamped).
 pub const DEFAULT_PAGE_SIZE: usize = 20;
 /// Search's result count: default 5, 1 to 100.
