@@ -12,8 +12,11 @@ use serde_json::{json, Value};
 
 pub const ADMIN_TOKEN: &str = "test-admin-token";
 
-pub fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_auditmem")
+/// The binary under test: this build's, or the one `AUDITMEM_TEST_BIN` names (to check that a
+/// new test fails against an older release).
+pub fn bin() -> String {
+    std::env::var("AUDITMEM_TEST_BIN")
+        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_auditmem").to_string())
 }
 
 /// A running server and the directories it owns.
