@@ -42,8 +42,10 @@ registry! {
     Conflict => (4090, CONFLICT, "the request conflicts with the current state"),
     Gone => (4100, GONE, "the resource existed but has expired"),
     PayloadTooLarge => (4130, PAYLOAD_TOO_LARGE, "the request body exceeds the configured limit"),
+    UriTooLong => (4140, URI_TOO_LONG, "the request target is longer than the service accepts"),
     UnsupportedMediaType => (4150, UNSUPPORTED_MEDIA_TYPE, "the body must be sent as application/json"),
     RateLimited => (4290, TOO_MANY_REQUESTS, "too many requests for this key; retry later"),
+    HeadersTooLarge => (4310, REQUEST_HEADER_FIELDS_TOO_LARGE, "the request's headers are larger than the service accepts"),
     Internal => (5000, INTERNAL_SERVER_ERROR, "internal error; the request id identifies it in the server log"),
     ProviderFailure => (5020, BAD_GATEWAY, "an embedding or extraction provider failed"),
     Unavailable => (5030, SERVICE_UNAVAILABLE, "the service is shutting down or its log cannot accept writes"),
@@ -51,6 +53,7 @@ registry! {
     ExportRangeExceedsRetention => (2201, BAD_REQUEST, "export time range exceeds the plan retention days"),
     ExportNeedsPro => (2202, FORBIDDEN, "export needs Pro or above"),
     ExportInProgress => (2203, CONFLICT, "an export task is in progress"),
+    ExportQuotaExceeded => (2204, TOO_MANY_REQUESTS, "the tenant's export quota is used up; retry later"),
 }
 
 impl ErrorCode {
@@ -67,8 +70,10 @@ impl ErrorCode {
             StatusCode::CONFLICT => ErrorCode::Conflict,
             StatusCode::GONE => ErrorCode::Gone,
             StatusCode::PAYLOAD_TOO_LARGE => ErrorCode::PayloadTooLarge,
+            StatusCode::URI_TOO_LONG => ErrorCode::UriTooLong,
             StatusCode::UNSUPPORTED_MEDIA_TYPE => ErrorCode::UnsupportedMediaType,
             StatusCode::TOO_MANY_REQUESTS => ErrorCode::RateLimited,
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE => ErrorCode::HeadersTooLarge,
             StatusCode::BAD_GATEWAY => ErrorCode::ProviderFailure,
             StatusCode::SERVICE_UNAVAILABLE => ErrorCode::Unavailable,
             _ => ErrorCode::Internal,
