@@ -80,7 +80,11 @@ struct Args {
     /// Target a running server instead of starting one (its admin token in --admin-token).
     #[arg(long)]
     url: Option<String>,
-    #[arg(long, env = "AUDITMEM_ADMIN_TOKEN", default_value = "load-admin-token")]
+    #[arg(
+        long,
+        env = "AUDITMEM_ADMIN_TOKEN",
+        default_value = "load-admin-token-2c41e9f07a3d5b86"
+    )]
     admin_token: String,
     /// Audit entries to seed in the list tenant.
     #[arg(long, default_value_t = 1_000_000)]

@@ -79,9 +79,55 @@ pub struct ServeArgs {
     /// Sign a checkpoint at least this often (seconds) while the log grows.
     #[arg(long, env = "AUDITMEM_CHECKPOINT_INTERVAL_SECS", default_value_t = 60)]
     pub checkpoint_interval_secs: u64,
-    /// Trust X-Forwarded-For for the audited client address (only behind your own proxy).
+    /// Read the client address from X-Forwarded-For when the peer is a trusted proxy (only
+    /// behind your own proxies): the rightmost address that is not one of --trusted-proxies.
     #[arg(long, env = "AUDITMEM_TRUST_PROXY", default_value_t = false)]
     pub trust_proxy: bool,
+    /// The proxies whose X-Forwarded-For entries are believed with --trust-proxy: networks
+    /// (CIDR) or addresses, comma-separated. Loopback by default, a proxy on the same host.
+    #[arg(
+        long,
+        env = "AUDITMEM_TRUSTED_PROXIES",
+        value_delimiter = ',',
+        default_value = "127.0.0.0/8,::1/128",
+        value_parser = crate::api::client_ip::parse_net
+    )]
+    pub trusted_proxies: Vec<ipnet::IpNet>,
+    /// Seconds a client has to send a request's headers (and an idle keep-alive connection to
+    /// start its next request); then the connection is closed.
+    #[arg(long, env = "AUDITMEM_HEADER_READ_TIMEOUT_SECS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub header_read_timeout_secs: u64,
+    /// Open connections per listener at most (more: 503 and closed); lowered to what the
+    /// open-files limit leaves after 128 files for the server's own use.
+    #[arg(long, env = "AUDITMEM_MAX_CONNECTIONS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_connections: u64,
+    /// Open connections from one address (IPv6: one /64) at most; 0: no such cap. Behind a
+    /// proxy every connection comes from the proxy: raise it, or 0.
+    #[arg(long, env = "AUDITMEM_MAX_CONNECTIONS_PER_PEER", default_value_t = 256)]
+    pub max_connections_per_peer: u64,
+    /// Serve the admin API on this address only (404 on --listen): HOST:PORT, or a PORT alone
+    /// for 127.0.0.1:PORT.
+    #[arg(long, env = "AUDITMEM_ADMIN_LISTEN", value_parser = admin_listen)]
+    pub admin_listen: Option<SocketAddr>,
+    /// Failed admin authentications one address may make a minute (burst and sustained);
+    /// beyond: 429 with Retry-After, for the right token too. 0 disables the throttle.
+    #[arg(
+        long,
+        env = "AUDITMEM_ADMIN_AUTH_FAILURES_PER_MIN",
+        default_value_t = 10
+    )]
+    pub admin_auth_failures_per_min: u32,
+    /// Accept an admin or ingest token shorter than 32 bytes: for local development only.
+    #[arg(
+        long,
+        env = "AUDITMEM_INSECURE_SHORT_ADMIN_TOKEN",
+        default_value_t = false
+    )]
+    pub insecure_short_admin_token: bool,
+    /// The gateway's token: it may call POST /admin/v1/audit/logs and nothing else (403).
+    /// Needs the admin token set; at least 32 bytes, and not the admin token.
+    #[arg(long, env = "AUDITMEM_INGEST_TOKEN", hide_env_values = true)]
+    pub ingest_token: Option<String>,
     /// Largest accepted request body, bytes (larger: 413), on every route, admin included.
     /// 1 MiB holds any valid tenant request (the largest is a 100,000-character extraction
     /// input); gateways ingesting entries with large bodies size their batches under it.
@@ -171,9 +217,18 @@ pub struct ServeArgs {
     /// Longest extraction input, characters.
     #[arg(long, env = "AUDITMEM_MAX_EXTRACT_CHARS", default_value_t = 100_000)]
     pub max_extract_chars: usize,
-    /// Admin API bearer token; the admin API is off when unset.
+    /// Admin API bearer token, at least 32 bytes; the admin API is off when unset.
     #[arg(long, env = "AUDITMEM_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
+}
+
+/// `--admin-listen`: `HOST:PORT`, or a port alone, on loopback.
+fn admin_listen(s: &str) -> Result<SocketAddr, String> {
+    if let Ok(port) = s.parse::<u16>() {
+        return Ok(SocketAddr::from(([127, 0, 0, 1], port)));
+    }
+    s.parse::<SocketAddr>()
+        .map_err(|_| format!("'{s}' is neither HOST:PORT (an IP address and a port) nor a port"))
 }
 
 /// A rate: a finite number of at least 0.

@@ -229,20 +229,16 @@ fn identify(state: &AppState, headers: &HeaderMap) -> Result<(Tenant, ApiKey), A
 
 /// The client address as audited.
 fn client_ip(state: &AppState, req: &Request) -> Option<String> {
-    if state.settings.trust_proxy {
-        if let Some(xff) = req
-            .headers()
-            .get("x-forwarded-for")
-            .and_then(|v| v.to_str().ok())
-        {
-            if let Some(first) = xff.split(',').map(str::trim).find(|s| !s.is_empty()) {
-                return Some(first.to_string());
-            }
-        }
-    }
-    req.extensions()
+    // The peer, or under --trust-proxy the forwarded client (`api::client_ip`).
+    let peer = req
+        .extensions()
         .get::<ConnectInfo<SocketAddr>>()
-        .map(|c| c.0.ip().to_string())
+        .map(|c| c.0.ip());
+    state
+        .settings
+        .proxy_trust
+        .client(peer, req.headers())
+        .map(|ip| ip.to_string())
 }
 
 fn tags(headers: &HeaderMap) -> Tags {

@@ -1,8 +1,11 @@
-//! The HTTP surface: [`app`] builds the whole router from the route table ([`routes`]).
+//! The HTTP surface: [`app`] builds the whole router from the route table ([`routes`]);
+//! [`listener`] serves it (connection caps, the header-read timeout, graceful shutdown).
 //!
-//! Layers, outermost first: request id (set, propagate), tracing, the envelope guard (every
-//! error becomes our envelope), the metrics of each route; then per route what `routes`
-//! installs (the `/v1` gate, or the admin token with the body limit and the timeout).
+//! Layers, outermost first: request id (set, propagate), tracing, the limits of the request
+//! target and the headers ([`head_limits`]: 414, 431), the listener's [`Surface`] (the admin
+//! API alone, or everything else, with `--admin-listen`), the envelope guard (every error
+//! becomes our envelope), the metrics of each route; then per route what `routes` installs (the
+//! `/v1` gate, or the admin token with the body limit and the timeout).
 //!
 //! A handler takes typed extractors ([`extract::Json`], [`extract::Query`]: the wire shapes of
 //! `crate::wire`, checked) and returns a typed answer: a success envelope, wrapped in
@@ -10,11 +13,13 @@
 
 pub mod admin;
 pub mod audit;
+pub mod client_ip;
 pub mod envelope;
 pub mod error;
 pub mod export;
 pub mod extract;
 pub mod gate;
+pub mod listener;
 pub mod memory;
 pub mod metrics;
 pub mod openapi;
@@ -24,9 +29,9 @@ pub mod state;
 
 use std::sync::atomic::Ordering;
 
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
 use axum::http::{HeaderName, StatusCode};
-use axum::middleware::from_fn;
+use axum::middleware::{from_fn, from_fn_with_state, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
@@ -41,7 +46,32 @@ use crate::wire::envelope::Data;
 use error::ApiError;
 use state::AppState;
 
+/// Longest request target (path and query) served, bytes; longer: 414 (4140). The longest
+/// the API needs (an audit list with both times, an action and a cursor) is under 300.
+pub const MAX_TARGET_BYTES: usize = 8 * 1024;
+
+/// Most header bytes served (names and values, 4 bytes a line for `: ` and CRLF); more: 431
+/// (4310). Generous for tokens, cookies, `X-Audit-Metadata` and proxies' headers.
+pub const MAX_HEADER_BYTES: usize = 32 * 1024;
+
+/// What a listener serves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Surface {
+    /// Every route: one listener.
+    All,
+    /// Every route but the admin API, which is 404 here (`--admin-listen` serves it).
+    Public,
+    /// The admin API alone; every other route is 404.
+    Admin,
+}
+
+/// Every route on one listener.
 pub fn app(state: AppState) -> Router {
+    app_on(state, Surface::All)
+}
+
+/// The routes of `surface`.
+pub fn app_on(state: AppState, surface: Surface) -> Router {
     // The operational routes, outside the API document.
     let operations = Router::new()
         .route("/healthz", get(healthz))
@@ -59,10 +89,62 @@ pub fn app(state: AppState) -> Router {
         .fallback(fallback)
         .layer(DefaultBodyLimit::max(state.settings.max_body_bytes))
         .layer(from_fn(error::envelope_guard))
+        .layer(from_fn_with_state(surface, surface_guard))
+        .layer(from_fn(head_limits))
         .layer(TraceLayer::new_for_http())
         .layer(PropagateRequestIdLayer::new(request_id.clone()))
         .layer(SetRequestIdLayer::new(request_id, MakeRequestUuid))
         .with_state(state)
+}
+
+/// 414 for a request target over [`MAX_TARGET_BYTES`], 431 for headers over
+/// [`MAX_HEADER_BYTES`], in the envelope, before any route (a `/v1` request refused here is no
+/// tenant's entry: its key is not looked at). Heads beyond hyper's own limits never get here:
+/// hyper answers those itself, without a body (docs/API.md, "Limits of the HTTP stack").
+async fn head_limits(req: Request, next: Next) -> Response {
+    let uri = req.uri();
+    let target = uri.path_and_query().map_or(0, |pq| pq.as_str().len())
+        + uri.authority().map_or(0, |a| a.as_str().len());
+    if target > MAX_TARGET_BYTES {
+        return ApiError::new(
+            ErrorCode::UriTooLong,
+            format!("the request target is {target} bytes; at most {MAX_TARGET_BYTES} are served"),
+        )
+        .into_response();
+    }
+    let headers: usize = req
+        .headers()
+        .iter()
+        .map(|(name, value)| name.as_str().len() + value.len() + 4)
+        .sum();
+    if headers > MAX_HEADER_BYTES {
+        return ApiError::new(
+            ErrorCode::HeadersTooLarge,
+            format!(
+                "the request's headers are {headers} bytes; at most {MAX_HEADER_BYTES} are served"
+            ),
+        )
+        .into_response();
+    }
+    next.run(req).await
+}
+
+/// 404 for a route of the other surface, exactly as for a route that does not exist. Decided
+/// by the route the router matched, not by the path's text, so no spelling of a path reaches
+/// a route of the other listener.
+async fn surface_guard(State(surface): State<Surface>, req: Request, next: Next) -> Response {
+    if let Some(route) = req.extensions().get::<MatchedPath>() {
+        let admin = route.as_str().starts_with("/admin/");
+        let refused = match surface {
+            Surface::All => false,
+            Surface::Public => admin,
+            Surface::Admin => !admin,
+        };
+        if refused {
+            return fallback().await.into_response();
+        }
+    }
+    next.run(req).await
 }
 
 async fn healthz(State(state): State<AppState>) -> Response {

@@ -13,8 +13,12 @@ use crate::log::LogReader;
 /// Settings the handlers consult.
 #[derive(Clone, Debug)]
 pub struct Settings {
+    /// Opens every admin route; the admin API is not mounted without it.
     pub admin_token: Option<String>,
-    pub trust_proxy: bool,
+    /// Opens `POST /admin/v1/audit/logs` only: the gateway's token (`api::admin`).
+    pub ingest_token: Option<String>,
+    /// Whose `X-Forwarded-For` is believed for the client address (`api::client_ip`).
+    pub proxy_trust: super::client_ip::ProxyTrust,
     pub max_body_bytes: usize,
     pub audit_body_limit: usize,
     pub custom_retention_days: i64,
@@ -51,6 +55,8 @@ pub struct Inner {
     pub extractor: Arc<dyn crate::extract::Extractor>,
     pub memory: MemorySettings,
     pub rate_limiter: super::rate_limit::RateLimiter,
+    /// Failed admin authentication per source.
+    pub admin_throttle: super::admin::throttle::AuthThrottle,
 }
 
 /// Settings of the memory endpoints.

@@ -2,7 +2,6 @@
 //! checkpoint signer and the HTTP server; on SIGTERM/SIGINT stop accepting, let in-flight
 //! requests finish (their appends included), drain the appender, sign a last checkpoint.
 
-use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -32,6 +31,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
 }
 
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    // Refused before anything is opened: a configuration that cannot serve safely.
+    let tokens = admin_tokens(&args)?;
     std::fs::create_dir_all(&args.data_dir)
         .with_context(|| format!("creating data dir {}", args.data_dir.display()))?;
     if crate::log::appender::SpaceGuard::read_only(&args.data_dir).unwrap_or(false) {
@@ -122,8 +123,12 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         appender: appender.clone(),
         signer: signer.clone(),
         settings: Settings {
-            admin_token: args.admin_token.clone().filter(|t| !t.is_empty()),
-            trust_proxy: args.trust_proxy,
+            admin_token: tokens.admin.clone(),
+            ingest_token: tokens.ingest.clone(),
+            proxy_trust: crate::api::client_ip::ProxyTrust {
+                enabled: args.trust_proxy,
+                proxies: args.trusted_proxies.clone(),
+            },
             max_body_bytes: args.max_body_bytes,
             audit_body_limit: args.audit_body_limit,
             custom_retention_days: args.custom_retention_days,
@@ -148,6 +153,9 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             args.rate_limit_per_sec,
             args.rate_limit_burst,
         ),
+        admin_throttle: crate::api::admin::throttle::AuthThrottle::new(
+            args.admin_auth_failures_per_min,
+        ),
     }));
     let export_worker = tokio::spawn(crate::export::run_worker(crate::export::Exporter {
         log: state.log.clone(),
@@ -155,23 +163,61 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         appender: state.appender.clone(),
         settings: state.exports.clone(),
     }));
-    let app = crate::api::app(state.clone());
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("binding {}", args.listen))?;
     let addr = listener.local_addr()?;
+    let admin_listener = match args.admin_listen {
+        Some(at) => Some(
+            tokio::net::TcpListener::bind(at)
+                .await
+                .with_context(|| format!("binding the admin listener {at}"))?,
+        ),
+        None => None,
+    };
+    let limits = connection_limits(&args, 1 + usize::from(admin_listener.is_some()))?;
     crate::release_free_memory();
+    // A stop signal turns this true; each listener then stops accepting and drains.
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        let _ = stop_tx.send(true);
+    });
+    use crate::api::listener::{self, Connections};
+    use crate::api::Surface;
+    let admin_serving = match admin_listener {
+        Some(admin_listener) => {
+            let admin_addr = admin_listener.local_addr()?;
+            // Printed before the line below, which tests and scripts wait for.
+            println!("auditmem admin listening on http://{admin_addr}");
+            tracing::info!(%admin_addr, "serving the admin API");
+            Some(tokio::spawn(listener::serve(
+                admin_listener,
+                crate::api::app_on(state.clone(), Surface::Admin),
+                Connections::new(limits),
+                stop_rx.clone(),
+            )))
+        }
+        None => None,
+    };
+    let surface = if admin_serving.is_some() {
+        Surface::Public
+    } else {
+        Surface::All
+    };
     // Tests and scripts read this line to learn the port when --listen asks for port 0.
     println!("auditmem listening on http://{addr}");
-    tracing::info!(%addr, data_dir = %args.data_dir.display(), admin = args.admin_token.is_some(), "serving");
-
-    axum::serve(
+    tracing::info!(%addr, data_dir = %args.data_dir.display(), admin = tokens.admin.is_some(), ingest_token = tokens.ingest.is_some(), max_connections = limits.max_connections, "serving");
+    listener::serve(
         listener,
-        app.into_make_service_with_connect_info::<SocketAddr>(),
+        crate::api::app_on(state.clone(), surface),
+        Connections::new(limits),
+        stop_rx,
     )
-    .with_graceful_shutdown(shutdown_signal())
-    .await
-    .context("serving")?;
+    .await;
+    if let Some(admin) = admin_serving {
+        admin.await.context("serving the admin API")?;
+    }
 
     tracing::info!("draining the appender");
     let head = appender.head();
@@ -187,6 +233,86 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     db.flush_async().await.context("final flush")?;
     tracing::info!(head_seq = head.seq, "stopped");
     Ok(())
+}
+
+/// The admin and ingest tokens `serve` runs with (an empty one is none).
+struct Tokens {
+    admin: Option<String>,
+    ingest: Option<String>,
+}
+
+/// The tokens, or why the configuration is refused: a token under
+/// [`MIN_TOKEN_BYTES`](crate::api::admin::MIN_TOKEN_BYTES) without
+/// `--insecure-short-admin-token`, an ingest token without an admin token or equal to it, an
+/// admin listener without an admin API.
+fn admin_tokens(args: &ServeArgs) -> anyhow::Result<Tokens> {
+    use crate::api::admin::MIN_TOKEN_BYTES;
+    let admin = args.admin_token.clone().filter(|t| !t.is_empty());
+    let ingest = args.ingest_token.clone().filter(|t| !t.is_empty());
+    for (name, token) in [
+        ("AUDITMEM_ADMIN_TOKEN", &admin),
+        ("AUDITMEM_INGEST_TOKEN", &ingest),
+    ] {
+        let Some(token) = token else { continue };
+        if token.len() >= MIN_TOKEN_BYTES {
+            continue;
+        }
+        if !args.insecure_short_admin_token {
+            anyhow::bail!(
+                "{name} is {} bytes; at least {MIN_TOKEN_BYTES} are required (e.g. `openssl rand -hex 32`), or pass --insecure-short-admin-token for local development",
+                token.len()
+            );
+        }
+        tracing::warn!(
+            "{name} is shorter than {MIN_TOKEN_BYTES} bytes (--insecure-short-admin-token): for local development only"
+        );
+    }
+    if ingest.is_some() && admin.is_none() {
+        anyhow::bail!(
+            "AUDITMEM_INGEST_TOKEN needs AUDITMEM_ADMIN_TOKEN: it opens a route of the admin API"
+        );
+    }
+    if ingest.is_some() && ingest == admin {
+        anyhow::bail!("AUDITMEM_INGEST_TOKEN must differ from AUDITMEM_ADMIN_TOKEN");
+    }
+    if args.admin_listen.is_some() && admin.is_none() {
+        anyhow::bail!(
+            "--admin-listen needs AUDITMEM_ADMIN_TOKEN: without it there is no admin API to serve"
+        );
+    }
+    Ok(Tokens { admin, ingest })
+}
+
+/// Each listener's limits: `--max-connections` lowered to what the open-files limit (raised to
+/// its hard limit first) leaves for `listeners` listeners.
+fn connection_limits(
+    args: &ServeArgs,
+    listeners: usize,
+) -> anyhow::Result<crate::api::listener::Limits> {
+    use crate::api::listener;
+    let files = listener::raise_open_files_limit();
+    let asked = usize::try_from(args.max_connections).unwrap_or(usize::MAX);
+    let max_connections = listener::connection_budget(asked, files, listeners);
+    if max_connections == 0 {
+        anyhow::bail!(
+            "the open-files limit ({}) leaves no file for connections after {} for the server's own use; raise it (ulimit -n)",
+            files.unwrap_or(0),
+            listener::RESERVED_FILES
+        );
+    }
+    if max_connections < asked {
+        tracing::warn!(
+            asked,
+            max_connections,
+            open_files_limit = files,
+            "--max-connections lowered to what the open-files limit allows"
+        );
+    }
+    Ok(listener::Limits {
+        header_read_timeout: Duration::from_secs(args.header_read_timeout_secs),
+        max_connections,
+        max_per_peer: usize::try_from(args.max_connections_per_peer).unwrap_or(usize::MAX),
+    })
 }
 
 /// The embedder and extractor the configuration asks for; a missing model is an error that

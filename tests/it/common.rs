@@ -10,7 +10,8 @@ use reqwest::blocking::Client;
 use reqwest::Method;
 use serde_json::{json, Value};
 
-pub const ADMIN_TOKEN: &str = "test-admin-token";
+/// The servers' admin token: `serve` refuses one under 32 bytes.
+pub const ADMIN_TOKEN: &str = "test-admin-token-3f9c1d27b5e8a046";
 
 /// The binary under test: this build's, or the one `AUDITMEM_TEST_BIN` names (to check that a
 /// new test fails against an older release).
@@ -26,10 +27,24 @@ pub struct Server {
     pub data_dir: PathBuf,
     pub keys_dir: PathBuf,
     pub extra: Vec<String>,
+    /// More environment for the server (after `AUDITMEM_ADMIN_TOKEN`, which it may override).
+    pub envs: Vec<(String, String)>,
+    /// The open-files limit (soft and hard) the server runs under, when lowered.
+    pub open_files: Option<u64>,
+    /// The admin listener's URL, when `--admin-listen` gave it one.
+    pub admin_url: Option<String>,
     /// Where the server's stderr (its log) goes when captured; inherited otherwise.
     pub log_file: Option<PathBuf>,
     _tmp: Option<tempfile::TempDir>,
     client: Client,
+}
+
+/// How to start a server beyond its `serve` arguments.
+#[derive(Default)]
+pub struct Launch<'a> {
+    pub envs: &'a [(&'a str, &'a str)],
+    pub open_files: Option<u64>,
+    pub capture_log: bool,
 }
 
 impl Server {
@@ -38,26 +53,40 @@ impl Server {
     }
 
     pub fn start_with(extra: &[&str]) -> Server {
-        Self::launch(extra, false)
+        Self::launch(extra, Launch::default())
     }
 
     /// A server whose log, at its most verbose for our code and the HTTP layers, is written to
     /// [`Server::log_file`] instead of the test's stderr, so a test can inspect it.
     pub fn start_capturing_log(extra: &[&str]) -> Server {
-        Self::launch(extra, true)
+        Self::launch(
+            extra,
+            Launch {
+                capture_log: true,
+                ..Launch::default()
+            },
+        )
     }
 
-    fn launch(extra: &[&str], capture_log: bool) -> Server {
+    /// A server with `serve` arguments, environment and an open-files limit.
+    pub fn launch(extra: &[&str], how: Launch) -> Server {
         let tmp = tempfile::tempdir().expect("tempdir");
         let data_dir = tmp.path().join("data");
         let keys_dir = tmp.path().join("keys");
-        let log_file = capture_log.then(|| tmp.path().join("server.log"));
+        let log_file = how.capture_log.then(|| tmp.path().join("server.log"));
         let mut s = Server {
             child: None,
             url: String::new(),
             data_dir,
             keys_dir,
             extra: extra.iter().map(|s| s.to_string()).collect(),
+            envs: how
+                .envs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            open_files: how.open_files,
+            admin_url: None,
             log_file,
             _tmp: Some(tmp),
             client: Client::builder()
@@ -84,6 +113,9 @@ impl Server {
             data_dir: data_dir.to_path_buf(),
             keys_dir,
             extra: extra.iter().map(|s| s.to_string()).collect(),
+            envs: Vec::new(),
+            open_files: None,
+            admin_url: None,
             log_file: None,
             _tmp: Some(tmp),
             client: Client::builder()
@@ -105,7 +137,19 @@ impl Server {
 
     /// (Re)starts the process on the same directories.
     pub fn spawn(&mut self) {
-        let mut cmd = Command::new(bin());
+        // A lowered open-files limit is set by the shell's `ulimit` right before it execs the
+        // server (soft and hard, so the server cannot raise it back).
+        let mut cmd = match self.open_files {
+            Some(n) => {
+                let mut sh = Command::new("sh");
+                sh.arg("-c")
+                    .arg(r#"ulimit -n "$0" && exec "$@""#)
+                    .arg(n.to_string())
+                    .arg(bin());
+                sh
+            }
+            None => Command::new(bin()),
+        };
         cmd.arg("serve")
             .arg("--data-dir")
             .arg(&self.data_dir)
@@ -118,6 +162,7 @@ impl Server {
             .args(&self.extra)
             .env("AUDITMEM_ADMIN_TOKEN", ADMIN_TOKEN)
             .env("AUDITMEM_LOG", "error")
+            .envs(self.envs.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
@@ -134,10 +179,14 @@ impl Server {
         let stdout = child.stdout.take().expect("stdout");
         let mut lines = BufReader::new(stdout).lines();
         let deadline = Instant::now() + Duration::from_secs(120);
+        let mut admin_url = None;
         let url = loop {
             assert!(Instant::now() < deadline, "server did not start in time");
             match lines.next() {
                 Some(Ok(line)) => {
+                    if let Some(u) = line.strip_prefix("auditmem admin listening on ") {
+                        admin_url = Some(u.trim().to_string());
+                    }
                     if let Some(u) = line.strip_prefix("auditmem listening on ") {
                         break u.trim().to_string();
                     }
@@ -148,6 +197,7 @@ impl Server {
         // Keep draining stdout so the child never blocks on a full pipe.
         std::thread::spawn(move || for _ in lines {});
         self.url = url;
+        self.admin_url = admin_url;
         self.child = Some(child);
     }
 
@@ -164,6 +214,19 @@ impl Server {
             let status = child.wait().expect("wait");
             assert!(status.success(), "server exited with {status}");
         }
+    }
+
+    /// SIGTERM without waiting: the server stops accepting and drains ([`Server::wait_exit`]).
+    pub fn terminate(&self) {
+        let child = self.child.as_ref().expect("a running server");
+        let pid = rustix::process::Pid::from_raw(child.id() as i32).expect("a child's pid");
+        rustix::process::kill_process(pid, rustix::process::Signal::TERM).expect("SIGTERM");
+    }
+
+    /// Waits for the server to exit, and says how it did.
+    pub fn wait_exit(&mut self) -> std::process::ExitStatus {
+        let mut child = self.child.take().expect("a running server");
+        child.wait().expect("wait")
     }
 
     /// SIGKILL: no chance to flush anything.

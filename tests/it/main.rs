@@ -7,6 +7,7 @@
 mod candle_reference;
 mod common;
 
+mod admin_auth;
 mod api_errors;
 mod audit_api;
 mod auth;
@@ -14,6 +15,7 @@ mod cli_admin;
 mod crash;
 mod crash_cycles;
 mod disk_full;
+mod edge;
 mod embed_model;
 mod embed_openai;
 mod export;

@@ -1,38 +1,104 @@
 //! The admin API under `/admin/v1`: tenants ([`tenants`]), keys ([`keys`]), the gateway's audit
 //! ingestion ([`ingest`]), and the raw log with its head, checkpoints and key ([`log`]).
 //!
-//! Mounted only when `AUDITMEM_ADMIN_TOKEN` is set; the token is compared in constant time.
-//! Admin calls are operator actions, not tenant operations: they append their own events
-//! (tenants, keys, ingested entries) but no tenant audit entry.
+//! Mounted only when `AUDITMEM_ADMIN_TOKEN` is set; on its own listener with `--admin-listen`
+//! (`api::Surface`). Two tokens open it, both compared in constant time: the admin token opens
+//! every route; the ingest token (`AUDITMEM_INGEST_TOKEN`) only `POST /admin/v1/audit/logs`, so
+//! the gateway that forwards entries does not hold the key that mints API keys and reads every
+//! tenant's raw log. Failed authentication is throttled per source ([`throttle`]). Admin calls
+//! are operator actions, not tenant operations: they append their own events (tenants, keys,
+//! ingested entries) but no tenant audit entry.
 
 pub mod ingest;
 pub mod keys;
 pub mod log;
 pub mod tenants;
+pub mod throttle;
 
-use axum::extract::{Request, State};
-use axum::http::header;
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::{header, HeaderValue, Method};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use subtle::ConstantTimeEq;
 
 use super::error::ApiError;
 use super::state::AppState;
+use crate::registry::ErrorCode;
+
+/// The one route the ingest token opens.
+pub const INGEST_ROUTE: &str = "/admin/v1/audit/logs";
+
+/// Shortest admin or ingest token `serve` accepts without `--insecure-short-admin-token`: 32
+/// bytes, the size of a 256-bit key, which no rate of guessing reaches.
+pub const MIN_TOKEN_BYTES: usize = 32;
 
 pub async fn require_admin(State(state): State<AppState>, req: Request, next: Next) -> Response {
-    let Some(expected) = state.settings.admin_token.as_deref() else {
+    let Some(admin_token) = state.settings.admin_token.as_deref() else {
         return ApiError::not_found("no such route").into_response();
     };
+    let source = super::client_ip::of_request(&state.settings.proxy_trust, &req)
+        .map(super::client_ip::source);
+    // A throttled source is refused before its token is looked at: see `throttle`.
+    if let Some(source) = source {
+        if let Err(wait) = state.admin_throttle.check(source) {
+            tracing::debug!(%source, "admin authentication throttled");
+            return throttled(wait);
+        }
+    }
     let presented = req
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .unwrap_or("");
-    if !token_matches(presented, expected) {
-        return ApiError::unauthorized("missing or wrong admin token").into_response();
+    // Both comparisons run whatever the first says, so the time taken tells nothing either.
+    let is_admin = token_matches(presented, admin_token);
+    let is_ingest = state
+        .settings
+        .ingest_token
+        .as_deref()
+        .is_some_and(|t| token_matches(presented, t));
+    if is_admin {
+        return next.run(req).await;
     }
-    next.run(req).await
+    if is_ingest {
+        if is_ingest_route(&req) {
+            return next.run(req).await;
+        }
+        return ApiError::forbidden(format!(
+            "the ingest token may only call POST {INGEST_ROUTE}"
+        ))
+        .into_response();
+    }
+    // A missing token is no guess; only a wrong one counts against its source.
+    if !presented.is_empty() {
+        if let Some(source) = source {
+            state.admin_throttle.failed(source);
+        }
+        tracing::warn!(source = ?source, "wrong admin token refused");
+    }
+    ApiError::unauthorized("missing or wrong admin token").into_response()
+}
+
+fn is_ingest_route(req: &Request) -> bool {
+    let path = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or(req.uri().path(), MatchedPath::as_str);
+    req.method() == Method::POST && path == INGEST_ROUTE
+}
+
+/// 429 (4290) with `Retry-After` in whole seconds.
+fn throttled(wait: std::time::Duration) -> Response {
+    let secs = super::rate_limit::retry_after_secs(wait);
+    let mut resp = ApiError::new(
+        ErrorCode::RateLimited,
+        format!("too many failed admin authentications from this address; retry after {secs} s"),
+    )
+    .into_response();
+    resp.headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+    resp
 }
 
 /// Whether the presented admin token is the configured one, in time independent of both.
