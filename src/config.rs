@@ -160,6 +160,26 @@ pub struct ServeArgs {
         hide = true
     )]
     pub export_start_delay_ms: u64,
+    /// Export files a tenant may hold at once (processing or completed and not expired): one
+    /// more export is refused with 429 (2204) and `Retry-After` until one expires. 0: no limit.
+    #[arg(long, env = "AUDITMEM_EXPORT_MAX_FILES", default_value_t = 10)]
+    pub export_max_files: u64,
+    /// MiB a tenant's live export files may hold together: while they hold it or more, a new
+    /// export is refused (2204) until enough expire (the one that crossed it completes, its size
+    /// unknown before it is written). 0: no limit.
+    #[arg(long, env = "AUDITMEM_EXPORT_MAX_BYTES_MB", default_value_t = 2048)]
+    pub export_max_bytes_mb: u64,
+    /// Exports a tenant may start in any hour (failed ones included); beyond: 2204. 0: no limit.
+    #[arg(long, env = "AUDITMEM_EXPORT_MAX_PER_HOUR", default_value_t = 6)]
+    pub export_max_per_hour: u64,
+    /// Free space, MiB, exports leave on their filesystem besides the log's `--min-free-mb`: an
+    /// export that would write into it fails (its partial file removed), the log never does.
+    #[arg(long, env = "AUDITMEM_EXPORT_MIN_FREE_MB", default_value_t = 512)]
+    pub export_min_free_mb: u64,
+    /// How often expired export files and the partial files of failed exports are deleted
+    /// (also at start), seconds.
+    #[arg(long, env = "AUDITMEM_EXPORT_SWEEP_SECS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
+    pub export_sweep_secs: u64,
     /// Directory of the all-MiniLM-L6-v2 model (installed by `bash .ci/setup`).
     #[arg(
         long,
@@ -241,6 +261,8 @@ fn rate(s: &str) -> Result<f64, String> {
     }
 }
 
+/// Options that do not apply to the mode asked for are refused (exit 2) by `verify` itself
+/// (src/cli/verify.rs), naming them, never ignored.
 #[derive(Args, Debug)]
 pub struct VerifyArgs {
     /// Verify a stopped server's data dir (never written to).
@@ -249,16 +271,27 @@ pub struct VerifyArgs {
     /// Verify a running server by streaming its raw records and checking them here.
     #[arg(long, conflicts_with = "export")]
     pub url: Option<String>,
-    /// Verify a tenant's export file (business and custom plans) against its per-tenant chain.
+    /// Verify a tenant's export file against its signed manifest (`--manifest`), and the tenant
+    /// chain its rows carry (business and custom plans).
     #[arg(long)]
     pub export: Option<PathBuf>,
+    /// With --export: the export's manifest, as `GET /v1/audit/logs/export/{id}/manifest` serves
+    /// it (or the export's status answer, which holds it).
+    #[arg(long)]
+    pub manifest: Option<PathBuf>,
+    /// With --export and no manifest: check only the chain the rows carry, which cannot see rows
+    /// cut from either end, a recomputed chain or a made-up file.
+    #[arg(long)]
+    pub chain_only: bool,
     /// A head seen before, `SEQ:HEX`: the log must still have it.
     #[arg(long)]
     pub expect_head: Option<String>,
     /// A checkpoints file (JSON lines) whose signed heads the log must still have.
     #[arg(long)]
     pub checkpoints: Option<PathBuf>,
-    /// Pin the checkpoint signer's public key (hex).
+    /// Pin the service's public key (hex, `auditmem admin pubkey`): checkpoints and manifests
+    /// must be signed by it. Without it each is checked against the key it names, which the
+    /// output says.
     #[arg(long)]
     pub pubkey: Option<String>,
     /// Admin token for --url.

@@ -24,9 +24,9 @@ pub use event::{
     MemoryDeleted, MemoryUpdated,
 };
 pub use event::{
-    AuditDetail, AuditEntry, AuditRecorded, Event, ExportCompleted, ExportFailed, ExportFormat,
-    ExportRequested, KeyIssued, KeyRevoked, MemoryType, Named, Permission, Plan, TenantCreated,
-    TenantUpdated, Tokens,
+    AuditDetail, AuditEntry, AuditRecorded, ChainPoint, Event, ExportCompleted, ExportFailed,
+    ExportFormat, ExportRequested, KeyIssued, KeyRevoked, MemoryType, Named, Permission, Plan,
+    TenantCreated, TenantUpdated, Tokens,
 };
 pub use projection::{Applied, Prepared, Projection, ProjectionError};
 

@@ -68,6 +68,19 @@ impl From<Rejection> for ApiError {
     }
 }
 
+impl Rejection {
+    /// The refusal as the caller gets it: the envelope, with `Retry-After` when the
+    /// precondition knows when the request can pass.
+    pub fn response(&self) -> Response {
+        let mut resp = error_response(self.code, &self.message);
+        if let Some(secs) = self.retry_after {
+            resp.headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        resp
+    }
+}
+
 impl From<AppendError> for ApiError {
     fn from(e: AppendError) -> Self {
         match e {

@@ -17,7 +17,9 @@ use super::state::AppState;
 use crate::log::appender::Rejection;
 use crate::registry::ErrorCode;
 use crate::wire::envelope::{AuditOk, ErrorEnvelope};
-use crate::wire::export::{ExportAsked, ExportCreated, ExportRequest, ExportTask, PROCESSING};
+use crate::wire::export::{
+    ExportAsked, ExportCreated, ExportRequest, ExportTask, Manifest, PROCESSING,
+};
 use crate::wire::time::{now, CLOCK_SKEW_MICROS};
 
 type ExportCreatedEnvelope = AuditOk<ExportCreated>;
@@ -25,7 +27,7 @@ type ExportTaskEnvelope = AuditOk<ExportTask>;
 
 #[utoipa::path(post, path = "/v1/audit/logs/export", tag = "audit", security(("api_key" = [])),
     request_body(content = ExportRequest, description = "optional, as is every field"),
-    responses((status = 200, description = "the task, processing", body = ExportCreatedEnvelope), (status = 400, description = "bad format or times (4000), start beyond retention (2201)", body = ErrorEnvelope), (status = 403, description = "permission (4030), subscription (2200), below Pro (2202)", body = ErrorEnvelope), (status = 409, description = "an export is in progress (2203)", body = ErrorEnvelope)))]
+    responses((status = 200, description = "the task, processing", body = ExportCreatedEnvelope), (status = 400, description = "bad format or times (4000), start beyond retention (2201)", body = ErrorEnvelope), (status = 403, description = "permission (4030), subscription (2200), below Pro (2202)", body = ErrorEnvelope), (status = 409, description = "an export is in progress (2203)", body = ErrorEnvelope), (status = 429, description = "the tenant's export quota is used up (2204), or the key's rate limit (4290)", body = ErrorEnvelope, headers(("Retry-After" = u64, description = "whole seconds until the quota (or the rate limit) lets the request pass, at least 1")))))]
 pub(crate) async fn create_export(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -82,19 +84,35 @@ pub(crate) async fn create_export(
         requested_at: now,
     });
     let tenant_id = tenant.id;
-    // Decided by the appender against the applied state, so two racing requests cannot both pass.
+    let (quota, ttl) = (state.exports.quota, state.exports.ttl);
+    // Decided by the appender against the applied state, so two racing requests cannot both
+    // pass: one export in progress, then the quotas (src/export/quota.rs).
     let check = Box::new(move |p: &auditmem_projections::Projections| {
         match p.exports.processing_of(&tenant_id) {
-            Ok(None) => Ok(()),
-            Ok(Some(_)) => Err(Rejection {
-                code: ErrorCode::ExportInProgress,
-                message: ErrorCode::ExportInProgress.label().into(),
-            }),
-            Err(e) => Err(Rejection {
-                code: ErrorCode::Internal,
-                message: format!("reading exports: {e}"),
-            }),
+            Ok(None) => {}
+            Ok(Some(_)) => {
+                return Err(Rejection {
+                    code: ErrorCode::ExportInProgress,
+                    message: ErrorCode::ExportInProgress.label().into(),
+                    retry_after: None,
+                })
+            }
+            Err(e) => {
+                return Err(Rejection {
+                    code: ErrorCode::Internal,
+                    message: format!("reading exports: {e}"),
+                    retry_after: None,
+                })
+            }
         }
+        let at = crate::wire::time::now();
+        quota
+            .check(&p.exports.usage_of(&tenant_id, at), at, ttl)
+            .map_err(|e| Rejection {
+                code: ErrorCode::ExportQuotaExceeded,
+                message: e.message,
+                retry_after: Some(e.retry_after.as_secs()),
+            })
     });
     Ok(Recorded::new(
         AuditOk(ExportCreated {
@@ -122,7 +140,7 @@ fn owned_export(state: &AppState, caller: &Caller, id: &str) -> Result<ExportVie
 }
 
 fn is_expired(v: &ExportView) -> bool {
-    v.status == ExportStatus::Completed && v.expires_at.is_some_and(|t| t <= now())
+    v.expired(now())
 }
 
 #[utoipa::path(get, path = "/v1/audit/logs/export/{export_id}", tag = "audit", security(("api_key" = [])),
@@ -134,7 +152,42 @@ pub(crate) async fn export_status(
     Path(id): Path<String>,
 ) -> Result<AuditOk<ExportTask>, ApiError> {
     let v = owned_export(&state, &caller, &id)?;
-    Ok(AuditOk(ExportTask::new(&v, is_expired(&v))))
+    let manifest = Manifest::of(&v, &state.signer);
+    Ok(AuditOk(ExportTask::new(&v, is_expired(&v), manifest)))
+}
+
+#[utoipa::path(get, path = "/v1/audit/logs/export/{export_id}/manifest", tag = "audit", security(("api_key" = [])),
+    params(("export_id" = String, Path, description = "export id")),
+    responses((status = 200, description = "the export's signed manifest, also after the file expired (what `auditmem verify --export FILE --manifest M --pubkey K` checks a file against)", body = Manifest), (status = 403, description = "permission (4030), subscription (2200)", body = ErrorEnvelope), (status = 404, description = "missing or foreign (4040)", body = ErrorEnvelope), (status = 409, description = "not completed: processing or failed (4090)", body = ErrorEnvelope)))]
+pub(crate) async fn export_manifest(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let v = owned_export(&state, &caller, &id)?;
+    let Some(manifest) = Manifest::of(&v, &state.signer) else {
+        let why = match v.status {
+            ExportStatus::Failed => "the export failed; it has no manifest",
+            _ => "the export is still processing; its manifest comes with the file",
+        };
+        return Err(ApiError::new(ErrorCode::Conflict, why));
+    };
+    let mut body = serde_json::to_vec_pretty(&manifest).map_err(ApiError::internal)?;
+    body.push(b'\n');
+    Ok((
+        [
+            (header::CONTENT_TYPE, "application/json".to_string()),
+            (
+                header::CONTENT_DISPOSITION,
+                format!(
+                    "attachment; filename=\"audit-export-{}.manifest.json\"",
+                    v.export_id
+                ),
+            ),
+        ],
+        body,
+    )
+        .into_response())
 }
 
 #[utoipa::path(get, path = "/v1/audit/logs/export/{export_id}/download", tag = "audit", security(("api_key" = [])),

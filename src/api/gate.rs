@@ -31,7 +31,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-use super::error::{error_body, error_response, ApiError, ErrorInfo};
+use super::error::{error_body, ApiError, ErrorInfo};
 use super::rate_limit;
 use super::state::AppState;
 use crate::log::appender::{AppendError, Precondition};
@@ -388,7 +388,7 @@ async fn record(state: &AppState, entry: Entry, resp: Response) -> Response {
         Ok(_) => resp,
         Err(AppendError::Rejected(r)) => {
             // The precondition refused the operation: record the refusal alone.
-            let refused = error_response(r.code, &r.message);
+            let refused = r.response();
             let detail = AuditDetail {
                 request_body: entry.request_body.clone(),
                 response_body: Some(json_of(&error_body(r.code, &r.message))),

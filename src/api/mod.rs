@@ -27,8 +27,6 @@ pub mod rate_limit;
 pub mod routes;
 pub mod state;
 
-use std::sync::atomic::Ordering;
-
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
 use axum::http::{HeaderName, StatusCode};
 use axum::middleware::{from_fn, from_fn_with_state, Next};
@@ -147,11 +145,16 @@ async fn surface_guard(State(surface): State<Surface>, req: Request, next: Next)
     next.run(req).await
 }
 
+/// `200 ok` while the log takes appends; `503` (5030) "degraded: ..." with the reason while
+/// it refuses them (after a storage failure, on a read-only or full data disk): every `/v1`
+/// request appends its audit entry, so such an instance can answer none of them, and a load
+/// balancer should send them elsewhere. The reason is looked up on each call (a `statvfs`),
+/// so the answer turns back to ok as soon as space returns.
 async fn healthz(State(state): State<AppState>) -> Response {
-    if state.appender.stats.failed.load(Ordering::Relaxed) {
+    if let Some(why) = state.appender.refusing() {
         return ApiError::new(
             ErrorCode::Unavailable,
-            "the log refuses writes after a storage failure",
+            format!("degraded: {why}; every append, and so every audited request, is refused"),
         )
         .into_response();
     }

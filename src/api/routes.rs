@@ -71,6 +71,11 @@ pub fn table() -> Vec<Route> {
             AuditExport,
         ),
         tenant(
+            routes!(export::export_manifest),
+            "audit.export_manifest",
+            AuditExport,
+        ),
+        tenant(
             routes!(memory::crud::create_memory),
             "memory.write",
             MemoryWrite,

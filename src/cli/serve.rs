@@ -134,11 +134,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             custom_retention_days: args.custom_retention_days,
             request_timeout: Duration::from_secs(args.request_timeout_secs.max(1)),
         },
-        exports: crate::export::ExportSettings {
-            dir: args.data_dir.join(crate::export::EXPORTS_DIR),
-            ttl: Duration::from_secs(args.export_ttl_secs),
-            start_delay: Duration::from_millis(args.export_start_delay_ms),
-        },
+        exports: crate::export::ExportSettings::from_args(&args),
         metrics: Some(crate::api::metrics::install()?),
         embed,
         extractor,

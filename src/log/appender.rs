@@ -44,6 +44,8 @@ pub enum Durability {
 pub struct Rejection {
     pub code: ErrorCode,
     pub message: String,
+    /// Whole seconds after which the same request can pass (`Retry-After`), when known.
+    pub retry_after: Option<u64>,
 }
 
 pub type Precondition = Box<dyn FnOnce(&Projections) -> Result<(), Rejection> + Send>;
@@ -101,6 +103,7 @@ pub struct Appender {
     tx: mpsc::Sender<Msg>,
     head: watch::Receiver<Head>,
     pub stats: Arc<AppenderStats>,
+    space: SpaceGuard,
 }
 
 pub struct AppenderThread {
@@ -163,22 +166,37 @@ impl SpaceGuard {
         Ok(st.f_flag.contains(rustix::fs::StatVfsMountFlags::RDONLY))
     }
 
-    /// `Err` with the message for the caller when an append must not be tried now.
-    pub fn check(&self) -> Result<(), String> {
-        let st = rustix::fs::statvfs(&self.dir)
-            .map_err(|e| format!("cannot check the data dir's free space: {e}"))?;
+    /// The free space the log keeps, bytes (`--min-free-mb`).
+    pub fn min_free_bytes(&self) -> u64 {
+        self.min_free_bytes
+    }
+
+    /// Why appends are refused now, if they are: the filesystem is read-only, below the
+    /// reserve, or cannot be asked.
+    pub fn refusal(&self) -> Option<String> {
+        let st = match rustix::fs::statvfs(&self.dir) {
+            Ok(st) => st,
+            Err(e) => return Some(format!("cannot check the data dir's free space: {e}")),
+        };
         if st.f_flag.contains(rustix::fs::StatVfsMountFlags::RDONLY) {
-            return Err("the data dir is on a read-only filesystem; nothing was written".into());
+            return Some("the data dir is on a read-only filesystem".into());
         }
         let free = st.f_bavail.saturating_mul(st.f_frsize);
-        if free < self.min_free_bytes {
-            return Err(format!(
-                "the data disk is full ({} MiB free, writes need {} MiB); nothing was written",
+        (free < self.min_free_bytes).then(|| {
+            format!(
+                "the data disk is full ({} MiB free, writes need {} MiB)",
                 free >> 20,
                 self.min_free_bytes.div_ceil(1 << 20)
-            ));
+            )
+        })
+    }
+
+    /// `Err` with the message for the caller when an append must not be tried now.
+    pub fn check(&self) -> Result<(), String> {
+        match self.refusal() {
+            Some(why) => Err(format!("{why}; nothing was written")),
+            None => Ok(()),
         }
-        Ok(())
     }
 }
 
@@ -208,6 +226,7 @@ impl Appender {
             *seq = head.seq;
         }
         let (job_tx, job_rx) = std::sync::mpsc::sync_channel::<ApplyJob>(4);
+        let space = SpaceGuard::new(data_dir, min_free_bytes);
         let mut writer = Worker {
             db,
             log,
@@ -220,7 +239,7 @@ impl Appender {
             progress: progress.clone(),
             jobs: job_tx,
             projections: projections.clone(),
-            space: SpaceGuard::new(data_dir, min_free_bytes),
+            space: space.clone(),
         };
         let applier_stats = stats.clone();
         let applier = std::thread::Builder::new()
@@ -237,6 +256,7 @@ impl Appender {
                 tx: tx.clone(),
                 head: head_rx,
                 stats,
+                space,
             },
             AppenderThread {
                 writer: handle,
@@ -252,6 +272,21 @@ impl Appender {
 
     pub fn subscribe(&self) -> watch::Receiver<Head> {
         self.head.clone()
+    }
+
+    /// The guard of the data dir's free space, which refuses appends below the log's reserve.
+    pub fn space(&self) -> &SpaceGuard {
+        &self.space
+    }
+
+    /// Why every append is refused now, if it is: after a storage or projection failure (until
+    /// a restart), or while the data dir is read-only or below its reserve (until that ends).
+    pub fn refusing(&self) -> Option<String> {
+        // The failure's detail is in the server log; what failed is not the caller's business.
+        if self.stats.failed.load(Ordering::Relaxed) {
+            return Some("the log refuses writes after a storage failure, until a restart".into());
+        }
+        self.space.refusal()
     }
 
     /// Appends the events of one request atomically; resolves once durable and applied.

@@ -51,29 +51,42 @@ impl Checkpoint {
 
     /// Checks the signature, against `pinned` when the auditor supplied a key.
     pub fn check_signature(&self, pinned: Option<&VerifyingKey>) -> Result<(), String> {
-        let key = match pinned {
-            Some(k) => {
-                if hex::encode(k.as_bytes()) != self.public_key {
-                    return Err("signed by a different key than the pinned public key".into());
-                }
-                *k
-            }
-            None => parse_public_key(&self.public_key)?,
-        };
-        let sig_bytes: [u8; 64] = hex::decode(&self.signature)
-            .map_err(|e| format!("signature is not hex: {e}"))?
-            .try_into()
-            .map_err(|_| "signature is not 64 bytes".to_string())?;
-        key.verify(
-            Self::message(self.seq, &self.hash, &self.time).as_bytes(),
-            &Signature::from_bytes(&sig_bytes),
+        check_signed(
+            &Self::message(self.seq, &self.hash, &self.time),
+            &self.public_key,
+            &self.signature,
+            pinned,
         )
-        .map_err(|_| "signature does not verify".to_string())
     }
 
     pub fn hash_bytes(&self) -> Option<[u8; 32]> {
         hex::decode(&self.hash).ok()?.try_into().ok()
     }
+}
+
+/// Checks that `signature_hex` is `public_key_hex`'s signature of `message`; with `pinned`,
+/// the key named must also be the pinned one.
+pub fn check_signed(
+    message: &str,
+    public_key_hex: &str,
+    signature_hex: &str,
+    pinned: Option<&VerifyingKey>,
+) -> Result<(), String> {
+    let key = match pinned {
+        Some(k) => {
+            if hex::encode(k.as_bytes()) != public_key_hex {
+                return Err("signed by a different key than the pinned public key".into());
+            }
+            *k
+        }
+        None => parse_public_key(public_key_hex)?,
+    };
+    let sig_bytes: [u8; 64] = hex::decode(signature_hex)
+        .map_err(|e| format!("signature is not hex: {e}"))?
+        .try_into()
+        .map_err(|_| "signature is not 64 bytes".to_string())?;
+    key.verify(message.as_bytes(), &Signature::from_bytes(&sig_bytes))
+        .map_err(|_| "signature does not verify".to_string())
 }
 
 pub fn parse_public_key(hex_key: &str) -> Result<VerifyingKey, String> {
@@ -170,6 +183,13 @@ impl CheckpointSigner {
 
     pub fn public_key_hex(&self) -> String {
         hex::encode(self.key.verifying_key().as_bytes())
+    }
+
+    /// Signs another statement of the service with the checkpoint key (an export's manifest:
+    /// `crate::export::manifest`): the lowercase hex of the signature over `message`. ed25519
+    /// signatures are deterministic, so the same message always gets the same signature.
+    pub fn sign_message(&self, message: &str) -> String {
+        hex::encode(self.key.sign(message.as_bytes()).to_bytes())
     }
 
     pub fn latest(&self) -> Option<Checkpoint> {

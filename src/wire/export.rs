@@ -106,9 +106,59 @@ pub struct ExportTask {
     #[schema(value_type = Option<String>)]
     pub expires_at: Option<Time>,
     pub error: Option<String>,
+    /// The signed manifest of a completed (or expired) export; null otherwise.
+    pub manifest: Option<Manifest>,
 }
 
 impl Payload for ExportTask {}
+
+/// What the service states about a completed export file, signed with its checkpoint key: who
+/// and what it covers, where it starts and ends in the tenant chain, and the file's digest.
+/// `auditmem verify --export FILE --manifest M --pubkey K` holds a file to it. The signature
+/// covers [`Manifest::message`] (src/export/manifest.rs), a text any ed25519 tool can check.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Manifest {
+    /// `auditmem/export-manifest/v1`.
+    pub version: String,
+    #[schema(value_type = String)]
+    pub export_id: Uuid,
+    #[schema(value_type = String)]
+    pub tenant_id: Uuid,
+    /// csv or json.
+    pub format: String,
+    /// The requested range, RFC 3339 with microseconds, inclusive.
+    pub start_time: String,
+    pub end_time: String,
+    /// The log position of the request: the file holds the range's entries logged before it.
+    pub request_seq: u64,
+    pub requested_at: String,
+    pub completed_at: String,
+    /// Rows in the file.
+    pub records: u64,
+    /// Whether rows carry `chain_index`, `prev_hash` and `hash` (business and custom plans).
+    pub with_chain: bool,
+    /// Audit id, chain position and hash (lowercase hex) of the first and last row; null
+    /// without the chain or rows.
+    #[schema(value_type = Option<String>)]
+    pub first_id: Option<Uuid>,
+    pub first_chain_index: Option<u64>,
+    pub first_hash: Option<String>,
+    #[schema(value_type = Option<String>)]
+    pub last_id: Option<Uuid>,
+    pub last_chain_index: Option<u64>,
+    pub last_hash: Option<String>,
+    /// The file's size and blake3 (lowercase hex).
+    pub file_bytes: u64,
+    pub file_blake3: String,
+    /// Whether CSV text cells that a spreadsheet would read as a formula (starting with `=`,
+    /// `+`, `-`, `@`, a tab or a carriage return), or that start with `'`, carry a leading `'`.
+    pub formula_guard: bool,
+    /// Lowercase hex of the ed25519 key that signed it (the checkpoint key) and of the
+    /// signature.
+    pub public_key: String,
+    pub signature: String,
+}
 
 /// Where a completed export is downloaded from.
 pub fn download_url(export_id: Uuid) -> String {
@@ -117,7 +167,7 @@ pub fn download_url(export_id: Uuid) -> String {
 
 impl ExportTask {
     /// The task as its tenant sees it; a completed export past its expiry is `expired`.
-    pub fn new(v: &ExportView, expired: bool) -> Self {
+    pub fn new(v: &ExportView, expired: bool, manifest: Option<Manifest>) -> Self {
         let status = match v.status {
             _ if expired => "expired",
             ExportStatus::Processing => PROCESSING,
@@ -139,6 +189,7 @@ impl ExportTask {
             completed_at: v.completed_at.map(Time),
             expires_at: v.expires_at.map(Time),
             error: v.error.clone(),
+            manifest,
         }
     }
 }

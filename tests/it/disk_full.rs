@@ -14,14 +14,14 @@ use reqwest::Method;
 use serde_json::{json, Value};
 
 /// A tmpfs of `size_mb` mounted on a fresh temporary dir, unmounted on drop.
-struct Mount {
-    dir: PathBuf,
+pub(crate) struct Mount {
+    pub(crate) dir: PathBuf,
     _tmp: tempfile::TempDir,
 }
 
 impl Mount {
     /// `None` when this process may not mount (not root).
-    fn tmpfs(size_mb: u64) -> Option<Mount> {
+    pub(crate) fn tmpfs(size_mb: u64) -> Option<Mount> {
         if !rustix::process::geteuid().is_root() {
             eprintln!("skipped: mounting a small filesystem needs root");
             return None;
@@ -40,7 +40,7 @@ impl Mount {
         mount(&["-o", &format!("remount,{opts}")], &self.dir);
     }
 
-    fn free_bytes(&self) -> u64 {
+    pub(crate) fn free_bytes(&self) -> u64 {
         let st = rustix::fs::statvfs(&self.dir).expect("statvfs");
         st.f_bavail * st.f_frsize
     }
@@ -78,7 +78,7 @@ fn ingest(s: &Server, tenant: &str, n: usize) -> (u16, Value) {
 
 /// Fills the disk with a file until `leave` bytes are free, or until it is full: the server
 /// writes beside us (sled's background flush), so the space measured first may be gone.
-fn fill(disk: &Mount, leave: u64) -> PathBuf {
+pub(crate) fn fill(disk: &Mount, leave: u64) -> PathBuf {
     use std::io::Write;
     let path = disk.dir.join("filler");
     let mut left = disk.free_bytes().saturating_sub(leave);

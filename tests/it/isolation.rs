@@ -13,12 +13,13 @@ use serde_json::{json, Value};
 /// Every `/v1` route of the route table (src/api/routes.rs).
 /// The test checks this list against the routes the gate knows and the served OpenAPI document,
 /// so a route added later without a row here fails the test.
-const ROUTES: [(&str, &str); 14] = [
+const ROUTES: [(&str, &str); 15] = [
     ("GET", "/v1/audit/logs"),
     ("GET", "/v1/audit/logs/{audit_id}"),
     ("POST", "/v1/audit/logs/export"),
     ("GET", "/v1/audit/logs/export/{export_id}"),
     ("GET", "/v1/audit/logs/export/{export_id}/download"),
+    ("GET", "/v1/audit/logs/export/{export_id}/manifest"),
     ("POST", "/v1/memories"),
     ("GET", "/v1/memories"),
     ("DELETE", "/v1/memories"),
@@ -112,6 +113,7 @@ fn snapshot_of_b(s: &Server, b: &str, owned: &Owned) -> Vec<(String, u16, Value)
         get(format!("/v1/audit/logs/{id}"));
     }
     get(format!("/v1/audit/logs/export/{}", owned.export));
+    get(format!("/v1/audit/logs/export/{}/manifest", owned.export));
     let (status, _, _, bytes) = s.download_export(b, &owned.export);
     out.push((
         "download".into(),
@@ -303,6 +305,11 @@ fn tenant_a_can_reach_nothing_of_tenant_b_on_any_route() {
     assert_error(&(status, body.clone()), 404, 4040);
     let never_body: Value = serde_json::from_slice(&s.download_export(&a, never).3).expect("json");
     assert_eq!(body, never_body);
+    let manifest =
+        |key: &str, id: &str| s.get(&format!("/v1/audit/logs/export/{id}/manifest"), key);
+    let unknown = manifest(&a, never);
+    assert_error(&unknown, 404, 4040);
+    assert_eq!(manifest(&a, &owned.export), unknown);
 
     // Lists and searches of A, with every filter, find nothing of B's.
     for query in [

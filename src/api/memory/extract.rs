@@ -228,15 +228,18 @@ fn credits_cover(tenant_id: Uuid, credits: f64) -> Precondition {
             Err(Rejection {
                 code: e.code,
                 message: e.message,
+                retry_after: None,
             })
         }
         Ok(None) => Err(Rejection {
             code: ErrorCode::Unauthorized,
             message: "unknown tenant".into(),
+            retry_after: None,
         }),
         Err(e) => Err(Rejection {
             code: ErrorCode::Internal,
             message: format!("reading credits: {e}"),
+            retry_after: None,
         }),
     })
 }

@@ -28,6 +28,23 @@ pub enum FailureKind {
     Truncated,
     /// The log has the seq of a signed or expected head, with another hash: history rewritten.
     HeadMismatch,
+    /// Export files against their manifest: the file's first rows are not there.
+    RowsMissingAtStart,
+    /// The file's last rows are not there.
+    RowsMissingAtEnd,
+    /// A row the manifest names sits at another chain position: rows were removed (or
+    /// added) and the rest renumbered.
+    Renumbered,
+    /// The row at the manifest's first or last position has another hash: rows were rewritten
+    /// and the chain recomputed.
+    ManifestHashMismatch,
+    /// The file has another number of rows than the manifest states.
+    RowCountMismatch,
+    /// The file's blake3 or size is not the manifest's: it is not the file the service wrote.
+    DigestMismatch,
+    /// The file is not the export the manifest describes (another format, no chain where the
+    /// manifest has one, another first or last row).
+    ManifestMismatch,
 }
 
 impl FailureKind {
@@ -39,9 +56,18 @@ impl FailureKind {
             FailureKind::Inserted => "inserted record",
             FailureKind::BrokenLink => "broken link (a record was replaced with a recomputed hash)",
             FailureKind::Undecodable => "undecodable record",
-            FailureKind::BadSignature => "bad checkpoint signature",
+            FailureKind::BadSignature => "bad signature",
             FailureKind::Truncated => "truncated tail",
             FailureKind::HeadMismatch => "head mismatch (history rewritten)",
+            FailureKind::RowsMissingAtStart => "rows missing at the start",
+            FailureKind::RowsMissingAtEnd => "rows missing at the end",
+            FailureKind::Renumbered => "rows removed and the rest renumbered",
+            FailureKind::ManifestHashMismatch => {
+                "hash mismatch against the manifest (rows rewritten, chain recomputed)"
+            }
+            FailureKind::RowCountMismatch => "row count differs from the manifest",
+            FailureKind::DigestMismatch => "file digest differs from the manifest",
+            FailureKind::ManifestMismatch => "not the export the manifest describes",
         }
     }
 }
