@@ -48,6 +48,11 @@ enum Scenario {
     /// This machine's limits, in this process: synced 4 KiB writes in the data dir's
     /// filesystem, blake3, sled inserts and iteration, a memory scan.
     Limits,
+    /// One tenant's single-sentence searches (one client, closed loop), first alone, then while
+    /// another tenant runs three concurrent max-size extractions (20,000 characters, 50
+    /// memories each, in a loop): the search's p99 in both and their ratio (target ≤ 3×).
+    /// Needs no seeded data (`--audit-entries 0`).
+    Fairness,
 }
 
 impl Scenario {
@@ -211,6 +216,7 @@ async fn run(args: Args) -> Result<()> {
                 let dir = args.dir.clone();
                 tokio::task::spawn_blocking(move || limits(&dir)).await??
             }
+            Scenario::Fairness => fairness(&ctx, &admin, &args).await?,
             _ => {
                 drive(
                     &ctx,
@@ -1188,6 +1194,168 @@ async fn embed_limit(args: &Args, seeded: u64) -> Result<ScenarioResult> {
         })
     })
     .await?
+}
+
+/// A max-size extraction input at the default caps: 50 statements the rule extractor keeps (a
+/// fact each), 399 characters each, 19,999 characters in all. `n` makes every call's
+/// statements new, so the embedder's cache answers none of them.
+fn max_size_extraction(n: u64) -> String {
+    (0..50)
+        .map(|i| {
+            let mut s = format!("I work at company {n}-{i} where");
+            let filler = " the team builds careful tools for customers in many regions";
+            while s.len() + filler.len() < 398 {
+                s.push_str(filler);
+            }
+            while s.len() < 398 {
+                s.push('x');
+            }
+            s.push('.');
+            s
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The `fairness` scenario (see [`Scenario::Fairness`]).
+async fn fairness(ctx: &Arc<Ctx>, admin: &Admin, args: &Args) -> Result<ScenarioResult> {
+    let stamp = chrono::Utc::now().timestamp_micros();
+    let searcher = admin
+        .tenant(
+            &format!("fair-search-{stamp}"),
+            "pro",
+            &["memory.read", "memory.write"],
+        )
+        .await?;
+    let extractor = admin
+        .tenant(
+            &format!("fair-extract-{stamp}"),
+            "pro",
+            &["memory.read", "memory.write"],
+        )
+        .await?;
+    // Something to find: 20 of the driver's sentences.
+    for i in 0..20 {
+        post_data(
+            &ctx.client,
+            format!("{}/v1/memories", ctx.url),
+            &searcher.key,
+            &json!({"content": memory_text(i * 37), "memory_type": "fact"}),
+        )
+        .await?;
+    }
+    let (warmup, measure) = (
+        Duration::from_secs(args.warmup_secs),
+        Duration::from_secs(args.secs),
+    );
+    let search = |label: &'static str| {
+        let (client, url, key) = (ctx.client.clone(), ctx.url.clone(), searcher.key.clone());
+        let counter = Arc::new(AtomicU64::new(0));
+        move |_n: u64| {
+            let (client, url, key, counter) =
+                (client.clone(), url.clone(), key.clone(), counter.clone());
+            async move {
+                let i = counter.fetch_add(1, Ordering::Relaxed);
+                let q = format!("what does the user prefer? ({label} {i})");
+                let r = post_data(
+                    &client,
+                    format!("{url}/v1/memories/search"),
+                    &key,
+                    &json!({"query": q, "top_k": 5}),
+                )
+                .await
+                .map(|_| 1);
+                (label, r)
+            }
+        }
+    };
+    let (mut samples, _) = run_workers(
+        1,
+        warmup,
+        measure,
+        Pace::default(),
+        search("memory search, idle"),
+    )
+    .await?;
+
+    // Three extraction loops from the start of the warm-up to the end of the measured time.
+    let until = Instant::now() + warmup + measure;
+    let next = Arc::new(AtomicU64::new(0));
+    let loops: Vec<_> = (0..3)
+        .map(|_| {
+            let (client, url, key, next) = (
+                ctx.client.clone(),
+                ctx.url.clone(),
+                extractor.key.clone(),
+                next.clone(),
+            );
+            tokio::spawn(async move {
+                let mut s = Samples::default();
+                while Instant::now() < until {
+                    let text = max_size_extraction(next.fetch_add(1, Ordering::Relaxed));
+                    let t0 = Instant::now();
+                    let r = post_data(
+                        &client,
+                        format!("{url}/v1/memories/extract"),
+                        &key,
+                        &json!({ "text": text }),
+                    )
+                    .await;
+                    match r {
+                        Ok(_) => {
+                            s.micros.push(t0.elapsed().as_micros() as u32);
+                            s.units += 50;
+                        }
+                        Err(e) => {
+                            s.errors += 1;
+                            s.first_error.get_or_insert_with(|| e.to_string());
+                        }
+                    }
+                }
+                s
+            })
+        })
+        .collect();
+    let (loaded, _) = run_workers(
+        1,
+        warmup,
+        measure,
+        Pace::default(),
+        search("memory search, beside 3 max-size extractions"),
+    )
+    .await?;
+    samples.extend(loaded);
+    let mut extractions = Samples::default();
+    for l in loops {
+        let s = l.await?;
+        extractions.micros.extend(s.micros);
+        extractions.units += s.units;
+        extractions.errors += s.errors;
+        if extractions.first_error.is_none() {
+            extractions.first_error = s.first_error;
+        }
+    }
+    let wall = (warmup + measure).as_secs_f64();
+    let mut r = scenario_result(Scenario::Fairness, 1, measure, samples);
+    // Over the warm-up and the measured time: the loops ran through both.
+    r.ops.push(summarise(
+        "extraction, max size (units: memories; whole run)",
+        extractions,
+        wall,
+    ));
+    let p99 = |label: &str| r.ops.iter().find(|o| o.op == label).map(|o| o.p99_ms);
+    if let (Some(idle), Some(busy)) = (
+        p99("memory search, idle"),
+        p99("memory search, beside 3 max-size extractions"),
+    ) {
+        r.extra = Some(json!({
+            "search_p99_idle_ms": idle,
+            "search_p99_beside_extractions_ms": busy,
+            "p99_ratio": busy / idle,
+            "target_ratio": 3.0,
+        }));
+    }
+    Ok(r)
 }
 
 /// The physical limits every figure is compared with, measured here and now.

@@ -234,9 +234,22 @@ pub struct ServeArgs {
     /// Cosine at or above which an extracted memory duplicates an existing one.
     #[arg(long, env = "AUDITMEM_DEDUP_THRESHOLD", default_value_t = 0.9)]
     pub dedup_threshold: f32,
-    /// Longest extraction input, characters.
-    #[arg(long, env = "AUDITMEM_MAX_EXTRACT_CHARS", default_value_t = 100_000)]
+    /// Longest extraction input, characters (longer: 400, nothing charged). 20,000 characters
+    /// (~5,000 tokens) hold a long conversation and fit an 8k-token chat model's context with
+    /// the prompt and the answer; the price grows with the input, the model work with it.
+    #[arg(long, env = "AUDITMEM_MAX_EXTRACT_CHARS", default_value_t = 20_000)]
     pub max_extract_chars: usize,
+    // Extraction caps and provider TLS (docs/EXTRACTION.md, docs/OPERATIONS.md).
+    /// Most memories one extraction call stores: an input in which the extractor finds more is
+    /// refused with 400, nothing stored or charged. 50 is more than a conversation of
+    /// 20,000 characters rarely holds worth keeping, and bounds a call's embedding work (~0.2 s
+    /// of the in-process model's two cores for short statements).
+    #[arg(long, env = "AUDITMEM_MAX_EXTRACT_MEMORIES", default_value_t = 50, value_parser = at_least_one)]
+    pub max_extract_memories: usize,
+    /// A PEM bundle of CA certificates trusted for https providers (--embed-url,
+    /// --extract-url) besides the Mozilla roots built in: for a private CA.
+    #[arg(long, env = "AUDITMEM_PROVIDER_CA_FILE")]
+    pub provider_ca_file: Option<PathBuf>,
     /// Admin API bearer token, at least 32 bytes; the admin API is off when unset.
     #[arg(long, env = "AUDITMEM_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
@@ -249,6 +262,14 @@ fn admin_listen(s: &str) -> Result<SocketAddr, String> {
     }
     s.parse::<SocketAddr>()
         .map_err(|_| format!("'{s}' is neither HOST:PORT (an IP address and a port) nor a port"))
+}
+
+/// A count of at least 1.
+fn at_least_one(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(format!("'{s}' is not a whole number of at least 1")),
+    }
 }
 
 /// A rate: a finite number of at least 0.
@@ -297,6 +318,10 @@ pub struct VerifyArgs {
     /// Admin token for --url.
     #[arg(long, env = "AUDITMEM_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
+    /// A PEM bundle of CA certificates trusted for an https --url besides the Mozilla roots
+    /// built in: for a server with a private CA's certificate.
+    #[arg(long, env = "AUDITMEM_CA_FILE")]
+    pub ca_file: Option<PathBuf>,
     /// Print a JSON summary instead of text.
     #[arg(long)]
     pub json: bool,

@@ -16,6 +16,7 @@ pub mod extract;
 /// Entry points for the fuzz targets in `tests/fuzz`; not an API.
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod http_client;
 pub mod log;
 mod openai_compat;
 pub mod registry;

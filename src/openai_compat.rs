@@ -3,7 +3,10 @@
 
 use std::time::Duration;
 
-/// Enough of an error body to diagnose, without flooding logs with an HTML error page.
+use crate::http_client::ExtraRoots;
+
+/// Enough of an error body to diagnose in the server log, without flooding it with an HTML
+/// error page. Provider bodies never reach a tenant's answer or an audit entry.
 pub(crate) const MAX_ERROR_BODY: usize = 300;
 
 pub(crate) fn snippet(body: &str) -> String {
@@ -21,12 +24,13 @@ pub(crate) fn endpoint(base_url: &str, path: &str) -> String {
     format!("{base}/v1/{path}")
 }
 
-/// A blocking client whose timeout covers the connection too.
-pub(crate) fn blocking_client(timeout: Duration) -> reqwest::Result<reqwest::blocking::Client> {
-    reqwest::blocking::Client::builder()
-        .timeout(timeout)
-        .connect_timeout(timeout)
-        .build()
+/// A blocking client whose timeout covers the connection too, trusting the built-in roots and
+/// `roots`, following no redirect (`crate::http_client`).
+pub(crate) fn blocking_client(
+    timeout: Duration,
+    roots: &ExtraRoots,
+) -> reqwest::Result<reqwest::blocking::Client> {
+    crate::http_client::blocking(Some(timeout), roots)
 }
 
 #[cfg(test)]

@@ -59,14 +59,19 @@ pub struct Inner {
     pub admin_throttle: super::admin::throttle::AuthThrottle,
 }
 
-/// Settings of the memory endpoints.
+/// Settings of the memory endpoints, and the credits their extractions in flight hold.
 #[derive(Clone, Debug)]
 pub struct MemorySettings {
     pub credits_per_call: f64,
     pub credits_per_1k_chars: f64,
     pub usd_per_credit: f64,
     pub dedup_threshold: f32,
+    /// Longest extraction input, characters (more: 400).
     pub max_extract_chars: usize,
+    /// Most memories one extraction stores (more found: 400, nothing stored or charged).
+    pub max_extract_memories: usize,
+    /// The credits reserved by extractions in flight (shared by every clone).
+    pub reservations: super::memory::credits::Reservations,
 }
 
 #[derive(Clone)]

@@ -24,6 +24,10 @@ pub struct AdminArgs {
         global = true
     )]
     pub token: Option<String>,
+    /// A PEM bundle of CA certificates trusted for an https --url besides the Mozilla roots
+    /// built in: for a server with a private CA's certificate.
+    #[arg(long, env = "AUDITMEM_CA_FILE", global = true)]
+    pub ca_file: Option<std::path::PathBuf>,
     #[command(subcommand)]
     pub command: AdminCommand,
 }
@@ -107,7 +111,10 @@ pub fn run(args: AdminArgs) -> anyhow::Result<ExitCode> {
         .as_deref()
         .context("the admin token is needed (AUDITMEM_ADMIN_TOKEN or --token)")?;
     let base = args.url.trim_end_matches('/').to_string();
-    let client = reqwest::blocking::Client::new();
+    let roots = crate::http_client::ExtraRoots::load(args.ca_file.as_deref())
+        .map_err(|e| anyhow::anyhow!("--ca-file: {e}"))?;
+    // No redirect is followed: the admin token goes to --url only (`crate::http_client`).
+    let client = crate::http_client::blocking(Some(std::time::Duration::from_secs(60)), &roots)?;
     let call =
         |method: reqwest::Method, path: &str, body: Option<Value>| -> anyhow::Result<Value> {
             let mut req = client
@@ -116,8 +123,20 @@ pub fn run(args: AdminArgs) -> anyhow::Result<ExitCode> {
             if let Some(b) = body {
                 req = req.json(&b);
             }
-            let resp = req.send().with_context(|| format!("reaching {base}"))?;
+            let resp = req.send().map_err(|e| {
+                anyhow::anyhow!(
+                    "reaching {}: {}",
+                    crate::http_client::redacted(&base),
+                    crate::http_client::chain(&e.without_url())
+                )
+            })?;
             let status = resp.status();
+            if status.is_redirection() {
+                bail!(
+                    "{path}: {}",
+                    crate::http_client::refused_redirect(status, resp.headers())
+                );
+            }
             let v: Value = resp
                 .json()
                 .with_context(|| format!("{path} answered {status} without JSON"))?;

@@ -144,6 +144,8 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             usd_per_credit: args.usd_per_credit,
             dedup_threshold: args.dedup_threshold,
             max_extract_chars: args.max_extract_chars,
+            max_extract_memories: args.max_extract_memories,
+            reservations: Default::default(),
         },
         rate_limiter: crate::api::rate_limit::RateLimiter::new(
             args.rate_limit_per_sec,
@@ -320,10 +322,16 @@ fn providers(
     Arc<dyn crate::extract::Extractor>,
 )> {
     use crate::config::{EmbedderKind, ExtractorKind};
+    use crate::embed::EmbedServiceConfig;
     let timeout = Duration::from_secs(args.provider_timeout_secs.max(1));
-    let embedder: Arc<dyn crate::embed::Embedder> = match args.embedder {
-        EmbedderKind::Minilm => Arc::new(
-            crate::embed::MiniLm::load(&args.model_dir).map_err(|e| anyhow::anyhow!("{e}"))?,
+    let roots = crate::http_client::ExtraRoots::load(args.provider_ca_file.as_deref())
+        .map_err(|e| anyhow::anyhow!("--provider-ca-file: {e}"))?;
+    let (embedder, batches): (Arc<dyn crate::embed::Embedder>, _) = match args.embedder {
+        EmbedderKind::Minilm => (
+            Arc::new(
+                crate::embed::MiniLm::load(&args.model_dir).map_err(|e| anyhow::anyhow!("{e}"))?,
+            ),
+            EmbedServiceConfig::default(),
         ),
         EmbedderKind::Openai => {
             let url = args
@@ -333,10 +341,17 @@ fn providers(
             let mut cfg = crate::embed::OpenAiEmbedConfig::new(url, args.embed_model.clone());
             cfg.api_key = args.embed_api_key.clone();
             cfg.timeout = timeout;
-            Arc::new(crate::embed::OpenAiEmbedder::new(cfg).map_err(|e| anyhow::anyhow!("{e}"))?)
+            cfg.roots = roots.clone();
+            (
+                Arc::new(
+                    crate::embed::OpenAiEmbedder::new(cfg).map_err(|e| anyhow::anyhow!("{e}"))?,
+                ),
+                EmbedServiceConfig::remote(),
+            )
         }
     };
-    let embed = crate::embed::EmbedService::new(embedder).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let embed = crate::embed::EmbedService::with_config(embedder, batches)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
     let extractor: Arc<dyn crate::extract::Extractor> = match args.extractor {
         ExtractorKind::Rules => Arc::new(crate::extract::RuleExtractor::new()),
         ExtractorKind::Openai => {
@@ -347,6 +362,7 @@ fn providers(
             let mut cfg = crate::extract::OpenAiChatConfig::new(url, args.extract_model.clone());
             cfg.api_key = args.extract_api_key.clone();
             cfg.timeout = timeout;
+            cfg.roots = roots;
             Arc::new(
                 crate::extract::OpenAiChatExtractor::new(cfg)
                     .map_err(|e| anyhow::anyhow!("{e}"))?,

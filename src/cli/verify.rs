@@ -39,6 +39,7 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
     } else if let Some(url) = &args.url {
         verify_url(
             url,
+            args.ca_file.as_deref(),
             args.admin_token.as_deref(),
             expect_head,
             &checkpoints,
@@ -239,8 +240,41 @@ fn verify_dir(
     Ok(report)
 }
 
+/// GETs `path` of the server: an answer that is not a success (a redirect included: none is
+/// followed, so that the admin token goes nowhere else) is an error naming its status.
+fn admin_get(
+    client: &reqwest::blocking::Client,
+    base: &str,
+    path: &str,
+    token: &str,
+) -> anyhow::Result<reqwest::blocking::Response> {
+    let resp = client
+        .get(format!("{base}{path}"))
+        .bearer_auth(token)
+        .send()
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "reaching {}: {}",
+                crate::http_client::redacted(base),
+                crate::http_client::chain(&e.without_url())
+            )
+        })?;
+    let status = resp.status();
+    if status.is_redirection() {
+        bail!(
+            "{path}: {}",
+            crate::http_client::refused_redirect(status, resp.headers())
+        );
+    }
+    if !status.is_success() {
+        bail!("{path} answered {status}");
+    }
+    Ok(resp)
+}
+
 fn verify_url(
     url: &str,
+    ca_file: Option<&Path>,
     token: Option<&str>,
     expect_head: Option<Head>,
     checkpoints: &[Checkpoint],
@@ -248,23 +282,16 @@ fn verify_url(
 ) -> anyhow::Result<Report> {
     let token = token.context("--url needs the admin token (AUDITMEM_ADMIN_TOKEN)")?;
     let base = url.trim_end_matches('/');
-    let client = reqwest::blocking::Client::builder().timeout(None).build()?;
-    let head: serde_json::Value = client
-        .get(format!("{base}/admin/v1/log/head"))
-        .bearer_auth(token)
-        .send()
-        .context("reaching the server")?
-        .error_for_status()
+    let roots = crate::http_client::ExtraRoots::load(ca_file)
+        .map_err(|e| anyhow::anyhow!("--ca-file: {e}"))?;
+    // No timeout: the stream of a large log takes as long as it takes.
+    let client = crate::http_client::blocking(None, &roots)?;
+    let head: serde_json::Value = admin_get(&client, base, "/admin/v1/log/head", token)
         .context("reading the head")?
         .json()?;
     let total = head["data"]["seq"].as_u64().unwrap_or(0);
-    let resp = client
-        .get(format!("{base}/admin/v1/log?from=1"))
-        .bearer_auth(token)
-        .send()
-        .context("reaching the server")?
-        .error_for_status()
-        .context("streaming the log")?;
+    let resp =
+        admin_get(&client, base, "/admin/v1/log?from=1", token).context("streaming the log")?;
     let anchors = checkpoints
         .iter()
         .map(|c| c.seq)

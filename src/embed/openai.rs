@@ -1,5 +1,8 @@
 //! Client for an OpenAI-compatible `POST {base_url}/v1/embeddings` endpoint
-//! (OpenAI itself, vLLM, Ollama, llama.cpp server, text-embeddings-inference).
+//! (OpenAI itself, vLLM, Ollama, llama.cpp server, text-embeddings-inference), over http or
+//! https (rustls), following no redirect. Its errors name the endpoint without credentials and
+//! hold at most the start of the provider's body: they are for the server log, never for a
+//! tenant's answer (`api::memory` answers with a generic message and the request id).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -7,6 +10,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::{l2_normalize, EmbedError, Embedder};
+use crate::http_client::{chain, redacted, refused_redirect, ExtraRoots};
 use crate::openai_compat::snippet;
 
 #[derive(Debug, Clone)]
@@ -22,6 +26,8 @@ pub struct OpenAiEmbedConfig {
     /// Expected vector length; when `None` it is learned from the first
     /// answer and every later answer must match it.
     pub dim: Option<usize>,
+    /// Certificates trusted for an https provider besides the built-in roots.
+    pub roots: ExtraRoots,
 }
 
 impl OpenAiEmbedConfig {
@@ -32,6 +38,7 @@ impl OpenAiEmbedConfig {
             api_key: None,
             timeout: Duration::from_secs(30),
             dim: None,
+            roots: ExtraRoots::default(),
         }
     }
 }
@@ -39,6 +46,8 @@ impl OpenAiEmbedConfig {
 pub struct OpenAiEmbedder {
     client: reqwest::blocking::Client,
     url: String,
+    /// `url` as errors name it: without user, password or query.
+    shown_url: String,
     model: String,
     api_key: Option<String>,
     /// 0 = not known yet.
@@ -65,15 +74,18 @@ struct Item {
 impl OpenAiEmbedder {
     /// Builds the client; does not contact the provider.
     pub fn new(config: OpenAiEmbedConfig) -> Result<Self, EmbedError> {
-        let client = crate::openai_compat::blocking_client(config.timeout).map_err(|e| {
-            EmbedError::ProviderHttp {
-                status: None,
-                message: format!("cannot build HTTP client: {e}"),
-            }
-        })?;
+        let client =
+            crate::openai_compat::blocking_client(config.timeout, &config.roots).map_err(|e| {
+                EmbedError::ProviderHttp {
+                    status: None,
+                    message: format!("cannot build HTTP client: {}", chain(&e)),
+                }
+            })?;
+        let url = crate::openai_compat::endpoint(&config.base_url, "embeddings");
         Ok(Self {
             client,
-            url: crate::openai_compat::endpoint(&config.base_url, "embeddings"),
+            shown_url: redacted(&url),
+            url,
             model: config.model,
             api_key: config.api_key,
             dim: AtomicUsize::new(config.dim.unwrap_or(0)),
@@ -126,17 +138,31 @@ impl Embedder for OpenAiEmbedder {
         }
         let resp = req.send().map_err(|e| EmbedError::ProviderHttp {
             status: None,
-            message: format!("POST {}: {e}", self.url),
+            message: format!("POST {}: {}", self.shown_url, chain(&e.without_url())),
         })?;
         let status = resp.status();
+        if status.is_redirection() {
+            return Err(EmbedError::ProviderHttp {
+                status: Some(status.as_u16()),
+                message: format!(
+                    "POST {}: {}",
+                    self.shown_url,
+                    refused_redirect(status, resp.headers())
+                ),
+            });
+        }
         let body = resp.text().map_err(|e| EmbedError::ProviderHttp {
             status: Some(status.as_u16()),
-            message: format!("reading response body: {e}"),
+            message: format!(
+                "POST {}: reading the answer: {}",
+                self.shown_url,
+                chain(&e.without_url())
+            ),
         })?;
         if !status.is_success() {
             return Err(EmbedError::ProviderHttp {
                 status: Some(status.as_u16()),
-                message: snippet(&body),
+                message: format!("POST {}: {}", self.shown_url, snippet(&body)),
             });
         }
         let parsed: Response = serde_json::from_str(&body)

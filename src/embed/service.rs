@@ -1,23 +1,50 @@
-//! Async front for a blocking [`Embedder`]: one dedicated OS thread owns the
-//! model, concurrent requests are merged into dynamic batches there, and
-//! repeated texts are answered from an LRU cache without touching the model.
+//! Async front for a blocking [`Embedder`]: one dedicated OS thread owns the model and serves
+//! the callers' texts in fair turns, and repeated texts are answered from an LRU cache without
+//! touching the model.
+//!
+//! **Fair turns.** Each owner (the API passes the tenant: [`EmbedService::embed_for`]) has a
+//! queue of its requests, and the worker serves the owners with texts waiting round-robin. An
+//! owner's **turn** is its next texts, oldest request first, up to one batch: `max_batch`
+//! texts and `max_batch_bytes` bytes of text (a longer text is a turn of its own). A batch is
+//! the next owner's turn, followed by the turns after it as long as each fits whole in what is
+//! left of the batch. A large request is so cut into batches, and another owner's short
+//! request waits for the batch running when it arrived (and one turn of each owner queued
+//! before it), then runs in a batch of its own size, never behind the large request's next
+//! slice; concurrent short requests still share batches.
+//!
+//! ```text
+//! embed_for(A, 200 texts) ─┐                         ┌─▶ [A: 16 texts]
+//! embed_for(B, 1 text)  ───┼─▶ turns A, B, C, A... ──┼─▶ [B: 1] [C: 3]   (turns that fit whole)
+//! embed_for(C, 3 texts) ───┘   (one queue per owner) └─▶ [A: 16 texts] ...
+//! ```
+//!
+//! **Abandoned work.** A caller whose future is dropped (its request timed out, its client went
+//! away) closes its reply channel; the worker drops such a request from its queue before
+//! running any more of it, so at most the batch already running is spent on it.
+//!
+//! Counters: `auditmem_embed_texts_total` (texts run through the model) and
+//! `auditmem_embed_abandoned_texts_total` (texts dropped because their caller had gone).
 
-use std::collections::HashMap;
+use std::collections::hash_map::Entry;
+use std::collections::{HashMap, VecDeque};
 use std::num::NonZeroUsize;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::mpsc;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use lru::LruCache;
 use tokio::sync::oneshot;
+use uuid::Uuid;
 
 use super::{EmbedError, Embedder};
 
 #[derive(Debug, Clone)]
 pub struct EmbedServiceConfig {
-    /// Most texts per `embed_batch` call; a single request with more texts is
-    /// run alone in slices of this size.
+    /// Most texts per `embed_batch` call.
     pub max_batch: usize,
+    /// Most bytes of text per `embed_batch` call (a longer text runs alone). The model's time
+    /// grows with the text it reads, so this bounds how long one batch holds the worker, which
+    /// is how long another owner's short request may wait for it.
+    pub max_batch_bytes: usize,
     /// Cached texts; 0 disables the cache.
     pub cache_entries: usize,
     /// Longer texts are not cached: keys are full texts and a few huge ones
@@ -25,10 +52,27 @@ pub struct EmbedServiceConfig {
     pub max_cached_text_bytes: usize,
 }
 
+impl EmbedServiceConfig {
+    /// For a remote provider: batches of up to 64 texts or 64 KiB. A provider's time is mostly
+    /// its round trip, whatever the batch holds, so fewer, larger calls serve everyone sooner.
+    pub fn remote() -> Self {
+        Self {
+            max_batch: 64,
+            max_batch_bytes: 64 * 1024,
+            ..Self::default()
+        }
+    }
+}
+
+/// For the in-process model: batches of up to 16 texts or 2 KiB of text (docs/EMBEDDINGS.md,
+/// "Fair turns", has the measurements). The model's time grows nearly linearly with the tokens
+/// it reads, so larger batches buy little throughput, while a short request queued behind a
+/// batch waits for all of it.
 impl Default for EmbedServiceConfig {
     fn default() -> Self {
         Self {
-            max_batch: 64,
+            max_batch: 16,
+            max_batch_bytes: 2 * 1024,
             cache_entries: 1024,
             max_cached_text_bytes: 8 * 1024,
         }
@@ -37,19 +81,95 @@ impl Default for EmbedServiceConfig {
 
 type Reply = oneshot::Sender<Result<Vec<Vec<f32>>, EmbedError>>;
 
+/// One caller's request: its texts and the vectors of those run so far.
 struct Job {
     texts: Vec<String>,
+    done: Vec<Vec<f32>>,
     reply: Reply,
 }
 
+impl Job {
+    /// The texts not run yet.
+    fn left(&self) -> &[String] {
+        &self.texts[self.done.len()..]
+    }
+
+    /// The caller dropped its future: nothing more is to be done for it.
+    fn abandoned(&self) -> bool {
+        self.reply.is_closed()
+    }
+}
+
+/// The owners' queues. An owner is in `turns` exactly when it has a request in `waiting`.
+#[derive(Default)]
+struct Queues {
+    /// Owners with requests waiting, in the order they are served.
+    turns: VecDeque<Uuid>,
+    /// Each waiting owner's requests, oldest first. A request partly run is out of its queue
+    /// while its slice runs, and back at the front after.
+    waiting: HashMap<Uuid, VecDeque<Job>>,
+    /// False once the service is shut down or dropped: the worker finishes what is queued and
+    /// exits, and new requests are refused.
+    open: bool,
+}
+
+impl Queues {
+    fn push(&mut self, owner: Uuid, job: Job) {
+        match self.waiting.entry(owner) {
+            Entry::Occupied(mut e) => e.get_mut().push_back(job),
+            Entry::Vacant(e) => {
+                e.insert(VecDeque::from([job]));
+                self.turns.push_back(owner);
+            }
+        }
+    }
+
+    /// Puts a request partly run back at the front of its owner's queue (the owner at the end
+    /// of the turns if it had left them).
+    fn put_back(&mut self, owner: Uuid, job: Job) {
+        match self.waiting.entry(owner) {
+            Entry::Occupied(mut e) => e.get_mut().push_front(job),
+            Entry::Vacant(e) => {
+                e.insert(VecDeque::from([job]));
+                self.turns.push_back(owner);
+            }
+        }
+    }
+}
+
+/// What the callers and the worker share.
+struct Shared {
+    queues: Mutex<Queues>,
+    /// Signalled when a request is queued or the service closes.
+    work: Condvar,
+}
+
+impl Shared {
+    /// The queues stay consistent whatever panicked while they were locked (every change is a
+    /// single push or pop), so a poisoned lock is used as is.
+    fn lock(&self) -> MutexGuard<'_, Queues> {
+        self.queues.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn close(&self) {
+        self.lock().open = false;
+        self.work.notify_all();
+    }
+}
+
 struct Inner {
-    /// `None` after `shutdown`. Dropping the last sender ends the worker's
-    /// `recv` loop; the thread is detached and exits on its own.
-    tx: Mutex<Option<mpsc::Sender<Job>>>,
+    shared: Arc<Shared>,
     embedder: Arc<dyn Embedder>,
     model_id: String,
     cache: Option<Mutex<LruCache<String, Arc<[f32]>>>>,
     max_cached_text_bytes: usize,
+}
+
+impl Drop for Inner {
+    /// The last clone of the service is gone: the worker finishes and exits.
+    fn drop(&mut self) {
+        self.shared.close();
+    }
 }
 
 /// Cheap to clone; all clones share the worker and the cache.
@@ -68,19 +188,28 @@ impl EmbedService {
         embedder: Arc<dyn Embedder>,
         config: EmbedServiceConfig,
     ) -> Result<Self, EmbedError> {
-        let (tx, rx) = mpsc::channel::<Job>();
-        let worker_embedder = Arc::clone(&embedder);
-        let max_batch = config.max_batch.max(1);
+        let shared = Arc::new(Shared {
+            queues: Mutex::new(Queues {
+                open: true,
+                ..Queues::default()
+            }),
+            work: Condvar::new(),
+        });
+        let limits = Limits {
+            texts: config.max_batch.max(1),
+            bytes: config.max_batch_bytes.max(1),
+        };
+        let (worker_embedder, worker_shared) = (Arc::clone(&embedder), Arc::clone(&shared));
         std::thread::Builder::new()
             .name("embed-worker".into())
-            .spawn(move || worker(worker_embedder.as_ref(), rx, max_batch))
+            .spawn(move || worker(worker_embedder.as_ref(), &worker_shared, limits))
             .map_err(|e| {
                 EmbedError::WorkerUnavailable(format!("cannot spawn embed worker thread: {e}"))
             })?;
         let cache = NonZeroUsize::new(config.cache_entries).map(|n| Mutex::new(LruCache::new(n)));
         Ok(Self {
             inner: Arc::new(Inner {
-                tx: Mutex::new(Some(tx)),
+                shared,
                 model_id: embedder.model_id().to_string(),
                 embedder,
                 cache,
@@ -99,8 +228,20 @@ impl EmbedService {
         self.inner.embedder.dim()
     }
 
-    /// One L2-normalised vector per text, in order.
+    /// One L2-normalised vector per text, in order, for a caller that owns no queue of its own
+    /// (all such callers share one).
     pub async fn embed(&self, texts: Vec<String>) -> Result<Vec<Vec<f32>>, EmbedError> {
+        self.embed_for(Uuid::nil(), texts).await
+    }
+
+    /// One L2-normalised vector per text, in order, the model's work queued as `owner`'s, which
+    /// takes its turns with the other owners' (module doc). Dropping the future abandons the
+    /// work not yet started.
+    pub async fn embed_for(
+        &self,
+        owner: Uuid,
+        texts: Vec<String>,
+    ) -> Result<Vec<Vec<f32>>, EmbedError> {
         if texts.is_empty() {
             return Ok(Vec::new());
         }
@@ -123,7 +264,7 @@ impl EmbedService {
             }
         }
         if !misses.is_empty() {
-            let vectors = self.submit(misses.clone()).await?;
+            let vectors = self.submit(owner, misses.clone()).await?;
             if vectors.len() != misses.len() {
                 return Err(EmbedError::Inference(format!(
                     "embedder returned {} vectors for {} texts",
@@ -152,16 +293,17 @@ impl EmbedService {
     /// [`EmbedError::WorkerUnavailable`], and the worker thread exits once the
     /// queue is empty.
     pub fn shutdown(&self) {
-        self.inner
-            .tx
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
+        self.inner.shared.close();
     }
 
     /// Convenience for a single text.
     pub async fn embed_one(&self, text: String) -> Result<Vec<f32>, EmbedError> {
-        self.embed(vec![text])
+        self.embed_one_for(Uuid::nil(), text).await
+    }
+
+    /// A single text, queued as `owner`'s.
+    pub async fn embed_one_for(&self, owner: Uuid, text: String) -> Result<Vec<f32>, EmbedError> {
+        self.embed_for(owner, vec![text])
             .await?
             .pop()
             .ok_or_else(|| EmbedError::Inference("no vector returned".into()))
@@ -176,94 +318,200 @@ impl EmbedService {
             .map(|m| m.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
-    async fn submit(&self, texts: Vec<String>) -> Result<Vec<Vec<f32>>, EmbedError> {
+    async fn submit(&self, owner: Uuid, texts: Vec<String>) -> Result<Vec<Vec<f32>>, EmbedError> {
         let (reply, answer) = oneshot::channel();
         {
-            let tx = self.inner.tx.lock().unwrap_or_else(|p| p.into_inner());
-            let tx = tx
-                .as_ref()
-                .ok_or_else(|| EmbedError::WorkerUnavailable("service shut down".into()))?;
-            tx.send(Job { texts, reply })
-                .map_err(|_| EmbedError::WorkerUnavailable("embed worker has stopped".into()))?;
+            let mut q = self.inner.shared.lock();
+            if !q.open {
+                return Err(EmbedError::WorkerUnavailable("service shut down".into()));
+            }
+            q.push(
+                owner,
+                Job {
+                    done: Vec::with_capacity(texts.len()),
+                    texts,
+                    reply,
+                },
+            );
         }
+        self.inner.shared.work.notify_one();
         answer.await.map_err(|_| {
             EmbedError::WorkerUnavailable("embed worker stopped before answering".into())
         })?
     }
 }
 
-/// Blocks for one job, then takes whatever else is already queued up to
-/// `max_batch` texts, so batching adds no latency when the service is idle.
-fn worker(embedder: &dyn Embedder, rx: mpsc::Receiver<Job>, max_batch: usize) {
-    let mut carried: Option<Job> = None;
-    loop {
-        let first = match carried.take() {
-            Some(job) => job,
-            None => match rx.recv() {
-                Ok(job) => job,
-                Err(_) => return,
-            },
-        };
-        let mut batch = vec![first];
-        let mut n: usize = batch[0].texts.len();
-        while n < max_batch {
-            match rx.try_recv() {
-                Ok(job) if n + job.texts.len() <= max_batch => {
-                    n += job.texts.len();
-                    batch.push(job);
-                }
-                Ok(job) => {
-                    carried = Some(job);
-                    break;
-                }
-                Err(_) => break,
-            }
-        }
-        run_batch(embedder, batch, max_batch);
+/// How much one batch holds.
+#[derive(Clone, Copy, Debug)]
+struct Limits {
+    texts: usize,
+    bytes: usize,
+}
+
+/// A request's texts in a batch: `count` texts from its first one not run yet.
+struct Slice {
+    owner: Uuid,
+    job: Job,
+    count: usize,
+}
+
+/// Closes the queues when the worker ends, however it ends, dropping what is queued: the
+/// callers then get [`EmbedError::WorkerUnavailable`] instead of waiting forever.
+struct OnExit<'a>(&'a Shared);
+
+impl Drop for OnExit<'_> {
+    fn drop(&mut self) {
+        let mut q = self.0.lock();
+        q.open = false;
+        q.turns.clear();
+        q.waiting.clear();
     }
 }
 
-fn run_batch(embedder: &dyn Embedder, mut batch: Vec<Job>, max_batch: usize) {
-    // Callers that gave up (dropped their future) need no work.
-    batch.retain(|j| !j.reply.is_closed());
-    if batch.is_empty() {
-        return;
-    }
-    if batch.len() == 1 {
-        let job = batch.remove(0);
-        let result = embed_sliced(embedder, &job.texts, max_batch);
-        let _ = job.reply.send(result);
-        return;
-    }
-    let all: Vec<String> = batch.iter().flat_map(|j| j.texts.iter().cloned()).collect();
-    match guarded(embedder, &all) {
-        Ok(mut vectors) => {
-            for job in batch.into_iter().rev() {
-                let tail = vectors.split_off(vectors.len() - job.texts.len());
-                let _ = job.reply.send(Ok(tail));
+/// Waits for work, takes a batch (see [`take`]), runs it, answers the requests it finished and
+/// puts the rest back; exits once the service is closed and nothing is queued.
+fn worker(embedder: &dyn Embedder, shared: &Shared, limits: Limits) {
+    let _exit = OnExit(shared);
+    loop {
+        let batch = {
+            let mut q = shared.lock();
+            while q.turns.is_empty() {
+                if !q.open {
+                    return;
+                }
+                q = shared.work.wait(q).unwrap_or_else(|p| p.into_inner());
+            }
+            take(&mut q, limits)
+        };
+        if batch.is_empty() {
+            continue;
+        }
+        let unfinished = run_batch(embedder, batch);
+        if !unfinished.is_empty() {
+            let mut q = shared.lock();
+            for s in unfinished {
+                q.put_back(s.owner, s.job);
             }
         }
+    }
+}
+
+/// The next batch: the next owner's turn, then the following owners' turns while each fits
+/// whole in what is left. A turn is the owner's next texts, oldest request first, up to the
+/// limits (at least one text, however long). Requests whose callers have gone are dropped.
+fn take(q: &mut Queues, limits: Limits) -> Vec<Slice> {
+    let mut batch = Vec::new();
+    let (mut texts, mut bytes) = (0usize, 0usize);
+    let mut abandoned = 0usize;
+    for _ in 0..q.turns.len() {
+        let Some(&owner) = q.turns.front() else {
+            break;
+        };
+        let Some(jobs) = q.waiting.get_mut(&owner) else {
+            q.turns.pop_front();
+            continue;
+        };
+        jobs.retain(|j| {
+            let gone = j.abandoned();
+            if gone {
+                abandoned += j.left().len();
+            }
+            !gone
+        });
+        let (n, b) = turn(jobs, limits);
+        if n == 0 {
+            q.waiting.remove(&owner);
+            q.turns.pop_front();
+            continue;
+        }
+        if !batch.is_empty() && (texts + n > limits.texts || bytes + b > limits.bytes) {
+            break;
+        }
+        texts += n;
+        bytes += b;
+        let mut want = n;
+        while want > 0 {
+            let Some(job) = jobs.pop_front() else {
+                break;
+            };
+            let count = job.left().len().min(want);
+            want -= count;
+            batch.push(Slice { owner, job, count });
+        }
+        q.turns.pop_front();
+        if jobs.is_empty() {
+            q.waiting.remove(&owner);
+        } else {
+            q.turns.push_back(owner);
+        }
+    }
+    if abandoned > 0 {
+        metrics::counter!("auditmem_embed_abandoned_texts_total").increment(abandoned as u64);
+    }
+    batch
+}
+
+/// How many of `jobs`' next texts make one turn, and their bytes.
+fn turn(jobs: &VecDeque<Job>, limits: Limits) -> (usize, usize) {
+    let (mut n, mut bytes) = (0usize, 0usize);
+    for text in jobs.iter().flat_map(Job::left) {
+        if n == limits.texts || (n > 0 && bytes + text.len() > limits.bytes) {
+            break;
+        }
+        n += 1;
+        bytes += text.len();
+    }
+    (n, bytes)
+}
+
+/// Runs the batch's texts in one `embed_batch`, answers every request it finished or failed,
+/// and returns the requests with texts still to run (those whose callers have gone are dropped
+/// here too).
+fn run_batch(embedder: &dyn Embedder, mut batch: Vec<Slice>) -> Vec<Slice> {
+    let all: Vec<String> = batch
+        .iter()
+        .flat_map(|s| s.job.left()[..s.count].iter().cloned())
+        .collect();
+    metrics::counter!("auditmem_embed_texts_total").increment(all.len() as u64);
+    let mut failed: Vec<Option<EmbedError>> = vec![None; batch.len()];
+    match guarded(embedder, &all) {
+        Ok(vectors) => {
+            let mut vectors = vectors.into_iter();
+            for s in &mut batch {
+                s.job.done.extend(vectors.by_ref().take(s.count));
+            }
+        }
+        Err(e) if batch.len() == 1 => failed[0] = Some(e),
         Err(_) => {
             // One bad input must not fail the strangers it was batched with:
-            // retry each request alone so only the culprit sees the error.
-            for job in batch {
-                let result = guarded(embedder, &job.texts);
-                let _ = job.reply.send(result);
+            // retry each slice alone so only the culprit sees the error.
+            for (s, f) in batch.iter_mut().zip(&mut failed) {
+                let texts = s.job.left()[..s.count].to_vec();
+                metrics::counter!("auditmem_embed_texts_total").increment(texts.len() as u64);
+                match guarded(embedder, &texts) {
+                    Ok(v) => s.job.done.extend(v),
+                    Err(e) => *f = Some(e),
+                }
             }
         }
     }
-}
-
-fn embed_sliced(
-    embedder: &dyn Embedder,
-    texts: &[String],
-    max_batch: usize,
-) -> Result<Vec<Vec<f32>>, EmbedError> {
-    let mut out = Vec::with_capacity(texts.len());
-    for slice in texts.chunks(max_batch) {
-        out.extend(guarded(embedder, slice)?);
+    let mut unfinished = Vec::new();
+    let mut abandoned = 0usize;
+    for (s, f) in batch.into_iter().zip(failed) {
+        if let Some(e) = f {
+            let _ = s.job.reply.send(Err(e));
+        } else if s.job.left().is_empty() {
+            let _ = s.job.reply.send(Ok(s.job.done));
+        } else if s.job.abandoned() {
+            abandoned += s.job.left().len();
+        } else {
+            unfinished.push(s);
+        }
     }
-    Ok(out)
+    if abandoned > 0 {
+        metrics::counter!("auditmem_embed_abandoned_texts_total").increment(abandoned as u64);
+    }
+    unfinished
 }
 
 /// Runs the embedder, turning a panic into an error so that one poisoned
@@ -293,6 +541,8 @@ mod tests {
         calls: AtomicUsize,
         texts_seen: AtomicUsize,
         max_seen_batch: AtomicUsize,
+        /// Every batch's texts, in the order they ran.
+        batches: Mutex<Vec<Vec<String>>>,
         delay_ms: u64,
     }
 
@@ -302,7 +552,19 @@ mod tests {
                 calls: AtomicUsize::new(0),
                 texts_seen: AtomicUsize::new(0),
                 max_seen_batch: AtomicUsize::new(0),
+                batches: Mutex::new(Vec::new()),
                 delay_ms,
+            }
+        }
+
+        fn batches(&self) -> Vec<Vec<String>> {
+            self.batches.lock().unwrap().clone()
+        }
+
+        /// Polls until `n` batches have started.
+        async fn started(&self, n: usize) {
+            while self.calls.load(Ordering::SeqCst) < n {
+                tokio::time::sleep(std::time::Duration::from_millis(1)).await;
             }
         }
     }
@@ -328,6 +590,7 @@ mod tests {
             self.calls.fetch_add(1, Ordering::SeqCst);
             self.texts_seen.fetch_add(texts.len(), Ordering::SeqCst);
             self.max_seen_batch.fetch_max(texts.len(), Ordering::SeqCst);
+            self.batches.lock().unwrap().push(texts.to_vec());
             std::thread::sleep(std::time::Duration::from_millis(self.delay_ms));
             if texts.iter().any(|t| t == "panic") {
                 panic!("fake embedder asked to panic");
@@ -458,14 +721,25 @@ mod tests {
 
     #[tokio::test]
     async fn worker_exiting_mid_request_is_an_error_not_a_hang() {
-        // A worker that takes the job and then dies without answering.
-        let (tx, rx) = mpsc::channel::<Job>();
+        // A worker that sees the request and then ends without answering it.
+        let shared = Arc::new(Shared {
+            queues: Mutex::new(Queues {
+                open: true,
+                ..Queues::default()
+            }),
+            work: Condvar::new(),
+        });
+        let worker_shared = shared.clone();
         std::thread::spawn(move || {
-            let _job = rx.recv();
+            let _exit = OnExit(&worker_shared);
+            let mut q = worker_shared.lock();
+            while q.turns.is_empty() {
+                q = worker_shared.work.wait(q).unwrap();
+            }
         });
         let svc = EmbedService {
             inner: Arc::new(Inner {
-                tx: Mutex::new(Some(tx)),
+                shared,
                 embedder: Arc::new(Fake::new(0)),
                 model_id: "fake".into(),
                 cache: None,
@@ -482,5 +756,145 @@ mod tests {
         // The queue is closed now too; later calls fail fast.
         let r2 = svc.embed(strings(&["y"])).await;
         assert!(matches!(r2, Err(EmbedError::WorkerUnavailable(_))));
+    }
+
+    /// A service over `fake` with batches of `max_batch` texts and no cache.
+    fn service(fake: &Arc<Fake>, max_batch: usize) -> EmbedService {
+        EmbedService::with_config(
+            fake.clone(),
+            EmbedServiceConfig {
+                max_batch,
+                cache_entries: 0,
+                ..Default::default()
+            },
+        )
+        .unwrap()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_short_request_waits_for_one_batch_of_another_owners_large_one() {
+        let fake = Arc::new(Fake::new(20));
+        let svc = service(&fake, 10);
+        let (a, b) = (Uuid::from_u128(1), Uuid::from_u128(2));
+        let large: Vec<String> = (0..200).map(|i| format!("a{i}")).collect();
+        let s = svc.clone();
+        let expected = large.clone();
+        let big = tokio::spawn(async move { s.embed_for(a, large).await });
+        fake.started(1).await;
+        let got = svc.embed_for(b, strings(&["b"])).await.unwrap();
+        assert_eq!(got, vec![fake_vec("b")]);
+        let batches = fake.batches();
+        let at = batches
+            .iter()
+            .position(|t| t.contains(&"b".to_string()))
+            .unwrap();
+        // The batch running when it came, at most one more started meanwhile, then its own.
+        assert!(at <= 2, "waited for {at} batches: {batches:?}");
+        assert_eq!(batches[at], vec!["b".to_string()], "{batches:?}");
+        assert!(fake.calls.load(Ordering::SeqCst) < 20, "A was not cut");
+        let got = big.await.unwrap().unwrap();
+        assert_eq!(
+            got,
+            expected.iter().map(|t| fake_vec(t)).collect::<Vec<_>>()
+        );
+        assert_eq!(fake.max_seen_batch.load(Ordering::SeqCst), 10);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn owners_take_turns_and_short_turns_share_a_batch() {
+        let fake = Arc::new(Fake::new(20));
+        let svc = service(&fake, 4);
+        let owner = |i: u128| Uuid::from_u128(i);
+        // Owner 1 holds the worker; 2 and 3 queue large requests, 4 and 5 single texts.
+        let mut tasks = Vec::new();
+        for (o, n) in [(1u128, 4usize), (2, 8), (3, 8), (4, 1), (5, 1)] {
+            let s = svc.clone();
+            let texts: Vec<String> = (0..n).map(|i| format!("{o}-{i}")).collect();
+            tasks.push(tokio::spawn(
+                async move { s.embed_for(owner(o), texts).await },
+            ));
+            if o == 1 {
+                fake.started(1).await;
+            } else {
+                // Queued in this order: each request is in its queue before the next is sent.
+                while !svc.inner.shared.lock().waiting.contains_key(&owner(o)) {
+                    tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+                }
+            }
+        }
+        for t in tasks {
+            t.await.unwrap().unwrap();
+        }
+        let owners: Vec<Vec<String>> = fake
+            .batches()
+            .iter()
+            .map(|b| {
+                let mut o: Vec<String> = b
+                    .iter()
+                    .map(|t| t.split('-').next().unwrap().to_string())
+                    .collect();
+                o.dedup();
+                o
+            })
+            .collect();
+        let strs = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            owners,
+            vec![
+                strs(&["1"]),
+                strs(&["2"]),
+                strs(&["3"]),
+                strs(&["4", "5"]),
+                strs(&["2"]),
+                strs(&["3"]),
+            ]
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_abandoned_request_stops_after_the_batch_running() {
+        let fake = Arc::new(Fake::new(20));
+        let svc = service(&fake, 10);
+        let s = svc.clone();
+        let texts: Vec<String> = (0..100).map(|i| format!("gone {i}")).collect();
+        let gone = tokio::spawn(async move { s.embed_for(Uuid::from_u128(7), texts).await });
+        fake.started(1).await;
+        gone.abort();
+        assert!(gone.await.unwrap_err().is_cancelled());
+        // Another owner's text runs once the running batch ends, and nothing more of the
+        // abandoned request runs after it.
+        svc.embed_for(Uuid::from_u128(8), strings(&["next"]))
+            .await
+            .unwrap();
+        let seen = fake.texts_seen.load(Ordering::SeqCst);
+        assert!(seen <= 21, "{seen} texts run for an abandoned request");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        assert_eq!(fake.texts_seen.load(Ordering::SeqCst), seen);
+    }
+
+    #[tokio::test]
+    async fn a_long_text_runs_alone_and_bytes_bound_a_batch() {
+        let fake = Arc::new(Fake::new(0));
+        let svc = EmbedService::with_config(
+            fake.clone(),
+            EmbedServiceConfig {
+                max_batch: 64,
+                max_batch_bytes: 10,
+                cache_entries: 0,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let texts = strings(&["aaaa", "bbbb", "a text longer than the limit", "cccc"]);
+        let got = svc.embed(texts.clone()).await.unwrap();
+        assert_eq!(got, texts.iter().map(|t| fake_vec(t)).collect::<Vec<_>>());
+        assert_eq!(
+            fake.batches(),
+            vec![
+                strings(&["aaaa", "bbbb"]),
+                strings(&["a text longer than the limit"]),
+                strings(&["cccc"]),
+            ]
+        );
     }
 }

@@ -67,6 +67,17 @@ pub struct Candidate {
 pub trait Extractor: Send + Sync {
     fn name(&self) -> &str;
     fn extract(&self, input: &ExtractInput) -> Result<Vec<Candidate>, ExtractError>;
+    /// [`Extractor::extract`] for a caller that may go away (its request timed out, its client
+    /// disconnected): `gone()` is asked before any work past the first attempt, and once it says
+    /// so no further work is started ([`ExtractError::Gone`]). The default does its work in one go.
+    fn extract_unless_gone(
+        &self,
+        input: &ExtractInput,
+        gone: &dyn Fn() -> bool,
+    ) -> Result<Vec<Candidate>, ExtractError> {
+        let _ = gone;
+        self.extract(input)
+    }
 }
 
 #[derive(Debug, Clone, thiserror::Error)]
@@ -78,6 +89,9 @@ pub enum ExtractError {
     /// The extractor could not be set up from its configuration.
     #[error("extractor misconfigured: {0}")]
     Config(String),
+    /// The caller went away, and the work it still needed was not started.
+    #[error("the caller has gone; no further extraction work was started")]
+    Gone,
 }
 
 /// Clamps to [0, 1] and rounds to 2 decimals so that the same input always

@@ -1,6 +1,8 @@
 //! Extraction by an OpenAI-compatible chat model
-//! (`POST {base_url}/v1/chat/completions`) asked for a JSON object. The prompt
-//! and the JSON contract are documented in docs/EXTRACTION.md.
+//! (`POST {base_url}/v1/chat/completions`) asked for a JSON object, over http or https
+//! (rustls), following no redirect. The prompt and the JSON contract are documented in
+//! docs/EXTRACTION.md. Its errors name the endpoint without credentials and hold at most the
+//! start of the provider's body: they are for the server log, never for a tenant's answer.
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -9,6 +11,7 @@ use auditmem_projections::MemoryType;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::http_client::{chain, redacted, refused_redirect, ExtraRoots};
 use crate::openai_compat::snippet;
 
 use super::{
@@ -40,6 +43,8 @@ pub struct OpenAiChatConfig {
     pub timeout: Duration,
     /// Pause before the single retry.
     pub retry_backoff: Duration,
+    /// Certificates trusted for an https provider besides the built-in roots.
+    pub roots: ExtraRoots,
 }
 
 impl OpenAiChatConfig {
@@ -50,6 +55,7 @@ impl OpenAiChatConfig {
             api_key: None,
             timeout: Duration::from_secs(60),
             retry_backoff: Duration::from_millis(250),
+            roots: ExtraRoots::default(),
         }
     }
 }
@@ -57,6 +63,8 @@ impl OpenAiChatConfig {
 pub struct OpenAiChatExtractor {
     client: reqwest::blocking::Client,
     url: String,
+    /// `url` as errors name it: without user, password or query.
+    shown_url: String,
     model: String,
     api_key: Option<String>,
     retry_backoff: Duration,
@@ -101,11 +109,15 @@ enum Attempt {
 impl OpenAiChatExtractor {
     /// Builds the client; does not contact the provider.
     pub fn new(config: OpenAiChatConfig) -> Result<Self, ExtractError> {
-        let client = crate::openai_compat::blocking_client(config.timeout)
-            .map_err(|e| ExtractError::Config(format!("cannot build HTTP client: {e}")))?;
+        let client =
+            crate::openai_compat::blocking_client(config.timeout, &config.roots).map_err(|e| {
+                ExtractError::Config(format!("cannot build HTTP client: {}", chain(&e)))
+            })?;
+        let url = crate::openai_compat::endpoint(&config.base_url, "chat/completions");
         Ok(Self {
             client,
-            url: crate::openai_compat::endpoint(&config.base_url, "chat/completions"),
+            shown_url: redacted(&url),
+            url,
             model: config.model,
             api_key: config.api_key,
             retry_backoff: config.retry_backoff,
@@ -122,27 +134,50 @@ impl OpenAiChatExtractor {
         if let Some(key) = &self.api_key {
             req = req.bearer_auth(key);
         }
+        let at = &self.shown_url;
         let resp = match req.send() {
             Ok(r) => r,
             // Timeouts, refused and reset connections are worth one retry;
             // anything else (bad URL, TLS) will fail the same way again.
             Err(e) if e.is_timeout() || e.is_connect() || e.is_request() => {
-                return Attempt::Retryable(format!("POST {}: {e}", self.url))
+                return Attempt::Retryable(format!("POST {at}: {}", chain(&e.without_url())))
             }
-            Err(e) => return Attempt::Fatal(format!("POST {}: {e}", self.url)),
+            Err(e) => return Attempt::Fatal(format!("POST {at}: {}", chain(&e.without_url()))),
         };
         let status = resp.status();
+        if status.is_redirection() {
+            return Attempt::Fatal(format!(
+                "POST {at}: {}",
+                refused_redirect(status, resp.headers())
+            ));
+        }
         let text = match resp.text() {
             Ok(t) => t,
             Err(e) if e.is_timeout() => {
-                return Attempt::Retryable(format!("reading response: {e}"))
+                return Attempt::Retryable(format!(
+                    "POST {at}: reading the answer: {}",
+                    chain(&e.without_url())
+                ))
             }
-            Err(e) => return Attempt::Fatal(format!("reading response: {e}")),
+            Err(e) => {
+                return Attempt::Fatal(format!(
+                    "POST {at}: reading the answer: {}",
+                    chain(&e.without_url())
+                ))
+            }
         };
         if status.is_server_error() {
-            Attempt::Retryable(format!("HTTP {}: {}", status.as_u16(), snippet(&text)))
+            Attempt::Retryable(format!(
+                "POST {at}: HTTP {}: {}",
+                status.as_u16(),
+                snippet(&text)
+            ))
         } else if !status.is_success() {
-            Attempt::Fatal(format!("HTTP {}: {}", status.as_u16(), snippet(&text)))
+            Attempt::Fatal(format!(
+                "POST {at}: HTTP {}: {}",
+                status.as_u16(),
+                snippet(&text)
+            ))
         } else {
             Attempt::Done(text)
         }
@@ -155,6 +190,15 @@ impl Extractor for OpenAiChatExtractor {
     }
 
     fn extract(&self, input: &ExtractInput) -> Result<Vec<Candidate>, ExtractError> {
+        self.extract_unless_gone(input, &|| false)
+    }
+
+    /// The one retry is not made for a caller that has gone.
+    fn extract_unless_gone(
+        &self,
+        input: &ExtractInput,
+        gone: &dyn Fn() -> bool,
+    ) -> Result<Vec<Candidate>, ExtractError> {
         let user_content = match render_input(input)? {
             Some(c) => c,
             None => return Ok(Vec::new()),
@@ -181,8 +225,14 @@ impl Extractor for OpenAiChatExtractor {
             Attempt::Done(t) => t,
             Attempt::Fatal(e) => return Err(ExtractError::Provider(e)),
             Attempt::Retryable(first) => {
+                if gone() {
+                    return Err(ExtractError::Gone);
+                }
                 tracing::warn!(error = %first, "extraction provider failed, retrying once");
                 std::thread::sleep(self.retry_backoff);
+                if gone() {
+                    return Err(ExtractError::Gone);
+                }
                 match self.attempt(&body) {
                     Attempt::Done(t) => t,
                     Attempt::Fatal(e) | Attempt::Retryable(e) => {

@@ -381,11 +381,13 @@ impl Check for Deduplicate {
     }
 }
 
-/// `POST /v1/memories/extract`: exactly one of `messages` and `text` (at most 100,000
-/// characters in all, a setting); `null` is "not given".
+/// `POST /v1/memories/extract`: exactly one of `messages` and `text` (at most
+/// `--max-extract-chars` characters in all, 20,000 by default); `null` is "not given".
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-#[schema(description = "Exactly one of `messages` and `text` (at most 100,000 characters in all).")]
+#[schema(
+    description = "Exactly one of `messages` and `text` (at most 20,000 characters in all by default; an input in which more than 50 memories are found, by default, is refused)."
+)]
 pub struct ExtractRequest {
     #[schema(value_type = Option<Vec<ChatMessage>>, nullable = false, min_items = 1)]
     pub messages: Option<Field<Messages>>,

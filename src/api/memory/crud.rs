@@ -9,7 +9,7 @@ use axum::extract::{Path, State};
 use axum::Extension;
 use uuid::Uuid;
 
-use super::{embed_one, owned};
+use super::{embed_one, owned, RequestId};
 use crate::api::error::ApiError;
 use crate::api::extract::{Json, Query};
 use crate::api::gate::{Caller, PendingOps, Recorded};
@@ -53,6 +53,7 @@ fn answered(
 pub(crate) async fn create_memory(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
+    request: RequestId,
     Json(new): Json<MemoryCreateRequest>,
 ) -> Result<Recorded<Data<Memory>>, ApiError> {
     let NewMemory {
@@ -60,7 +61,7 @@ pub(crate) async fn create_memory(
         memory_type,
         importance,
     } = new;
-    let vector = embed_one(&state, &content).await?;
+    let vector = embed_one(&state, &caller, &request, &content).await?;
     let at = now_stored();
     let id = Uuid::now_v7();
     let event = Event::MemoryCreated(MemoryCreated {
@@ -133,6 +134,7 @@ pub(crate) async fn update_memory(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
+    request: RequestId,
     Json(update): Json<MemoryUpdateRequest>,
 ) -> Result<Recorded<Data<Memory>>, ApiError> {
     // The body's shape was checked first (a malformed body is 400 even for a missing id); its
@@ -145,7 +147,7 @@ pub(crate) async fn update_memory(
     // Only changed content is embedded again.
     let changed = content.as_ref().filter(|c| **c != m.content).cloned();
     let vector = match &changed {
-        Some(c) => Some(embed_one(&state, c).await?),
+        Some(c) => Some(embed_one(&state, &caller, &request, c).await?),
         None => None,
     };
     let at = now_stored();

@@ -2,8 +2,14 @@
 //! embedded, optionally deduplicated against the tenant's memories and each other, stored, and
 //! charged.
 //!
-//! The steps: check the input and what it costs; extract; embed; keep or skip each candidate;
-//! commit the memories with the charge, which the appender checks again against the credits.
+//! The steps: check the input's size and price it; reserve the price from the tenant's credits
+//! (402 at once when its credits, less what its other extractions hold, do not cover it:
+//! [`super::credits`]); extract, and refuse more memories than one call may store; embed, in the
+//! tenant's turns; keep or skip each candidate; commit the memories with the charge, which the
+//! appender checks again against the credits and which replaces the reservation. Nothing is
+//! stored or charged on any refusal or failure. A caller that goes away (timeout, disconnect)
+//! drops this future: its reservation is released, and no further extraction or embedding
+//! work is started for it.
 
 use auditmem_projections::memories::MemoryView;
 use auditmem_projections::{
@@ -13,7 +19,8 @@ use axum::extract::State;
 use axum::Extension;
 use uuid::Uuid;
 
-use super::embedding_failed;
+use super::credits::{Held, Hold, Refused};
+use super::{provider_failed, RequestId};
 use crate::api::error::ApiError;
 use crate::api::extract::Json;
 use crate::api::gate::{Caller, PendingOps, Recorded};
@@ -44,21 +51,30 @@ fn insufficient(needed: f64, have: f64) -> ApiError {
 
 #[utoipa::path(post, path = "/v1/memories/extract", tag = "memory", security(("api_key" = [])),
     request_body = ExtractRequest,
-    responses((status = 200, description = "created and skipped memories", body = ExtractEnvelope), (status = 400, description = "invalid input (4000)", body = ErrorEnvelope), (status = 402, description = "insufficient credits (4020)", body = ErrorEnvelope), (status = 403, description = "permission (4030)", body = ErrorEnvelope), (status = 502, description = "provider failed (5020)", body = ErrorEnvelope)))]
+    responses((status = 200, description = "created and skipped memories", body = ExtractEnvelope), (status = 400, description = "invalid input, or over the caps on its characters or on the memories found in it (4000)", body = ErrorEnvelope), (status = 402, description = "insufficient credits (4020)", body = ErrorEnvelope), (status = 403, description = "permission (4030)", body = ErrorEnvelope), (status = 502, description = "provider failed (5020)", body = ErrorEnvelope)))]
 pub(crate) async fn extract_memories(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
+    request: RequestId,
     Json(extraction): Json<ExtractRequest>,
-) -> Result<Recorded<Data<Extracted>>, ApiError> {
+) -> Result<Held<Recorded<Data<Extracted>>>, ApiError> {
     let Extraction {
         deduplicate,
         input,
         input_value,
         input_text,
     } = extraction;
-    let (credits, usd) = price(&state, &caller, &input_text)?;
-    let candidates = extract(&state, input).await?;
-    let vectors = embed(&state, &candidates).await?;
+    let (credits, usd) = price(&state, &input_text)?;
+    let hold = reserve(&state, &caller, credits)?;
+    let candidates = extract(&state, &request, input).await?;
+    let most = state.memory.max_extract_memories;
+    if candidates.len() > most {
+        return Err(ApiError::bad_request(format!(
+            "the input holds {} memories; at most {most} are extracted in one call (nothing was stored or charged)",
+            candidates.len()
+        )));
+    }
+    let vectors = embed(&state, &caller, &request, &candidates).await?;
     let at = now_stored();
     let kept = sort(&state, &caller, &candidates, &vectors, deduplicate)?;
     let mut events = Vec::with_capacity(kept.created.len() + 1);
@@ -109,12 +125,14 @@ pub(crate) async fn extract_memories(
         usd,
         ..Default::default()
     };
-    Ok(Recorded::new(Data(answer), ops))
+    Ok(Held {
+        response: Recorded::new(Data(answer), ops),
+        hold,
+    })
 }
 
-/// The cost of extracting from `input_text`, refused when the input is over the limit or the
-/// tenant's credits do not cover it.
-fn price(state: &AppState, caller: &Caller, input_text: &str) -> Result<(f64, f64), ApiError> {
+/// The cost of extracting from `input_text`, refused when the input is over the limit.
+fn price(state: &AppState, input_text: &str) -> Result<(f64, f64), ApiError> {
     let input_chars = input_text.chars().count();
     if input_chars > state.memory.max_extract_chars {
         return Err(ApiError::bad_request(format!(
@@ -122,37 +140,70 @@ fn price(state: &AppState, caller: &Caller, input_text: &str) -> Result<(f64, f6
             state.memory.max_extract_chars
         )));
     }
-    let (credits, usd) = extraction_cost(state, input_chars);
-    if caller.tenant.credits < credits {
-        return Err(insufficient(credits, caller.tenant.credits));
-    }
-    Ok((credits, usd))
+    Ok(extraction_cost(state, input_chars))
 }
 
-/// The extractor's candidates; it may call a remote model, so it runs off the runtime.
-async fn extract(state: &AppState, input: ExtractInput) -> Result<Vec<Candidate>, ApiError> {
-    let extractor = state.extractor.clone();
-    tokio::task::spawn_blocking(move || extractor.extract(&input))
-        .await
-        .map_err(|e| ApiError::internal(format!("extractor crashed: {e}")))?
-        .map_err(|e| {
-            tracing::warn!(error = %e, "extraction provider failed");
-            ApiError::new(
-                ErrorCode::ProviderFailure,
-                format!("the extraction provider failed; nothing was stored: {e}"),
-            )
+/// `credits` held from the tenant's credits until the charge is committed or the call ends.
+fn reserve(state: &AppState, caller: &Caller, credits: f64) -> Result<Hold, ApiError> {
+    let tenant = caller.tenant.id;
+    state
+        .memory
+        .reservations
+        .reserve(tenant, credits, || {
+            Ok(state
+                .projections
+                .tenants
+                .tenant(&tenant)?
+                .map_or(0.0, |t| t.credits))
+        })
+        .map_err(|refused| match refused {
+            Refused::Short { needed, credits, held } if held > 0.0 => ApiError::new(
+                ErrorCode::InsufficientCredits,
+                format!(
+                    "extraction needs {needed} credits; the tenant has {credits}, of which its extractions in progress hold {held}"
+                ),
+            ),
+            Refused::Short { needed, credits, .. } => insufficient(needed, credits),
+            Refused::Unreadable(e) => e,
         })
 }
 
-async fn embed(state: &AppState, candidates: &[Candidate]) -> Result<Vec<Vec<f32>>, ApiError> {
+/// The extractor's candidates; it may call a remote model, so it runs off the runtime. The
+/// extractor asks whether the caller is still there before starting more work (a retry).
+async fn extract(
+    state: &AppState,
+    request: &RequestId,
+    input: ExtractInput,
+) -> Result<Vec<Candidate>, ApiError> {
+    let extractor = state.extractor.clone();
+    // Dropped with this future when the caller goes away, which closes `alive`.
+    let (alive, _caller_here) = tokio::sync::oneshot::channel::<()>();
+    tokio::task::spawn_blocking(move || {
+        extractor.extract_unless_gone(&input, &|| alive.is_closed())
+    })
+    .await
+    .map_err(|e| ApiError::internal(format!("extractor crashed: {e}")))?
+    .map_err(|e| provider_failed("extraction", request, e))
+}
+
+/// The candidates' vectors, queued as the tenant's.
+async fn embed(
+    state: &AppState,
+    caller: &Caller,
+    request: &RequestId,
+    candidates: &[Candidate],
+) -> Result<Vec<Vec<f32>>, ApiError> {
     if candidates.is_empty() {
         return Ok(Vec::new());
     }
     state
         .embed
-        .embed(candidates.iter().map(|c| c.content.clone()).collect())
+        .embed_for(
+            caller.tenant.id,
+            candidates.iter().map(|c| c.content.clone()).collect(),
+        )
         .await
-        .map_err(embedding_failed)
+        .map_err(|e| provider_failed("embedding", request, e))
 }
 
 /// The candidates to store, each with its new id and vector, and the ones skipped.

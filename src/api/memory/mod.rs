@@ -3,15 +3,23 @@
 //! version from the log ([`history`]).
 //!
 //! Every mutation is an event appended with the request's audit entry; every read comes from
-//! the memories projection. Vectors are computed here (the embedder runs on its own worker)
-//! and stored in the events, so replay never calls a model.
+//! the memories projection. Vectors are computed here (the embedder runs on its own worker,
+//! where each tenant's texts take their turn with the other tenants') and stored in the events,
+//! so replay never calls a model.
+//!
+//! A provider's failure reaches the caller, and so the audit entry, as a generic message naming
+//! the request id; its detail (the endpoint without credentials, the status, the start of the
+//! provider's answer) goes to the server log only, under the same id.
 
+pub mod credits;
 pub mod crud;
 pub mod extract;
 pub mod history;
 pub mod search;
 
 use auditmem_projections::memories::MemoryView;
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
 use uuid::Uuid;
 
 use super::error::ApiError;
@@ -19,20 +27,52 @@ use super::gate::Caller;
 use super::state::AppState;
 use crate::registry::ErrorCode;
 
-/// The embedding of `text`; a failing provider is 502 with nothing stored.
-async fn embed_one(state: &AppState, text: &str) -> Result<Vec<f32>, ApiError> {
-    state
-        .embed
-        .embed_one(text.to_string())
-        .await
-        .map_err(embedding_failed)
+/// The request's id: the `x-request-id` header, which the outermost layer sets on every request
+/// (or keeps the client's) and sends back with the answer.
+pub(crate) struct RequestId(String);
+
+impl<S: Send + Sync> FromRequestParts<S> for RequestId {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        let id = parts
+            .headers
+            .get("x-request-id")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("-");
+        Ok(RequestId(id.to_string()))
+    }
 }
 
-fn embedding_failed(e: impl std::fmt::Display) -> ApiError {
-    tracing::error!(error = %e, "embedding failed");
+/// The embedding of `text`, queued as the caller's tenant's; a failing provider is 502 with
+/// nothing stored.
+async fn embed_one(
+    state: &AppState,
+    caller: &Caller,
+    request: &RequestId,
+    text: &str,
+) -> Result<Vec<f32>, ApiError> {
+    state
+        .embed
+        .embed_one_for(caller.tenant.id, text.to_string())
+        .await
+        .map_err(|e| provider_failed("embedding", request, e))
+}
+
+/// A provider's failure as the caller and its audit entry see it: a generic message naming the
+/// request; the detail is logged under the request id, never answered.
+fn provider_failed(
+    provider: &'static str,
+    request: &RequestId,
+    detail: impl std::fmt::Display,
+) -> ApiError {
+    tracing::error!(request_id = %request.0, provider, detail = %detail, "provider call failed");
     ApiError::new(
         ErrorCode::ProviderFailure,
-        "the embedding provider failed; nothing was stored",
+        format!(
+            "the {provider} provider failed; nothing was stored (request {}: the server log has the detail)",
+            request.0
+        ),
     )
 }
 

@@ -4,7 +4,7 @@ use auditmem_projections::AuditDetail;
 use axum::extract::State;
 use axum::Extension;
 
-use super::embed_one;
+use super::{embed_one, RequestId};
 use crate::api::error::ApiError;
 use crate::api::extract::Json;
 use crate::api::gate::{Caller, PendingOps, Recorded};
@@ -37,6 +37,7 @@ fn score_floor(min: f64) -> f32 {
 pub(crate) async fn search_memories(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
+    request: RequestId,
     Json(search): Json<SearchRequest>,
 ) -> Result<Recorded<Data<SearchResults>>, ApiError> {
     let Search {
@@ -45,7 +46,7 @@ pub(crate) async fn search_memories(
         min_similarity,
         memory_type,
     } = search;
-    let vector = embed_one(&state, &query).await?;
+    let vector = embed_one(&state, &caller, &request, &query).await?;
     let hits = state
         .projections
         .memories
