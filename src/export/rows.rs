@@ -77,6 +77,7 @@ fn full_entry() -> (AuditEntry, AuditRef) {
         }),
         metadata: Some(Value::Object(Map::new())),
         created_at: 0,
+        detail_hash: Some([0; 32]),
     };
     let r = AuditRef {
         id: entry.id,
@@ -647,12 +648,13 @@ mod tests {
                 "tokens",
                 "metadata",
                 "created_at",
+                "detail_hash",
                 "chain_index",
                 "prev_hash",
                 "hash"
             ]
         );
-        assert_eq!(columns(false).len(), 18);
+        assert_eq!(columns(false).len(), 19);
         let text: Vec<&str> = columns(true)
             .iter()
             .filter(|c| c.text)
@@ -670,6 +672,7 @@ mod tests {
                 "user_agent",
                 "error_msg",
                 "created_at",
+                "detail_hash",
                 "prev_hash",
                 "hash"
             ]
