@@ -16,6 +16,7 @@ mod crash_cycles;
 mod disk_full;
 mod embed_model;
 mod embed_openai;
+mod entry_integrity;
 mod export;
 mod extract_providers;
 mod extract_server;
