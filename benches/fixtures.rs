@@ -57,6 +57,7 @@ pub fn audit_event(tenant: Uuid, i: u64) -> Event {
             tokens: None,
             metadata: Some(json!({"team": "search", "i": i})),
             created_at: 1_700_000_000_000_000 + i as i64 * 1000,
+            detail_hash: Some([7; 32]),
         },
         detail: auditmem::projections::AuditDetail {
             request_body: Some(

@@ -119,7 +119,8 @@ fn ingest(c: &mut Criterion) {
                 .into_iter()
                 .enumerate()
                 .map(|(i, e)| {
-                    e.check(i, Uuid::nil(), 1_800_000_000_000_000)
+                    // The service's default --audit-body-limit.
+                    e.check(i, Uuid::nil(), 1_800_000_000_000_000, 64 * 1024)
                         .expect("valid")
                 })
                 .collect::<Vec<_>>()

@@ -118,7 +118,8 @@ pub fn request(request: Request, input: &[u8]) -> Result<Vec<Event>, ApiError> {
             let entries = read::<IngestRequest>(true, input)?;
             let mut events = Vec::with_capacity(entries.len());
             for (i, e) in entries.into_iter().enumerate() {
-                let rec: AuditRecorded = e.check(i, id, NOW_MICROS)?;
+                // The service's default `--audit-body-limit`.
+                let rec: AuditRecorded = e.check(i, id, NOW_MICROS, 64 * 1024)?;
                 events.push(Event::AuditRecorded(Box::new(rec)));
             }
             events

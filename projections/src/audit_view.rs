@@ -1,16 +1,69 @@
-//! How an audit entry looks on the wire, and the per-tenant chain over it.
+//! How an audit entry looks on the wire, the per-tenant chain over it, and the digest of its
+//! detail.
 //!
 //! The per-tenant chain hashes the canonical bytes of the list item without `hash`: the JSON
-//! object of the entry's interface fields with keys in lexicographic order, compact, times in
-//! RFC 3339 UTC with milliseconds. An exported row carries the same fields, so a tenant can
-//! recompute its chain from an export without anything else from us.
+//! object of the entry's interface fields with keys in lexicographic order (nested objects
+//! too), compact, times in RFC 3339 UTC with milliseconds, numbers as serde_json writes them.
+//! An exported row carries the same fields, so a tenant can recompute its chain from an export
+//! without anything else from us. Two rules ([`ChainRule`]), told apart by the entry itself:
+//!
+//! - **v1**, an entry without `detail_hash` (written before the detail was hashed):
+//!   `blake3("auditmem/tenant-chain/v1" || prev || canonical bytes)`;
+//! - **v2**, an entry with `detail_hash`: `blake3("auditmem/tenant-chain/v2" || prev ||
+//!   canonical bytes)`, `detail_hash` among the hashed fields, so the chain commits to the
+//!   detail too.
+//!
+//! `detail_hash = blake3("auditmem/detail/v1" || canonical bytes of the detail)`
+//! ([`detail_hash`]): the detail fields as a detail read shows them, with the response's
+//! reference in place of its body when it was recorded by reference.
 
 use chrono::{DateTime, SecondsFormat, Utc};
+use serde::ser::{SerializeMap, SerializeSeq};
+use serde::{Serialize, Serializer};
 use serde_json::{json, Map, Value};
 
-use crate::event::AuditEntry;
+use crate::event::{AuditDetail, AuditEntry};
 
+/// The domain of chain rule v1 (entries without `detail_hash`).
 pub const TENANT_CHAIN_DOMAIN: &[u8] = b"auditmem/tenant-chain/v1";
+/// The domain of chain rule v2 (entries with `detail_hash`).
+pub const TENANT_CHAIN_DOMAIN_V2: &[u8] = b"auditmem/tenant-chain/v2";
+/// The domain of an entry's detail digest.
+pub const DETAIL_DOMAIN: &[u8] = b"auditmem/detail/v1";
+
+/// Which rule hashed an entry into its tenant chain: v2 when it carries a `detail_hash`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChainRule {
+    V1,
+    V2,
+}
+
+impl ChainRule {
+    pub fn of(entry: &AuditEntry) -> Self {
+        if entry.detail_hash.is_some() {
+            ChainRule::V2
+        } else {
+            ChainRule::V1
+        }
+    }
+
+    /// The rule of an entry given as its fields (an export row, a list item): v1 when
+    /// `detail_hash` is absent or null (a CSV cell cannot tell the two apart, and v1 entries
+    /// have neither), v2 otherwise.
+    pub fn of_fields(fields: &Map<String, Value>) -> Self {
+        match fields.get("detail_hash") {
+            None | Some(Value::Null) => ChainRule::V1,
+            Some(_) => ChainRule::V2,
+        }
+    }
+
+    pub fn domain(self) -> &'static [u8] {
+        match self {
+            ChainRule::V1 => TENANT_CHAIN_DOMAIN,
+            ChainRule::V2 => TENANT_CHAIN_DOMAIN_V2,
+        }
+    }
+}
 
 /// RFC 3339 UTC with milliseconds, e.g. `2026-11-22T01:02:03.456Z`.
 pub fn format_time(micros: i64) -> String {
@@ -31,11 +84,13 @@ pub fn millis_floor(micros: i64) -> i64 {
     micros.saturating_sub(micros.rem_euclid(1000))
 }
 
-/// Canonical bytes of a field map (keys sorted: serde_json's map is ordered by key).
+/// Canonical bytes of a field map (keys sorted, `hash` left out; a v1 entry's null or absent
+/// `detail_hash` left out too, as its rule hashed no such field).
 pub fn canonical_bytes(fields: &Map<String, Value>) -> Vec<u8> {
+    let v1 = ChainRule::of_fields(fields) == ChainRule::V1;
     let mut sorted: Vec<(&String, &Value)> = fields
         .iter()
-        .filter(|(k, _)| k.as_str() != "hash")
+        .filter(|(k, _)| k.as_str() != "hash" && !(v1 && k.as_str() == "detail_hash"))
         .collect();
     sorted.sort_by(|a, b| a.0.cmp(b.0));
     let mut out = Vec::with_capacity(512);
@@ -47,36 +102,39 @@ pub fn canonical_bytes(fields: &Map<String, Value>) -> Vec<u8> {
         // Writing JSON into a Vec cannot fail.
         let _ = serde_json::to_writer(&mut out, k);
         out.push(b':');
-        let _ = serde_json::to_writer(&mut out, &canonical_value(v));
+        let _ = serde_json::to_writer(&mut out, &Canonical(v));
     }
     out.push(b'}');
     out
 }
 
-/// Nested objects with sorted keys, so the bytes do not depend on the map implementation.
-fn canonical_value(v: &Value) -> Value {
-    match v {
-        Value::Object(m) => {
-            let mut keys: Vec<&String> = m.keys().collect();
-            keys.sort();
-            let mut out = Map::new();
-            for k in keys {
-                out.insert(k.clone(), canonical_value(&m[k]));
+/// A JSON value written with the keys of every object in lexicographic order, so the bytes do
+/// not depend on the map implementation or on the order a client sent them in; written
+/// straight to the output, without a sorted copy of the tree.
+pub struct Canonical<'a>(pub &'a Value);
+
+impl Serialize for Canonical<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.0 {
+            Value::Object(m) => {
+                let mut keys: Vec<&String> = m.keys().collect();
+                keys.sort_unstable();
+                let mut map = s.serialize_map(Some(keys.len()))?;
+                for k in keys {
+                    map.serialize_entry(k, &Canonical(&m[k]))?;
+                }
+                map.end()
             }
-            Value::Object(out)
+            Value::Array(a) => CanonicalSeq(a).serialize(s),
+            other => other.serialize(s),
         }
-        Value::Array(a) => Value::Array(a.iter().map(canonical_value).collect()),
-        other => other.clone(),
     }
 }
 
-/// `blake3(domain || prev || canonical bytes)`.
+/// `blake3(domain of the row's rule || prev || canonical bytes)`: the chain hash of an entry
+/// given as its fields (what `verify --export` checks a row with).
 pub fn chain_hash_fields(prev: &[u8; 32], fields: &Map<String, Value>) -> [u8; 32] {
-    let mut h = blake3::Hasher::new();
-    h.update(TENANT_CHAIN_DOMAIN);
-    h.update(prev);
-    h.update(&canonical_bytes(fields));
-    *h.finalize().as_bytes()
+    chain_hash_canonical(ChainRule::of_fields(fields), prev, &canonical_bytes(fields))
 }
 
 /// The chain hash of a stored entry: the same bytes as [`chain_hash_fields`] over the entry as
@@ -84,20 +142,21 @@ pub fn chain_hash_fields(prev: &[u8; 32], fields: &Map<String, Value>) -> [u8; 3
 /// key order without building a JSON map, since this runs once per audit event on the appender's
 /// path and in replay. It is the chain's format: a change to it breaks every stored chain.
 pub fn chain_hash(prev: &[u8; 32], entry: &AuditEntry) -> [u8; 32] {
-    chain_hash_canonical(prev, &canonical_entry_bytes(entry))
+    chain_hash_canonical(ChainRule::of(entry), prev, &canonical_entry_bytes(entry))
 }
 
 /// The chain hash from an entry's canonical bytes computed beforehand (replay computes them
 /// on every core; only the linking is sequential).
-pub fn chain_hash_canonical(prev: &[u8; 32], canonical: &[u8]) -> [u8; 32] {
+pub fn chain_hash_canonical(rule: ChainRule, prev: &[u8; 32], canonical: &[u8]) -> [u8; 32] {
     let mut h = blake3::Hasher::new();
-    h.update(TENANT_CHAIN_DOMAIN);
+    h.update(rule.domain());
     h.update(prev);
     h.update(canonical);
     *h.finalize().as_bytes()
 }
 
-/// Canonical bytes of an entry's fields, keys in lexicographic order.
+/// Canonical bytes of an entry's fields, keys in lexicographic order; `detail_hash` (lower-case
+/// hex) only on entries that have one (rule v2).
 pub fn canonical_entry_bytes(e: &AuditEntry) -> Vec<u8> {
     fn field<T: serde::Serialize + ?Sized>(out: &mut Vec<u8>, first: bool, key: &str, v: &T) {
         if !first {
@@ -120,6 +179,9 @@ pub fn canonical_entry_bytes(e: &AuditEntry) -> Vec<u8> {
     );
     field(&mut out, false, "created_at", &format_time(e.created_at));
     field(&mut out, false, "credits_consumed", &e.credits_consumed);
+    if let Some(d) = &e.detail_hash {
+        field(&mut out, false, "detail_hash", &hash_hex(d));
+    }
     field(&mut out, false, "duration", &e.duration);
     field(&mut out, false, "error_code", &e.error_code);
     field(&mut out, false, "error_msg", &e.error_msg);
@@ -130,19 +192,106 @@ pub fn canonical_entry_bytes(e: &AuditEntry) -> Vec<u8> {
     field(&mut out, false, "is_cache_hit", &e.is_cache_hit);
     field(&mut out, false, "is_success", &e.is_success);
     match &e.metadata {
-        Some(m) => field(&mut out, false, "metadata", &canonical_value(m)),
+        Some(m) => field(&mut out, false, "metadata", &Canonical(m)),
         None => field(&mut out, false, "metadata", &Value::Null),
     }
     field(&mut out, false, "model_id", &e.model_id);
     field(&mut out, false, "project_id", &e.project_id);
     match &e.tokens {
-        // A small map: canonical_value orders its keys.
-        Some(t) => field(&mut out, false, "tokens", &canonical_value(&json!(t))),
+        // A small map: Canonical orders its keys.
+        Some(t) => field(&mut out, false, "tokens", &Canonical(&json!(t))),
         None => field(&mut out, false, "tokens", &Value::Null),
     }
     field(&mut out, false, "user_agent", &e.user_agent);
     out.push(b'}');
     out
+}
+
+/// The response as a detail read shows it, for the digest: the stored text parsed (as the
+/// tenant parses the body it reads), else the stored value.
+fn shown_response(d: &AuditDetail) -> Option<Value> {
+    match &d.response_json {
+        Some(_) => d.response_body_value(),
+        None => d.response_body.clone(),
+    }
+}
+
+/// Canonical bytes of an entry's detail: the JSON object of `request_body`, `input_content`,
+/// `output_content`, `rag_query`, `rag_results`, `memory_query`, `memory_results` and either
+/// `response_body` (recorded by value) or `response_ref` (recorded by reference: the body is
+/// rendered from it and from entries each covered by their own chain hash), keys sorted at
+/// every level as in [`canonical_bytes`].
+pub fn canonical_detail_bytes(d: &AuditDetail) -> Vec<u8> {
+    let mut out = Vec::with_capacity(256);
+    write_canonical_detail(&mut out, d);
+    out
+}
+
+fn write_canonical_detail<W: std::io::Write>(out: &mut W, d: &AuditDetail) {
+    /// `,"key":` then the value (`null` for none). Writes to a Vec or a hasher cannot fail.
+    fn field<W: std::io::Write, T: Serialize>(out: &mut W, first: bool, key: &str, v: Option<T>) {
+        let _ = out.write_all(if first { b"{\"" } else { b",\"" });
+        let _ = out.write_all(key.as_bytes());
+        let _ = out.write_all(b"\":");
+        let _ = serde_json::to_writer(&mut *out, &v);
+    }
+    fn value(v: &Option<Value>) -> Option<Canonical<'_>> {
+        v.as_ref().map(Canonical)
+    }
+    field(out, true, "input_content", value(&d.input_content));
+    field(out, false, "memory_query", d.memory_query.as_ref());
+    field(
+        out,
+        false,
+        "memory_results",
+        d.memory_results.as_deref().map(CanonicalSeq),
+    );
+    field(out, false, "output_content", value(&d.output_content));
+    field(out, false, "rag_query", d.rag_query.as_ref());
+    field(
+        out,
+        false,
+        "rag_results",
+        d.rag_results.as_deref().map(CanonicalSeq),
+    );
+    field(out, false, "request_body", value(&d.request_body));
+    match &d.response_ref {
+        None => field(
+            out,
+            false,
+            "response_body",
+            shown_response(d).as_ref().map(Canonical),
+        ),
+        Some(r) => {
+            // A reference is plain data (numbers, strings, arrays): it always has a JSON form.
+            let v = serde_json::to_value(r).unwrap_or(Value::Null);
+            field(out, false, "response_ref", Some(Canonical(&v)))
+        }
+    }
+    let _ = out.write_all(b"}");
+}
+
+/// An array of JSON values written as [`Canonical`] writes each.
+struct CanonicalSeq<'a>(&'a [Value]);
+
+impl Serialize for CanonicalSeq<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut seq = s.serialize_seq(Some(self.0.len()))?;
+        for v in self.0 {
+            seq.serialize_element(&Canonical(v))?;
+        }
+        seq.end()
+    }
+}
+
+/// The digest of an entry's detail that its `detail_hash` holds:
+/// `blake3("auditmem/detail/v1" || canonical_detail_bytes)`.
+pub fn detail_hash(d: &AuditDetail) -> [u8; 32] {
+    let mut h = blake3::Hasher::new();
+    h.update(DETAIL_DOMAIN);
+    // blake3's Hasher is an io::Write that cannot fail.
+    write_canonical_detail(&mut h, d);
+    *h.finalize().as_bytes()
 }
 
 #[cfg(test)]
@@ -181,6 +330,7 @@ mod tests {
             tokens: None,
             metadata: Some(json!({"b": 1, "a": {"z": 1, "y": 2}})),
             created_at: 1_763_773_323_456_789,
+            detail_hash: None,
         }
     }
 
@@ -189,6 +339,96 @@ mod tests {
         assert_eq!(
             format_time(1_763_773_323_456_789),
             "2025-11-22T01:02:03.456Z"
+        );
+    }
+
+    #[test]
+    fn rule_v1_hashes_exactly_the_fields_it_always_hashed() {
+        // The v1 bytes are the chain format of every entry written before `detail_hash`
+        // existed: they must never change.
+        let e = entry();
+        let canonical = String::from_utf8(canonical_entry_bytes(&e)).expect("utf8");
+        assert_eq!(
+            canonical,
+            concat!(
+                r#"{"action":"rag.query","balance_consumed_usd":0.0,"#,
+                r#""created_at":"2025-11-22T01:02:03.456Z","credits_consumed":0.5,"#,
+                r#""duration":12.0,"error_code":null,"error_msg":null,"gateway_id":null,"#,
+                r#""http_status":200,"id":"00000000-0000-0000-0000-000000000000","#,
+                r#""ip_address":null,"is_cache_hit":false,"is_success":true,"#,
+                r#""metadata":{"a":{"y":2,"z":1},"b":1},"model_id":null,"project_id":null,"#,
+                r#""tokens":null,"user_agent":null}"#
+            )
+        );
+        let mut h = blake3::Hasher::new();
+        h.update(b"auditmem/tenant-chain/v1");
+        h.update(&[4; 32]);
+        h.update(canonical.as_bytes());
+        assert_eq!(chain_hash(&[4; 32], &e), *h.finalize().as_bytes());
+    }
+
+    #[test]
+    fn rule_v2_hashes_the_detail_digest_under_its_own_domain() {
+        let mut e = entry();
+        let mut detail = AuditDetail {
+            request_body: Some(json!({"q": "x", "a": [1, {"z": 0, "b": 1}]})),
+            response_json: Some(r#"{"success":true,"data":{"b":2,"a":1}}"#.into()),
+            ..Default::default()
+        };
+        e.detail_hash = Some(detail_hash(&detail));
+        let canonical = String::from_utf8(canonical_entry_bytes(&e)).expect("utf8");
+        let shown = format!(
+            r#""credits_consumed":0.5,"detail_hash":"{}","duration""#,
+            hash_hex(&detail_hash(&detail))
+        );
+        assert!(canonical.contains(&shown), "{canonical}");
+        let mut h = blake3::Hasher::new();
+        h.update(b"auditmem/tenant-chain/v2");
+        h.update(&[4; 32]);
+        h.update(canonical.as_bytes());
+        assert_eq!(chain_hash(&[4; 32], &e), *h.finalize().as_bytes());
+        // The detail's canonical bytes: every field, keys sorted at every level, the response
+        // as parsed from the text sent.
+        assert_eq!(
+            String::from_utf8(canonical_detail_bytes(&detail)).expect("utf8"),
+            concat!(
+                r#"{"input_content":null,"memory_query":null,"memory_results":null,"#,
+                r#""output_content":null,"rag_query":null,"rag_results":null,"#,
+                r#""request_body":{"a":[1,{"b":1,"z":0}],"q":"x"},"#,
+                r#""response_body":{"data":{"a":1,"b":2},"success":true}}"#
+            )
+        );
+        let mut h = blake3::Hasher::new();
+        h.update(b"auditmem/detail/v1");
+        h.update(&canonical_detail_bytes(&detail));
+        assert_eq!(detail_hash(&detail), *h.finalize().as_bytes());
+        // Any change to the detail changes the digest.
+        let before = detail_hash(&detail);
+        detail.memory_query = Some(vec!["q".into()]);
+        assert_ne!(detail_hash(&detail), before);
+    }
+
+    #[test]
+    fn a_row_tells_its_rule_by_its_detail_hash() {
+        let mut fields = Map::new();
+        fields.insert("action".into(), json!("a"));
+        let v1 = chain_hash_fields(&[0; 32], &fields);
+        // A null `detail_hash` (a v1 row of a CSV export, read back) is no field at all.
+        fields.insert("detail_hash".into(), Value::Null);
+        assert_eq!(chain_hash_fields(&[0; 32], &fields), v1);
+        let mut h = blake3::Hasher::new();
+        h.update(TENANT_CHAIN_DOMAIN);
+        h.update(&[0; 32]);
+        h.update(br#"{"action":"a"}"#);
+        assert_eq!(v1, *h.finalize().as_bytes());
+        fields.insert("detail_hash".into(), json!("ab"));
+        let mut h = blake3::Hasher::new();
+        h.update(TENANT_CHAIN_DOMAIN_V2);
+        h.update(&[0; 32]);
+        h.update(br#"{"action":"a","detail_hash":"ab"}"#);
+        assert_eq!(
+            chain_hash_fields(&[0; 32], &fields),
+            *h.finalize().as_bytes()
         );
     }
 

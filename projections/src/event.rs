@@ -207,6 +207,12 @@ pub struct AuditEntry {
     pub metadata: Option<Value>,
     /// Microseconds since the Unix epoch, UTC.
     pub created_at: i64,
+    /// blake3 of the entry's canonical detail (`audit_view::detail_hash`): set on every entry
+    /// written by this build, which its tenant chain then hashes under rule v2; `None` on
+    /// entries written before it, whose chain hash keeps rule v1 (`audit_view::ChainRule`).
+    /// Last and defaulted, so entries written without it decode.
+    #[serde(default, with = "serde_bytes")]
+    pub detail_hash: Option<[u8; 32]>,
 }
 
 /// The detail fields of an audit entry.
@@ -235,6 +241,63 @@ pub struct AuditDetail {
     /// records written without it decode.
     #[serde(default)]
     pub response_json: Option<String>,
+    /// The response recorded by reference instead of by value (audit list and detail reads):
+    /// what determines the body exactly, from which the service renders the identical bytes
+    /// when this entry's detail is read. `response_body` and `response_json` are then `None`.
+    /// Last and defaulted, so records written without it decode.
+    #[serde(default)]
+    pub response_ref: Option<ResponseRef>,
+}
+
+/// A response recorded by reference: an answer that is a function of the log (entries that
+/// never change once appended) and of a few values, stored as those values.
+///
+/// Variants and fields follow the event rule: never removed or reordered, new ones last.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum ResponseRef {
+    /// A page of `GET /v1/audit/logs`.
+    #[serde(rename = "audit.list")]
+    List(ListRef),
+    /// `GET /v1/audit/logs/{audit_id}`.
+    #[serde(rename = "audit.read")]
+    Read(ReadRef),
+}
+
+/// What an audit list page was answered from: the effective query (after clamping), the log
+/// position it was answered at, the entries it returned and the values of the page.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ListRef {
+    /// The range searched, micros, inclusive: `start_time` clamped to the retention window.
+    pub from: i64,
+    pub to: i64,
+    /// The action filter (one longer than any action name is kept truncated: it matched none).
+    pub action: Option<String>,
+    /// A cursor page: it starts after this `(created_at, seq)`.
+    pub after: Option<(i64, u64)>,
+    /// The log head the page was answered at (a cursor's pinned position).
+    pub at_seq: u64,
+    pub page: u64,
+    pub page_size: u64,
+    /// The log seqs of the entries returned, in the page's order.
+    pub seqs: Vec<u64>,
+    pub total: u64,
+    pub next_cursor: Option<String>,
+    /// Whether the items showed their chain `hash` (the plan then).
+    pub show_hash: bool,
+}
+
+/// What an audit detail read was answered from: the entry read and how it was shown.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ReadRef {
+    /// The log seq of the entry read.
+    pub seq: u64,
+    /// Whether the entry showed its chain `hash` (the plan then).
+    pub show_hash: bool,
+    /// Whether this entry's own detail renders the answer in full. It does not when the entry
+    /// read was itself a detail read rendered in full: the answer then nested two reads, and
+    /// rendering it would descend a chain of reads of reads as long as callers made it; its
+    /// `response_body` then names the entry read instead (`{"_detail_of": id}`).
+    pub full: bool,
 }
 
 impl AuditDetail {
@@ -598,12 +661,128 @@ mod tests {
                 }),
                 metadata: Some(serde_json::json!({"team": "a", "n": [1, 2.5, -3]})),
                 created_at: 1_700_000_000_123_000,
+                detail_hash: Some([5; 32]),
             },
             detail: AuditDetail {
                 request_body: Some(serde_json::json!({"content": "x"})),
+                response_ref: Some(ResponseRef::List(ListRef {
+                    from: -5,
+                    to: i64::MAX,
+                    action: Some("gateway.chat".into()),
+                    after: Some((7, 8)),
+                    at_seq: 9,
+                    page: 1,
+                    page_size: 2,
+                    seqs: vec![3, 1],
+                    total: 2,
+                    next_cursor: None,
+                    show_hash: true,
+                })),
                 ..Default::default()
             },
         }))
+    }
+
+    #[test]
+    fn audit_records_written_before_the_detail_hash_and_references_decode() {
+        // An AuditRecorded as this build wrote it before `detail_hash` (entry) and
+        // `response_ref` (detail) existed: both read back as None, in both layouts.
+        #[derive(Serialize)]
+        struct OldEntry {
+            id: Uuid,
+            action: String,
+            model_id: Option<String>,
+            project_id: Option<String>,
+            gateway_id: Option<String>,
+            ip_address: Option<String>,
+            user_agent: Option<String>,
+            http_status: u16,
+            is_success: bool,
+            is_cache_hit: bool,
+            error_code: Option<i64>,
+            error_msg: Option<String>,
+            duration: Option<f64>,
+            credits_consumed: f64,
+            balance_consumed_usd: f64,
+            tokens: Option<Tokens>,
+            metadata: Option<Value>,
+            created_at: i64,
+        }
+        #[derive(Serialize)]
+        struct OldDetail {
+            request_body: Option<Value>,
+            response_body: Option<Value>,
+            input_content: Option<Value>,
+            output_content: Option<Value>,
+            rag_query: Option<Vec<String>>,
+            rag_results: Option<Vec<Value>>,
+            memory_query: Option<Vec<String>>,
+            memory_results: Option<Vec<Value>>,
+            response_json: Option<String>,
+        }
+        #[derive(Serialize)]
+        struct OldRecorded {
+            tenant_id: Uuid,
+            entry: OldEntry,
+            detail: OldDetail,
+        }
+        #[derive(Serialize)]
+        enum OldEvent {
+            AuditRecorded(OldRecorded),
+        }
+        let Event::AuditRecorded(mut rec) = sample_audit() else {
+            unreachable!()
+        };
+        rec.entry.detail_hash = None;
+        rec.detail.response_ref = None;
+        rec.detail.response_json = Some("{\"success\":true}".into());
+        let e = rec.entry.clone();
+        let d = rec.detail.clone();
+        let old = OldEvent::AuditRecorded(OldRecorded {
+            tenant_id: rec.tenant_id,
+            entry: OldEntry {
+                id: e.id,
+                action: e.action,
+                model_id: e.model_id,
+                project_id: e.project_id,
+                gateway_id: e.gateway_id,
+                ip_address: e.ip_address,
+                user_agent: e.user_agent,
+                http_status: e.http_status,
+                is_success: e.is_success,
+                is_cache_hit: e.is_cache_hit,
+                error_code: e.error_code,
+                error_msg: e.error_msg,
+                duration: e.duration,
+                credits_consumed: e.credits_consumed,
+                balance_consumed_usd: e.balance_consumed_usd,
+                tokens: e.tokens,
+                metadata: e.metadata,
+                created_at: e.created_at,
+            },
+            detail: OldDetail {
+                request_body: d.request_body,
+                response_body: d.response_body,
+                input_content: d.input_content,
+                output_content: d.output_content,
+                rag_query: d.rag_query,
+                rag_results: d.rag_results,
+                memory_query: d.memory_query,
+                memory_results: d.memory_results,
+                response_json: d.response_json,
+            },
+        });
+        let want = Event::AuditRecorded(rec.clone());
+        for bytes in [
+            rmp_serde::to_vec(&(2u16, &old)).expect("encode"),
+            rmp_serde::to_vec_named(&(1u16, &old)).expect("encode"),
+        ] {
+            assert_eq!(Event::decode(&bytes).expect("decode"), want);
+            assert_eq!(
+                Event::decode_audit_entry(&bytes).expect("entry"),
+                Some((rec.tenant_id, rec.entry.clone()))
+            );
+        }
     }
 
     #[test]

@@ -7,6 +7,7 @@ use axum::response::{IntoResponse, Response};
 use super::envelope::json_response;
 use crate::log::appender::{AppendError, Rejection};
 use crate::registry::ErrorCode;
+use crate::wire::audit::bounds::clip_message;
 use crate::wire::envelope::ErrorEnvelope;
 use crate::wire::Invalid;
 
@@ -118,11 +119,16 @@ pub fn error_body(code: ErrorCode, message: &str) -> ErrorEnvelope {
     ErrorEnvelope::new(code.code(), message)
 }
 
+/// The response of an error: its envelope, and what its audit entry records. Every error answer
+/// goes through here, so this is where a message quoting what the caller sent (a value, a key,
+/// serde's echo of a string) is held to a few hundred bytes of it (`bounds::clip_message`): the
+/// message is answered and stored in the audit entry as `error_msg`, for every later read.
 pub fn error_response(code: ErrorCode, message: &str) -> Response {
-    let mut resp = json_response(code.status(), &error_body(code, message));
+    let message = clip_message(message);
+    let mut resp = json_response(code.status(), &error_body(code, &message));
     resp.extensions_mut().insert(ErrorInfo {
         code: code.code(),
-        message: message.to_string(),
+        message: message.into_owned(),
     });
     resp.extensions_mut().insert(Enveloped);
     if code == ErrorCode::Unauthorized {

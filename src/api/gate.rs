@@ -16,11 +16,18 @@
 //! ```
 //!
 //! Every refusal after `identify` is itself recorded as the tenant's entry.
+//!
+//! What the entry records is bounded (`wire::audit::bounds`): the user agent truncated with a
+//! marker, the tags refused over their size, every detail field within the audit body limit;
+//! the entry's `detail_hash` commits its tenant chain to the detail as stored. A response a
+//! handler recorded by reference (`AuditDetail::response_ref`: audit lists and detail reads)
+//! is sent as it is and not copied into the entry.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use auditmem_projections::audit_view::detail_hash;
 use auditmem_projections::tenants::{ApiKey, Tenant};
 use auditmem_projections::{AuditDetail, AuditEntry, AuditRecorded, Event, Named, Permission};
 use axum::body::{Body, Bytes};
@@ -36,6 +43,7 @@ use super::rate_limit;
 use super::state::AppState;
 use crate::log::appender::{AppendError, Precondition};
 use crate::registry::ErrorCode;
+use crate::wire::audit::bounds;
 use crate::wire::memory::json_of;
 
 /// What a `/v1` route's calls are: the action their audit entries carry and the permission they
@@ -105,22 +113,25 @@ impl Pending {
     }
 }
 
-/// Bodies over the limit are kept as a marked prefix, never silently dropped. The interface
-/// types `request_body` and `response_body` as objects, so JSON of another kind (an array, a
-/// string: a body the route refuses) is kept whole inside a marker object.
+/// Bodies over the limit are kept as a marked prefix, never silently dropped
+/// (`bounds::truncation_marker`). The interface types `request_body` and `response_body` as
+/// objects, so JSON of another kind (an array, a string: a body the route refuses) is kept
+/// inside a marker object, and text that is not JSON as `_unparsed`; what that makes of a body
+/// within the limit is held to it as JSON too (`bounds::bounded_value`).
 pub fn bounded_json(bytes: &[u8], limit: usize) -> Option<Value> {
     if bytes.is_empty() {
         return None;
     }
     if bytes.len() > limit {
-        let cut = String::from_utf8_lossy(&bytes[..limit]).to_string();
-        return Some(json!({"_truncated": true, "_original_bytes": bytes.len(), "_prefix": cut}));
+        let head = String::from_utf8_lossy(&bytes[..limit]);
+        return Some(bounds::truncation_marker(&head, bytes.len(), limit));
     }
-    match serde_json::from_slice::<Value>(bytes) {
-        Ok(v @ Value::Object(_)) => Some(v),
-        Ok(v) => Some(json!({ "_non_object": v })),
-        Err(_) => Some(json!({"_unparsed": String::from_utf8_lossy(bytes)})),
-    }
+    let v = match serde_json::from_slice::<Value>(bytes) {
+        Ok(v @ Value::Object(_)) => v,
+        Ok(v) => json!({ "_non_object": v }),
+        Err(_) => json!({"_unparsed": String::from_utf8_lossy(bytes)}),
+    };
+    Some(bounds::bounded_value(v, limit))
 }
 
 /// The request as its audit entry records it, gathered as the gate goes.
@@ -134,9 +145,9 @@ struct Entry {
     request_body: Option<Value>,
 }
 
-/// The caller's `X-Audit-Metadata` tags, read once: `Err` when the header is there but not a
-/// JSON object.
-type Tags = Result<Option<Value>, ()>;
+/// The caller's `X-Audit-Metadata` tags, read once: `Err` (the refusal's message) when the
+/// header is there but not a JSON object, or larger than `bounds::METADATA_MAX`.
+type Tags = Result<Option<Value>, String>;
 
 pub async fn v1_gate(State(gate): State<Gate>, req: Request, next: Next) -> Response {
     let Gate { state, policy } = gate;
@@ -155,13 +166,15 @@ pub async fn v1_gate(State(gate): State<Gate>, req: Request, next: Next) -> Resp
         tenant: tenant.clone(),
         ip: client_ip(&state, &req),
         // An empty header is no user agent, as ingestion treats empty text: a CSV export
-        // cannot tell an empty cell from a null one.
+        // cannot tell an empty cell from a null one. A long one is kept truncated, marked: the
+        // request happened, so it is recorded, but its header does not get to weigh on every
+        // list page that shows the entry.
         user_agent: req
             .headers()
             .get(header::USER_AGENT)
             .and_then(|v| v.to_str().ok())
             .filter(|s| !s.is_empty())
-            .map(str::to_string),
+            .map(|s| bounds::truncate_text(s, bounds::USER_AGENT_MAX).into_owned()),
         metadata: None,
         request_body: None,
     };
@@ -242,15 +255,25 @@ fn client_ip(state: &AppState, req: &Request) -> Option<String> {
 }
 
 fn tags(headers: &HeaderMap) -> Tags {
-    match headers.get("x-audit-metadata") {
-        None => Ok(None),
-        Some(h) => h
-            .to_str()
-            .ok()
-            .and_then(|text| serde_json::from_str::<Value>(text).ok())
-            .filter(Value::is_object)
-            .map(Some)
-            .ok_or(()),
+    let Some(h) = headers.get("x-audit-metadata") else {
+        return Ok(None);
+    };
+    let max = bounds::METADATA_MAX;
+    if h.len() > max {
+        return Err(bounds::too_long("X-Audit-Metadata", h.len(), max).0);
+    }
+    let tags = h
+        .to_str()
+        .ok()
+        .and_then(|text| serde_json::from_str::<Value>(text).ok())
+        .filter(Value::is_object)
+        .ok_or_else(|| "X-Audit-Metadata must be a JSON object".to_string())?;
+    // Stored compact, which can be longer than sent (`1E2` is stored as `100.0`).
+    match bounds::json_len(&tags) {
+        n if n > max => Err(format!(
+            "X-Audit-Metadata is {n} bytes as stored (compact JSON); at most {max} are allowed"
+        )),
+        _ => Ok(Some(tags)),
     }
 }
 
@@ -290,8 +313,7 @@ fn authorize(
     tags: Tags,
     entry: &mut Entry,
 ) -> Result<(), ApiError> {
-    entry.metadata =
-        tags.map_err(|()| ApiError::bad_request("X-Audit-Metadata must be a JSON object"))?;
+    entry.metadata = tags.map_err(ApiError::bad_request)?;
     if !key.has(policy.permission) {
         return Err(ApiError::forbidden(format!(
             "this API key lacks the '{}' permission",
@@ -360,7 +382,10 @@ async fn record(state: &AppState, entry: Entry, resp: Response) -> Response {
         .get::<Pending>()
         .and_then(Pending::take)
         .unwrap_or_default();
-    let (resp, response_body, response_json) = if pending.streamed {
+    // A file stream is not buffered; a response recorded by reference is rendered again from
+    // its reference when the entry's detail is read, so it is not copied into the entry.
+    let by_reference = pending.detail.response_ref.is_some();
+    let (resp, response_body, response_json) = if pending.streamed || by_reference {
         (resp, None, None)
     } else {
         match recorded_body(state, resp).await {
@@ -379,6 +404,9 @@ async fn record(state: &AppState, entry: Entry, resp: Response) -> Response {
     detail.request_body = entry.request_body.clone();
     detail.response_body = response_body;
     detail.response_json = response_json;
+    // The handlers' detail fields (memory results, extraction input and output) within the
+    // limit the bodies already keep.
+    bounds::bound_detail(&mut detail, state.settings.audit_body_limit);
     events.push(audit_event(&entry, &resp, detail, credits, usd));
     let outcome = match check {
         Some(check) => state.appender.append_checked(events, check).await,
@@ -423,6 +451,7 @@ async fn recorded_body(
     Ok((Response::from_parts(parts, Body::from(b)), value, text))
 }
 
+/// The request's `AuditRecorded`, its entry committing to `detail` as given (bounded already).
 fn audit_event(
     entry: &Entry,
     resp: &Response,
@@ -432,6 +461,7 @@ fn audit_event(
 ) -> Event {
     let status = resp.status().as_u16();
     let info = resp.extensions().get::<ErrorInfo>();
+    let detail_hash = Some(detail_hash(&detail));
     Event::AuditRecorded(Box::new(AuditRecorded {
         tenant_id: entry.tenant.id,
         entry: AuditEntry {
@@ -455,6 +485,7 @@ fn audit_event(
             tokens: None,
             metadata: entry.metadata.clone(),
             created_at: crate::wire::time::now_stored(),
+            detail_hash,
         },
         detail,
     }))

@@ -87,6 +87,7 @@ fn full_entry() -> (AuditEntry, AuditRef) {
         }),
         metadata: Some(Value::Object(Map::new())),
         created_at: 0,
+        detail_hash: Some([0; 32]),
     };
     let r = AuditRef {
         id: entry.id,
@@ -728,12 +729,13 @@ mod tests {
                 "tokens",
                 "metadata",
                 "created_at",
+                "detail_hash",
                 "chain_index",
                 "prev_hash",
                 "hash"
             ]
         );
-        assert_eq!(columns(false).len(), 18);
+        assert_eq!(columns(false).len(), 19);
         let text: Vec<&str> = columns(true)
             .iter()
             .filter(|c| c.text)
@@ -751,6 +753,7 @@ mod tests {
                 "user_agent",
                 "error_msg",
                 "created_at",
+                "detail_hash",
                 "prev_hash",
                 "hash"
             ]

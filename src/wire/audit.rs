@@ -1,13 +1,18 @@
 //! The audit log's shapes: the entry as lists, details and exports show it, the list's query
-//! and page, and the gateway's ingestion body.
+//! and page, and the gateway's ingestion body; [`bounds`], the bounds on what callers put in an
+//! entry.
+
+pub mod bounds;
 
 use std::borrow::Cow;
 
 use auditmem_projections::audit_index::AuditRef;
-use auditmem_projections::audit_view::{hash_hex, millis_floor};
+use auditmem_projections::audit_view::{detail_hash, hash_hex, millis_floor};
+use auditmem_projections::event::ResponseRef;
 use auditmem_projections::{AuditDetail, AuditEntry, AuditRecorded, Tokens};
 use base64::Engine;
 use serde::{Deserialize, Serialize, Serializer};
+use serde_json::value::RawValue;
 use serde_json::Value;
 use utoipa::openapi::schema::Schema;
 use utoipa::openapi::RefOr;
@@ -86,6 +91,11 @@ pub struct AuditLogEntry<'a> {
     /// RFC 3339 UTC, milliseconds.
     #[schema(value_type = String)]
     pub created_at: Time,
+    /// blake3 (hex) of the entry's canonical detail, among the fields its chain `hash` covers
+    /// (tenant chain rule v2, docs/API.md); null on entries written before the detail was
+    /// hashed, whose `hash` follows rule v1.
+    #[schema(value_type = Option<String>)]
+    pub detail_hash: Option<Hex>,
     // An entry's place in its tenant's chain, in the rows of an export of a plan that sees it
     // (and only there, so not in the list item's schema).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -122,6 +132,7 @@ impl<'a> AuditLogEntry<'a> {
             tokens: e.tokens.as_ref(),
             metadata: e.metadata.as_ref(),
             created_at: Time(e.created_at),
+            detail_hash: e.detail_hash.map(Hex),
             chain_index: chain.map(|c| c.0),
             prev_hash: chain.map(|c| c.1),
             hash,
@@ -187,26 +198,77 @@ impl ToSchema for ListedEntry {
     }
 }
 
+/// A response body as a detail read shows it: the JSON text as it was sent, byte for byte (the
+/// stored text, or the answer rendered again from its reference), or a stored JSON value (a
+/// body recorded as a tree: a truncation marker, an ingested body).
+#[derive(Debug)]
+pub enum ShownBody {
+    Sent(Box<RawValue>),
+    Value(Value),
+}
+
+impl ShownBody {
+    /// A body the service rendered (always UTF-8 JSON: it is what a handler answered).
+    pub fn rendered(bytes: Vec<u8>) -> Result<Self, String> {
+        let text = String::from_utf8(bytes).map_err(|e| e.to_string())?;
+        RawValue::from_string(text)
+            .map(ShownBody::Sent)
+            .map_err(|e| e.to_string())
+    }
+
+    /// The body a by-value entry stored, as its detail shows it: a stored text that is not
+    /// JSON (none is recorded so) as `{"_unparsed": text}`, as it is hashed
+    /// (`AuditDetail::response_body_value`).
+    pub fn stored(d: &AuditDetail) -> Option<Self> {
+        match &d.response_json {
+            Some(text) => Some(match RawValue::from_string(text.clone()) {
+                Ok(raw) => ShownBody::Sent(raw),
+                Err(_) => ShownBody::Value(serde_json::json!({ "_unparsed": text })),
+            }),
+            None => d.response_body.clone().map(ShownBody::Value),
+        }
+    }
+}
+
+impl Serialize for ShownBody {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            ShownBody::Sent(raw) => raw.serialize(s),
+            ShownBody::Value(v) => v.serialize(s),
+        }
+    }
+}
+
 /// An audit log entry with its detail fields.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct AuditLogDetail {
     #[serde(flatten)]
     pub entry: ListedEntry,
     pub request_body: Option<Value>,
-    pub response_body: Option<Value>,
+    /// The body the caller received: the JSON text as sent when it was within the audit body
+    /// limit (or recorded by reference), else a marker.
+    #[schema(value_type = Option<Object>)]
+    pub response_body: Option<ShownBody>,
     pub input_content: Option<Value>,
     pub output_content: Option<Value>,
     pub rag_query: Option<Vec<String>>,
     pub rag_results: Option<Vec<Value>>,
     pub memory_query: Option<Vec<String>>,
     pub memory_results: Option<Vec<Value>>,
+    /// For an audit list or detail read, what its response was recorded as instead of its
+    /// body (`response_body` is rendered from it); it is what `detail_hash` covers in place of
+    /// `response_body`. Null for every other entry.
+    #[schema(value_type = Option<Object>)]
+    pub response_ref: Option<ResponseRef>,
 }
 
 impl AuditLogDetail {
-    pub fn new(entry: ListedEntry, d: AuditDetail) -> Self {
+    /// The detail view of `entry` with its detail `d`, the response shown as `response_body`
+    /// (the stored body, or the one rendered from `d.response_ref`).
+    pub fn new(entry: ListedEntry, d: AuditDetail, response_body: Option<ShownBody>) -> Self {
         AuditLogDetail {
             entry,
-            response_body: d.response_body_value(),
+            response_body,
             request_body: d.request_body,
             input_content: d.input_content,
             output_content: d.output_content,
@@ -214,6 +276,7 @@ impl AuditLogDetail {
             rag_results: d.rag_results,
             memory_query: d.memory_query,
             memory_results: d.memory_results,
+            response_ref: d.response_ref,
         }
     }
 }
@@ -519,11 +582,19 @@ impl IngestEntry {
     /// The event entry `i` of a body appends as audit entry `id`, received at `now`; every
     /// refusal names `entries[i]` and the field. Whether the tenant exists is the caller's
     /// check (it needs the state).
-    pub fn check(self, i: usize, id: Uuid, now: i64) -> Result<AuditRecorded, Invalid> {
+    /// Detail fields over `body_limit` bytes of JSON (the audit body limit) are stored with
+    /// their marker (`bounds::bound_detail`).
+    pub fn check(
+        self,
+        i: usize,
+        id: Uuid,
+        now: i64,
+        body_limit: usize,
+    ) -> Result<AuditRecorded, Invalid> {
         let named = |Invalid(msg)| Invalid(format!("entries[{i}]: {msg}"));
         let created_at = self.check_entry(now).map_err(named)?;
         self.check_detail().map_err(named)?;
-        Ok(self.recorded(id, created_at))
+        Ok(self.recorded(id, created_at, body_limit))
     }
 
     /// The entry's own fields; returns its time (now when not given).
@@ -532,6 +603,24 @@ impl IngestEntry {
             return Err(Invalid::new(
                 "action must be a dotted name such as gateway.chat",
             ));
+        }
+        for (field, v, max) in [
+            ("model_id", &self.model_id, bounds::ID_TEXT_MAX),
+            ("project_id", &self.project_id, bounds::ID_TEXT_MAX),
+            ("gateway_id", &self.gateway_id, bounds::ID_TEXT_MAX),
+            ("user_agent", &self.user_agent, bounds::USER_AGENT_MAX),
+            ("error_msg", &self.error_msg, bounds::ERROR_MSG_MAX),
+        ] {
+            if let Some(n) = v.as_ref().map(String::len).filter(|&n| n > max) {
+                return Err(bounds::too_long(field, n, max));
+            }
+        }
+        if let Some(ip) = self.ip_address.as_deref().filter(|s| !s.is_empty()) {
+            if ip.parse::<std::net::IpAddr>().is_err() {
+                return Err(Invalid::new(
+                    "ip_address must be an IPv4 or IPv6 address (such as 203.0.113.7 or 2001:db8::1)",
+                ));
+            }
         }
         if !(100..=599).contains(&self.http_status) {
             return Err(Invalid::new(
@@ -556,8 +645,14 @@ impl IngestEntry {
                 return Err(Invalid(format!("{field} must be a number of at least 0")));
             }
         }
-        if self.metadata.as_ref().is_some_and(|m| !m.is_object()) {
-            return Err(Invalid::new("metadata must be a JSON object"));
+        if let Some(m) = &self.metadata {
+            if !m.is_object() {
+                return Err(Invalid::new("metadata must be a JSON object"));
+            }
+            let n = bounds::json_len(m);
+            if n > bounds::METADATA_MAX {
+                return Err(bounds::too_long("metadata", n, bounds::METADATA_MAX));
+            }
         }
         Ok(created_at)
     }
@@ -588,11 +683,24 @@ impl IngestEntry {
         }
     }
 
-    /// The checked entry as the event that records it.
-    fn recorded(self, id: Uuid, created_at: i64) -> AuditRecorded {
+    /// The checked entry as the event that records it: its detail bounded and hashed.
+    fn recorded(self, id: Uuid, created_at: i64, body_limit: usize) -> AuditRecorded {
         let e = self;
         // Empty strings are stored as null: an export cell cannot tell the two apart.
         let text = |v: Option<String>| v.filter(|s| !s.is_empty());
+        let mut detail = AuditDetail {
+            request_body: e.request_body,
+            response_body: e.response_body,
+            input_content: e.input_content,
+            output_content: e.output_content,
+            rag_query: e.rag_query,
+            rag_results: e.rag_results,
+            memory_query: None,
+            memory_results: None,
+            response_json: None,
+            response_ref: None,
+        };
+        bounds::bound_detail(&mut detail, body_limit);
         AuditRecorded {
             tenant_id: e.tenant_id,
             entry: AuditEntry {
@@ -614,18 +722,9 @@ impl IngestEntry {
                 tokens: e.tokens.map(Tokens::from),
                 metadata: e.metadata,
                 created_at: millis_floor(created_at),
+                detail_hash: Some(detail_hash(&detail)),
             },
-            detail: AuditDetail {
-                request_body: e.request_body,
-                response_body: e.response_body,
-                input_content: e.input_content,
-                output_content: e.output_content,
-                rag_query: e.rag_query,
-                rag_results: e.rag_results,
-                memory_query: None,
-                memory_results: None,
-                response_json: None,
-            },
+            detail,
         }
     }
 }
@@ -670,6 +769,7 @@ pub(crate) mod tests {
             }),
             metadata: Some(json!({"b": [1, 2.5], "a": null})),
             created_at: 1_700_000_000_123_000,
+            detail_hash: Some([4; 32]),
         };
         let r = AuditRef {
             id: entry.id,
@@ -696,7 +796,8 @@ pub(crate) mod tests {
             shown["tokens"],
             json!({"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3})
         );
-        assert_eq!(shown.as_object().map(|m| m.len()), Some(19));
+        assert_eq!(shown["detail_hash"], json!(hex::encode([4u8; 32])));
+        assert_eq!(shown.as_object().map(|m| m.len()), Some(20));
         let hidden =
             serde_json::to_value(ListedEntry::new(entry.clone(), &r, false)).expect("json");
         assert_eq!(hidden["hash"], Value::Null);
@@ -708,7 +809,7 @@ pub(crate) mod tests {
         assert_eq!(row["hash"], shown["hash"]);
         let row = serde_json::to_value(AuditLogEntry::exported(&entry, &r, false)).expect("json");
         assert_eq!(row.as_object().map(|m| m.contains_key("hash")), Some(false));
-        assert_eq!(row.as_object().map(|m| m.len()), Some(18));
+        assert_eq!(row.as_object().map(|m| m.len()), Some(19));
     }
 
     /// The fields an export row of `e` holds, parsed back as `verify --export` reads them.
@@ -725,8 +826,10 @@ pub(crate) mod tests {
             canonical_bytes, canonical_entry_bytes, chain_hash, chain_hash_fields,
         };
         let (mut e, r) = sample();
-        for change in 0..3 {
+        for change in 0..4 {
             match change {
+                // An entry of rule v1: its row's `detail_hash` is null, hashed as no field.
+                3 => e.detail_hash = None,
                 1 => {
                     e.error_msg = Some("quote \" and \n newline, unicode é".into());
                     e.metadata = None;

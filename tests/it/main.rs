@@ -18,6 +18,7 @@ mod disk_full;
 mod edge;
 mod embed_model;
 mod embed_openai;
+mod entry_integrity;
 mod export;
 mod export_disk;
 mod export_quota;

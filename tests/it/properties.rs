@@ -124,7 +124,12 @@ fn audit_entry_with(floats: fn() -> BoxedStrategy<f64>) -> impl Strategy<Value =
             floats(),
             floats(),
         ),
-        (option::of(tokens()), optional_json(), any::<i64>()),
+        (
+            option::of(tokens()),
+            optional_json(),
+            any::<i64>(),
+            option::of(any::<[u8; 32]>()),
+        ),
     )
         .prop_map(
             |(
@@ -139,7 +144,7 @@ fn audit_entry_with(floats: fn() -> BoxedStrategy<f64>) -> impl Strategy<Value =
                     credits_consumed,
                     balance_consumed_usd,
                 ),
-                (tokens, metadata, created_at),
+                (tokens, metadata, created_at, detail_hash),
             )| AuditEntry {
                 id,
                 action,
@@ -159,6 +164,7 @@ fn audit_entry_with(floats: fn() -> BoxedStrategy<f64>) -> impl Strategy<Value =
                 tokens,
                 metadata,
                 created_at,
+                detail_hash,
             },
         )
 }

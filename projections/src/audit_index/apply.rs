@@ -13,7 +13,7 @@ use uuid::Uuid;
 use super::refs::{AuditRef, REF_LEN};
 use super::state::{action_key, IndexState};
 use super::{AuditIndex, BLOCK_REFS, TREE};
-use crate::audit_view::{canonical_entry_bytes, chain_hash_canonical};
+use crate::audit_view::{canonical_entry_bytes, chain_hash_canonical, ChainRule};
 use crate::event::Event;
 use crate::overlay::{fold_new, prefixed};
 use crate::projection::{Applied, Projection, Result};
@@ -55,12 +55,13 @@ impl Projection for AuditIndex {
                         .copied()
                         .unwrap_or(([0; 32], 0)),
                 };
+                let rule = ChainRule::of(&rec.entry);
                 let (hash, action) = match a.prepared.and_then(|p| p.audit.as_ref()) {
                     Some((canonical, action)) => {
-                        (chain_hash_canonical(&head.0, canonical), *action)
+                        (chain_hash_canonical(rule, &head.0, canonical), *action)
                     }
                     None => (
-                        chain_hash_canonical(&head.0, &canonical_entry_bytes(&rec.entry)),
+                        chain_hash_canonical(rule, &head.0, &canonical_entry_bytes(&rec.entry)),
                         action_key(&rec.entry.action),
                     ),
                 };

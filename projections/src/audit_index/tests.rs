@@ -28,6 +28,7 @@ fn entry(action: &str, created_at: i64) -> AuditEntry {
         tokens: None,
         metadata: None,
         created_at,
+        detail_hash: None,
     }
 }
 

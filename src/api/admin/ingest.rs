@@ -1,5 +1,6 @@
 //! `POST /admin/v1/audit/logs`: entries the gateway reports (gateway.chat, rag.query, ...),
-//! checked one by one and appended as one atomic group.
+//! checked one by one (fields over their bounds refused, detail fields over the audit body
+//! limit stored with a marker, each entry's detail hashed) and appended as one atomic group.
 
 use std::collections::HashMap;
 
@@ -43,7 +44,8 @@ pub(crate) async fn ingest_audit(
         }
         let id = Uuid::now_v7();
         ids.push(id);
-        events.push(Event::AuditRecorded(Box::new(e.check(i, id, now)?)));
+        let limit = state.settings.audit_body_limit;
+        events.push(Event::AuditRecorded(Box::new(e.check(i, id, now, limit)?)));
     }
     state.appender.append(events).await?;
     Ok(Data(Ingested { ids }))
