@@ -129,8 +129,9 @@ pub struct ServeArgs {
     #[arg(long, env = "AUDITMEM_INGEST_TOKEN", hide_env_values = true)]
     pub ingest_token: Option<String>,
     /// Largest accepted request body, bytes (larger: 413), on every route, admin included.
-    /// 1 MiB holds any valid tenant request (the largest is a 100,000-character extraction
-    /// input); gateways ingesting entries with large bodies size their batches under it.
+    /// 1 MiB holds any valid tenant request at the default caps (the largest is a
+    /// 20,000-character extraction input, at most ~80 KB as UTF-8); gateways ingesting entries
+    /// with large bodies size their batches under it.
     #[arg(long, env = "AUDITMEM_MAX_BODY_BYTES", default_value_t = 1024 * 1024)]
     pub max_body_bytes: usize,
     /// Sustained requests per second allowed to each API key on `/v1` (token bucket; above it:
