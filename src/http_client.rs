@@ -120,6 +120,24 @@ pub fn refused_redirect(
     )
 }
 
+/// Sends a command-line request to the server at `base`: a transport failure names the server
+/// without its credentials, and a redirect is refused rather than followed (the CLI carries the
+/// admin token).
+pub fn send(
+    req: reqwest::blocking::RequestBuilder,
+    base: &str,
+    path: &str,
+) -> anyhow::Result<reqwest::blocking::Response> {
+    let resp = req
+        .send()
+        .map_err(|e| anyhow::anyhow!("reaching {}: {}", redacted(base), chain(&e.without_url())))?;
+    let status = resp.status();
+    if status.is_redirection() {
+        anyhow::bail!("{path}: {}", refused_redirect(status, resp.headers()));
+    }
+    Ok(resp)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

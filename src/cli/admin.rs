@@ -123,20 +123,8 @@ pub fn run(args: AdminArgs) -> anyhow::Result<ExitCode> {
             if let Some(b) = body {
                 req = req.json(&b);
             }
-            let resp = req.send().map_err(|e| {
-                anyhow::anyhow!(
-                    "reaching {}: {}",
-                    crate::http_client::redacted(&base),
-                    crate::http_client::chain(&e.without_url())
-                )
-            })?;
+            let resp = crate::http_client::send(req, &base, path)?;
             let status = resp.status();
-            if status.is_redirection() {
-                bail!(
-                    "{path}: {}",
-                    crate::http_client::refused_redirect(status, resp.headers())
-                );
-            }
             let v: Value = resp
                 .json()
                 .with_context(|| format!("{path} answered {status} without JSON"))?;

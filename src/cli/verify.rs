@@ -248,24 +248,12 @@ fn admin_get(
     path: &str,
     token: &str,
 ) -> anyhow::Result<reqwest::blocking::Response> {
-    let resp = client
-        .get(format!("{base}{path}"))
-        .bearer_auth(token)
-        .send()
-        .map_err(|e| {
-            anyhow::anyhow!(
-                "reaching {}: {}",
-                crate::http_client::redacted(base),
-                crate::http_client::chain(&e.without_url())
-            )
-        })?;
+    let resp = crate::http_client::send(
+        client.get(format!("{base}{path}")).bearer_auth(token),
+        base,
+        path,
+    )?;
     let status = resp.status();
-    if status.is_redirection() {
-        bail!(
-            "{path}: {}",
-            crate::http_client::refused_redirect(status, resp.headers())
-        );
-    }
     if !status.is_success() {
         bail!("{path} answered {status}");
     }

@@ -512,3 +512,20 @@ pub fn replayed_copy(data_dir: &Path, to: &Path) {
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.starts_with("replayed "), "{out}");
 }
+
+/// Ingests `n` gateway entries of ~400 bytes each into `tenant`, 1,000 a call: bulk for the
+/// export tests' files.
+pub fn ingest_filler(s: &Server, tenant: &str, n: usize) {
+    for chunk in (0..n).collect::<Vec<_>>().chunks(1000) {
+        let entries: Vec<Value> = chunk
+            .iter()
+            .map(|i| json!({"tenant_id": tenant, "action": "gateway.chat", "http_status": 200, "user_agent": format!("agent/{i:08}"), "error_msg": "e".repeat(300)}))
+            .collect();
+        let (status, v) = s.admin(
+            Method::POST,
+            "/admin/v1/audit/logs",
+            Some(json!({ "entries": entries })),
+        );
+        assert_eq!(status, 200, "{v}");
+    }
+}

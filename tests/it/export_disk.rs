@@ -6,24 +6,9 @@
 use crate::common;
 use crate::disk_full::{fill, Mount};
 
-use common::{assert_error, Server};
+use common::{assert_error, ingest_filler, Server};
 use reqwest::Method;
-use serde_json::{json, Value};
-
-fn ingest(s: &Server, tenant: &str, n: usize) {
-    for chunk in (0..n).collect::<Vec<_>>().chunks(1000) {
-        let entries: Vec<Value> = chunk
-            .iter()
-            .map(|i| json!({"tenant_id": tenant, "action": "gateway.chat", "http_status": 200, "user_agent": format!("agent/{i:08}"), "error_msg": "e".repeat(300)}))
-            .collect();
-        let (status, v) = s.admin(
-            Method::POST,
-            "/admin/v1/audit/logs",
-            Some(json!({ "entries": entries })),
-        );
-        assert_eq!(status, 200, "{v}");
-    }
-}
+use serde_json::json;
 
 const MIB: u64 = 1 << 20;
 
@@ -51,7 +36,7 @@ fn exports_stop_at_their_reserve_and_the_log_keeps_taking_writes() {
     let (tenant, key) = s.tenant_with_key("pro");
     let (_, other) = s.tenant_with_key("business");
     // ~20,000 rows of ~450 bytes: ~9 MB a file.
-    ingest(&s, &tenant, 20_000);
+    ingest_filler(&s, &tenant, 20_000);
     // One export after another, as in the issue, until one meets the reserve.
     let mut failed = None;
     for _ in 0..40 {
@@ -100,7 +85,7 @@ fn exports_stop_at_their_reserve_and_the_log_keeps_taking_writes() {
     assert_eq!(status, 200, "{v}");
     let (status, v) = s.get("/v1/audit/logs?page_size=1", &key);
     assert_eq!(status, 200, "{v}");
-    ingest(&s, &tenant, 100);
+    ingest_filler(&s, &tenant, 100);
     let (status, v) = s.call(Method::GET, "/healthz", None, None);
     assert_eq!(
         (status, v["data"]["status"].clone()),

@@ -7,8 +7,7 @@ use crate::common;
 
 use std::time::{Duration, Instant};
 
-use common::{assert_error, Server};
-use reqwest::Method;
+use common::{assert_error, ingest_filler, Server};
 use serde_json::{json, Value};
 
 /// `POST /v1/audit/logs/export` with the `Retry-After` header: (status, body, Retry-After).
@@ -36,21 +35,6 @@ fn export_until(s: &Server, key: &str, want: &str) -> String {
     let id = v["data"]["export_id"].as_str().expect("id").to_string();
     s.wait_export_status(key, &id, want);
     id
-}
-
-fn ingest(s: &Server, tenant: &str, n: usize) {
-    for chunk in (0..n).collect::<Vec<_>>().chunks(1000) {
-        let entries: Vec<Value> = chunk
-            .iter()
-            .map(|i| json!({"tenant_id": tenant, "action": "gateway.chat", "http_status": 200, "user_agent": format!("agent/{i:08}"), "error_msg": "e".repeat(300)}))
-            .collect();
-        let (status, v) = s.admin(
-            Method::POST,
-            "/admin/v1/audit/logs",
-            Some(json!({ "entries": entries })),
-        );
-        assert_eq!(status, 200, "{v}");
-    }
 }
 
 fn assert_quota_refusal(
@@ -150,7 +134,7 @@ fn live_bytes_are_limited_and_the_next_export_waits_for_enough_to_expire() {
     ]);
     let (tenant, key) = s.tenant_with_key("pro");
     // 3,000 rows of ~450 bytes: one file past 1 MiB, which completes.
-    ingest(&s, &tenant, 3000);
+    ingest_filler(&s, &tenant, 3000);
     let id = export_until(&s, &key, "completed");
     let (_, st) = s.get(&format!("/v1/audit/logs/export/{id}"), &key);
     let size = st["data"]["file_size"].as_u64().unwrap_or(0);
