@@ -1,32 +1,41 @@
-//! Async front for a blocking [`Embedder`]: one dedicated OS thread owns the model and serves
+//! Async front for a blocking [`Embedder`]: dedicated OS threads own the model's work and serve
 //! the callers' texts in fair turns, and repeated texts are answered from an LRU cache without
 //! touching the model.
 //!
 //! **Fair turns.** Each owner (the API passes the tenant: [`EmbedService::embed_for`]) has a
-//! queue of its requests, and the worker serves the owners with texts waiting round-robin. An
+//! queue of its requests, and the workers serve the owners with texts waiting round-robin. An
 //! owner's **turn** is its next texts, oldest request first, up to one batch: `max_batch`
 //! texts and `max_batch_bytes` bytes of text (a longer text is a turn of its own). A batch is
 //! the next owner's turn, followed by the turns after it as long as each fits whole in what is
-//! left of the batch. A large request is so cut into batches, and another owner's short
-//! request waits for the batch running when it arrived (and one turn of each owner queued
-//! before it), then runs in a batch of its own size, never behind the large request's next
+//! left of the batch. An owner leaves the turns while its batch runs and goes to their back
+//! when it ends, behind every owner that came meanwhile. A large request is so cut into
+//! batches, and another owner's short request never waits behind the large request's next
 //! slice; concurrent short requests still share batches.
 //!
+//! **Lanes.** `workers` batches run at once, never two of the same owner, each worker with
+//! its own thread pool for the model's kernels. With more than one, the first worker is the
+//! **prompt lane**: it takes only short turns (a query, a single memory: at most
+//! [`SHORT_TEXTS`] texts and [`SHORT_BYTES`] bytes), and the others take any turn with their
+//! threads' nice value raised by `bulk_nice`. While one owner's large request holds a bulk
+//! worker, another owner's query so starts at once, and the scheduler gives its threads most
+//! of the cores until it is done, rather than an even share with the batch, or none until the
+//! batch ends. One owner runs one batch at a time, as with a single worker.
+//!
 //! ```text
-//! embed_for(A, 200 texts) ─┐                         ┌─▶ [A: 16 texts]
-//! embed_for(B, 1 text)  ───┼─▶ turns A, B, C, A... ──┼─▶ [B: 1] [C: 3]   (turns that fit whole)
-//! embed_for(C, 3 texts) ───┘   (one queue per owner) └─▶ [A: 16 texts] ...
+//! embed_for(A, 200 texts) ─┐                         ┌─▶ bulk:   [A: 16] [A: 16] ...  (niced)
+//! embed_for(B, 1 text)  ───┼─▶ turns A, B, C, A... ──┤
+//! embed_for(C, 3 texts) ───┘   (one queue per owner) └─▶ prompt: [B: 1, C: 3] (short turns)
 //! ```
 //!
 //! **Abandoned work.** A caller whose future is dropped (its request timed out, its client went
-//! away) closes its reply channel; the worker drops such a request from its queue before
+//! away) closes its reply channel; the workers drop such a request from its queue before
 //! running any more of it, so at most the batch already running is spent on it.
 //!
 //! Counters: `auditmem_embed_texts_total` (texts run through the model) and
 //! `auditmem_embed_abandoned_texts_total` (texts dropped because their caller had gone).
 
 use std::collections::hash_map::Entry;
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::num::NonZeroUsize;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -50,7 +59,16 @@ pub struct EmbedServiceConfig {
     /// Longer texts are not cached: keys are full texts and a few huge ones
     /// would dominate memory while rarely repeating.
     pub max_cached_text_bytes: usize,
+    /// Batches run at once, each of another owner (module doc, "Lanes").
+    pub workers: usize,
+    /// How much the bulk lanes' threads' nice value is raised (0-19), with more than one worker.
+    pub bulk_nice: i32,
 }
+
+/// A turn of at most this many texts ...
+pub const SHORT_TEXTS: usize = 4;
+/// ... and bytes of text is short: the prompt lane takes it (module doc, "Lanes").
+pub const SHORT_BYTES: usize = 1024;
 
 impl EmbedServiceConfig {
     /// For a remote provider: batches of up to 64 texts or 64 KiB. A provider's time is mostly
@@ -67,7 +85,10 @@ impl EmbedServiceConfig {
 /// For the in-process model: batches of up to 16 texts or 2 KiB of text (docs/EMBEDDINGS.md,
 /// "Fair turns", has the measurements). The model's time grows nearly linearly with the tokens
 /// it reads, so larger batches buy little throughput, while a short request queued behind a
-/// batch waits for all of it.
+/// batch waits for all of it. Two workers: a prompt lane lets one owner's query run beside
+/// another's batch instead of after it, and a bulk lane at nice +10 (about a tenth of a core's
+/// share against the prompt lane's threads) lets it take nearly the whole machine while it
+/// runs; more lanes would only split the same cores between more batches.
 impl Default for EmbedServiceConfig {
     fn default() -> Self {
         Self {
@@ -75,6 +96,8 @@ impl Default for EmbedServiceConfig {
             max_batch_bytes: 2 * 1024,
             cache_entries: 1024,
             max_cached_text_bytes: 8 * 1024,
+            workers: 2,
+            bulk_nice: 10,
         }
     }
 }
@@ -100,11 +123,16 @@ impl Job {
     }
 }
 
-/// The owners' queues. An owner is in `turns` exactly when it has a request in `waiting`.
+/// The owners' queues. An owner with a request in `waiting` is in `turns`, or in `busy` while
+/// a batch of its runs (it may be in both: a request came during its batch).
 #[derive(Default)]
 struct Queues {
     /// Owners with requests waiting, in the order they are served.
     turns: VecDeque<Uuid>,
+    /// Owners with a batch running: no worker takes another turn of theirs meanwhile.
+    busy: HashSet<Uuid>,
+    /// Workers still running; the last one to end drops what is left queued.
+    workers: usize,
     /// Each waiting owner's requests, oldest first. A request partly run is out of its queue
     /// while its slice runs, and back at the front after.
     waiting: HashMap<Uuid, VecDeque<Job>>,
@@ -124,16 +152,34 @@ impl Queues {
         }
     }
 
-    /// Puts a request partly run back at the front of its owner's queue (the owner at the end
-    /// of the turns if it had left them).
+    /// Puts a request partly run back at the front of its owner's queue.
     fn put_back(&mut self, owner: Uuid, job: Job) {
-        match self.waiting.entry(owner) {
-            Entry::Occupied(mut e) => e.get_mut().push_front(job),
-            Entry::Vacant(e) => {
-                e.insert(VecDeque::from([job]));
-                self.turns.push_back(owner);
+        self.waiting.entry(owner).or_default().push_front(job);
+    }
+
+    /// A batch of `owners` ended: each goes to the back of the turns if it has requests
+    /// waiting, behind the owners that came while it ran.
+    fn release(&mut self, owners: &[Uuid]) {
+        for owner in owners {
+            self.busy.remove(owner);
+            self.turns.retain(|o| o != owner);
+            if self.waiting.contains_key(owner) {
+                self.turns.push_back(*owner);
             }
         }
+    }
+
+    /// Whether a worker of `lane` has a turn to take: an owner waiting with no batch running
+    /// (and, for the prompt lane, whose next turn is short).
+    fn has_eligible(&self, lane: Lane, limits: Limits) -> bool {
+        self.turns.iter().any(|o| {
+            !self.busy.contains(o)
+                && (lane != Lane::Prompt
+                    || self
+                        .waiting
+                        .get(o)
+                        .is_some_and(|jobs| short(turn(jobs, limits))))
+        })
     }
 }
 
@@ -199,13 +245,48 @@ impl EmbedService {
             texts: config.max_batch.max(1),
             bytes: config.max_batch_bytes.max(1),
         };
-        let (worker_embedder, worker_shared) = (Arc::clone(&embedder), Arc::clone(&shared));
-        std::thread::Builder::new()
-            .name("embed-worker".into())
-            .spawn(move || worker(worker_embedder.as_ref(), &worker_shared, limits))
-            .map_err(|e| {
-                EmbedError::WorkerUnavailable(format!("cannot spawn embed worker thread: {e}"))
-            })?;
+        let workers = config.workers.max(1);
+        shared.lock().workers = workers;
+        for n in 0..workers {
+            let (worker_embedder, worker_shared) = (Arc::clone(&embedder), Arc::clone(&shared));
+            let lane = match (workers, n) {
+                (1, _) => Lane::Any,
+                (_, 0) => Lane::Prompt,
+                _ => Lane::Bulk,
+            };
+            let nice = if lane == Lane::Bulk {
+                config.bulk_nice
+            } else {
+                0
+            };
+            // Each worker's kernels run in a pool of their own: in one shared pool a short
+            // request's many small parallel steps would queue behind a large batch's long ones.
+            let pool = rayon::ThreadPoolBuilder::new()
+                .thread_name(move |i| format!("embed-{n}-{i}"))
+                .start_handler(move |_| lower_priority(nice))
+                .build()
+                .map_err(|e| {
+                    EmbedError::WorkerUnavailable(format!("cannot start the embed threads: {e}"))
+                })?;
+            let spawned = std::thread::Builder::new()
+                .name(format!("embed-worker-{n}"))
+                .spawn(move || {
+                    worker(
+                        worker_embedder.as_ref(),
+                        &worker_shared,
+                        limits,
+                        lane,
+                        &pool,
+                    )
+                });
+            if let Err(e) = spawned {
+                // The workers already running end once the queues close.
+                shared.close();
+                return Err(EmbedError::WorkerUnavailable(format!(
+                    "cannot spawn embed worker thread: {e}"
+                )));
+            }
+        }
         let cache = NonZeroUsize::new(config.cache_entries).map(|n| Mutex::new(LruCache::new(n)));
         Ok(Self {
             inner: Arc::new(Inner {
@@ -334,7 +415,8 @@ impl EmbedService {
                 },
             );
         }
-        self.inner.shared.work.notify_one();
+        // Every worker looks: the one waiting may be a lane that cannot take this turn.
+        self.inner.shared.work.notify_all();
         answer.await.map_err(|_| {
             EmbedError::WorkerUnavailable("embed worker stopped before answering".into())
         })?
@@ -355,60 +437,110 @@ struct Slice {
     count: usize,
 }
 
-/// Closes the queues when the worker ends, however it ends, dropping what is queued: the
+/// Closes the queues when the last worker ends, however it ends, dropping what is queued: the
 /// callers then get [`EmbedError::WorkerUnavailable`] instead of waiting forever.
 struct OnExit<'a>(&'a Shared);
 
 impl Drop for OnExit<'_> {
     fn drop(&mut self) {
         let mut q = self.0.lock();
-        q.open = false;
-        q.turns.clear();
-        q.waiting.clear();
+        q.workers = q.workers.saturating_sub(1);
+        if q.workers == 0 {
+            q.open = false;
+            q.turns.clear();
+            q.waiting.clear();
+        }
     }
 }
 
-/// Waits for work, takes a batch (see [`take`]), runs it, answers the requests it finished and
-/// puts the rest back; exits once the service is closed and nothing is queued.
-fn worker(embedder: &dyn Embedder, shared: &Shared, limits: Limits) {
+/// Which turns a worker takes (module doc, "Lanes").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Lane {
+    /// The only worker: every turn.
+    Any,
+    /// Short turns only, at the process's priority.
+    Prompt,
+    /// Every turn, its threads niced.
+    Bulk,
+}
+
+/// Whether a turn of `n` texts and `bytes` bytes is short.
+fn short((n, bytes): (usize, usize)) -> bool {
+    n <= SHORT_TEXTS && bytes <= SHORT_BYTES
+}
+
+/// Raises the calling thread's nice value by `nice` (Linux: per thread). Failing leaves the
+/// thread at the process's priority: the lanes still work, the prompt lane gets an even share.
+fn lower_priority(nice: i32) {
+    #[cfg(target_os = "linux")]
+    if nice > 0 {
+        // The calling thread's own value: a nice value is per thread on Linux.
+        let now = rustix::process::getpriority_process(None).unwrap_or(0);
+        if let Err(e) = rustix::process::setpriority_process(None, (now + nice).min(19)) {
+            tracing::warn!(error = %e, "the bulk embedding threads keep the process's priority");
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = nice;
+}
+
+/// Waits for work, takes a batch of `lane`'s (see [`take`]), runs it in `pool`, answers the
+/// requests it finished and puts the rest back; exits once the service is closed and nothing
+/// it could take is queued (another worker finishes what its batch leaves).
+fn worker(
+    embedder: &dyn Embedder,
+    shared: &Shared,
+    limits: Limits,
+    lane: Lane,
+    pool: &rayon::ThreadPool,
+) {
     let _exit = OnExit(shared);
     loop {
         let batch = {
             let mut q = shared.lock();
-            while q.turns.is_empty() {
+            while !q.has_eligible(lane, limits) {
                 if !q.open {
                     return;
                 }
                 q = shared.work.wait(q).unwrap_or_else(|p| p.into_inner());
             }
-            take(&mut q, limits)
+            take(&mut q, limits, lane)
         };
         if batch.is_empty() {
             continue;
         }
-        let unfinished = run_batch(embedder, batch);
-        if !unfinished.is_empty() {
-            let mut q = shared.lock();
-            for s in unfinished {
-                q.put_back(s.owner, s.job);
-            }
+        let mut owners: Vec<Uuid> = batch.iter().map(|s| s.owner).collect();
+        owners.dedup();
+        let unfinished = pool.install(|| run_batch(embedder, batch));
+        let mut q = shared.lock();
+        for s in unfinished {
+            q.put_back(s.owner, s.job);
         }
+        q.release(&owners);
+        drop(q);
+        // Another worker may be waiting for what this batch's owners have left.
+        shared.work.notify_all();
     }
 }
 
 /// The next batch: the next owner's turn, then the following owners' turns while each fits
-/// whole in what is left. A turn is the owner's next texts, oldest request first, up to the
-/// limits (at least one text, however long). Requests whose callers have gone are dropped.
-fn take(q: &mut Queues, limits: Limits) -> Vec<Slice> {
+/// whole in what is left, skipping owners with a batch running (and, for the prompt lane,
+/// owners whose next turn is not short). A turn is the owner's next
+/// texts, oldest request first, up to the limits (at least one text, however long). The owners
+/// served leave the turns and are busy until the batch ends ([`Queues::release`]). Requests
+/// whose callers have gone are dropped.
+fn take(q: &mut Queues, limits: Limits, lane: Lane) -> Vec<Slice> {
     let mut batch = Vec::new();
     let (mut texts, mut bytes) = (0usize, 0usize);
     let mut abandoned = 0usize;
-    for _ in 0..q.turns.len() {
-        let Some(&owner) = q.turns.front() else {
-            break;
-        };
+    let mut i = 0;
+    while let Some(&owner) = q.turns.get(i) {
+        if q.busy.contains(&owner) {
+            i += 1;
+            continue;
+        }
         let Some(jobs) = q.waiting.get_mut(&owner) else {
-            q.turns.pop_front();
+            q.turns.remove(i);
             continue;
         };
         jobs.retain(|j| {
@@ -421,7 +553,11 @@ fn take(q: &mut Queues, limits: Limits) -> Vec<Slice> {
         let (n, b) = turn(jobs, limits);
         if n == 0 {
             q.waiting.remove(&owner);
-            q.turns.pop_front();
+            q.turns.remove(i);
+            continue;
+        }
+        if lane == Lane::Prompt && !short((n, b)) {
+            i += 1;
             continue;
         }
         if !batch.is_empty() && (texts + n > limits.texts || bytes + b > limits.bytes) {
@@ -438,12 +574,11 @@ fn take(q: &mut Queues, limits: Limits) -> Vec<Slice> {
             want -= count;
             batch.push(Slice { owner, job, count });
         }
-        q.turns.pop_front();
         if jobs.is_empty() {
             q.waiting.remove(&owner);
-        } else {
-            q.turns.push_back(owner);
         }
+        q.turns.remove(i);
+        q.busy.insert(owner);
     }
     if abandoned > 0 {
         metrics::counter!("auditmem_embed_abandoned_texts_total").increment(abandoned as u64);
@@ -541,8 +676,12 @@ mod tests {
         calls: AtomicUsize,
         texts_seen: AtomicUsize,
         max_seen_batch: AtomicUsize,
-        /// Every batch's texts, in the order they ran.
+        /// Every batch's texts, in the order they started.
         batches: Mutex<Vec<Vec<String>>>,
+        /// The first texts of the batches running now.
+        running: Mutex<Vec<String>>,
+        /// (first text of a batch running, first text of a batch starting beside it).
+        overlaps: Mutex<Vec<(String, String)>>,
         delay_ms: u64,
     }
 
@@ -553,6 +692,8 @@ mod tests {
                 texts_seen: AtomicUsize::new(0),
                 max_seen_batch: AtomicUsize::new(0),
                 batches: Mutex::new(Vec::new()),
+                running: Mutex::new(Vec::new()),
+                overlaps: Mutex::new(Vec::new()),
                 delay_ms,
             }
         }
@@ -591,7 +732,15 @@ mod tests {
             self.texts_seen.fetch_add(texts.len(), Ordering::SeqCst);
             self.max_seen_batch.fetch_max(texts.len(), Ordering::SeqCst);
             self.batches.lock().unwrap().push(texts.to_vec());
+            let first = texts.first().cloned().unwrap_or_default();
+            {
+                let mut running = self.running.lock().unwrap();
+                let mut overlaps = self.overlaps.lock().unwrap();
+                overlaps.extend(running.iter().map(|r| (r.clone(), first.clone())));
+                running.push(first.clone());
+            }
             std::thread::sleep(std::time::Duration::from_millis(self.delay_ms));
+            self.running.lock().unwrap().retain(|r| *r != first);
             if texts.iter().any(|t| t == "panic") {
                 panic!("fake embedder asked to panic");
             }
@@ -758,13 +907,14 @@ mod tests {
         assert!(matches!(r2, Err(EmbedError::WorkerUnavailable(_))));
     }
 
-    /// A service over `fake` with batches of `max_batch` texts and no cache.
-    fn service(fake: &Arc<Fake>, max_batch: usize) -> EmbedService {
+    /// A service over `fake` with batches of `max_batch` texts, `workers` lanes and no cache.
+    fn service(fake: &Arc<Fake>, max_batch: usize, workers: usize) -> EmbedService {
         EmbedService::with_config(
             fake.clone(),
             EmbedServiceConfig {
                 max_batch,
                 cache_entries: 0,
+                workers,
                 ..Default::default()
             },
         )
@@ -774,7 +924,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_short_request_waits_for_one_batch_of_another_owners_large_one() {
         let fake = Arc::new(Fake::new(20));
-        let svc = service(&fake, 10);
+        let svc = service(&fake, 10, 1);
         let (a, b) = (Uuid::from_u128(1), Uuid::from_u128(2));
         let large: Vec<String> = (0..200).map(|i| format!("a{i}")).collect();
         let s = svc.clone();
@@ -788,22 +938,124 @@ mod tests {
             .iter()
             .position(|t| t.contains(&"b".to_string()))
             .unwrap();
-        // The batch running when it came, at most one more started meanwhile, then its own.
-        assert!(at <= 2, "waited for {at} batches: {batches:?}");
+        // The batch running when it came, then its own: A went behind B when its batch ended.
+        assert_eq!(at, 1, "waited for {at} batches: {batches:?}");
         assert_eq!(batches[at], vec!["b".to_string()], "{batches:?}");
-        assert!(fake.calls.load(Ordering::SeqCst) < 20, "A was not cut");
         let got = big.await.unwrap().unwrap();
         assert_eq!(
             got,
             expected.iter().map(|t| fake_vec(t)).collect::<Vec<_>>()
         );
         assert_eq!(fake.max_seen_batch.load(Ordering::SeqCst), 10);
+        assert_eq!(fake.calls.load(Ordering::SeqCst), 21, "A was not cut in 20");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_second_lane_starts_a_short_request_beside_a_large_ones_batch() {
+        let fake = Arc::new(Fake::new(30));
+        let svc = service(&fake, 10, 2);
+        let (a, b) = (Uuid::from_u128(1), Uuid::from_u128(2));
+        let s = svc.clone();
+        let large: Vec<String> = (0..60).map(|i| format!("a{i}")).collect();
+        let big = tokio::spawn(async move { s.embed_for(a, large).await });
+        fake.started(1).await;
+        let got = svc.embed_for(b, strings(&["b"])).await.unwrap();
+        assert_eq!(got, vec![fake_vec("b")]);
+        assert_eq!(big.await.unwrap().unwrap().len(), 60);
+        let batches = fake.batches();
+        // B started while A's first batch ran, not after it ...
+        assert_eq!(batches[1], strings(&["b"]), "{batches:?}");
+        let overlaps = fake.overlaps.lock().unwrap().clone();
+        assert!(
+            overlaps.contains(&("a0".to_string(), "b".to_string())),
+            "{overlaps:?}"
+        );
+        // ... and A alone never ran two batches at once, though a lane was free.
+        assert!(
+            overlaps
+                .iter()
+                .all(|(x, y)| !(x.starts_with('a') && y.starts_with('a'))),
+            "{overlaps:?}"
+        );
+        assert_eq!(batches.len(), 7, "{batches:?}");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_prompt_lane_takes_no_large_turn() {
+        let fake = Arc::new(Fake::new(10));
+        let svc = service(&fake, 10, 2);
+        let (a, c) = (Uuid::from_u128(1), Uuid::from_u128(3));
+        let texts = |p: &str| (0..40).map(|i| format!("{p}{i}")).collect::<Vec<_>>();
+        let (s1, s2) = (svc.clone(), svc.clone());
+        let (ta, tc) = (texts("a"), texts("c"));
+        let one = tokio::spawn(async move { s1.embed_for(a, ta).await });
+        let two = tokio::spawn(async move { s2.embed_for(c, tc).await });
+        assert_eq!(one.await.unwrap().unwrap().len(), 40);
+        assert_eq!(two.await.unwrap().unwrap().len(), 40);
+        // Two owners' large requests, one bulk lane: their batches ran one after the other.
+        let overlaps = fake.overlaps.lock().unwrap().clone();
+        assert_eq!(overlaps, Vec::<(String, String)>::new());
+        assert_eq!(fake.calls.load(Ordering::SeqCst), 8);
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_bulk_lanes_threads_are_niced() {
+        let base = rustix::process::getpriority_process(None).unwrap();
+        let _svc = EmbedService::with_config(
+            Arc::new(Fake::new(0)),
+            EmbedServiceConfig {
+                workers: 3,
+                bulk_nice: 7,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        // (thread name, nice) of this process's embedding pool threads.
+        let niced = || {
+            let mut out = Vec::new();
+            for task in std::fs::read_dir("/proc/self/task").unwrap() {
+                let dir = task.unwrap().path();
+                let name = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
+                let stat = std::fs::read_to_string(dir.join("stat")).unwrap_or_default();
+                // Field 19 is the nice value; fields counted after the ")" closing the name.
+                let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+                let nice: i32 = after
+                    .split_whitespace()
+                    .nth(16)
+                    .and_then(|f| f.parse().ok())
+                    .unwrap_or(i32::MIN);
+                if name.starts_with("embed-") && !name.starts_with("embed-worker") {
+                    out.push((name.trim().to_string(), nice));
+                }
+            }
+            out.sort();
+            out
+        };
+        let threads = rayon::current_num_threads();
+        let mut seen = niced();
+        for _ in 0..200 {
+            if seen.len() == 3 * threads && seen.iter().all(|(_, n)| *n != base) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            seen = niced();
+        }
+        assert_eq!(seen.len(), 3 * threads, "{seen:?}");
+        for (name, nice) in &seen {
+            let want = if name.starts_with("embed-0-") {
+                base
+            } else {
+                (base + 7).min(19)
+            };
+            assert_eq!(*nice, want, "{seen:?}");
+        }
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn owners_take_turns_and_short_turns_share_a_batch() {
         let fake = Arc::new(Fake::new(20));
-        let svc = service(&fake, 4);
+        let svc = service(&fake, 4, 1);
         let owner = |i: u128| Uuid::from_u128(i);
         // Owner 1 holds the worker; 2 and 3 queue large requests, 4 and 5 single texts.
         let mut tasks = Vec::new();
@@ -854,7 +1106,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn an_abandoned_request_stops_after_the_batch_running() {
         let fake = Arc::new(Fake::new(20));
-        let svc = service(&fake, 10);
+        let svc = service(&fake, 10, 1);
         let s = svc.clone();
         let texts: Vec<String> = (0..100).map(|i| format!("gone {i}")).collect();
         let gone = tokio::spawn(async move { s.embed_for(Uuid::from_u128(7), texts).await });
