@@ -100,11 +100,12 @@ fn encode_rows(
     } else {
         0
     }));
-    let seqs: Vec<u64> = refs.iter().map(|r| r.seq).collect();
-    let entries = log.audit_entries(&seqs).map_err(|e| e.to_string())?;
     let mut cell = Vec::new();
-    for (i, (r, entry)) in refs.iter().zip(entries).enumerate() {
-        let Some((_, entry)) = entry else {
+    let mut chunk = None;
+    for (i, r) in refs.iter().enumerate() {
+        // One lookup per row, not a scan of the range (see `write_part`).
+        let got = log.audit_entry_from(r.seq, &mut chunk);
+        let Some((_, entry)) = got.map_err(|e| e.to_string())? else {
             return Err(format!("seq {} holds no audit entry", r.seq));
         };
         match format {
@@ -259,6 +260,14 @@ fn write_part(
     let io = |e: std::io::Error| format!("writing the export file: {e}");
     // Reading, decoding and formatting entries dominates: every core encodes a slice of rows
     // into bytes of its own, and this thread only writes and hashes them, in order.
+    //
+    // Memory: the export holds one 4,096-row chunk of refs and its encoded rows at a time. Its
+    // entries are read with one lookup each, not by scanning the range: sled 0.34 applies its
+    // cache limit (`--cache-mb`) only when one of its 256 LRU shards has queued 64 page
+    // accesses, and a scan touches each page once, so a scan of a whole tenant keeps every
+    // page it read in memory (~300 MiB for 1M entries, growing with the range). A lookup per
+    // row touches each page once per row, and the cache stays within its limit
+    // (docs/PERFORMANCE.md, "Export memory").
     let encoded = keys.chunks(4096).map(|chunk| {
         let seqs: Vec<u64> = chunk.iter().map(|k| k.1).collect();
         let refs = projections

@@ -144,33 +144,59 @@ impl LogReader {
         }
     }
 
-    /// [`LogReader::audit_entry`] for ascending `seqs`, in their order. Where they lie densely
-    /// (an export of a busy tenant) one range scan reads them: sled's per-key descent and page
-    /// lookup cost more than walking the records in between.
-    #[allow(clippy::type_complexity)]
-    pub fn audit_entries(&self, seqs: &[u64]) -> Result<Vec<Option<(Uuid, AuditEntry)>>, LogError> {
-        let (Some(&first), Some(&last)) = (seqs.first(), seqs.last()) else {
-            return Ok(Vec::new());
+    /// [`LogReader::audit_entry`] for ascending seqs: `chunk` keeps the key of the stored value
+    /// last read, so a seq in the same chunk is read by that key (a point lookup), not found by
+    /// a range lookup. Each call still reads the chunk from the tree, which keeps sled's cache
+    /// within its limit (see the export's `write_part`).
+    pub fn audit_entry_from(
+        &self,
+        seq: u64,
+        chunk: &mut Option<u64>,
+    ) -> Result<Option<(Uuid, AuditEntry)>, LogError> {
+        let near = chunk.filter(|key| seq >= *key && seq - key < record::CHUNK_RECORDS as u64);
+        let found = match near {
+            Some(key) => self.tree.get(record::seq_key(key))?.map(|v| (key, v)),
+            None => None,
         };
-        if last.saturating_sub(first) / 4 > seqs.len() as u64 {
-            return seqs.iter().map(|&seq| self.audit_entry(seq)).collect();
+        let (key, value) = match found {
+            Some(kv) => kv,
+            None => {
+                let Some((k, v)) = self
+                    .tree
+                    .range(..=record::seq_key(seq))
+                    .next_back()
+                    .transpose()?
+                else {
+                    return Ok(None);
+                };
+                (record::seq_from_key(&k).unwrap_or(0), v)
+            }
+        };
+        *chunk = Some(key);
+        let Some(index) = usize::try_from(seq - key)
+            .ok()
+            .filter(|i| *i < record::CHUNK_RECORDS)
+        else {
+            return Ok(None);
+        };
+        // A chunk that stops parsing before `seq` hides it: that is an error, not an absence.
+        let found = record::pieces(&value)
+            .take(index + 1)
+            .enumerate()
+            .find(|(i, p)| *i == index || p.record.is_err());
+        match found {
+            // Past the end of the chunk first read: the next chunk holds `seq`.
+            None if near.is_some() => {
+                *chunk = None;
+                self.audit_entry_from(seq, chunk)
+            }
+            None => Ok(None),
+            Some((i, p)) => match p.record {
+                Ok(_) if i == index => audit_entry_of(seq, &value[p.range]),
+                Ok(_) => Ok(None),
+                Err(why) => Err(LogError::Undecodable { seq, why }),
+            },
         }
-        let mut out = Vec::with_capacity(seqs.len());
-        let mut wanted = seqs.iter().copied().peekable();
-        for item in self.records_from(first) {
-            let (seq, value) = item?;
-            if seq > last {
-                break;
-            }
-            while wanted.next_if(|&w| w < seq).is_some() {
-                out.push(None);
-            }
-            if wanted.next_if_eq(&seq).is_some() {
-                out.push(audit_entry_of(seq, &value)?);
-            }
-        }
-        out.extend(wanted.map(|_| None));
-        Ok(out)
     }
 
     /// The event stored at `seq`.
@@ -513,15 +539,14 @@ mod tests {
     }
 
     #[test]
-    fn audit_entries_by_scan_or_by_key_match_one_by_one_reads() {
+    fn audit_entries_read_in_order_match_one_by_one_reads() {
         let MixedLayout {
             _dir,
             log,
             tenant: a,
             ..
         } = mixed_layout_log();
-        // Dense (scanned), sparse (read by key), with seqs past the end and of other events,
-        // over both layouts.
+        // Dense, sparse, with seqs past the end and of other events, over both layouts.
         let dense: Vec<u64> = (12..=160).filter(|s| s % 5 != 1).collect();
         let sparse: Vec<u64> = vec![2, 90, 150, 199, 200, 250];
         for seqs in [dense, sparse] {
@@ -529,11 +554,15 @@ mod tests {
                 .iter()
                 .map(|&s| log.audit_entry(s).expect("read"))
                 .collect();
-            let batch = log.audit_entries(&seqs).expect("read");
-            assert_eq!(batch, one_by_one);
-            assert_eq!(batch[0].as_ref().map(|(t, _)| *t), Some(a));
-            assert!(batch.iter().any(Option::is_none));
-            for (seq, got) in seqs.iter().zip(&batch) {
+            let mut chunk = None;
+            let in_order: Vec<_> = seqs
+                .iter()
+                .map(|&s| log.audit_entry_from(s, &mut chunk).expect("read"))
+                .collect();
+            assert_eq!(in_order, one_by_one);
+            assert_eq!(in_order[0].as_ref().map(|(t, _)| *t), Some(a));
+            assert!(in_order.iter().any(Option::is_none));
+            for (seq, got) in seqs.iter().zip(&in_order) {
                 if let Some((_, entry)) = got {
                     assert_eq!(entry.action, format!("gateway.chat{seq}"));
                 }
