@@ -28,6 +28,7 @@ mod extract_providers;
 mod extract_server;
 mod isolation;
 mod limits;
+mod list_bound;
 mod memory_api;
 mod openapi;
 mod properties;
