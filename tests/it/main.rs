@@ -30,6 +30,7 @@ mod isolation;
 mod limits;
 mod list_bound;
 mod memory_api;
+mod old_data_dir;
 mod openapi;
 mod properties;
 mod provider_tls;
