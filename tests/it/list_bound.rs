@@ -95,19 +95,23 @@ fn the_worst_list_page_stays_within_its_documented_bound() {
         assert_eq!(r.status().as_u16(), 200);
     }
     // A 300 KB User-Agent does not fit the HTTP stack's head buffer: answered 431 before any
-    // route, it is no entry at all (the count below holds that).
+    // route and closed, it is no entry at all (the count below holds that). The server closes
+    // with the rest of the head unread, so the client may see a reset, while writing or in
+    // place of the answer; whatever answer arrives is that 431.
     let mut conn = TcpStream::connect(s.url.trim_start_matches("http://")).expect("connect");
     conn.set_read_timeout(Some(Duration::from_secs(10)))
         .expect("timeout");
-    write!(
+    let _ = write!(
         conn,
         "GET /v1/memories HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\nUser-Agent: {}\r\n\r\n",
         "u".repeat(300_000)
-    )
-    .expect("write");
-    let mut answer = [0u8; 12];
-    conn.read_exact(&mut answer).expect("an answer");
-    assert_eq!(String::from_utf8_lossy(&answer), "HTTP/1.1 431");
+    );
+    let mut answer = Vec::new();
+    let _ = conn.read_to_end(&mut answer);
+    if !answer.is_empty() {
+        let text = String::from_utf8_lossy(&answer);
+        assert!(text.starts_with("HTTP/1.1 431 "), "{text}");
+    }
     drop(conn);
 
     // 100 entries with every field at its bound, ingested after the requests (so newest).
