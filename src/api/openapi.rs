@@ -20,19 +20,42 @@ fn error_response(description: &str) -> Response {
         .build()
 }
 
-/// Every operation of a path item.
+/// An error response of `description`, in the error envelope, with a `Retry-After` header of
+/// `retry_after` (whole seconds).
+fn retry_after_response(description: &str, retry_after: &str) -> Response {
+    use utoipa::openapi::header::HeaderBuilder;
+    use utoipa::openapi::{Object, Type};
+    ResponseBuilder::new()
+        .description(description)
+        .header(
+            "Retry-After",
+            HeaderBuilder::new()
+                .schema(Object::with_type(Type::Integer))
+                .description(Some(retry_after))
+                .build(),
+        )
+        .content(
+            "application/json",
+            ContentBuilder::new()
+                .schema(Some(Ref::from_schema_name("ErrorEnvelope")))
+                .build(),
+        )
+        .build()
+}
+
+/// Every operation of a path item, with its method.
 fn operations(
     item: &mut utoipa::openapi::PathItem,
-) -> impl Iterator<Item = &mut utoipa::openapi::path::Operation> {
+) -> impl Iterator<Item = (&'static str, &mut utoipa::openapi::path::Operation)> {
     [
-        &mut item.get,
-        &mut item.post,
-        &mut item.patch,
-        &mut item.put,
-        &mut item.delete,
+        ("GET", &mut item.get),
+        ("POST", &mut item.post),
+        ("PATCH", &mut item.patch),
+        ("PUT", &mut item.put),
+        ("DELETE", &mut item.delete),
     ]
     .into_iter()
-    .flatten()
+    .filter_map(|(method, op)| Some((method, op.as_mut()?)))
 }
 
 struct BearerAuth;
@@ -53,40 +76,45 @@ impl Modify for BearerAuth {
 
 /// What the gate and the admin token answer for every operation behind them, rather than any
 /// handler: on `/v1`, 401 (the key) and 429 (the per-key rate limit, with `Retry-After`); on
-/// `/admin/v1`, 401 (the token) and 400 (a request it refuses).
+/// `/admin/v1`, 401 (the token), 400 (a request it refuses), 429 (a source throttled after
+/// failed authentications, with `Retry-After`: checked before any token, so on every admin
+/// route) and 403 (the ingest token, on every admin route but the one it opens).
 struct GuardResponses;
 
 impl Modify for GuardResponses {
     fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
-        use utoipa::openapi::header::HeaderBuilder;
-        use utoipa::openapi::{Object, Type};
+        use super::admin::INGEST_ROUTE;
         let unknown_key = error_response("missing, unknown or revoked key (4010)");
         let wrong_token = error_response("missing or wrong admin token (4010)");
         let invalid = error_response("invalid request (4000)");
-        let rate_limited = ResponseBuilder::new()
-            .description("rate limit of the API key exceeded (4290)")
-            .header(
-                "Retry-After",
-                HeaderBuilder::new()
-                    .schema(Object::with_type(Type::Integer))
-                    .description(Some("whole seconds to wait, at least 1"))
-                    .build(),
-            )
-            .content(
-                "application/json",
-                ContentBuilder::new()
-                    .schema(Some(Ref::from_schema_name("ErrorEnvelope")))
-                    .build(),
-            )
-            .build();
+        let ingest_only = error_response(
+            "the ingest token (AUDITMEM_INGEST_TOKEN) may only call POST /admin/v1/audit/logs (4030)",
+        );
+        let rate_limited = retry_after_response(
+            "rate limit of the API key exceeded (4290)",
+            "whole seconds to wait, at least 1",
+        );
+        let throttled = retry_after_response(
+            "too many failed admin authentications from this source (4290); refused before the token is compared",
+            "whole seconds until the source may try again, at least 1",
+        );
         for (path, item) in openapi.paths.paths.iter_mut() {
             let tenant = path.starts_with("/v1/");
-            for op in operations(item) {
-                let added = if tenant {
-                    [("401", &unknown_key), ("429", &rate_limited)]
+            for (method, op) in operations(item) {
+                let mut added = if tenant {
+                    vec![("401", &unknown_key), ("429", &rate_limited)]
                 } else {
-                    [("401", &wrong_token), ("400", &invalid)]
+                    vec![
+                        ("401", &wrong_token),
+                        ("400", &invalid),
+                        ("429", &throttled),
+                    ]
                 };
+                // The ingest token opens ingestion; every other admin route refuses it.
+                let ingestion = method == "POST" && path == INGEST_ROUTE;
+                if !tenant && !ingestion {
+                    added.push(("403", &ingest_only));
+                }
                 for (status, response) in added {
                     op.responses
                         .responses
@@ -111,7 +139,7 @@ impl Modify for BodyResponses {
         let too_large = error_response("the body exceeds --max-body-bytes (4130)");
         let not_json = error_response("the body is not sent as application/json (4150)");
         for item in openapi.paths.paths.values_mut() {
-            for op in operations(item) {
+            for (_, op) in operations(item) {
                 if op.request_body.is_none() {
                     continue;
                 }

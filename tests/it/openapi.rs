@@ -193,3 +193,87 @@ fn the_answers_schemathesis_found_undocumented_are_documented() {
         );
     }
 }
+
+/// The admin API's refusals before any handler: the ingest token on any route but ingestion's
+/// is 403 (4030), and a source throttled after failed authentications is 429 (4290) with
+/// `Retry-After` on every route. Each operation of the document that answers one lists it, in
+/// the error envelope; ingestion, which the ingest token opens, lists no 403.
+#[test]
+fn the_admin_apis_403_and_429_are_documented_on_every_route_that_answers_them() {
+    use common::{assert_error, Launch};
+    use reqwest::Method;
+    use serde_json::{json, Value};
+
+    const INGEST_TOKEN: &str = "ingest-token-5e1f09a7c3b24d68-gateway";
+    let s = Server::launch(
+        &[],
+        Launch {
+            envs: &[("AUDITMEM_INGEST_TOKEN", INGEST_TOKEN)],
+            ..Launch::default()
+        },
+    );
+    let (_, doc) = s.call(Method::GET, "/openapi.json", None, None);
+    let unknown = "00000000-0000-0000-0000-000000000000";
+    let mut admin_ops = Vec::new();
+    for (path, item) in doc["paths"].as_object().expect("paths") {
+        if !path.starts_with("/admin/") {
+            continue;
+        }
+        for method in item.as_object().expect("path item").keys() {
+            let concrete = path.replace("{id}", unknown).replace("{key_id}", unknown);
+            admin_ops.push((path.clone(), method.clone(), concrete));
+        }
+    }
+    assert_eq!(admin_ops.len(), 12, "{admin_ops:?}");
+    let in_envelope = |response: &Value| {
+        response["content"]["application/json"]["schema"]["$ref"]
+            == json!("#/components/schemas/ErrorEnvelope")
+    };
+
+    for (path, method, concrete) in &admin_ops {
+        let m = Method::from_bytes(method.to_uppercase().as_bytes()).expect("method");
+        let documented = &doc["paths"][path][method]["responses"]["403"];
+        let answer = s.call(m.clone(), concrete, Some(INGEST_TOKEN), None);
+        if (method.as_str(), path.as_str()) == ("post", "/admin/v1/audit/logs") {
+            // Let in, and refused by the handler for its missing body.
+            assert_error(&answer, 415, 4150);
+            assert!(documented.is_null(), "{method} {path}: {documented}");
+        } else {
+            assert_error(&answer, 403, 4030);
+            assert!(in_envelope(documented), "{method} {path}: {documented}");
+        }
+    }
+
+    // Ten wrong tokens a minute from a source, then it is throttled on every route.
+    let client = reqwest::blocking::Client::builder()
+        .local_address("127.0.0.5".parse::<std::net::IpAddr>().expect("address"))
+        .build()
+        .expect("client");
+    let call = |m: Method, path: &str| {
+        let r = client
+            .request(m, format!("{}{path}", s.url))
+            .bearer_auth("wrong-admin-token")
+            .send()
+            .expect("send");
+        let status = r.status().as_u16();
+        let retry = r.headers().contains_key("retry-after");
+        let body: Value = r.json().expect("json");
+        (status, retry, body)
+    };
+    for _ in 0..10 {
+        let (status, _, body) = call(Method::GET, "/admin/v1/tenants");
+        assert_error(&(status, body), 401, 4010);
+    }
+    for (path, method, concrete) in &admin_ops {
+        let m = Method::from_bytes(method.to_uppercase().as_bytes()).expect("method");
+        let (status, retry, body) = call(m, concrete);
+        assert_error(&(status, body), 429, 4290);
+        assert!(retry, "{method} {path}: no Retry-After");
+        let documented = &doc["paths"][path][method]["responses"]["429"];
+        assert!(in_envelope(documented), "{method} {path}: {documented}");
+        assert!(
+            documented["headers"]["Retry-After"]["schema"]["type"] == json!("integer"),
+            "{method} {path}: {documented}"
+        );
+    }
+}

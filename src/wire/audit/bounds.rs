@@ -24,7 +24,7 @@
 //! | detail fields (bodies, input/output, `rag_*`, `memory_*`) | `--audit-body-limit` bytes of JSON | marker: [`bounded_value`] |
 //!
 //! With these a list item is at most a few kilobytes whatever its callers sent, and so is a
-//! list page of 100 (docs/API.md states the largest, `tests/it/entry_bounds.rs` builds it).
+//! list page of 100 (docs/API.md states the largest, `tests/it/list_bound.rs` builds it).
 
 use std::borrow::Cow;
 use std::io::Write;
