@@ -103,7 +103,7 @@ fn encode_rows(
     let mut cell = Vec::new();
     let mut chunk = None;
     for (i, r) in refs.iter().enumerate() {
-        // One lookup per row, not a scan of the range (see `write_part`).
+        // One lookup per row, not a scan of the range (see `encode_chunk`).
         let got = log.audit_entry_from(r.seq, &mut chunk);
         let Some((_, entry)) = got.map_err(|e| e.to_string())? else {
             return Err(format!("seq {} holds no audit entry", r.seq));
@@ -232,6 +232,50 @@ pub fn write_file(
     }
 }
 
+/// Seqs read from the audit index at a time (8 bytes each; one pass over the tenant's index
+/// range a window).
+const WINDOW: usize = 1 << 19;
+/// Rows encoded at a time, on every core.
+const CHUNK: usize = 4096;
+
+/// One chunk's encoded rows (one buffer per slice of 256, in order, with their counts), and its
+/// first and last places in the tenant chain.
+type Encoded = (Vec<(Vec<u8>, u64)>, Option<(ChainPoint, ChainPoint)>);
+
+/// Encodes the rows of `seqs` (ascending). Reading, decoding and formatting entries dominates:
+/// every core encodes a slice of rows into bytes of its own, and the caller only writes and
+/// hashes them, in order.
+///
+/// Memory: an export holds one window of seqs, one chunk of refs and its encoded rows at a
+/// time, whatever its range. Its entries are read with one lookup each, not by scanning the
+/// range: sled 0.34 applies its cache limit (`--cache-mb`) only when one of its 256 LRU shards
+/// has queued 64 page accesses, and a scan touches each page once, so a scan of a whole tenant
+/// kept most pages it read in memory (~300 MiB more for 1M entries). A lookup per row touches
+/// each page once per row, and the cache stays within its limit (docs/PERFORMANCE.md, "CSV
+/// export").
+fn encode_chunk(
+    log: &LogReader,
+    projections: &Projections,
+    seqs: &[u64],
+    view: &ExportView,
+) -> Result<Encoded, String> {
+    let refs = projections.audit.at_seqs(seqs).map_err(|e| e.to_string())?;
+    let refs: Vec<AuditRef> = refs
+        .into_iter()
+        .zip(seqs)
+        .map(|(r, seq)| r.ok_or_else(|| format!("seq {seq} missing from the audit index")))
+        .collect::<Result<_, _>>()?;
+    let parts = refs
+        .par_chunks(256)
+        .map(|part| encode_rows(log, part, view.format, view.with_chain))
+        .collect::<Result<Vec<(Vec<u8>, u64)>, String>>()?;
+    let ends = refs
+        .first()
+        .zip(refs.last())
+        .map(|(a, b)| (point(a), point(b)));
+    Ok((parts, ends))
+}
+
 fn write_part(
     log: &LogReader,
     projections: &Projections,
@@ -247,10 +291,6 @@ fn write_part(
         from: view.start_time,
         to: view.end_time,
     };
-    let keys = projections
-        .audit
-        .in_log_order(&filter, view.request_seq)
-        .map_err(|e| format!("reading the audit index: {e}"))?;
     let file = File::create(part).map_err(|e| format!("creating the export file: {e}"))?;
     let mut out = HashingWriter {
         inner: BufWriter::with_capacity(1 << 20, file),
@@ -258,37 +298,6 @@ fn write_part(
         bytes: 0,
     };
     let io = |e: std::io::Error| format!("writing the export file: {e}");
-    // Reading, decoding and formatting entries dominates: every core encodes a slice of rows
-    // into bytes of its own, and this thread only writes and hashes them, in order.
-    //
-    // Memory: the export holds one 4,096-row chunk of refs and its encoded rows at a time. Its
-    // entries are read with one lookup each, not by scanning the range: sled 0.34 applies its
-    // cache limit (`--cache-mb`) only when one of its 256 LRU shards has queued 64 page
-    // accesses, and a scan touches each page once, so a scan of a whole tenant keeps every
-    // page it read in memory (~300 MiB for 1M entries, growing with the range). A lookup per
-    // row touches each page once per row, and the cache stays within its limit
-    // (docs/PERFORMANCE.md, "Export memory").
-    let encoded = keys.chunks(4096).map(|chunk| {
-        let seqs: Vec<u64> = chunk.iter().map(|k| k.1).collect();
-        let refs = projections
-            .audit
-            .at_seqs(&seqs)
-            .map_err(|e| e.to_string())?;
-        let refs: Vec<AuditRef> = refs
-            .into_iter()
-            .zip(&seqs)
-            .map(|(r, seq)| r.ok_or_else(|| format!("seq {seq} missing from the audit index")))
-            .collect::<Result<_, _>>()?;
-        let parts = refs
-            .par_chunks(256)
-            .map(|part| encode_rows(log, part, view.format, view.with_chain))
-            .collect::<Result<Vec<(Vec<u8>, u64)>, String>>()?;
-        let ends = refs
-            .first()
-            .zip(refs.last())
-            .map(|(a, b)| (point(a), point(b)));
-        Ok::<_, String>((parts, ends))
-    });
     let mut written = 0u64;
     let (mut first, mut last) = (None, None);
     match view.format {
@@ -302,27 +311,39 @@ fn write_part(
     }
     let mut flushed_to = 0u64;
     let mut space_checked_at = 0u64;
-    for chunk in encoded {
-        let (parts, ends) = chunk?;
-        if let Some((a, b)) = ends {
-            first.get_or_insert(a);
-            last = Some(b);
+    // The seqs to export, a window at a time, each encoded a chunk at a time (`encode_chunk`).
+    let mut after = None;
+    loop {
+        let seqs = projections
+            .audit
+            .in_log_order(&filter, after, view.request_seq, WINDOW)
+            .map_err(|e| format!("reading the audit index: {e}"))?;
+        for chunk in seqs.chunks(CHUNK) {
+            let (parts, ends) = encode_chunk(log, projections, chunk, view)?;
+            if let Some((a, b)) = ends {
+                first.get_or_insert(a);
+                last = Some(b);
+            }
+            for (bytes, n) in parts {
+                if n == 0 {
+                    continue;
+                }
+                if view.format == ExportFormat::Json && written > 0 {
+                    out.write_all(b",\n").map_err(io)?;
+                }
+                if out.bytes + bytes.len() as u64 >= space_checked_at + SPACE_STEP {
+                    check_space(dir, limits)?;
+                    space_checked_at = out.bytes;
+                }
+                out.write_all(&bytes).map_err(io)?;
+                written += n;
+            }
+            start_writeback(&mut out, &mut flushed_to).map_err(io)?;
         }
-        for (bytes, n) in parts {
-            if n == 0 {
-                continue;
-            }
-            if view.format == ExportFormat::Json && written > 0 {
-                out.write_all(b",\n").map_err(io)?;
-            }
-            if out.bytes + bytes.len() as u64 >= space_checked_at + SPACE_STEP {
-                check_space(dir, limits)?;
-                space_checked_at = out.bytes;
-            }
-            out.write_all(&bytes).map_err(io)?;
-            written += n;
+        match seqs.last() {
+            Some(&last) if seqs.len() == WINDOW => after = Some(last),
+            _ => break,
         }
-        start_writeback(&mut out, &mut flushed_to).map_err(io)?;
     }
     if view.format == ExportFormat::Json {
         out.write_all(b"]\n").map_err(io)?;

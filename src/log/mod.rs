@@ -147,7 +147,7 @@ impl LogReader {
     /// [`LogReader::audit_entry`] for ascending seqs: `chunk` keeps the key of the stored value
     /// last read, so a seq in the same chunk is read by that key (a point lookup), not found by
     /// a range lookup. Each call still reads the chunk from the tree, which keeps sled's cache
-    /// within its limit (see the export's `write_part`).
+    /// within its limit (see the export's `encode_chunk`).
     pub fn audit_entry_from(
         &self,
         seq: u64,

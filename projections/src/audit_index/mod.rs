@@ -214,19 +214,39 @@ impl AuditIndex {
         })
     }
 
-    /// Every matching entry with `seq < before_seq`, in log (chain) order: what an export holds.
-    pub fn in_log_order(&self, f: &Filter<'_>, before_seq: u64) -> Result<Vec<Key>> {
+    /// The seqs of the next `limit` matching entries with `after < seq < before_seq`, in log
+    /// (chain) order: what an export holds, a window at a time. The index is ordered by time,
+    /// not seq, so each window is one pass over the range keeping the `limit` smallest seqs
+    /// past `after` (at most twice that held at once): memory stays bounded by `limit` however
+    /// many entries match, for one pass per window.
+    pub fn in_log_order(
+        &self,
+        f: &Filter<'_>,
+        after: Option<u64>,
+        before_seq: u64,
+        limit: usize,
+    ) -> Result<Vec<u64>> {
+        let limit = limit.max(1);
         self.with_index(f, Vec::new(), |idx| {
             let (lo, hi) = idx.range(f.from, f.to)?;
-            let mut keys = Vec::new();
+            let mut seqs: Vec<u64> = Vec::new();
+            // Seqs at or past `cap` cannot be among the `limit` smallest.
+            let mut cap = before_seq;
             for k in idx.between(lo, hi) {
-                let k = k?;
-                if k.1 < before_seq {
-                    keys.push(k);
+                let seq = k?.1;
+                if seq >= cap || after.is_some_and(|a| seq <= a) {
+                    continue;
+                }
+                seqs.push(seq);
+                if seqs.len() == 2 * limit {
+                    seqs.select_nth_unstable(limit - 1);
+                    seqs.truncate(limit);
+                    cap = seqs[limit - 1] + 1;
                 }
             }
-            keys.sort_unstable_by_key(|k| k.1);
-            Ok(keys)
+            seqs.sort_unstable();
+            seqs.truncate(limit);
+            Ok(seqs)
         })
     }
 

@@ -85,7 +85,7 @@ fn given_a_block_file_then_the_index_answers_as_on_the_heap_and_holds_little() {
             ..all
         },
     ];
-    let check = |idx: &AuditIndex| -> Vec<(usize, Page, Page, Vec<Key>)> {
+    let check = |idx: &AuditIndex| -> Vec<(usize, Page, Page, Vec<u64>)> {
         filters
             .iter()
             .map(|f| {
@@ -94,7 +94,8 @@ fn given_a_block_file_then_the_index_answers_as_on_the_heap_and_holds_little() {
                     idx.page(f, 2_100, 50).expect("page"),
                     idx.after(f, (1_000_000 + 150_000, 0), u64::MAX, 30)
                         .expect("after"),
-                    idx.in_log_order(f, u64::MAX).expect("in log order"),
+                    idx.in_log_order(f, None, u64::MAX, usize::MAX / 4)
+                        .expect("in log order"),
                 )
             })
             .collect()
@@ -104,6 +105,32 @@ fn given_a_block_file_then_the_index_answers_as_on_the_heap_and_holds_little() {
     assert_eq!(want[0].1.items.len(), 50);
     assert_eq!(want[0].2.items.len(), 30);
     assert_eq!(check(&filed), want);
+    // In log order a window at a time: the windows, joined, are the whole, ascending, and a
+    // bound on seq cuts it.
+    for (f, (_, _, _, whole)) in filters.iter().zip(&want) {
+        assert!(whole.windows(2).all(|w| w[0] < w[1]));
+        for limit in [1, 97, 5_000] {
+            let (mut joined, mut after) = (Vec::new(), None);
+            loop {
+                let w = filed
+                    .in_log_order(f, after, u64::MAX, limit)
+                    .expect("window");
+                assert!(w.len() <= limit);
+                joined.extend_from_slice(&w);
+                match w.last() {
+                    Some(&last) if w.len() == limit => after = Some(last),
+                    _ => break,
+                }
+            }
+            assert_eq!(&joined, whole, "windows of {limit}");
+        }
+        if let Some(&mid) = whole.get(whole.len() / 2) {
+            let below = heap
+                .in_log_order(f, None, mid, usize::MAX / 4)
+                .expect("below");
+            assert_eq!(below, whole[..whole.len() / 2]);
+        }
+    }
     // the sealed blocks' words left the heap for the file (the blocks are the same in both:
     // the same inserts seal the same blocks; the file also keeps the words of blocks
     // unpacked for a late entry since),
