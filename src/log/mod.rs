@@ -78,6 +78,14 @@ impl LogReader {
 
     /// The stored value holding `seq` and the byte range of its record in it.
     fn locate(&self, seq: u64) -> Result<Option<(sled::IVec, std::ops::Range<usize>)>, LogError> {
+        let Some((key, v)) = self.chunk_holding(seq)? else {
+            return Ok(None);
+        };
+        Ok(record_in(seq, key, &v)?.map(|range| (v, range)))
+    }
+
+    /// The stored value `seq` would be in (found by a range lookup) and its first seq.
+    fn chunk_holding(&self, seq: u64) -> Result<Option<(u64, sled::IVec)>, LogError> {
         let Some((k, v)) = self
             .tree
             .range(..=record::seq_key(seq))
@@ -86,29 +94,7 @@ impl LogReader {
         else {
             return Ok(None);
         };
-        let key = record::seq_from_key(&k).unwrap_or(0);
-        let Some(index) = usize::try_from(seq - key)
-            .ok()
-            .filter(|i| *i < record::CHUNK_RECORDS)
-        else {
-            return Ok(None);
-        };
-        // A chunk that stops parsing before `seq` hides it: that is an error, not an absence.
-        let found = record::pieces(&v)
-            .take(index + 1)
-            .enumerate()
-            .find(|(i, p)| *i == index || p.record.is_err());
-        match found {
-            None => Ok(None),
-            Some((_, p)) => match p.record {
-                Ok(r) if r.seq == seq => Ok(Some((v.clone(), p.range))),
-                Ok(r) => Err(LogError::Undecodable {
-                    seq,
-                    why: format!("the record stored at seq {seq} was sealed as seq {}", r.seq),
-                }),
-                Err(why) => Err(LogError::Undecodable { seq, why }),
-            },
-        }
+        Ok(Some((record::seq_from_key(&k).unwrap_or(0), v)))
     }
 
     pub fn get(&self, seq: u64) -> Result<Option<Record>, LogError> {
@@ -154,48 +140,21 @@ impl LogReader {
         chunk: &mut Option<u64>,
     ) -> Result<Option<(Uuid, AuditEntry)>, LogError> {
         let near = chunk.filter(|key| seq >= *key && seq - key < record::CHUNK_RECORDS as u64);
-        let found = match near {
-            Some(key) => self.tree.get(record::seq_key(key))?.map(|v| (key, v)),
-            None => None,
-        };
-        let (key, value) = match found {
-            Some(kv) => kv,
-            None => {
-                let Some((k, v)) = self
-                    .tree
-                    .range(..=record::seq_key(seq))
-                    .next_back()
-                    .transpose()?
-                else {
-                    return Ok(None);
-                };
-                (record::seq_from_key(&k).unwrap_or(0), v)
+        if let Some(key) = near {
+            if let Some(v) = self.tree.get(record::seq_key(key))? {
+                if let Some(range) = record_in(seq, key, &v)? {
+                    return audit_entry_of(seq, &v[range]);
+                }
             }
-        };
-        *chunk = Some(key);
-        let Some(index) = usize::try_from(seq - key)
-            .ok()
-            .filter(|i| *i < record::CHUNK_RECORDS)
-        else {
+        }
+        // Not in the chunk last read (past its end, or another chunk).
+        let Some((key, v)) = self.chunk_holding(seq)? else {
             return Ok(None);
         };
-        // A chunk that stops parsing before `seq` hides it: that is an error, not an absence.
-        let found = record::pieces(&value)
-            .take(index + 1)
-            .enumerate()
-            .find(|(i, p)| *i == index || p.record.is_err());
-        match found {
-            // Past the end of the chunk first read: the next chunk holds `seq`.
-            None if near.is_some() => {
-                *chunk = None;
-                self.audit_entry_from(seq, chunk)
-            }
+        *chunk = Some(key);
+        match record_in(seq, key, &v)? {
+            Some(range) => audit_entry_of(seq, &v[range]),
             None => Ok(None),
-            Some((i, p)) => match p.record {
-                Ok(_) if i == index => audit_entry_of(seq, &value[p.range]),
-                Ok(_) => Ok(None),
-                Err(why) => Err(LogError::Undecodable { seq, why }),
-            },
         }
     }
 
@@ -275,6 +234,34 @@ impl Iterator for Records {
                 }
             }
         }
+    }
+}
+
+/// The byte range of `seq`'s record in the stored value `value` whose first record is `key`;
+/// `None` where the value ends before it.
+fn record_in(seq: u64, key: u64, value: &[u8]) -> Result<Option<std::ops::Range<usize>>, LogError> {
+    let Some(index) = seq
+        .checked_sub(key)
+        .and_then(|i| usize::try_from(i).ok())
+        .filter(|i| *i < record::CHUNK_RECORDS)
+    else {
+        return Ok(None);
+    };
+    // A chunk that stops parsing before `seq` hides it: that is an error, not an absence.
+    let found = record::pieces(value)
+        .take(index + 1)
+        .enumerate()
+        .find(|(i, p)| *i == index || p.record.is_err());
+    match found {
+        None => Ok(None),
+        Some((_, p)) => match p.record {
+            Ok(r) if r.seq == seq => Ok(Some(p.range)),
+            Ok(r) => Err(LogError::Undecodable {
+                seq,
+                why: format!("the record stored at seq {seq} was sealed as seq {}", r.seq),
+            }),
+            Err(why) => Err(LogError::Undecodable { seq, why }),
+        },
     }
 }
 
