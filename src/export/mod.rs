@@ -237,6 +237,8 @@ pub fn write_file(
 const WINDOW: usize = 1 << 19;
 /// Rows encoded at a time, on every core.
 const CHUNK: usize = 4096;
+/// Encoded chunks that may wait for the writer (~1.6 MB each).
+const AHEAD: usize = 2;
 
 /// One chunk's encoded rows (one buffer per slice of 256, in order, with their counts), and its
 /// first and last places in the tenant chain.
@@ -311,15 +313,41 @@ fn write_part(
     }
     let mut flushed_to = 0u64;
     let mut space_checked_at = 0u64;
-    // The seqs to export, a window at a time, each encoded a chunk at a time (`encode_chunk`).
-    let mut after = None;
-    loop {
-        let seqs = projections
-            .audit
-            .in_log_order(&filter, after, view.request_seq, WINDOW)
-            .map_err(|e| format!("reading the audit index: {e}"))?;
-        for chunk in seqs.chunks(CHUNK) {
-            let (parts, ends) = encode_chunk(log, projections, chunk, view)?;
+    // The seqs to export, a window at a time, each encoded a chunk at a time (`encode_chunk`)
+    // on a thread of its own while this one writes and hashes the chunk before: at most
+    // `AHEAD` encoded chunks wait for the writer. The encoder stops when the writer fails
+    // (the channel closes).
+    let encoded = std::thread::scope(|scope| -> Result<(), String> {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Result<Encoded, String>>(AHEAD);
+        scope.spawn(move || {
+            let mut after = None;
+            loop {
+                let seqs =
+                    match projections
+                        .audit
+                        .in_log_order(&filter, after, view.request_seq, WINDOW)
+                    {
+                        Ok(seqs) => seqs,
+                        Err(e) => {
+                            let _ = tx.send(Err(format!("reading the audit index: {e}")));
+                            return;
+                        }
+                    };
+                for chunk in seqs.chunks(CHUNK) {
+                    let encoded = encode_chunk(log, projections, chunk, view);
+                    let failed = encoded.is_err();
+                    if tx.send(encoded).is_err() || failed {
+                        return;
+                    }
+                }
+                match seqs.last() {
+                    Some(&last) if seqs.len() == WINDOW => after = Some(last),
+                    _ => return,
+                }
+            }
+        });
+        for chunk in rx {
+            let (parts, ends) = chunk?;
             if let Some((a, b)) = ends {
                 first.get_or_insert(a);
                 last = Some(b);
@@ -340,11 +368,9 @@ fn write_part(
             }
             start_writeback(&mut out, &mut flushed_to).map_err(io)?;
         }
-        match seqs.last() {
-            Some(&last) if seqs.len() == WINDOW => after = Some(last),
-            _ => break,
-        }
-    }
+        Ok(())
+    });
+    encoded?;
     if view.format == ExportFormat::Json {
         out.write_all(b"]\n").map_err(io)?;
     }
