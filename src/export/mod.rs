@@ -248,7 +248,7 @@ type Encoded = (Vec<(Vec<u8>, u64)>, Option<(ChainPoint, ChainPoint)>);
 /// every core encodes a slice of rows into bytes of its own, and the caller only writes and
 /// hashes them, in order.
 ///
-/// Memory: an export holds one window of seqs and at most `AHEAD` + 1 chunks of encoded rows
+/// Memory: an export holds one window of seqs and at most `AHEAD` + 2 chunks of encoded rows
 /// at a time, whatever its range. Its entries are read with one lookup each, not by scanning the
 /// range: sled 0.34 applies its cache limit (`--cache-mb`) only when one of its 256 LRU shards
 /// has queued 64 page accesses, and a scan touches each page once, so a scan of a whole tenant
