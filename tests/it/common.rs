@@ -529,3 +529,36 @@ pub fn ingest_filler(s: &Server, tenant: &str, n: usize) {
         assert_eq!(status, 200, "{v}");
     }
 }
+
+/// `blake3(parts...)` as lower-case hex (a domain is the first part).
+pub fn blake3_hex(parts: &[&[u8]]) -> String {
+    let mut h = blake3::Hasher::new();
+    for p in parts {
+        h.update(p);
+    }
+    h.finalize().to_hex().to_string()
+}
+
+/// The detail digest a tenant computes from a detail read (docs/API.md, "Per-tenant chain").
+pub fn detail_digest(d: &Value) -> String {
+    let mut m = serde_json::Map::new();
+    for f in [
+        "input_content",
+        "memory_query",
+        "memory_results",
+        "output_content",
+        "rag_query",
+        "rag_results",
+        "request_body",
+    ] {
+        m.insert(f.into(), d[f].clone());
+    }
+    if d["response_ref"].is_null() {
+        m.insert("response_body".into(), d["response_body"].clone());
+    } else {
+        m.insert("response_ref".into(), d["response_ref"].clone());
+    }
+    // serde_json's maps are ordered by key: this is the canonical form.
+    let canonical = serde_json::to_string(&Value::Object(m)).expect("json");
+    blake3_hex(&[b"auditmem/detail/v1", canonical.as_bytes()])
+}

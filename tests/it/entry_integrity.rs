@@ -4,11 +4,11 @@
 use crate::common;
 
 use base64::Engine;
-use common::{assert_error, replayed_copy, Server};
+use common::{assert_error, blake3_hex, detail_digest, replayed_copy, Server};
 use reqwest::Method;
 use serde::Deserialize;
 use serde_json::value::RawValue;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
 /// GET with a key: (status, the body's bytes as sent).
 fn get_raw(s: &Server, path: &str, key: &str) -> (u16, String) {
@@ -185,39 +185,6 @@ fn caller_supplied_fields_are_bounded_refused_or_stored_with_a_marker() {
             "{f}"
         );
     }
-}
-
-/// `blake3(domain || parts...)` as lower-case hex.
-fn blake3_hex(parts: &[&[u8]]) -> String {
-    let mut h = blake3::Hasher::new();
-    for p in parts {
-        h.update(p);
-    }
-    h.finalize().to_hex().to_string()
-}
-
-/// The detail digest a tenant computes from a detail read (docs/API.md, "Per-tenant chain").
-fn detail_digest(d: &Value) -> String {
-    let mut m = Map::new();
-    for f in [
-        "input_content",
-        "memory_query",
-        "memory_results",
-        "output_content",
-        "rag_query",
-        "rag_results",
-        "request_body",
-    ] {
-        m.insert(f.into(), d[f].clone());
-    }
-    if d["response_ref"].is_null() {
-        m.insert("response_body".into(), d["response_body"].clone());
-    } else {
-        m.insert("response_ref".into(), d["response_ref"].clone());
-    }
-    // serde_json's maps are ordered by key: this is the canonical form.
-    let canonical = serde_json::to_string(&Value::Object(m)).expect("json");
-    blake3_hex(&[b"auditmem/detail/v1", canonical.as_bytes()])
 }
 
 #[test]

@@ -17,11 +17,12 @@ use auditmem::log::record::{seq_key, Record};
 use auditmem::log::{open_db, LogReader};
 use auditmem::projections::Tokens;
 use common::{
-    answers, assert_same_answers, cli, copy_dir, now_end_time, path_str, replayed_copy, Server,
+    answers, assert_same_answers, blake3_hex, cli, copy_dir, detail_digest, now_end_time, path_str,
+    replayed_copy, Server,
 };
 use reqwest::Method;
 use serde::Serialize;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 use uuid::Uuid;
 
 /// `AuditEntry` as the release before `detail_hash` wrote it.
@@ -114,38 +115,6 @@ fn append_old(dir: &Path, events: Vec<OldRecorded>) {
         prev = hash;
     }
     db.flush().expect("flush");
-}
-
-/// `blake3(parts...)` as lower-case hex.
-fn blake3_hex(parts: &[&[u8]]) -> String {
-    let mut h = blake3::Hasher::new();
-    for p in parts {
-        h.update(p);
-    }
-    h.finalize().to_hex().to_string()
-}
-
-/// The detail digest a tenant computes from a detail read (docs/API.md, "Per-tenant chain").
-fn detail_digest(d: &Value) -> String {
-    let mut m = Map::new();
-    for f in [
-        "input_content",
-        "memory_query",
-        "memory_results",
-        "output_content",
-        "rag_query",
-        "rag_results",
-        "request_body",
-    ] {
-        m.insert(f.into(), d[f].clone());
-    }
-    if d["response_ref"].is_null() {
-        m.insert("response_body".into(), d["response_body"].clone());
-    } else {
-        m.insert("response_ref".into(), d["response_ref"].clone());
-    }
-    let canonical = serde_json::to_string(&Value::Object(m)).expect("json");
-    blake3_hex(&[b"auditmem/detail/v1", canonical.as_bytes()])
 }
 
 /// Recomputes the tenant chain from list items, oldest first, under each entry's own rule (v1
