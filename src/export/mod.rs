@@ -252,7 +252,7 @@ type Encoded = (Vec<(Vec<u8>, u64)>, Option<(ChainPoint, ChainPoint)>);
 /// at a time, whatever its range. Its entries are read with one lookup each, not by scanning the
 /// range: sled 0.34 applies its cache limit (`--cache-mb`) only when one of its 256 LRU shards
 /// has queued 64 page accesses, and a scan touches each page once, so a scan of a whole tenant
-/// kept most pages it read in memory (~300 MiB more for 1M entries). A lookup per row touches
+/// would keep most pages it read in memory (~300 MiB more for 1M entries). A lookup per row touches
 /// each page once per row, and the cache stays within its limit (docs/PERFORMANCE.md, "CSV
 /// export").
 fn encode_chunk(

@@ -562,3 +562,14 @@ pub fn detail_digest(d: &Value) -> String {
     let canonical = serde_json::to_string(&Value::Object(m)).expect("json");
     blake3_hex(&[b"auditmem/detail/v1", canonical.as_bytes()])
 }
+
+/// GET with a key: (status, the body exactly as sent).
+pub fn get_text(s: &Server, path: &str, key: &str) -> (u16, String) {
+    let r = s
+        .raw()
+        .get(format!("{}{path}", s.url))
+        .bearer_auth(key)
+        .send()
+        .expect("send");
+    (r.status().as_u16(), r.text().expect("text"))
+}

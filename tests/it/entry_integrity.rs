@@ -4,22 +4,11 @@
 use crate::common;
 
 use base64::Engine;
-use common::{assert_error, blake3_hex, detail_digest, replayed_copy, Server};
+use common::{assert_error, blake3_hex, detail_digest, get_text, replayed_copy, Server};
 use reqwest::Method;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
-
-/// GET with a key: (status, the body's bytes as sent).
-fn get_raw(s: &Server, path: &str, key: &str) -> (u16, String) {
-    let r = s
-        .raw()
-        .get(format!("{}{}", s.url, path))
-        .bearer_auth(key)
-        .send()
-        .expect("send");
-    (r.status().as_u16(), r.text().expect("text"))
-}
 
 /// The `response_body` of a detail answer exactly as it was written.
 fn response_body_text(detail: &str) -> String {
@@ -290,7 +279,7 @@ fn audit_reads_are_recorded_by_reference_and_render_byte_for_byte() {
     let ingested = v["data"]["ids"][7].as_str().expect("id").to_string();
     // A full page of 100: its entry in the log holds a reference, not the page.
     let (head, _) = s.head();
-    let (status, page) = get_raw(&s, "/v1/audit/logs?page_size=100", &key);
+    let (status, page) = get_text(&s, "/v1/audit/logs?page_size=100", &key);
     assert_eq!(status, 200, "{page}");
     assert!(page.len() > 20_000, "{}", page.len());
     let sizes = record_sizes(&s, head + 1);
@@ -305,12 +294,12 @@ fn audit_reads_are_recorded_by_reference_and_render_byte_for_byte() {
         .as_str()
         .expect("cursor")
         .to_string();
-    let (_, cursor_page) = get_raw(
+    let (_, cursor_page) = get_text(
         &s,
         &format!("/v1/audit/logs?page_size=30&cursor={cursor}"),
         &key,
     );
-    let (_, read) = get_raw(&s, &format!("/v1/audit/logs/{ingested}"), &key);
+    let (_, read) = get_text(&s, &format!("/v1/audit/logs/{ingested}"), &key);
     let lists = s
         .get("/v1/audit/logs?action=audit.list&page_size=10", &key)
         .1;
@@ -318,13 +307,13 @@ fn audit_reads_are_recorded_by_reference_and_render_byte_for_byte() {
         .as_str()
         .expect("id")
         .to_string();
-    let (_, read_of_list) = get_raw(&s, &format!("/v1/audit/logs/{first_list}"), &key);
+    let (_, read_of_list) = get_text(&s, &format!("/v1/audit/logs/{first_list}"), &key);
     // A read of that read nests it; a later read of this one names it instead of nesting.
     let read_id = newest(&s, &key, "audit.read")["id"]
         .as_str()
         .expect("id")
         .to_string();
-    let (_, read_of_read) = get_raw(&s, &format!("/v1/audit/logs/{read_id}"), &key);
+    let (_, read_of_read) = get_text(&s, &format!("/v1/audit/logs/{read_id}"), &key);
     let reads = s
         .get("/v1/audit/logs?action=audit.read&page_size=10", &key)
         .1;
@@ -355,11 +344,11 @@ fn audit_reads_are_recorded_by_reference_and_render_byte_for_byte() {
     ];
     let check = |s: &Server, when: &str| {
         for (id, sent) in &want {
-            let (status, detail) = get_raw(s, &format!("/v1/audit/logs/{id}"), &key);
+            let (status, detail) = get_text(s, &format!("/v1/audit/logs/{id}"), &key);
             assert_eq!(status, 200, "{detail}");
             assert_eq!(&response_body_text(&detail), sent, "{when}: entry {id}");
         }
-        let (_, detail) = get_raw(s, &format!("/v1/audit/logs/{}", read_ids[0]), &key);
+        let (_, detail) = get_text(s, &format!("/v1/audit/logs/{}", read_ids[0]), &key);
         let shown: Value = serde_json::from_str(&response_body_text(&detail)).expect("json");
         assert_eq!(shown, json!({ "_detail_of": read_id }), "{when}");
     };

@@ -8,7 +8,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-use common::Server;
+use common::{get_text, Server};
 use reqwest::Method;
 use serde_json::{json, Value};
 
@@ -59,17 +59,6 @@ fn worst_entry(tenant: &str) -> Value {
         "tokens": {"prompt_tokens": u64::MAX, "completion_tokens": u64::MAX, "total_tokens": u64::MAX},
         "metadata": max_metadata(),
     })
-}
-
-/// GET with a key: (status, the body as sent).
-fn get_text(s: &Server, path: &str, key: &str) -> (u16, String) {
-    let r = s
-        .raw()
-        .get(format!("{}{path}", s.url))
-        .bearer_auth(key)
-        .send()
-        .expect("send");
-    (r.status().as_u16(), r.text().expect("text"))
 }
 
 #[test]

@@ -17,8 +17,8 @@ use auditmem::log::record::{seq_key, Record};
 use auditmem::log::{open_db, LogReader};
 use auditmem::projections::Tokens;
 use common::{
-    answers, assert_same_answers, blake3_hex, cli, copy_dir, detail_digest, now_end_time, path_str,
-    replayed_copy, Server,
+    answers, assert_same_answers, blake3_hex, cli, copy_dir, detail_digest, get_text, now_end_time,
+    path_str, replayed_copy, Server,
 };
 use reqwest::Method;
 use serde::Serialize;
@@ -144,17 +144,6 @@ fn assert_chain(oldest_first: &[Value]) -> Vec<&'static str> {
         rules.push(rule);
     }
     rules
-}
-
-/// GET with a key: (status, the body as sent).
-fn get_text(s: &Server, path: &str, key: &str) -> (u16, String) {
-    let r = s
-        .raw()
-        .get(format!("{}{path}", s.url))
-        .bearer_auth(key)
-        .send()
-        .expect("send");
-    (r.status().as_u16(), r.text().expect("text"))
 }
 
 /// `auditmem verify` on a stopped data dir: exit 0, `records` records, every one valid.
