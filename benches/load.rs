@@ -85,6 +85,10 @@ struct Args {
     /// Target a running server instead of starting one (its admin token in --admin-token).
     #[arg(long)]
     url: Option<String>,
+    /// Other nodes of the same cluster (`--log nats://...`): each worker sends its requests to
+    /// `--url` and these in turn. Seeding goes to `--url`.
+    #[arg(long, value_delimiter = ',')]
+    also_url: Vec<String>,
     #[arg(
         long,
         env = "AUDITMEM_ADMIN_TOKEN",
@@ -200,6 +204,13 @@ async fn run(args: Args) -> Result<()> {
         ingest_bodies,
         client,
         url: server.url.clone(),
+        urls: std::iter::once(server.url.clone())
+            .chain(
+                args.also_url
+                    .iter()
+                    .map(|u| u.trim_end_matches('/').to_string()),
+            )
+            .collect(),
         admin_token: args.admin_token.clone(),
         seeded: seeded.clone(),
         batch: args.batch,
@@ -612,6 +623,8 @@ async fn seed_memories(admin: &Admin, seeded: &mut Seeded, want: u64, file: &Pat
 struct Ctx {
     client: reqwest::Client,
     url: String,
+    /// `url` and the `--also-url` nodes, which `perform` takes in turn.
+    urls: Vec<String>,
     admin_token: String,
     seeded: Seeded,
     batch: usize,
@@ -687,7 +700,7 @@ async fn perform(ctx: &Ctx, op: Op, n: u64) -> Result<u64> {
     let key = |t: &Option<TenantKey>| -> Result<String> {
         Ok(t.as_ref().context("tenant not seeded")?.key.clone())
     };
-    let url = &ctx.url;
+    let url = &ctx.urls[(n % ctx.urls.len() as u64) as usize];
     let c = &ctx.client;
     let (req, units) = match op {
         Op::Ingest => {

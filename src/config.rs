@@ -291,12 +291,36 @@ impl std::str::FromStr for LogBackend {
     }
 }
 
+impl LogBackend {
+    /// `AUDITMEM_LOG` when it names a log of record (`sled`, `nats://...`) rather than a log
+    /// filter.
+    pub fn from_env() -> Option<LogBackend> {
+        let v = std::env::var("AUDITMEM_LOG").ok()?;
+        let v = v.trim();
+        (v == "sled" || v.starts_with("nats://"))
+            .then(|| v.parse().ok())
+            .flatten()
+    }
+}
+
+impl ClusterArgs {
+    /// The log of record: `--log`, else `AUDITMEM_LOG` when it names one, else sled.
+    pub fn backend(&self) -> LogBackend {
+        self.log
+            .clone()
+            .or_else(LogBackend::from_env)
+            .unwrap_or(LogBackend::Sled)
+    }
+}
+
 #[derive(Args, Debug, Clone)]
 pub struct ClusterArgs {
-    /// The log of record: `sled` (in the data dir) or `nats://HOST:PORT[,HOST:PORT...]`, a
-    /// JetStream stream shared by every node, each mirroring it into its own data dir.
-    #[arg(long = "log", env = "AUDITMEM_LOG", default_value = "sled")]
-    pub log: LogBackend,
+    /// The log of record: `sled` (in the data dir; the default) or
+    /// `nats://HOST:PORT[,HOST:PORT...]`, a JetStream stream shared by every node, each
+    /// mirroring it into its own data dir. Also `AUDITMEM_LOG=sled|nats://...`: that variable
+    /// is the log filter too (e.g. `info`), and a value naming a log of record is taken as one.
+    #[arg(long = "log")]
+    pub log: Option<LogBackend>,
     /// The JetStream stream holding the log (created when missing).
     #[arg(long, env = "AUDITMEM_NATS_STREAM", default_value = "AUDITMEM")]
     pub nats_stream: String,
@@ -399,4 +423,34 @@ pub struct VerifyArgs {
 pub struct ReplayArgs {
     #[arg(long, env = "AUDITMEM_DATA_DIR", default_value = "data")]
     pub data_dir: PathBuf,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::LogBackend;
+
+    #[test]
+    fn a_log_of_record_is_sled_or_a_list_of_nats_servers() {
+        assert_eq!("sled".parse::<LogBackend>(), Ok(LogBackend::Sled));
+        assert_eq!(
+            "nats://10.0.0.1:4222,10.0.0.2:4222, nats://10.0.0.3:4222".parse::<LogBackend>(),
+            Ok(LogBackend::Nats(vec![
+                "nats://10.0.0.1:4222".into(),
+                "nats://10.0.0.2:4222".into(),
+                "nats://10.0.0.3:4222".into(),
+            ]))
+        );
+        assert_eq!(
+            "info".parse::<LogBackend>(),
+            Err("`info`: the log is `sled` or `nats://HOST:PORT[,HOST:PORT...]`".into())
+        );
+        assert_eq!(
+            "nats://10.0.0.1:4222,,".parse::<LogBackend>(),
+            Err("`` in `nats://10.0.0.1:4222,,`: each NATS server is HOST:PORT".into())
+        );
+        assert_eq!(
+            "nats://host".parse::<LogBackend>(),
+            Err("`host` in `nats://host`: each NATS server is HOST:PORT".into())
+        );
+    }
 }

@@ -47,8 +47,12 @@ pub enum Command {
 }
 
 pub fn init_tracing(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("AUDITMEM_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,tower_http=warn"));
+    // `AUDITMEM_LOG` naming a log of record (`sled`, `nats://...`) is no filter.
+    let filter = match crate::config::LogBackend::from_env() {
+        Some(_) => None,
+        None => tracing_subscriber::EnvFilter::try_from_env("AUDITMEM_LOG").ok(),
+    }
+    .unwrap_or_else(|| tracing_subscriber::EnvFilter::new("info,tower_http=warn"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

@@ -89,7 +89,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             Durability::BatchInterval(Duration::from_millis(args.batch_interval_ms.max(1)))
         }
     };
-    let cluster = match &args.cluster.log {
+    let cluster = match &args.cluster.backend() {
         LogBackend::Sled => None,
         LogBackend::Nats(servers) => {
             let c = &args.cluster;

@@ -441,7 +441,7 @@ impl ExportSettings {
             },
             min_free_bytes: args.export_min_free_mb.saturating_mul(MIB),
             sweep_every: Duration::from_secs(args.export_sweep_secs.max(1)),
-            clustered: args.cluster.log != crate::config::LogBackend::Sled,
+            clustered: args.cluster.backend() != crate::config::LogBackend::Sled,
         }
     }
 }
@@ -459,6 +459,7 @@ pub async fn run_worker(exporter: Exporter) {
     sweeps.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     sweeps.tick().await;
     sweep_logged(&exporter, &running).await;
+    let mut copies_checked = std::time::Instant::now() - Duration::from_secs(1);
     loop {
         match exporter.projections.exports.processing() {
             Ok(views) => {
@@ -476,8 +477,10 @@ pub async fn run_worker(exporter: Exporter) {
             }
             Err(e) => tracing::error!(error = %e, "reading pending exports"),
         }
-        if exporter.settings.clustered {
+        // At most once a second: it reads every export's view.
+        if exporter.settings.clustered && copies_checked.elapsed() >= Duration::from_secs(1) {
             copy_completed(&exporter, &running);
+            copies_checked = std::time::Instant::now();
         }
         tokio::select! {
             changed = head.changed() => {
@@ -486,6 +489,8 @@ pub async fn run_worker(exporter: Exporter) {
                 }
             }
             _ = sweeps.tick() => sweep_logged(&exporter, &running).await,
+            // A cluster node also looks for copies to write while the log is quiet.
+            _ = tokio::time::sleep(Duration::from_secs(1)), if exporter.settings.clustered => {}
         }
     }
 }

@@ -388,7 +388,9 @@ impl Appender {
         let Some(outbox) = &self.outbox else {
             return Err(AppendError::Closed);
         };
-        let bytes = event.encode().map_err(|e| AppendError::Encode(e.to_string()))?;
+        let bytes = event
+            .encode()
+            .map_err(|e| AppendError::Encode(e.to_string()))?;
         // Time-ordered keys: the entries join the log in the order they were answered.
         let key = uuid::Uuid::now_v7();
         outbox

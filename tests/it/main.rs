@@ -32,6 +32,7 @@ mod list_bound;
 mod memory_api;
 mod old_data_dir;
 mod openapi;
+mod positions;
 mod properties;
 mod provider_tls;
 mod replay;
