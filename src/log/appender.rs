@@ -550,7 +550,7 @@ struct Sealed {
 /// What the writer does next in a cluster.
 enum Next {
     Submitted(Option<Msg>),
-    Fed(Option<Result<async_nats::jetstream::Message, String>>),
+    Fed(Option<Result<Box<async_nats::jetstream::Message>, String>>),
 }
 
 /// A clustered group's message stays under the servers' default `max_payload` (1 MiB) with
@@ -578,15 +578,13 @@ fn apply_loop(
         let mut applied = Vec::new();
         for job in &batch {
             for (sub, outcome) in job.group.iter().zip(&job.outcomes) {
-                let mut seq = outcome.first_seq;
-                for (event, _, prepared) in &sub.events {
+                for (seq, (event, _, prepared)) in (outcome.first_seq..).zip(&sub.events) {
                     applied.push(Applied {
                         seq,
                         ts_micros: outcome.ts_micros,
                         event,
                         prepared: Some(prepared),
                     });
-                    seq += 1;
                 }
             }
         }
@@ -678,7 +676,7 @@ impl Worker {
                         biased;
                         m = async {
                             match feed {
-                                Some(f) => nats::next_message(f).await,
+                                Some(f) => nats::next_message(f).await.map(|r| r.map(Box::new)),
                                 None => {
                                     // No feed (the cluster is unreachable): try again shortly.
                                     tokio::time::sleep(Duration::from_millis(250)).await;
@@ -1169,7 +1167,7 @@ impl Worker {
                 }
                 Err(_) => return,
             }
-            if self.cluster.as_ref().map_or(true, |c| c.stream_seq > start) {
+            if self.cluster.as_ref().is_none_or(|c| c.stream_seq > start) {
                 return;
             }
         }

@@ -64,7 +64,10 @@ fn every_write_says_its_position_and_a_later_position_is_waited_for() {
     assert_eq!(position(&resp), Some(p + 1));
     let (status, v) = body(resp);
     assert_eq!(status, 200, "{v}");
-    assert_eq!(v["data"]["memories"][0]["content"], "Dana prefers tea", "{v}");
+    assert_eq!(
+        v["data"]["memories"][0]["content"], "Dana prefers tea",
+        "{v}"
+    );
     let resp = c
         .get(format!("{}/v1/audit/logs?page=0", s.url))
         .bearer_auth(&key)
