@@ -464,15 +464,7 @@ pub async fn run_worker(exporter: Exporter) {
         match exporter.projections.exports.processing() {
             Ok(views) => {
                 for view in views {
-                    let fresh = running
-                        .lock()
-                        .map(|mut r| r.insert(view.export_id))
-                        .unwrap_or(false);
-                    if fresh {
-                        let exporter = exporter.clone();
-                        let running = running.clone();
-                        tokio::spawn(async move { export_one(exporter, view, running).await });
-                    }
+                    start_export(&exporter, &running, view);
                 }
             }
             Err(e) => tracing::error!(error = %e, "reading pending exports"),
@@ -504,18 +496,22 @@ fn copy_completed(exporter: &Exporter, running: &Running) {
         Err(e) => return tracing::error!(error = %e, "reading completed exports"),
     };
     for view in views {
-        if file_path(&exporter.settings.dir, &view).exists() {
-            continue;
+        if !file_path(&exporter.settings.dir, &view).exists() {
+            start_export(exporter, running, view);
         }
-        let fresh = running
-            .lock()
-            .map(|mut r| r.insert(view.export_id))
-            .unwrap_or(false);
-        if fresh {
-            let exporter = exporter.clone();
-            let running = running.clone();
-            tokio::spawn(async move { export_one(exporter, view, running).await });
-        }
+    }
+}
+
+/// Writes `view`'s file on a task of its own, unless this process is writing it already.
+fn start_export(exporter: &Exporter, running: &Running, view: ExportView) {
+    let fresh = running
+        .lock()
+        .map(|mut r| r.insert(view.export_id))
+        .unwrap_or(false);
+    if fresh {
+        let exporter = exporter.clone();
+        let running = running.clone();
+        tokio::spawn(async move { export_one(exporter, view, running).await });
     }
 }
 

@@ -640,15 +640,23 @@ impl Worker {
             return self.run_clustered(rx);
         }
         while let Some(first) = rx.blocking_recv() {
-            let (group, stopping) = gather(first, &mut rx);
-            self.process(group);
-            if stopping {
-                self.drain(&mut rx);
+            if self.take(first, &mut rx) {
                 break;
             }
         }
         let _ = self.db.flush();
         let _ = self.db_file.sync_data();
+    }
+
+    /// Commits `first` and what is queued after it; on a stop, everything queued. Whether the
+    /// writer stops.
+    fn take(&mut self, first: Msg, rx: &mut mpsc::Receiver<Msg>) -> bool {
+        let (group, stopping) = gather(first, rx);
+        self.process(group);
+        if stopping {
+            self.drain(rx);
+        }
+        stopping
     }
 
     /// After a stop: commits what is still queued, one submission at a time.
@@ -702,10 +710,7 @@ impl Worker {
                 }
                 Next::Submitted(None) => break,
                 Next::Submitted(Some(first)) => {
-                    let (group, stopping) = gather(first, &mut rx);
-                    self.process(group);
-                    if stopping {
-                        self.drain(&mut rx);
+                    if self.take(first, &mut rx) {
                         break;
                     }
                 }
@@ -1005,6 +1010,11 @@ impl Worker {
         self.stats
             .last_sync_micros
             .store(sync_us, Ordering::Relaxed);
+        self.to_applier(group, outcomes);
+    }
+
+    /// Hands a stored group to the applier, which folds it and answers its callers.
+    fn to_applier(&mut self, group: Vec<Submission>, outcomes: Vec<Committed>) {
         let job = ApplyJob {
             group,
             outcomes,
@@ -1196,14 +1206,7 @@ impl Worker {
             // Folded already from the stream's copy: only the answers are left.
             s.events.clear();
         }
-        let job = ApplyJob {
-            group,
-            outcomes,
-            head: self.head,
-        };
-        if let Err(std::sync::mpsc::SendError(job)) = self.jobs.send(job) {
-            self.fail("the projection applier stopped".into(), job.group);
-        }
+        self.to_applier(group, outcomes);
     }
 
     /// Folds the stream up to its last sequence, or fails at `deadline`.
