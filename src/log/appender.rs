@@ -553,11 +553,6 @@ enum Next {
     Fed(Option<Result<Box<async_nats::jetstream::Message>, String>>),
 }
 
-/// A clustered group's message stays under the servers' default `max_payload` (1 MiB) with
-/// room for its headers; a larger group is published as several messages, whole submissions
-/// each (one larger submission goes alone).
-const MAX_MESSAGE_BYTES: usize = 1000 * 1024;
-
 /// The applier: folds each durable group into the projections, then answers its callers.
 fn apply_loop(
     jobs: std::sync::mpsc::Receiver<ApplyJob>,
@@ -1027,14 +1022,19 @@ impl Worker {
         }
     }
 
-    /// Publishes `group` to the cluster's stream in messages of whole submissions.
+    /// Publishes `group` to the cluster's stream in messages of whole submissions, each within
+    /// the servers' `max_payload` (one larger submission goes alone, and is refused).
     fn commit_clustered(&mut self, group: Vec<Submission>) {
+        let max = self
+            .cluster
+            .as_ref()
+            .map_or(1 << 20, |c| c.log.max_message_bytes());
         let mut part = Vec::new();
         let mut bytes = 0usize;
         for s in group {
             // A record is its event plus ~90 bytes of seq, time and hashes.
             let size: usize = s.events.iter().map(|(_, b, _)| b.len() + 96).sum();
-            if !part.is_empty() && bytes + size > MAX_MESSAGE_BYTES {
+            if !part.is_empty() && bytes + size > max {
                 self.publish_group(std::mem::take(&mut part));
                 bytes = 0;
             }

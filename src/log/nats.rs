@@ -27,6 +27,8 @@ pub const LAST_SEQ_HEADER: &str = "Auditmem-Last-Seq";
 /// The genesis message's id: every node that finds the stream empty publishes it, and the
 /// stream's duplicate window stores it once.
 const GENESIS_ID: &str = "auditmem-genesis";
+/// What a message's headers and protocol line may take of the server's `max_payload`.
+const HEADER_ROOM: usize = 24 * 1024;
 /// Pause between publish attempts while the cluster has no leader or no quorum.
 const RETRY_PAUSE: Duration = Duration::from_millis(100);
 
@@ -178,6 +180,16 @@ impl NatsLog {
             );
         }
         Ok(())
+    }
+
+    /// The most record bytes one message may carry: the server's `max_payload` (1 MiB by
+    /// default) less room for the headers, at least 64 KiB.
+    pub fn max_message_bytes(&self) -> usize {
+        self.client
+            .server_info()
+            .max_payload
+            .saturating_sub(HEADER_ROOM)
+            .max(64 * 1024)
     }
 
     /// Tells the other nodes this one lost a race for the stream's next sequence.
