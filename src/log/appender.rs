@@ -550,8 +550,13 @@ struct Sealed {
 /// What the writer does next in a cluster.
 enum Next {
     Submitted(Option<Msg>),
+    /// Nothing arrived for `FEED_CHECK`.
+    Idle,
     Fed(Option<Result<Box<async_nats::jetstream::Message>, String>>),
 }
+
+/// How long an idle writer waits before checking that its feed has not stalled.
+const FEED_CHECK: Duration = Duration::from_secs(2);
 
 /// The applier: folds each durable group into the projections, then answers its callers.
 fn apply_loop(
@@ -688,6 +693,7 @@ impl Worker {
                             }
                         } => Next::Fed(m),
                         s = rx.recv() => Next::Submitted(s),
+                        _ = tokio::time::sleep(FEED_CHECK) => Next::Idle,
                     }
                 })
             };
@@ -695,9 +701,11 @@ impl Worker {
                 Next::Fed(Some(Ok(message))) => self.fold_message(&message),
                 Next::Fed(Some(Err(e))) => {
                     if e != "no feed" {
-                        tracing::warn!(error = %e, "following the log stream");
+                        tracing::warn!(error = %e, "following the log stream; following it anew");
+                        self.drop_feed();
                     }
                 }
+                Next::Idle => self.check_feed(),
                 Next::Fed(None) => {
                     if let Some(c) = self.cluster.as_mut() {
                         c.feed = None;
@@ -712,6 +720,35 @@ impl Worker {
             }
         }
         let _ = self.db.flush();
+    }
+
+    /// Forgets the feed; the next [`ensure_feed`](Self::ensure_feed) follows the stream anew
+    /// from the message after the mirror's position (nothing is skipped or folded twice).
+    fn drop_feed(&mut self) {
+        if let Some(c) = self.cluster.as_mut() {
+            c.feed = None;
+        }
+    }
+
+    /// After `FEED_CHECK` without a message or a submission: if the stream holds messages the
+    /// feed has not delivered, the feed stalled (seen after a loss of quorum); follow it anew.
+    fn check_feed(&mut self) {
+        let Some(c) = self.cluster.as_ref() else {
+            return;
+        };
+        let last = c
+            .handle
+            .block_on(async { tokio::time::timeout(c.timeout, c.log.last_sequence()).await });
+        if let Ok(Ok(last)) = last {
+            if last > c.stream_seq {
+                tracing::warn!(
+                    stream_last = last,
+                    folded = c.stream_seq,
+                    "the log stream's feed stalled; following it anew"
+                );
+                self.drop_feed();
+            }
+        }
     }
 
     /// (Re)creates the stream's feed from the message after the last one folded.
@@ -1238,9 +1275,17 @@ impl Worker {
                     .block_on(async { tokio::time::timeout(left, nats::next_message(feed)).await })
             };
             match next {
-                Err(_) => return Err(format!("the stream's messages up to {last} did not arrive")),
+                Err(_) => {
+                    // A consumer that went quiet across a loss of quorum may never resume:
+                    // the next attempt follows the stream anew from the mirror's position.
+                    self.drop_feed();
+                    return Err(format!("the stream's messages up to {last} did not arrive"));
+                }
                 Ok(Some(Ok(message))) => self.fold_message(&message),
-                Ok(Some(Err(e))) => tracing::warn!(error = %e, "following the log stream"),
+                Ok(Some(Err(e))) => {
+                    tracing::warn!(error = %e, "following the log stream; following it anew");
+                    self.drop_feed();
+                }
                 Ok(None) => {
                     if let Some(c) = self.cluster.as_mut() {
                         c.feed = None;
