@@ -446,6 +446,16 @@ pub fn verify_mirror(data_dir: &Path) -> (i32, String, String) {
     )
 }
 
+/// The `report` of `verify --json` output, asserted clean: no failures, every record valid.
+pub fn clean_report(out: &str) -> Value {
+    let v: Value = serde_json::from_str(out)
+        .unwrap_or_else(|e| panic!("verify --json printed no JSON ({e}): {out}"));
+    assert_eq!(v["clean"], Value::Bool(true), "{out}");
+    assert_eq!(v["report"]["failure_count"], 0, "{out}");
+    assert_eq!(v["report"]["valid"], v["report"]["records"], "{out}");
+    v["report"].clone()
+}
+
 /// An env knob that is a whole number.
 pub fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().map(|v| {

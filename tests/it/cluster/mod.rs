@@ -5,3 +5,9 @@
 //! Select the group with `cargo test --test it cluster::`.
 
 pub mod harness;
+
+mod contention;
+mod crash_cycles;
+mod node_joins_empty;
+mod quorum_loss;
+mod read_your_writes;
