@@ -2,7 +2,7 @@
 //! and another node asked for that position answers once it has folded that far, or 503 (5030)
 //! after `--consistency-wait-ms`.
 
-use super::harness::{api_node, request, tenant_with_key, NatsCluster};
+use super::harness::{api_node, request, tenant_with_key, NatsCluster, MIN_POSITION};
 use crate::common::{assert_error, ADMIN_TOKEN};
 
 use std::time::Duration;
@@ -83,6 +83,16 @@ fn a_write_on_one_node_is_read_on_another_at_its_position_and_a_position_ahead_i
         "answered after {:?}",
         r.elapsed
     );
+    // A position that is not a number is refused, not waited for.
+    let r = b
+        .raw()
+        .get(format!("{}/v1/memories/{id}", b.url))
+        .bearer_auth(&key)
+        .header(MIN_POSITION, "soon")
+        .send()
+        .expect("send");
+    let status = r.status().as_u16();
+    assert_error(&(status, r.json().expect("json")), 400, 4000);
     // Health is as on one machine.
     for n in [&a, &b] {
         let r = n
