@@ -254,6 +254,66 @@ pub struct ServeArgs {
     /// Admin API bearer token, at least 32 bytes; the admin API is off when unset.
     #[arg(long, env = "AUDITMEM_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
+    // The log of record in a cluster (docs/SCALING.md).
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+}
+
+/// Where the log of record lives: `sled` (the data dir, one node) or a NATS JetStream stream
+/// that every node mirrors into its data dir (`nats://HOST:PORT[,HOST:PORT...]`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LogBackend {
+    Sled,
+    Nats(Vec<String>),
+}
+
+impl std::str::FromStr for LogBackend {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s == "sled" {
+            return Ok(LogBackend::Sled);
+        }
+        let Some(rest) = s.strip_prefix("nats://") else {
+            return Err(format!(
+                "`{s}`: the log is `sled` or `nats://HOST:PORT[,HOST:PORT...]`"
+            ));
+        };
+        let mut servers = Vec::new();
+        for part in rest.split(',') {
+            let part = part.trim().trim_start_matches("nats://");
+            if part.is_empty() || !part.contains(':') {
+                return Err(format!("`{part}` in `{s}`: each NATS server is HOST:PORT"));
+            }
+            servers.push(format!("nats://{part}"));
+        }
+        Ok(LogBackend::Nats(servers))
+    }
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ClusterArgs {
+    /// The log of record: `sled` (in the data dir) or `nats://HOST:PORT[,HOST:PORT...]`, a
+    /// JetStream stream shared by every node, each mirroring it into its own data dir.
+    #[arg(long = "log", env = "AUDITMEM_LOG", default_value = "sled")]
+    pub log: LogBackend,
+    /// The JetStream stream holding the log (created when missing).
+    #[arg(long, env = "AUDITMEM_NATS_STREAM", default_value = "AUDITMEM")]
+    pub nats_stream: String,
+    /// The subject the log's messages are published on.
+    #[arg(long, env = "AUDITMEM_NATS_SUBJECT", default_value = "auditmem.log")]
+    pub nats_subject: String,
+    /// The stream's replicas when this node creates it (1, 3 or 5 servers hold each message).
+    #[arg(long, env = "AUDITMEM_NATS_REPLICAS", default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=5))]
+    pub nats_replicas: u64,
+    /// How long a write waits for JetStream to acknowledge it (retrying through a leader
+    /// change) before it is answered 503: nothing acknowledged.
+    #[arg(long, env = "AUDITMEM_NATS_TIMEOUT_MS", default_value_t = 5000, value_parser = clap::value_parser!(u64).range(100..=600_000))]
+    pub nats_timeout_ms: u64,
+    /// How long a request carrying `X-Auditmem-Min-Position` waits for this node to fold that
+    /// far before it is answered 503.
+    #[arg(long, env = "AUDITMEM_CONSISTENCY_WAIT_MS", default_value_t = 5000, value_parser = clap::value_parser!(u64).range(0..=600_000))]
+    pub consistency_wait_ms: u64,
 }
 
 /// `--admin-listen`: `HOST:PORT`, or a port alone, on loopback.
@@ -326,6 +386,13 @@ pub struct VerifyArgs {
     /// Print a JSON summary instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Verify the chain straight from a cluster's JetStream stream
+    /// (`nats://HOST:PORT[,HOST:PORT...]`), without any node.
+    #[arg(long, conflicts_with_all = ["url", "export", "data_dir"])]
+    pub nats: Option<LogBackend>,
+    /// With --nats: the stream holding the log.
+    #[arg(long, env = "AUDITMEM_NATS_STREAM", default_value = "AUDITMEM")]
+    pub nats_stream: String,
 }
 
 #[derive(Args, Debug)]

@@ -196,6 +196,20 @@ impl Exports {
         }
     }
 
+    /// Every completed export whose file has not expired at `now`: what a cluster node writes
+    /// its own copy of (the file is a function of the log up to the request).
+    pub fn live_completed(&self, now: i64) -> Result<Vec<ExportView>> {
+        let mut out = Vec::new();
+        for kv in self.tree.scan_prefix([b'e']) {
+            let (_, v) = kv?;
+            let v: ExportView = dec(&v)?;
+            if v.status == ExportStatus::Completed && !v.expired(now) {
+                out.push(v);
+            }
+        }
+        Ok(out)
+    }
+
     /// Every export still processing (what a restart must resume).
     pub fn processing(&self) -> Result<Vec<ExportView>> {
         let mut out = Vec::new();

@@ -96,7 +96,9 @@ impl From<AppendError> for ApiError {
                     "a write to the log failed; the log accepts writes again once the service is restarted",
                 )
             }
-            AppendError::NoSpace(why) => Self::new(ErrorCode::Unavailable, why),
+            AppendError::NoSpace(why) | AppendError::ClusterUnavailable(why) => {
+                Self::new(ErrorCode::Unavailable, why)
+            }
             AppendError::Encode(why) => Self::internal(why),
         }
     }

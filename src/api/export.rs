@@ -223,6 +223,13 @@ pub(crate) async fn download_export(
         }
         ExportStatus::Completed => {}
     }
+    if state.exports.clustered && !path.exists() {
+        // Recorded by another node: this node writes its own copy from its mirror of the log.
+        return Err(ApiError::new(
+            ErrorCode::Unavailable,
+            "this node is still writing its copy of the export (every node of the cluster writes one); retry in a few seconds",
+        ));
+    }
     let file = tokio::fs::File::open(&path)
         .await
         .map_err(|e| ApiError::internal(format!("opening {}: {e}", path.display())))?;

@@ -39,6 +39,7 @@ use serde_json::{json, Value};
 use uuid::Uuid;
 
 use super::error::{error_body, ApiError, ErrorInfo};
+use super::position::with_position;
 use super::rate_limit;
 use super::state::AppState;
 use crate::log::appender::{AppendError, Precondition};
@@ -413,7 +414,7 @@ async fn record(state: &AppState, entry: Entry, resp: Response) -> Response {
         None => state.appender.append(events).await,
     };
     match outcome {
-        Ok(_) => resp,
+        Ok(c) => with_position(resp, c.last_seq),
         Err(AppendError::Rejected(r)) => {
             // The precondition refused the operation: record the refusal alone.
             let refused = r.response();
@@ -424,7 +425,7 @@ async fn record(state: &AppState, entry: Entry, resp: Response) -> Response {
             };
             let audit = audit_event(&entry, &refused, detail, 0.0, 0.0);
             match state.appender.append(vec![audit]).await {
-                Ok(_) => refused,
+                Ok(c) => with_position(refused, c.last_seq),
                 Err(e) => ApiError::from(e).into_response(),
             }
         }

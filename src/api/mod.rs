@@ -4,7 +4,8 @@
 //! Layers, outermost first: request id (set, propagate), tracing, the limits of the request
 //! target and the headers ([`head_limits`]: 414, 431), the listener's [`Surface`] (the admin
 //! API alone, or everything else, with `--admin-listen`), the envelope guard (every error
-//! becomes our envelope), the metrics of each route; then per route what `routes` installs (the
+//! becomes our envelope), a cluster's read-your-writes wait ([`position`]), the metrics of each
+//! route; then per route what `routes` installs (the
 //! `/v1` gate, or the admin token with the body limit and the timeout).
 //!
 //! A handler takes typed extractors ([`extract::Json`], [`extract::Query`]: the wire shapes of
@@ -23,6 +24,7 @@ pub mod listener;
 pub mod memory;
 pub mod metrics;
 pub mod openapi;
+pub mod position;
 pub mod rate_limit;
 pub mod routes;
 pub mod state;
@@ -86,6 +88,7 @@ pub fn app_on(state: AppState, surface: Surface) -> Router {
         .route_layer(from_fn(metrics::track))
         .fallback(fallback)
         .layer(DefaultBodyLimit::max(state.settings.max_body_bytes))
+        .layer(from_fn_with_state(state.clone(), position::await_position))
         .layer(from_fn(error::envelope_guard))
         .layer(from_fn_with_state(surface, surface_guard))
         .layer(from_fn(head_limits))

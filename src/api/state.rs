@@ -24,6 +24,8 @@ pub struct Settings {
     pub custom_retention_days: i64,
     /// How long a request may take, its body read and its handler included (408 beyond).
     pub request_timeout: Duration,
+    /// How long a request carrying `X-Auditmem-Min-Position` waits for it (`api::position`).
+    pub consistency_wait: Duration,
 }
 
 impl Settings {

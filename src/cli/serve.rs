@@ -9,9 +9,11 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 
 use crate::api::state::{AppState, Inner, MemorySettings, Settings};
+use crate::config::LogBackend;
 use crate::config::{DurabilityMode, ServeArgs};
-use crate::log::appender::{Appender, Durability};
+use crate::log::appender::{Appender, ClusterLog, Durability};
 use crate::log::checkpoint::{self, CheckpointSigner};
+use crate::log::nats::{NatsConfig, NatsLog};
 use crate::log::{catch_up::catch_up, open_db_with_cache, LogReader};
 
 pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
@@ -87,12 +89,33 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             Durability::BatchInterval(Duration::from_millis(args.batch_interval_ms.max(1)))
         }
     };
-    let (appender, appender_thread) = Appender::start(
+    let cluster = match &args.cluster.log {
+        LogBackend::Sled => None,
+        LogBackend::Nats(servers) => {
+            let c = &args.cluster;
+            let log = NatsLog::connect(NatsConfig {
+                servers: servers.clone(),
+                stream: c.nats_stream.clone(),
+                subject: c.nats_subject.clone(),
+                replicas: c.nats_replicas as usize,
+                timeout: Duration::from_millis(c.nats_timeout_ms),
+            })
+            .await
+            .with_context(|| format!("connecting to the log cluster {}", servers.join(",")))?;
+            tracing::info!(servers = %servers.join(","), stream = %c.nats_stream, "the log of record is the cluster's stream; this data dir mirrors it");
+            Some(ClusterLog {
+                log,
+                handle: tokio::runtime::Handle::current(),
+            })
+        }
+    };
+    let (appender, appender_thread) = Appender::start_on(
         db.clone(),
         &args.data_dir,
         projections.clone(),
         durability,
         args.min_free_mb.saturating_mul(1024 * 1024),
+        cluster,
     )?;
 
     let key = checkpoint::load_or_create_key(&args.signing_key)
@@ -133,6 +156,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             audit_body_limit: args.audit_body_limit,
             custom_retention_days: args.custom_retention_days,
             request_timeout: Duration::from_secs(args.request_timeout_secs.max(1)),
+            consistency_wait: Duration::from_millis(args.cluster.consistency_wait_ms),
         },
         exports: crate::export::ExportSettings::from_args(&args),
         metrics: Some(crate::api::metrics::install()?),

@@ -12,7 +12,7 @@ use anyhow::{bail, Context};
 use base64::Engine;
 use ed25519_dalek::VerifyingKey;
 
-use crate::config::VerifyArgs;
+use crate::config::{LogBackend, VerifyArgs};
 use crate::export::manifest::Manifest;
 use crate::log::checkpoint::{self, parse_public_key, Checkpoint};
 use crate::log::verify::{verify_tree, Report, Verifier};
@@ -45,8 +45,18 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
             &checkpoints,
             pinned.as_ref(),
         )?
+    } else if let Some(LogBackend::Nats(servers)) = &args.nats {
+        verify_nats(
+            servers,
+            &args.nats_stream,
+            expect_head,
+            &checkpoints,
+            pinned.as_ref(),
+        )?
+    } else if args.nats.is_some() {
+        bail!("--nats takes nats://HOST:PORT[,HOST:PORT...]");
     } else {
-        bail!("give --data-dir DIR (offline) or --url URL (live)");
+        bail!("give --data-dir DIR (offline), --url URL (live) or --nats URL (a cluster's stream)");
     };
     // Without a pinned key a checkpoint proves only that whoever wrote the checkpoints file
     // signed it: say so, rather than let an "OK" read as more.
@@ -258,6 +268,83 @@ fn admin_get(
         bail!("{path} answered {status}");
     }
     Ok(resp)
+}
+
+/// Verifies the chain straight from a cluster's stream: every message's records, in stream
+/// order, numbered by their place (as keys number a data dir's records), so a message deleted
+/// from the stream or a record inserted into one breaks the chain where it happened.
+fn verify_nats(
+    servers: &[String],
+    stream: &str,
+    expect_head: Option<Head>,
+    checkpoints: &[Checkpoint],
+    pinned: Option<&VerifyingKey>,
+) -> anyhow::Result<Report> {
+    use futures_util::StreamExt;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the runtime")?;
+    let anchors = checkpoints
+        .iter()
+        .map(|c| c.seq)
+        .chain(expect_head.map(|h| h.seq));
+    let mut v = Verifier::new(anchors);
+    rt.block_on(async {
+        let client = async_nats::ConnectOptions::new()
+            .name("auditmem-verify")
+            .connection_timeout(std::time::Duration::from_secs(10))
+            .connect(servers.to_vec())
+            .await
+            .with_context(|| format!("connecting to {}", servers.join(",")))?;
+        let js = async_nats::jetstream::new(client.clone());
+        let mut s = js
+            .get_stream(stream)
+            .await
+            .with_context(|| format!("opening the stream {stream}"))?;
+        let last = s
+            .info()
+            .await
+            .context("reading the stream's state")?
+            .state
+            .last_sequence;
+        let pb = super::progress(last, "verifying the stream's messages");
+        let consumer = s
+            .create_consumer(async_nats::jetstream::consumer::push::OrderedConfig {
+                deliver_subject: client.new_inbox(),
+                deliver_policy: async_nats::jetstream::consumer::DeliverPolicy::All,
+                ..Default::default()
+            })
+            .await
+            .context("following the stream")?;
+        let mut messages = consumer.messages().await.context("following the stream")?;
+        let mut place = 0u64;
+        let mut batch: Vec<(u64, Vec<u8>)> = Vec::with_capacity(8192);
+        let mut at = 0u64;
+        while at < last {
+            let Some(message) = messages.next().await else {
+                bail!("the stream ended at message {at} of {last}");
+            };
+            let message = message.context("reading the stream")?;
+            at = message.info().map_err(anyhow::Error::msg)?.stream_sequence;
+            pb.set_position(at);
+            if message.payload.is_empty() {
+                continue;
+            }
+            for piece in crate::log::record::pieces(&message.payload) {
+                place += 1;
+                batch.push((place, message.payload[piece.range].to_vec()));
+            }
+            if batch.len() >= 8192 {
+                v.feed(&batch);
+                batch.clear();
+            }
+        }
+        v.feed(&batch);
+        pb.finish_and_clear();
+        Ok(())
+    })?;
+    Ok(v.finish(expect_head, checkpoints, pinned))
 }
 
 fn verify_url(

@@ -36,9 +36,11 @@ use auditmem_projections::{
 };
 use rayon::prelude::*;
 
-use crate::log::appender::Appender;
+use crate::log::appender::{AppendError, Appender, Precondition, Rejection};
 use crate::log::LogReader;
+use crate::registry::ErrorCode;
 use crate::wire::audit::AuditLogEntry;
+use auditmem_projections::exports::ExportStatus;
 
 /// Export files live in this subdirectory of the data dir (verify does not copy it).
 pub const EXPORTS_DIR: &str = "exports";
@@ -418,6 +420,10 @@ pub struct ExportSettings {
     pub min_free_bytes: u64,
     /// How often the sweeper runs.
     pub sweep_every: Duration,
+    /// The log is a cluster's stream: every node writes its own copy of every export (the
+    /// file is a function of the log up to the request, so the copies are the same bytes) and
+    /// the first outcome recorded wins (docs/SCALING.md, "Exports").
+    pub clustered: bool,
 }
 
 impl ExportSettings {
@@ -435,6 +441,7 @@ impl ExportSettings {
             },
             min_free_bytes: args.export_min_free_mb.saturating_mul(MIB),
             sweep_every: Duration::from_secs(args.export_sweep_secs.max(1)),
+            clustered: args.cluster.log != crate::config::LogBackend::Sled,
         }
     }
 }
@@ -469,6 +476,9 @@ pub async fn run_worker(exporter: Exporter) {
             }
             Err(e) => tracing::error!(error = %e, "reading pending exports"),
         }
+        if exporter.settings.clustered {
+            copy_completed(&exporter, &running);
+        }
         tokio::select! {
             changed = head.changed() => {
                 if changed.is_err() {
@@ -476,6 +486,53 @@ pub async fn run_worker(exporter: Exporter) {
                 }
             }
             _ = sweeps.tick() => sweep_logged(&exporter, &running).await,
+        }
+    }
+}
+
+/// In a cluster: starts writing this node's copy of each completed, unexpired export it does
+/// not hold (recorded by another node, or before this node joined).
+fn copy_completed(exporter: &Exporter, running: &Running) {
+    let now = chrono::Utc::now().timestamp_micros();
+    let views = match exporter.projections.exports.live_completed(now) {
+        Ok(v) => v,
+        Err(e) => return tracing::error!(error = %e, "reading completed exports"),
+    };
+    for view in views {
+        if file_path(&exporter.settings.dir, &view).exists() {
+            continue;
+        }
+        let fresh = running
+            .lock()
+            .map(|mut r| r.insert(view.export_id))
+            .unwrap_or(false);
+        if fresh {
+            let exporter = exporter.clone();
+            let running = running.clone();
+            tokio::spawn(async move { export_one(exporter, view, running).await });
+        }
+    }
+}
+
+/// Keeps this node's copy of an export another node recorded only if it is the recorded file
+/// (same blake3): a copy that differs is deleted, and downloads here answer 503.
+fn keep_if_recorded(exporter: &Exporter, view: &ExportView, blake3: &[u8; 32]) {
+    let recorded = exporter
+        .projections
+        .exports
+        .get(&view.export_id)
+        .ok()
+        .flatten();
+    let Some(recorded) = recorded else { return };
+    match recorded.status {
+        ExportStatus::Completed
+            if recorded.file_blake3.as_deref() == Some(&hex::encode(blake3)) => {}
+        ExportStatus::Completed => {
+            tracing::error!(export_id = %view.export_id, "this node's copy of an export differs from the recorded file; deleted");
+            let _ = std::fs::remove_file(file_path(&exporter.settings.dir, view));
+        }
+        _ => {
+            let _ = std::fs::remove_file(file_path(&exporter.settings.dir, view));
         }
     }
 }
@@ -514,7 +571,6 @@ pub fn sweep(
     running: &Mutex<HashSet<uuid::Uuid>>,
     now: i64,
 ) -> std::io::Result<Swept> {
-    use auditmem_projections::exports::ExportStatus;
     let mut swept = Swept::default();
     let entries = match std::fs::read_dir(dir) {
         Ok(entries) => entries,
@@ -611,9 +667,42 @@ async fn export_one(exporter: Exporter, view: ExportView, running: Running) {
             })
         }
     };
-    match exporter.appender.append(vec![event]).await {
+    // The outcome is recorded once: in a cluster every node writes the export, and the first
+    // outcome to land wins (the others' are refused here).
+    let export_id = view.export_id;
+    let still_processing: Precondition =
+        Box::new(move |p: &Projections| match p.exports.get(&export_id) {
+            Ok(Some(v)) if v.status != ExportStatus::Processing => Err(Rejection {
+                code: ErrorCode::Conflict,
+                message: "the export's outcome is recorded already".into(),
+                retry_after: None,
+            }),
+            _ => Ok(()),
+        });
+    let blake3 = match &event {
+        Event::ExportCompleted(c) => Some(c.blake3),
+        _ => None,
+    };
+    let outcome = exporter
+        .appender
+        .append_checked(vec![event], still_processing)
+        .await;
+    match outcome {
         // Recorded: it no longer shows as processing, and its partial file (if any) may go.
         Ok(_) => {
+            if let Ok(mut r) = running.lock() {
+                r.remove(&view.export_id);
+            }
+        }
+        // Another node recorded it first, or this was a copy of a completed export: this
+        // node's file stays if it is the recorded one.
+        Err(AppendError::Rejected(_)) => {
+            match blake3 {
+                Some(b) => keep_if_recorded(&exporter, &view, &b),
+                None => {
+                    let _ = std::fs::remove_file(file_path(&exporter.settings.dir, &view));
+                }
+            }
             if let Ok(mut r) = running.lock() {
                 r.remove(&view.export_id);
             }

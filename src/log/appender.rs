@@ -11,6 +11,13 @@
 //! A submission may carry a precondition, checked against the projections right before its
 //! events are sealed, with everything before it already applied: that is how "one export in
 //! progress per tenant" or "enough credits" are decided without races.
+//!
+//! With the log on a NATS JetStream stream (`--log nats://...`, [`super::nats`]) the writer
+//! publishes each sealed group as one message on the stream sequence it last folded, and only a
+//! stored message is written to the local `log` tree (the mirror) and applied. When another
+//! node published first, the writer folds what it missed, checks the group's precondition again
+//! on the new state, seals the group on the new head and publishes again. Between groups it
+//! folds the other nodes' messages as they arrive.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -21,6 +28,7 @@ use std::time::{Duration, Instant};
 use auditmem_projections::{Applied, Event, Prepared, Projections};
 use tokio::sync::{mpsc, oneshot, watch};
 
+use super::nats::{self, Feed, NatsLog, Published};
 use super::record::{Chunker, Record};
 use super::{Head, LogReader};
 use crate::registry::ErrorCode;
@@ -48,7 +56,9 @@ pub struct Rejection {
     pub retry_after: Option<u64>,
 }
 
-pub type Precondition = Box<dyn FnOnce(&Projections) -> Result<(), Rejection> + Send>;
+/// A rule checked right before sealing; `Fn`, not `FnOnce`: in a cluster a group that lost the
+/// race for the stream's next sequence is checked again on the state it will be sealed on.
+pub type Precondition = Box<dyn Fn(&Projections) -> Result<(), Rejection> + Send>;
 
 #[derive(Debug, thiserror::Error)]
 pub enum AppendError {
@@ -64,6 +74,10 @@ pub enum AppendError {
     NoSpace(String),
     #[error("the log is closed")]
     Closed,
+    /// The cluster's log did not acknowledge the write in time (no quorum, no leader, no
+    /// connection): it was not acknowledged; it may still land once the cluster recovers.
+    #[error("{0}")]
+    ClusterUnavailable(String),
 }
 
 /// Where a submission landed.
@@ -137,7 +151,6 @@ struct ApplyProgress {
 struct ApplyJob {
     group: Vec<Submission>,
     outcomes: Vec<Committed>,
-    first_seq: u64,
     head: Head,
 }
 
@@ -204,6 +217,26 @@ fn now_micros() -> i64 {
     chrono::Utc::now().timestamp_micros()
 }
 
+/// The tree holding the stream sequence of the last message folded into the mirror.
+const CLUSTER_TREE: &str = "cluster";
+const POSITION_KEY: &[u8] = b"stream_seq";
+
+/// The cluster's log, for [`Appender::start_on`].
+pub struct ClusterLog {
+    pub log: NatsLog,
+    /// The runtime the NATS client runs on; the writer thread blocks on its futures.
+    pub handle: tokio::runtime::Handle,
+}
+
+/// The stream sequence of the last message a data dir's mirror folded (0: none).
+pub fn mirror_position(db: &sled::Db) -> Result<u64, super::LogError> {
+    let tree = db.open_tree(CLUSTER_TREE)?;
+    Ok(tree
+        .get(POSITION_KEY)?
+        .and_then(|v| <[u8; 8]>::try_from(v.as_ref()).ok())
+        .map_or(0, u64::from_be_bytes))
+}
+
 impl Appender {
     /// Starts the appender thread over an opened database whose projections are caught up.
     pub fn start(
@@ -213,8 +246,42 @@ impl Appender {
         durability: Durability,
         min_free_bytes: u64,
     ) -> Result<(Appender, AppenderThread), super::LogError> {
+        Self::start_on(db, data_dir, projections, durability, min_free_bytes, None)
+    }
+
+    /// Like [`start`](Self::start); with `cluster`, the log of record is the stream and the
+    /// `log` tree its mirror (see the module's documentation).
+    pub fn start_on(
+        db: sled::Db,
+        data_dir: &Path,
+        projections: Arc<Projections>,
+        durability: Durability,
+        min_free_bytes: u64,
+        cluster: Option<ClusterLog>,
+    ) -> Result<(Appender, AppenderThread), super::LogError> {
         let log = LogReader::open(&db)?;
         let head = log.head()?;
+        let cluster = match cluster {
+            None => None,
+            Some(c) => {
+                let meta = db.open_tree(CLUSTER_TREE)?;
+                let stream_seq = mirror_position(&db)?;
+                if stream_seq == 0 && head.seq > 0 {
+                    return Err(super::LogError::Io(std::io::Error::other(format!(
+                        "this data dir holds a log of {} records that is not a mirror of the stream: start a cluster node on an empty data dir",
+                        head.seq
+                    ))));
+                }
+                Some(Cluster {
+                    timeout: c.log.config.timeout,
+                    log: c.log,
+                    handle: c.handle,
+                    feed: None,
+                    stream_seq,
+                    meta,
+                })
+            }
+        };
         // sled keeps its pages in the file `db`; a second handle lets us fdatasync it, which
         // sled 0.34's own flush (sync_file_range) does not do.
         let db_file = File::open(data_dir.join("db"))?;
@@ -227,6 +294,7 @@ impl Appender {
         }
         let (job_tx, job_rx) = std::sync::mpsc::sync_channel::<ApplyJob>(4);
         let space = SpaceGuard::new(data_dir, min_free_bytes);
+        let clustered = cluster.is_some();
         let mut writer = Worker {
             db,
             log,
@@ -240,6 +308,7 @@ impl Appender {
             jobs: job_tx,
             projections: projections.clone(),
             space: space.clone(),
+            cluster,
         };
         let applier_stats = stats.clone();
         let applier = std::thread::Builder::new()
@@ -248,7 +317,7 @@ impl Appender {
         let handle = std::thread::Builder::new()
             .name("appender".into())
             .spawn(move || writer.run(rx))?;
-        if let Durability::BatchInterval(every) = durability {
+        if let (Durability::BatchInterval(every), false) = (durability, clustered) {
             spawn_interval_syncer(data_dir, every, tx.clone())?;
         }
         Ok((
@@ -364,7 +433,42 @@ struct Worker {
     jobs: std::sync::mpsc::SyncSender<ApplyJob>,
     projections: Arc<Projections>,
     space: SpaceGuard,
+    cluster: Option<Cluster>,
 }
+
+/// The writer's side of a clustered log.
+struct Cluster {
+    log: NatsLog,
+    handle: tokio::runtime::Handle,
+    /// The stream from the message after `stream_seq` on; `None` until (re)created.
+    feed: Option<Feed>,
+    /// The stream sequence of the last message folded into the mirror.
+    stream_seq: u64,
+    meta: sled::Tree,
+    timeout: Duration,
+}
+
+/// A group's records sealed on a head, not yet stored.
+struct Sealed {
+    outcomes: Vec<Committed>,
+    chunks: Chunker,
+    /// The records back to back: the message published to the cluster's stream.
+    message: Vec<u8>,
+    head: Head,
+    ts: i64,
+    count: usize,
+}
+
+/// What the writer does next in a cluster.
+enum Next {
+    Submitted(Option<Msg>),
+    Fed(Option<Result<async_nats::jetstream::Message, String>>),
+}
+
+/// A clustered group's message stays under the servers' default `max_payload` (1 MiB) with
+/// room for its headers; a larger group is published as several messages, whole submissions
+/// each (one larger submission goes alone).
+const MAX_MESSAGE_BYTES: usize = 1000 * 1024;
 
 /// The applier: folds each durable group into the projections, then answers its callers.
 fn apply_loop(
@@ -385,13 +489,12 @@ fn apply_loop(
         let started = Instant::now();
         let mut applied = Vec::new();
         for job in &batch {
-            let ts = job.outcomes.first().map_or(0, |o| o.ts_micros);
-            let mut seq = job.first_seq;
-            for sub in &job.group {
+            for (sub, outcome) in job.group.iter().zip(&job.outcomes) {
+                let mut seq = outcome.first_seq;
                 for (event, _, prepared) in &sub.events {
                     applied.push(Applied {
                         seq,
-                        ts_micros: ts,
+                        ts_micros: outcome.ts_micros,
                         event,
                         prepared: Some(prepared),
                     });
@@ -447,39 +550,14 @@ fn apply_loop(
 
 impl Worker {
     fn run(&mut self, mut rx: mpsc::Receiver<Msg>) {
-        let mut stopping = false;
+        if self.cluster.is_some() {
+            return self.run_clustered(rx);
+        }
         while let Some(first) = rx.blocking_recv() {
-            let mut group = Vec::new();
-            let mut n = 0;
-            match first {
-                Msg::Stop => stopping = true,
-                Msg::Append(s) => {
-                    n += s.events.len();
-                    group.push(s);
-                }
-            }
-            // Drain what is already queued, bounded; on stop, drain everything.
-            while stopping || n < MAX_GROUP_EVENTS {
-                match rx.try_recv() {
-                    Ok(Msg::Append(s)) => {
-                        n += s.events.len();
-                        group.push(s);
-                    }
-                    Ok(Msg::Stop) => stopping = true,
-                    Err(_) => break,
-                }
-                if n >= MAX_GROUP_EVENTS && !stopping {
-                    break;
-                }
-            }
+            let (group, stopping) = gather(first, &mut rx);
             self.process(group);
             if stopping {
-                rx.close();
-                while let Ok(m) = rx.try_recv() {
-                    if let Msg::Append(s) = m {
-                        self.process(vec![s]);
-                    }
-                }
+                self.drain(&mut rx);
                 break;
             }
         }
@@ -487,11 +565,204 @@ impl Worker {
         let _ = self.db_file.sync_data();
     }
 
+    /// After a stop: commits what is still queued, one submission at a time.
+    fn drain(&mut self, rx: &mut mpsc::Receiver<Msg>) {
+        rx.close();
+        while let Ok(m) = rx.try_recv() {
+            if let Msg::Append(s) = m {
+                self.process(vec![s]);
+            }
+        }
+    }
+
+    /// The writer with the log on the cluster's stream: it takes whichever comes first, a
+    /// message another node published (folded into the mirror) or submissions (published).
+    fn run_clustered(&mut self, mut rx: mpsc::Receiver<Msg>) {
+        let Some(handle) = self.cluster.as_ref().map(|c| c.handle.clone()) else {
+            return;
+        };
+        loop {
+            self.ensure_feed();
+            let next = {
+                let feed = self.cluster.as_mut().and_then(|c| c.feed.as_mut());
+                handle.block_on(async {
+                    tokio::select! {
+                        biased;
+                        m = async {
+                            match feed {
+                                Some(f) => nats::next_message(f).await,
+                                None => {
+                                    // No feed (the cluster is unreachable): try again shortly.
+                                    tokio::time::sleep(Duration::from_millis(250)).await;
+                                    Some(Err("no feed".into()))
+                                }
+                            }
+                        } => Next::Fed(m),
+                        s = rx.recv() => Next::Submitted(s),
+                    }
+                })
+            };
+            match next {
+                Next::Fed(Some(Ok(message))) => self.fold_message(&message),
+                Next::Fed(Some(Err(e))) => {
+                    if e != "no feed" {
+                        tracing::warn!(error = %e, "following the log stream");
+                    }
+                }
+                Next::Fed(None) => {
+                    if let Some(c) = self.cluster.as_mut() {
+                        c.feed = None;
+                    }
+                }
+                Next::Submitted(None) => break,
+                Next::Submitted(Some(first)) => {
+                    let (group, stopping) = gather(first, &mut rx);
+                    self.process(group);
+                    if stopping {
+                        self.drain(&mut rx);
+                        break;
+                    }
+                }
+            }
+        }
+        let _ = self.db.flush();
+    }
+
+    /// (Re)creates the stream's feed from the message after the last one folded.
+    fn ensure_feed(&mut self) {
+        let Some(c) = self.cluster.as_mut() else {
+            return;
+        };
+        if c.feed.is_some() {
+            return;
+        }
+        let from = c.stream_seq + 1;
+        match c.handle.block_on(async {
+            tokio::time::timeout(c.timeout, c.log.follow(from))
+                .await
+                .unwrap_or_else(|_| Err("timed out creating the consumer".into()))
+        }) {
+            Ok(feed) => c.feed = Some(feed),
+            Err(e) => tracing::warn!(error = %e, from, "cannot follow the log stream yet"),
+        }
+    }
+
+    /// Folds a message of the stream into the mirror and the projections, unless it is one
+    /// this node already folded (its own, acknowledged). Records the mirror already holds
+    /// (a restart between writing the mirror and its position) are checked and skipped.
+    fn fold_message(&mut self, message: &async_nats::jetstream::Message) {
+        let stream_seq = match message.info() {
+            Ok(info) => info.stream_sequence,
+            Err(e) => {
+                tracing::warn!(error = %e, "a log stream message without its metadata");
+                return;
+            }
+        };
+        let Some(done) = self.cluster.as_ref().map(|c| c.stream_seq) else {
+            return;
+        };
+        if stream_seq <= done || self.failed.is_some() {
+            return;
+        }
+        if let Err(why) = self.fold_records(stream_seq, &message.payload) {
+            tracing::error!(error = %why, stream_seq, "the log stream does not continue this node's chain; the appender refuses further writes");
+            self.fail(why, Vec::new());
+        }
+    }
+
+    fn fold_records(&mut self, stream_seq: u64, payload: &[u8]) -> Result<(), String> {
+        let mut chunks = Chunker::default();
+        let mut subs = Vec::new();
+        let mut outcomes: Vec<Committed> = Vec::new();
+        let mut head = self.head;
+        let mut last_ts = self.last_ts;
+        if !payload.is_empty() {
+            for piece in super::record::pieces(payload) {
+                let r = piece
+                    .record
+                    .map_err(|e| format!("stream message {stream_seq}: {e}"))?;
+                let hash = r.computed_hash();
+                if r.hash != hash.as_slice() {
+                    return Err(format!(
+                        "stream message {stream_seq}: record {} does not match its hash",
+                        r.seq
+                    ));
+                }
+                if r.seq <= head.seq {
+                    // Already in the mirror: it must be the same record.
+                    let mine = self.log.get(r.seq).map_err(|e| e.to_string())?;
+                    if mine.map(|m| m.hash) != Some(hash) {
+                        return Err(format!(
+                            "stream message {stream_seq}: record {} differs from the mirror's",
+                            r.seq
+                        ));
+                    }
+                    continue;
+                }
+                if r.seq != head.seq + 1 || r.prev != head.hash.as_slice() {
+                    return Err(format!(
+                        "stream message {stream_seq}: record {} does not follow record {}",
+                        r.seq, head.seq
+                    ));
+                }
+                let event = Event::decode(r.event)
+                    .map_err(|e| format!("stream message {stream_seq}: record {}: {e}", r.seq))?;
+                let prepared = Projections::prepare(&event);
+                chunks.push(r.seq, payload[piece.range.clone()].to_vec());
+                let (reply, _) = oneshot::channel();
+                subs.push(Submission {
+                    events: vec![(event, Vec::new(), prepared)],
+                    check: None,
+                    // Nobody on this node waits for another node's records.
+                    reply,
+                });
+                outcomes.push(Committed {
+                    first_seq: r.seq,
+                    last_seq: r.seq,
+                    ts_micros: r.ts_micros,
+                });
+                head = Head { seq: r.seq, hash };
+                last_ts = last_ts.max(r.ts_micros);
+            }
+        }
+        self.mirror(chunks, stream_seq)?;
+        self.head = head;
+        self.last_ts = last_ts;
+        if subs.is_empty() {
+            return Ok(());
+        }
+        let job = ApplyJob {
+            group: subs,
+            outcomes,
+            head,
+        };
+        self.jobs
+            .send(job)
+            .map_err(|_| "the projection applier stopped".to_string())
+    }
+
+    /// Writes stored records into the mirror and moves its stream position. Not synced: the
+    /// stream is the durable copy, and a mirror that lost its tail folds it again.
+    fn mirror(&mut self, chunks: Chunker, stream_seq: u64) -> Result<(), String> {
+        let Some(c) = self.cluster.as_mut() else {
+            return Err("not clustered".into());
+        };
+        self.log
+            .tree()
+            .apply_batch(chunks.into_batch())
+            .map_err(|e| e.to_string())?;
+        c.meta
+            .insert(POSITION_KEY, &stream_seq.to_be_bytes())
+            .map_err(|e| e.to_string())?;
+        c.stream_seq = stream_seq;
+        Ok(())
+    }
+
     /// Commits a group, evaluating preconditions with everything before them applied.
     fn process(&mut self, group: Vec<Submission>) {
         let mut pending: Vec<Submission> = Vec::new();
-        for mut s in group {
-            if let Some(check) = s.check.take() {
+        for s in group {
+            if let Some(check) = &s.check {
                 self.commit(std::mem::take(&mut pending));
                 self.wait_applied();
                 if let Some(why) = &self.failed {
@@ -548,33 +819,15 @@ impl Worker {
             }
             return;
         }
-        let ts = now_micros().max(self.last_ts);
-        let mut seq = self.head.seq;
-        let mut prev = self.head.hash;
-        let mut outcomes = Vec::with_capacity(group.len());
-        let mut count = 0usize;
-        let mut chunks = Chunker::default();
-        for s in &group {
-            let first = seq + 1;
-            for (_, bytes, _) in &s.events {
-                seq += 1;
-                let (hash, encoded) = Record::seal_encoded(seq, ts, &prev, bytes);
-                prev = hash;
-                chunks.push(seq, encoded);
-                count += 1;
-            }
-            outcomes.push(Committed {
-                first_seq: first,
-                last_seq: seq,
-                ts_micros: ts,
-            });
+        if self.cluster.is_some() {
+            return self.commit_clustered(group);
         }
-        let batch = chunks.into_batch();
+        let mut sealed = self.seal(&group);
         let started = Instant::now();
         let result = self
             .log
             .tree()
-            .apply_batch(batch)
+            .apply_batch(sealed.chunks_batch())
             .map_err(|e| e.to_string())
             .and_then(|_| match self.durability {
                 Durability::Fsync => self
@@ -592,9 +845,66 @@ impl Worker {
             self.fail(why, group);
             return;
         }
-        let first_seq = self.head.seq + 1;
-        self.head = Head { seq, hash: prev };
-        self.last_ts = ts;
+        self.committed(
+            group,
+            sealed.outcomes,
+            sealed.head,
+            sealed.ts,
+            sealed.count,
+            sync_us,
+        );
+    }
+
+    /// Seals `group` on the current head, one timestamp for all of it.
+    fn seal(&self, group: &[Submission]) -> Sealed {
+        let ts = now_micros().max(self.last_ts);
+        let mut seq = self.head.seq;
+        let mut prev = self.head.hash;
+        let mut outcomes = Vec::with_capacity(group.len());
+        let mut count = 0usize;
+        let mut chunks = Chunker::default();
+        let mut message = Vec::new();
+        let clustered = self.cluster.is_some();
+        for s in group {
+            let first = seq + 1;
+            for (_, bytes, _) in &s.events {
+                seq += 1;
+                let (hash, encoded) = Record::seal_encoded(seq, ts, &prev, bytes);
+                prev = hash;
+                if clustered {
+                    message.extend_from_slice(&encoded);
+                }
+                chunks.push(seq, encoded);
+                count += 1;
+            }
+            outcomes.push(Committed {
+                first_seq: first,
+                last_seq: seq,
+                ts_micros: ts,
+            });
+        }
+        Sealed {
+            outcomes,
+            chunks,
+            message,
+            head: Head { seq, hash: prev },
+            ts,
+            count,
+        }
+    }
+
+    /// A stored group: the head moves, and the applier folds it and answers its callers.
+    fn committed(
+        &mut self,
+        group: Vec<Submission>,
+        outcomes: Vec<Committed>,
+        head: Head,
+        ts: i64,
+        count: usize,
+        sync_us: u64,
+    ) {
+        self.head = head;
+        self.last_ts = self.last_ts.max(ts);
         metrics::histogram!("auditmem_appender_group_events").record(count as f64);
         metrics::histogram!("auditmem_appender_sync_seconds").record(sync_us as f64 / 1e6);
         metrics::counter!("auditmem_appender_events_total").increment(count as u64);
@@ -612,13 +922,240 @@ impl Worker {
         let job = ApplyJob {
             group,
             outcomes,
-            first_seq,
             head: self.head,
         };
         if let Err(std::sync::mpsc::SendError(job)) = self.jobs.send(job) {
             // The applier is gone (it only stops with us): the group is durable but cannot be
             // applied in this process; the next start catches the projections up.
             self.fail("the projection applier stopped".into(), job.group);
+        }
+    }
+
+    /// Publishes `group` to the cluster's stream in messages of whole submissions.
+    fn commit_clustered(&mut self, group: Vec<Submission>) {
+        let mut part = Vec::new();
+        let mut bytes = 0usize;
+        for s in group {
+            // A record is its event plus ~90 bytes of seq, time and hashes.
+            let size: usize = s.events.iter().map(|(_, b, _)| b.len() + 96).sum();
+            if !part.is_empty() && bytes + size > MAX_MESSAGE_BYTES {
+                self.publish_group(std::mem::take(&mut part));
+                bytes = 0;
+            }
+            bytes += size;
+            part.push(s);
+        }
+        self.publish_group(part);
+    }
+
+    /// Seals and publishes one message's submissions; on losing the race for the stream's next
+    /// sequence, folds what the others stored, checks the precondition again and retries.
+    fn publish_group(&mut self, mut group: Vec<Submission>) {
+        let Some((handle, timeout)) = self.cluster.as_ref().map(|c| (c.handle.clone(), c.timeout))
+        else {
+            return;
+        };
+        let deadline = Instant::now() + timeout;
+        self.give_way();
+        loop {
+            if group.is_empty() {
+                return;
+            }
+            let sealed = self.seal(&group);
+            let Some(c) = self.cluster.as_ref() else {
+                return;
+            };
+            let expected = c.stream_seq;
+            let first = self.head.seq + 1;
+            let started = Instant::now();
+            let published = handle.block_on(c.log.publish(
+                sealed.message.clone(),
+                (first, sealed.head.seq),
+                &sealed.head.hash,
+                expected,
+                deadline,
+            ));
+            let publish_us = started.elapsed().as_micros() as u64;
+            match published {
+                Published::Stored(stream_seq) => {
+                    if stream_seq != expected + 1 {
+                        // Acknowledged at another place than the one it was sealed for: the
+                        // stream holds a message this node has not folded. Folding will find
+                        // out; nothing is answered from a head that may be wrong.
+                        let why = format!(
+                            "the stream stored this node's message at {stream_seq}, expected {}",
+                            expected + 1
+                        );
+                        tracing::error!(error = %why, "the appender refuses further writes");
+                        self.fail(why, group);
+                        return;
+                    }
+                    let Sealed {
+                        outcomes,
+                        chunks,
+                        head,
+                        ts,
+                        count,
+                        ..
+                    } = sealed;
+                    if let Err(why) = self.mirror(chunks, stream_seq) {
+                        tracing::error!(error = %why, "mirror write failed; the appender refuses further writes");
+                        self.fail(why, group);
+                        return;
+                    }
+                    metrics::histogram!("auditmem_cluster_publish_seconds")
+                        .record(publish_us as f64 / 1e6);
+                    self.committed(group, outcomes, head, ts, count, publish_us);
+                    return;
+                }
+                Published::Conflict => {
+                    metrics::counter!("auditmem_cluster_publish_conflicts_total").increment(1);
+                    if let Some(c) = self.cluster.as_ref() {
+                        handle.block_on(c.log.say_waiting());
+                    }
+                    if let Err(why) = self.catch_up(deadline) {
+                        return self.unavailable(why, group);
+                    }
+                    if self.failed.is_some() {
+                        return self.commit(group);
+                    }
+                    if self.landed(&sealed.head) {
+                        // A retried publish whose first attempt was stored after all: the
+                        // group is in the stream (folded as if another node's); answer it.
+                        return self.answer_landed(group, sealed.outcomes);
+                    }
+                    // Only a group's first submission carries a precondition (`process`).
+                    if let Some(check) = group.first().and_then(|s| s.check.as_ref()) {
+                        self.wait_applied();
+                        if let Err(r) = check(&self.projections) {
+                            let s = group.remove(0);
+                            let _ = s.reply.send(Err(AppendError::Rejected(r)));
+                        }
+                    }
+                }
+                Published::Unavailable(why) => {
+                    return self.unavailable(why, group);
+                }
+                Published::Refused(why) => {
+                    for s in group {
+                        let _ = s.reply.send(Err(AppendError::Storage(why.clone())));
+                    }
+                    return;
+                }
+            }
+        }
+    }
+
+    /// When another node lost a race lately, folds what arrives for up to `nats::YIELD` (until
+    /// a message of another node is folded) before publishing, so that node gets its turn.
+    fn give_way(&mut self) {
+        let Some(c) = self.cluster.as_ref() else {
+            return;
+        };
+        if !c.log.others_waiting() {
+            return;
+        }
+        let handle = c.handle.clone();
+        let until = Instant::now() + nats::YIELD;
+        let start = c.stream_seq;
+        loop {
+            self.ensure_feed();
+            let left = until.saturating_duration_since(Instant::now());
+            let Some(feed) = self.cluster.as_mut().and_then(|c| c.feed.as_mut()) else {
+                return;
+            };
+            if left.is_zero() {
+                return;
+            }
+            match handle
+                .block_on(async { tokio::time::timeout(left, nats::next_message(feed)).await })
+            {
+                Ok(Some(Ok(message))) => self.fold_message(&message),
+                Ok(Some(Err(_))) => {}
+                Ok(None) => {
+                    if let Some(c) = self.cluster.as_mut() {
+                        c.feed = None;
+                    }
+                }
+                Err(_) => return,
+            }
+            if self.cluster.as_ref().map_or(true, |c| c.stream_seq > start) {
+                return;
+            }
+        }
+    }
+
+    fn unavailable(&mut self, why: String, group: Vec<Submission>) {
+        metrics::counter!("auditmem_cluster_unavailable_total").increment(group.len() as u64);
+        tracing::warn!(error = %why, "the log cluster did not acknowledge a write");
+        let msg = format!("the log cluster did not acknowledge the write in time ({why}); it was not acknowledged and may still land once the cluster recovers");
+        for s in group {
+            let _ = s
+                .reply
+                .send(Err(AppendError::ClusterUnavailable(msg.clone())));
+        }
+    }
+
+    /// Whether the mirror holds the record sealed as `head` (the group landed).
+    fn landed(&self, head: &Head) -> bool {
+        head.seq <= self.head.seq
+            && matches!(self.log.get(head.seq), Ok(Some(r)) if r.hash == head.hash)
+    }
+
+    /// Answers a group found in the stream, once the applier has folded it.
+    fn answer_landed(&mut self, mut group: Vec<Submission>, outcomes: Vec<Committed>) {
+        for s in &mut group {
+            // Folded already from the stream's copy: only the answers are left.
+            s.events.clear();
+        }
+        let job = ApplyJob {
+            group,
+            outcomes,
+            head: self.head,
+        };
+        if let Err(std::sync::mpsc::SendError(job)) = self.jobs.send(job) {
+            self.fail("the projection applier stopped".into(), job.group);
+        }
+    }
+
+    /// Folds the stream up to its last sequence, or fails at `deadline`.
+    fn catch_up(&mut self, deadline: Instant) -> Result<(), String> {
+        let Some(c) = self.cluster.as_ref() else {
+            return Ok(());
+        };
+        let handle = c.handle.clone();
+        let left = deadline.saturating_duration_since(Instant::now());
+        let last = handle
+            .block_on(async { tokio::time::timeout(left, c.log.last_sequence()).await })
+            .map_err(|_| "no answer for the stream's state".to_string())??;
+        loop {
+            let done = self.cluster.as_ref().map_or(last, |c| c.stream_seq);
+            if done >= last || self.failed.is_some() {
+                return Ok(());
+            }
+            self.ensure_feed();
+            let left = deadline.saturating_duration_since(Instant::now());
+            let next = {
+                let Some(feed) = self.cluster.as_mut().and_then(|c| c.feed.as_mut()) else {
+                    if left.is_zero() {
+                        return Err("cannot follow the log stream".into());
+                    }
+                    std::thread::sleep(Duration::from_millis(100).min(left));
+                    continue;
+                };
+                handle
+                    .block_on(async { tokio::time::timeout(left, nats::next_message(feed)).await })
+            };
+            match next {
+                Err(_) => return Err(format!("the stream's messages up to {last} did not arrive")),
+                Ok(Some(Ok(message))) => self.fold_message(&message),
+                Ok(Some(Err(e))) => tracing::warn!(error = %e, "following the log stream"),
+                Ok(None) => {
+                    if let Some(c) = self.cluster.as_mut() {
+                        c.feed = None;
+                    }
+                }
+            }
         }
     }
 
@@ -629,4 +1166,38 @@ impl Worker {
             let _ = s.reply.send(Err(AppendError::Storage(why.clone())));
         }
     }
+}
+
+impl Sealed {
+    fn chunks_batch(&mut self) -> sled::Batch {
+        std::mem::take(&mut self.chunks).into_batch()
+    }
+}
+
+/// Takes `first` and what is already queued after it, bounded (everything on stop).
+fn gather(first: Msg, rx: &mut mpsc::Receiver<Msg>) -> (Vec<Submission>, bool) {
+    let mut stopping = false;
+    let mut group = Vec::new();
+    let mut n = 0;
+    match first {
+        Msg::Stop => stopping = true,
+        Msg::Append(s) => {
+            n += s.events.len();
+            group.push(s);
+        }
+    }
+    while stopping || n < MAX_GROUP_EVENTS {
+        match rx.try_recv() {
+            Ok(Msg::Append(s)) => {
+                n += s.events.len();
+                group.push(s);
+            }
+            Ok(Msg::Stop) => stopping = true,
+            Err(_) => break,
+        }
+        if n >= MAX_GROUP_EVENTS && !stopping {
+            break;
+        }
+    }
+    (group, stopping)
 }

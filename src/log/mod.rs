@@ -5,10 +5,12 @@
 //! - [`verify`]: proves a sequence of stored records is an unbroken chain.
 //! - [`checkpoint`]: signed heads that anchor the chain outside the database.
 //! - [`catch_up`]: folds records into the projections.
+//! - [`nats`]: the log of record on a NATS JetStream stream, mirrored into the `log` tree.
 
 pub mod appender;
 pub mod catch_up;
 pub mod checkpoint;
+pub mod nats;
 pub mod record;
 pub mod verify;
 

@@ -2,6 +2,7 @@
 //! checked one by one (fields over their bounds refused, detail fields over the audit body
 //! limit stored with a marker, each entry's detail hashed) and appended as one atomic group.
 
+use crate::api::position::Position;
 use std::collections::HashMap;
 
 use auditmem_projections::Event;
@@ -25,7 +26,7 @@ type IngestedEnvelope = Data<Ingested>;
 pub(crate) async fn ingest_audit(
     State(state): State<AppState>,
     Json(entries): Json<IngestRequest>,
-) -> Result<Data<Ingested>, ApiError> {
+) -> Result<(Position, Data<Ingested>), ApiError> {
     let now = now();
     let mut tenants: HashMap<Uuid, bool> = HashMap::new();
     let mut events = Vec::with_capacity(entries.len());
@@ -47,6 +48,6 @@ pub(crate) async fn ingest_audit(
         let limit = state.settings.audit_body_limit;
         events.push(Event::AuditRecorded(Box::new(e.check(i, id, now, limit)?)));
     }
-    state.appender.append(events).await?;
-    Ok(Data(Ingested { ids }))
+    let c = state.appender.append(events).await?;
+    Ok((Position(c.last_seq), Data(Ingested { ids })))
 }

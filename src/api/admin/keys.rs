@@ -1,5 +1,6 @@
 //! API keys: issued to a tenant (shown once, stored only as a hash), and revoked.
 
+use crate::api::position::Position;
 use auditmem_projections::{Event, KeyIssued, KeyRevoked};
 use axum::extract::{Path, State};
 use base64::Engine;
@@ -36,7 +37,7 @@ pub(crate) async fn create_key(
     State(state): State<AppState>,
     Path(id): Path<String>,
     Json(request): Json<CreateKeyRequest>,
-) -> Result<Created<IssuedKey>, ApiError> {
+) -> Result<(Position, Created<IssuedKey>), ApiError> {
     let t = tenant_by_path(&state, &id)?;
     let NewKey { permissions, name } = request.key()?;
     let (api_key, key_hash) = new_api_key();
@@ -50,15 +51,18 @@ pub(crate) async fn create_key(
         name: name.clone(),
         created_at,
     });
-    state.appender.append(vec![event]).await?;
-    Ok(Created(IssuedKey {
-        id: key_id,
-        tenant_id: t.id,
-        name,
-        api_key,
-        permissions,
-        created_at: Time(created_at),
-    }))
+    let c = state.appender.append(vec![event]).await?;
+    Ok((
+        Position(c.last_seq),
+        Created(IssuedKey {
+            id: key_id,
+            tenant_id: t.id,
+            name,
+            api_key,
+            permissions,
+            created_at: Time(created_at),
+        }),
+    ))
 }
 
 #[utoipa::path(delete, path = "/admin/v1/keys/{key_id}", tag = "admin", security(("admin_token" = [])), params(("key_id" = String, Path, description = "key_id")),
@@ -66,7 +70,7 @@ pub(crate) async fn create_key(
 pub(crate) async fn revoke_key(
     State(state): State<AppState>,
     Path(key_id): Path<String>,
-) -> Result<Data<RevokedKey>, ApiError> {
+) -> Result<(Position, Data<RevokedKey>), ApiError> {
     let not_found = || ApiError::not_found("key not found");
     let id = Uuid::parse_str(&key_id).map_err(|_| not_found())?;
     let key = state
@@ -75,11 +79,11 @@ pub(crate) async fn revoke_key(
         .key_by_id(&id)?
         .ok_or_else(not_found)?;
     // Revoking again answers the first revocation.
-    let revoked_at = match key.revoked_at {
-        Some(at) => at,
+    let (revoked_at, position) = match key.revoked_at {
+        Some(at) => (at, state.appender.head().seq),
         None => {
             let at = now_stored();
-            state
+            let c = state
                 .appender
                 .append(vec![Event::KeyRevoked(KeyRevoked {
                     key_id: id,
@@ -87,12 +91,15 @@ pub(crate) async fn revoke_key(
                     revoked_at: at,
                 })])
                 .await?;
-            at
+            (at, c.last_seq)
         }
     };
-    Ok(Data(RevokedKey {
-        id,
-        revoked: true,
-        revoked_at: Time(revoked_at),
-    }))
+    Ok((
+        Position(position),
+        Data(RevokedKey {
+            id,
+            revoked: true,
+            revoked_at: Time(revoked_at),
+        }),
+    ))
 }

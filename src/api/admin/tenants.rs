@@ -1,5 +1,6 @@
 //! Tenants: create, list, read, change.
 
+use crate::api::position::Position;
 use auditmem_projections::tenants::Tenant as TenantState;
 use auditmem_projections::{Event, TenantCreated, TenantUpdated};
 use axum::extract::{Path, State};
@@ -30,7 +31,7 @@ pub(super) fn tenant_by_path(state: &AppState, id: &str) -> Result<TenantState, 
 pub(crate) async fn create_tenant(
     State(state): State<AppState>,
     Json(new): Json<CreateTenantRequest>,
-) -> Result<Created<Tenant>, ApiError> {
+) -> Result<(Position, Created<Tenant>), ApiError> {
     let NewTenant {
         name,
         plan,
@@ -46,10 +47,10 @@ pub(crate) async fn create_tenant(
         credits,
         created_at: now_stored(),
     });
-    state.appender.append(vec![event]).await?;
+    let c = state.appender.append(vec![event]).await?;
     let t = tenant_by_path(&state, &id.to_string())
         .map_err(|_| ApiError::internal("tenant missing after create"))?;
-    Ok(Created(Tenant::from(&t)))
+    Ok((Position(c.last_seq), Created(Tenant::from(&t))))
 }
 
 #[utoipa::path(get, path = "/admin/v1/tenants", tag = "admin", security(("admin_token" = [])),
@@ -85,7 +86,7 @@ pub(crate) async fn update_tenant(
     State(state): State<AppState>,
     Path(id): Path<String>,
     Json(update): Json<UpdateTenantRequest>,
-) -> Result<Data<Tenant>, ApiError> {
+) -> Result<(Position, Data<Tenant>), ApiError> {
     let t = tenant_by_path(&state, &id)?;
     let TenantChanges {
         name,
@@ -101,6 +102,9 @@ pub(crate) async fn update_tenant(
         credits,
         updated_at: now_stored(),
     });
-    state.appender.append(vec![event]).await?;
-    Ok(Data(Tenant::from(&tenant_by_path(&state, &id)?)))
+    let c = state.appender.append(vec![event]).await?;
+    Ok((
+        Position(c.last_seq),
+        Data(Tenant::from(&tenant_by_path(&state, &id)?)),
+    ))
 }
