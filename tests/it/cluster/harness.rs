@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use base64::Engine;
 use reqwest::blocking::Client;
 use reqwest::Method;
 use serde_json::Value;
@@ -444,6 +445,33 @@ pub fn verify_mirror(data_dir: &Path) -> (i32, String, String) {
         &["verify", "--data-dir", common::path_str(data_dir), "--json"],
         &[],
     )
+}
+
+/// `answers` with each audit list's `next_cursor` cut to the entry it continues after. A cursor
+/// also pins the log head it was answered at (`created_at.seq.snapshot`, base64), and in a
+/// cluster every audited read on any node moves that head: two nodes answering the same page a
+/// moment apart give the same entries and the same position but another snapshot.
+pub fn without_cursor_snapshots(answers: &[Value]) -> Vec<Value> {
+    fn walk(v: &mut Value) {
+        match v {
+            Value::Object(m) => {
+                if let Some(Value::String(c)) = m.get_mut("next_cursor") {
+                    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
+                        .decode(c.as_bytes())
+                        .unwrap_or_else(|e| panic!("next_cursor {c:?} is not base64: {e}"));
+                    let text = String::from_utf8(raw).expect("a text cursor");
+                    let (at, _snapshot) = text.rsplit_once('.').expect("created_at.seq.snapshot");
+                    *c = at.to_string();
+                }
+                m.values_mut().for_each(walk);
+            }
+            Value::Array(a) => a.iter_mut().for_each(walk),
+            _ => {}
+        }
+    }
+    let mut out = answers.to_vec();
+    out.iter_mut().for_each(walk);
+    out
 }
 
 /// The `report` of `verify --json` output, asserted clean: no failures, every record valid.

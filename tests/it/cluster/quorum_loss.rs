@@ -7,13 +7,13 @@ use super::harness::{
     admin, api_node, clean_report, poll, request, tenant_with_key, verify_nats, wait_same_head,
     NatsCluster, Reply,
 };
-use crate::common::{assert_error, Server};
+use crate::common::{assert_error, Server, ADMIN_TOKEN};
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use reqwest::Method;
-use serde_json::json;
+use serde_json::{json, Value};
 
 const NATS_TIMEOUT_MS: u64 = 2_000;
 /// Beyond `--nats-timeout-ms`: the node's own work and a loaded 2-core machine.
@@ -120,49 +120,44 @@ fn without_a_quorum_writes_are_503_reads_answer_and_writes_resume_when_a_server_
             r.elapsed
         );
     }
-    // Reads answer from the local projections, without waiting for the stream.
+    // Reads answer from the local projections, without waiting for the stream. What they
+    // answer instead is collected and asserted at the end, so that one run also shows whether
+    // writes resume.
+    let mut bad_reads: Vec<String> = Vec::new();
+    let reads_tried = 3 * (acked.len() + 1 + audit_ids.len() + 1);
     for (i, n) in nodes.iter().enumerate() {
+        let mut read = |path: &str, bearer: &str, check: &dyn Fn(&Value) -> bool| {
+            let r = request(n, Method::GET, path, bearer, None, None);
+            if r.status != 200 || !check(&r.body) {
+                bad_reads.push(format!("node {i}: GET {path}: {} {}", r.status, r.body));
+            } else if r.elapsed >= Duration::from_millis(NATS_TIMEOUT_MS) {
+                bad_reads.push(format!("node {i}: GET {path} took {:?}", r.elapsed));
+            }
+        };
         for (id, content) in &acked {
-            let r = request(
-                n,
-                Method::GET,
-                &format!("/v1/memories/{id}"),
-                &key,
-                None,
-                None,
-            );
-            assert_eq!(r.status, 200, "node {i}: {}", r.body);
-            assert_eq!(r.body["data"]["content"], json!(content));
-            assert!(
-                r.elapsed < Duration::from_millis(NATS_TIMEOUT_MS),
-                "node {i}: a read took {:?}",
-                r.elapsed
-            );
+            read(&format!("/v1/memories/{id}"), &key, &|v| {
+                v["data"]["content"] == json!(content)
+            });
         }
-        let r = request(
-            n,
-            Method::GET,
-            "/v1/memories?page_size=100",
-            &key,
-            None,
-            None,
-        );
-        assert_eq!(r.status, 200, "node {i}: {}", r.body);
-        assert_eq!(r.body["data"]["total"], json!(acked.len()), "node {i}");
+        read("/v1/memories?page_size=100", &key, &|v| {
+            v["data"]["total"] == json!(acked.len())
+        });
         for id in &audit_ids {
-            let r = request(
-                n,
-                Method::GET,
-                &format!("/v1/audit/logs/{id}"),
-                &key,
-                None,
-                None,
-            );
-            assert_eq!(r.status, 200, "node {i}: {}", r.body);
-            assert_eq!(r.body["data"]["id"], json!(id));
+            read(&format!("/v1/audit/logs/{id}"), &key, &|v| {
+                v["data"]["id"] == json!(id)
+            });
         }
-        let r = admin(n, Method::GET, "/admin/v1/tenants", None);
-        assert_eq!(r.status, 200, "node {i}: {}", r.body);
+        read("/admin/v1/tenants", ADMIN_TOKEN, &|v| {
+            v["data"]["total"] == json!(1)
+        });
+    }
+
+    if !bad_reads.is_empty() {
+        eprintln!(
+            "quorum_loss: {} of {reads_tried} reads failed while the quorum was lost, e.g. {}",
+            bad_reads.len(),
+            bad_reads[0]
+        );
     }
 
     // One server back: writes resume on every node without anyone restarting a node.
@@ -182,7 +177,12 @@ fn without_a_quorum_writes_are_503_reads_answer_and_writes_resume_when_a_server_
                 _ => {
                     assert_error(&r.pair(), 503, 5030);
                     refused.insert(content);
-                    Err(format!("node {i}: {}", r.body))
+                    // Whether the NATS side is back, to tell its delay from the node's.
+                    let members: Vec<String> = [0, 1]
+                        .iter()
+                        .map(|&m| format!("n{}: {:?}", m + 1, nats.not_ready(m)))
+                        .collect();
+                    Err(format!("node {i}: {} (nats: {members:?})", r.body))
                 }
             }
         });
@@ -217,6 +217,13 @@ fn without_a_quorum_writes_are_503_reads_answer_and_writes_resume_when_a_server_
             assert_eq!(r.status, 200, "node {i}: {}", r.body);
         }
     }
+    assert!(
+        bad_reads.is_empty(),
+        "reads while the quorum was lost: {} of {} failed, e.g. {:#?}",
+        bad_reads.len(),
+        reads_tried,
+        &bad_reads[..bad_reads.len().min(6)]
+    );
     let landed = seen[0].len() - acked.len();
     eprintln!(
         "quorum_loss: {} writes acknowledged, {} refused with 503 of which {landed} landed later",
