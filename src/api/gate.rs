@@ -409,12 +409,27 @@ async fn record(state: &AppState, entry: Entry, resp: Response) -> Response {
     // limit the bodies already keep.
     bounds::bound_detail(&mut detail, state.settings.audit_body_limit);
     events.push(audit_event(&entry, &resp, detail, credits, usd));
-    let outcome = match check {
-        Some(check) => state.appender.append_checked(events, check).await,
-        None => state.appender.append(events).await,
+    // A request that changed nothing (a read, a refusal) is answered while the cluster's log
+    // cannot take writes: its audit entry waits on this node's disk and joins the log when the
+    // cluster is back (`Appender::defer`). Anything that changes state is refused.
+    let deferred = (events.len() == 1 && check.is_none() && state.appender.defers())
+        .then(|| events[0].clone());
+    let outcome = match (check, &deferred) {
+        (None, Some(_)) if state.appender.cluster_down() => Err(AppendError::ClusterUnavailable(
+            "the log cluster is not taking writes".into(),
+        )),
+        (Some(check), _) => state.appender.append_checked(events, check).await,
+        (None, _) => state.appender.append(events).await,
     };
     match outcome {
         Ok(c) => with_position(resp, c.last_seq),
+        Err(AppendError::ClusterUnavailable(_)) if deferred.is_some() => {
+            match deferred.map(|e| state.appender.defer(&e)) {
+                Some(Ok(())) => resp,
+                Some(Err(e)) => ApiError::from(e).into_response(),
+                None => resp,
+            }
+        }
         Err(AppendError::Rejected(r)) => {
             // The precondition refused the operation: record the refusal alone.
             let refused = r.response();

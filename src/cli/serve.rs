@@ -118,6 +118,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         cluster,
     )?;
 
+    let outbox = tokio::spawn(appender.clone().drain_outbox());
     let key = checkpoint::load_or_create_key(&args.signing_key)
         .with_context(|| format!("loading the signing key {}", args.signing_key.display()))?;
     if let (Ok(k), Ok(d)) = (
@@ -247,6 +248,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     appender_thread.stop().await;
     let _ = signer_task.await;
     let _ = export_worker.await;
+    let _ = outbox.await;
     // Last reference: dropping the providers' blocking clients must happen off the runtime.
     let _ = tokio::task::spawn_blocking(move || drop(state)).await;
     if head.seq > 0 {

@@ -110,6 +110,9 @@ pub struct AppenderStats {
     pub last_sync_micros: AtomicU64,
     pub apply_micros_total: AtomicU64,
     pub failed: AtomicBool,
+    /// The cluster's log did not acknowledge this node's last publish (cleared by the next
+    /// acknowledged one).
+    pub cluster_down: AtomicBool,
 }
 
 #[derive(Clone)]
@@ -118,6 +121,9 @@ pub struct Appender {
     head: watch::Receiver<Head>,
     pub stats: Arc<AppenderStats>,
     space: SpaceGuard,
+    /// In a cluster: the audit entries of requests answered while the stream could not take
+    /// them, each an event's bytes, waiting to be appended (`drain_outbox`).
+    outbox: Option<sled::Tree>,
 }
 
 pub struct AppenderThread {
@@ -219,6 +225,7 @@ fn now_micros() -> i64 {
 
 /// The tree holding the stream sequence of the last message folded into the mirror.
 const CLUSTER_TREE: &str = "cluster";
+const OUTBOX_TREE: &str = "cluster_outbox";
 const POSITION_KEY: &[u8] = b"stream_seq";
 
 /// The cluster's log, for [`Appender::start_on`].
@@ -295,6 +302,11 @@ impl Appender {
         let (job_tx, job_rx) = std::sync::mpsc::sync_channel::<ApplyJob>(4);
         let space = SpaceGuard::new(data_dir, min_free_bytes);
         let clustered = cluster.is_some();
+        let outbox = if clustered {
+            Some(db.open_tree(OUTBOX_TREE)?)
+        } else {
+            None
+        };
         let mut writer = Worker {
             db,
             log,
@@ -326,6 +338,7 @@ impl Appender {
                 head: head_rx,
                 stats,
                 space,
+                outbox,
             },
             AppenderThread {
                 writer: handle,
@@ -356,6 +369,79 @@ impl Appender {
             return Some("the log refuses writes after a storage failure, until a restart".into());
         }
         self.space.refusal()
+    }
+
+    /// Whether the cluster's log failed to acknowledge this node's last publish.
+    pub fn cluster_down(&self) -> bool {
+        self.stats.cluster_down.load(Ordering::Relaxed)
+    }
+
+    /// Whether [`defer`](Self::defer) can keep an event (a clustered node).
+    pub fn defers(&self) -> bool {
+        self.outbox.is_some()
+    }
+
+    /// Keeps `event` on this node's disk, to be appended once the cluster takes writes again
+    /// ([`drain_outbox`](Self::drain_outbox)): how a read answered during a loss of quorum keeps
+    /// its audit entry.
+    pub fn defer(&self, event: &Event) -> Result<(), AppendError> {
+        let Some(outbox) = &self.outbox else {
+            return Err(AppendError::Closed);
+        };
+        let bytes = event.encode().map_err(|e| AppendError::Encode(e.to_string()))?;
+        // Time-ordered keys: the entries join the log in the order they were answered.
+        let key = uuid::Uuid::now_v7();
+        outbox
+            .insert(key.as_bytes(), bytes)
+            .and_then(|_| outbox.flush())
+            .map(|_| ())
+            .map_err(|e| AppendError::Storage(e.to_string()))
+    }
+
+    /// Appends the deferred audit entries, oldest first, whenever the cluster takes writes;
+    /// ends when the appender stops.
+    pub async fn drain_outbox(self) {
+        let Some(outbox) = self.outbox.clone() else {
+            return;
+        };
+        loop {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            if self.tx.is_closed() {
+                return;
+            }
+            let mut keys = Vec::new();
+            let mut events = Vec::new();
+            for kv in outbox.iter().take(256) {
+                let Ok((k, v)) = kv else { break };
+                match Event::decode(&v) {
+                    Ok(e) => {
+                        keys.push(k);
+                        events.push(e);
+                    }
+                    Err(e) => {
+                        tracing::error!(error = %e, "an undecodable deferred audit entry; dropped");
+                        let _ = outbox.remove(k);
+                    }
+                }
+            }
+            if events.is_empty() {
+                continue;
+            }
+            let n = events.len();
+            match self.append(events).await {
+                Ok(_) => {
+                    for k in keys {
+                        let _ = outbox.remove(k);
+                    }
+                    let _ = outbox.flush_async().await;
+                    tracing::info!(entries = n, "deferred audit entries appended");
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "deferred audit entries wait for the cluster");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            }
+        }
     }
 
     /// Appends the events of one request atomically; resolves once durable and applied.
@@ -1005,6 +1091,7 @@ impl Worker {
                     }
                     metrics::histogram!("auditmem_cluster_publish_seconds")
                         .record(publish_us as f64 / 1e6);
+                    self.stats.cluster_down.store(false, Ordering::Relaxed);
                     self.committed(group, outcomes, head, ts, count, publish_us);
                     return;
                 }
@@ -1034,6 +1121,7 @@ impl Worker {
                     }
                 }
                 Published::Unavailable(why) => {
+                    self.stats.cluster_down.store(true, Ordering::Relaxed);
                     return self.unavailable(why, group);
                 }
                 Published::Refused(why) => {
