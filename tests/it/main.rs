@@ -12,6 +12,7 @@ mod api_errors;
 mod audit_api;
 mod auth;
 mod cli_admin;
+mod cluster;
 mod crash;
 mod crash_cycles;
 mod disk_full;
