@@ -298,31 +298,51 @@ fn verify_nats(
             .await
             .with_context(|| format!("connecting to {}", servers.join(",")))?;
         let js = async_nats::jetstream::new(client.clone());
-        let mut s = js
-            .get_stream(stream)
-            .await
-            .with_context(|| format!("opening the stream {stream}"))?;
-        let last = s
-            .info()
-            .await
-            .context("reading the stream's state")?
-            .state
-            .last_sequence;
+        // Right after a server or leader change the stream may not answer yet: retried for a
+        // while, as the nodes do.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        let (last, mut messages) = loop {
+            let attempt = async {
+                let mut s = js
+                    .get_stream(stream)
+                    .await
+                    .with_context(|| format!("opening the stream {stream}"))?;
+                let last = s
+                    .info()
+                    .await
+                    .context("reading the stream's state")?
+                    .state
+                    .last_sequence;
+                let consumer = s
+                    .create_consumer(async_nats::jetstream::consumer::push::OrderedConfig {
+                        deliver_subject: client.new_inbox(),
+                        deliver_policy: async_nats::jetstream::consumer::DeliverPolicy::All,
+                        ..Default::default()
+                    })
+                    .await
+                    .context("following the stream")?;
+                let messages = consumer.messages().await.context("following the stream")?;
+                anyhow::Ok((last, messages))
+            };
+            match attempt.await {
+                Ok(found) => break found,
+                Err(e) if std::time::Instant::now() < deadline => {
+                    tracing::info!(error = %e, "the stream does not answer yet; retrying");
+                    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+                }
+                Err(e) => return Err(e),
+            }
+        };
         let pb = super::progress(last, "verifying the stream's messages");
-        let consumer = s
-            .create_consumer(async_nats::jetstream::consumer::push::OrderedConfig {
-                deliver_subject: client.new_inbox(),
-                deliver_policy: async_nats::jetstream::consumer::DeliverPolicy::All,
-                ..Default::default()
-            })
-            .await
-            .context("following the stream")?;
-        let mut messages = consumer.messages().await.context("following the stream")?;
         let mut place = 0u64;
         let mut batch: Vec<(u64, Vec<u8>)> = Vec::with_capacity(8192);
         let mut at = 0u64;
         while at < last {
-            let Some(message) = messages.next().await else {
+            let next = tokio::time::timeout(std::time::Duration::from_secs(60), messages.next());
+            let Some(message) = next
+                .await
+                .with_context(|| format!("no message after {at} of {last} within 60 s"))?
+            else {
                 bail!("the stream ended at message {at} of {last}");
             };
             let message = message.context("reading the stream")?;

@@ -93,6 +93,9 @@ struct Submission {
     events: Vec<(Event, Vec<u8>, Prepared)>,
     check: Option<Precondition>,
     reply: oneshot::Sender<Result<Committed, AppendError>>,
+    /// When it was submitted: a cluster's write is answered within `--nats-timeout-ms` of it,
+    /// however long it queued behind groups that waited for the stream.
+    at: Instant,
 }
 
 enum Msg {
@@ -476,6 +479,7 @@ impl Appender {
         let (reply, rx) = oneshot::channel();
         self.tx
             .send(Msg::Append(Submission {
+                at: Instant::now(),
                 events: encoded,
                 check,
                 reply,
@@ -834,6 +838,7 @@ impl Worker {
                 chunks.push(r.seq, payload[piece.range.clone()].to_vec());
                 let (reply, _) = oneshot::channel();
                 subs.push(Submission {
+                    at: Instant::now(),
                     events: vec![(event, Vec::new(), prepared)],
                     check: None,
                     // Nobody on this node waits for another node's records.
@@ -1088,7 +1093,14 @@ impl Worker {
         else {
             return;
         };
-        let deadline = Instant::now() + timeout;
+        // From the oldest submission's arrival, so that a write queued behind a group that
+        // waited for the stream is not kept twice as long; at least one short attempt.
+        let oldest = group
+            .iter()
+            .map(|s| s.at)
+            .min()
+            .unwrap_or_else(Instant::now);
+        let deadline = (oldest + timeout).max(Instant::now() + Duration::from_millis(250));
         self.give_way();
         loop {
             if group.is_empty() {
