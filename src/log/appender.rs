@@ -1047,11 +1047,11 @@ impl Worker {
         self.stats
             .last_sync_micros
             .store(sync_us, Ordering::Relaxed);
-        self.to_applier(group, outcomes);
+        self.hand_to_applier(group, outcomes);
     }
 
     /// Hands a stored group to the applier, which folds it and answers its callers.
-    fn to_applier(&mut self, group: Vec<Submission>, outcomes: Vec<Committed>) {
+    fn hand_to_applier(&mut self, group: Vec<Submission>, outcomes: Vec<Committed>) {
         let job = ApplyJob {
             group,
             outcomes,
@@ -1255,7 +1255,7 @@ impl Worker {
             // Folded already from the stream's copy: only the answers are left.
             s.events.clear();
         }
-        self.to_applier(group, outcomes);
+        self.hand_to_applier(group, outcomes);
     }
 
     /// Folds the stream up to its last sequence, or fails at `deadline`.
