@@ -1106,7 +1106,7 @@ impl Worker {
             if group.is_empty() {
                 return;
             }
-            let sealed = self.seal(&group);
+            let mut sealed = self.seal(&group);
             let Some(c) = self.cluster.as_ref() else {
                 return;
             };
@@ -1114,7 +1114,8 @@ impl Worker {
             let first = self.head.seq + 1;
             let started = Instant::now();
             let published = handle.block_on(c.log.publish(
-                sealed.message.clone(),
+                // The message is only published; a retry after a lost race seals anew.
+                std::mem::take(&mut sealed.message),
                 (first, sealed.head.seq),
                 &sealed.head.hash,
                 expected,

@@ -420,7 +420,16 @@ pub fn serve_in_background(app: axum::Router) -> std::net::SocketAddr {
 
 /// Every audit id the key's tenant can list, walking the cursor pages (newest first).
 pub fn all_audit_ids(s: &Server, key: &str) -> std::collections::HashSet<String> {
-    let mut found = std::collections::HashSet::new();
+    all_audit_entries(s, key)
+        .iter()
+        .map(|e| e["id"].as_str().expect("id").to_string())
+        .collect()
+}
+
+/// Every audit entry of the key's tenant, as listed (each page newest first), following the
+/// cursor.
+pub fn all_audit_entries(s: &Server, key: &str) -> Vec<Value> {
+    let mut out = Vec::new();
     let mut cursor: Option<String> = None;
     loop {
         let path = match &cursor {
@@ -429,12 +438,10 @@ pub fn all_audit_ids(s: &Server, key: &str) -> std::collections::HashSet<String>
         };
         let (status, v) = s.get(&path, key);
         assert_eq!(status, 200, "{v}");
-        for e in v["data"]["logs"].as_array().expect("logs") {
-            found.insert(e["id"].as_str().expect("id").to_string());
-        }
+        out.extend(v["data"]["logs"].as_array().expect("logs").iter().cloned());
         match v["data"]["next_cursor"].as_str() {
             Some(c) => cursor = Some(c.to_string()),
-            None => return found,
+            None => return out,
         }
     }
 }

@@ -29,7 +29,7 @@ use super::harness::{
     api_node, clean_report, env_u64, poll, verify_mirror, verify_nats, wait_same_head,
     without_cursor_snapshots, NatsCluster, MIN_POSITION, POSITION,
 };
-use crate::common::{answers, now_end_time, replayed_copy, Server, ADMIN_TOKEN};
+use crate::common::{all_audit_entries, answers, now_end_time, replayed_copy, Server, ADMIN_TOKEN};
 
 use std::collections::{HashMap, HashSet};
 use std::io::Write;
@@ -404,26 +404,6 @@ fn all_memories(s: &Server, key: &str) -> HashMap<String, Mem> {
         }
     }
     out
-}
-
-/// Every audit entry of the key's tenant, as listed (each page newest first), following the
-/// cursor.
-fn all_audit_entries(s: &Server, key: &str) -> Vec<Value> {
-    let mut out = Vec::new();
-    let mut cursor: Option<String> = None;
-    loop {
-        let path = match &cursor {
-            None => "/v1/audit/logs?page_size=100".to_string(),
-            Some(c) => format!("/v1/audit/logs?page_size=100&cursor={c}"),
-        };
-        let (status, v) = s.get(&path, key);
-        assert_eq!(status, 200, "{v}");
-        out.extend(v["data"]["logs"].as_array().expect("logs").iter().cloned());
-        match v["data"]["next_cursor"].as_str() {
-            Some(c) => cursor = Some(c.to_string()),
-            None => return out,
-        }
-    }
 }
 
 /// Settles the writes in flight to what `s` shows (every node shows the same, checked after).
