@@ -708,6 +708,14 @@ async fn export_one(exporter: Exporter, view: ExportView, running: Running) {
                 r.remove(&view.export_id);
             }
         }
+        // The cluster's stream could not take it for now: written again and recorded once
+        // the stream takes writes (the worker finds it still processing).
+        Err(AppendError::ClusterUnavailable(e)) => {
+            tracing::warn!(export_id = %view.export_id, error = %e, "the export's outcome waits for the cluster");
+            if let Ok(mut r) = running.lock() {
+                r.remove(&view.export_id);
+            }
+        }
         // Left as running, so that it is not started again before the next start.
         Err(e) => {
             tracing::error!(export_id = %view.export_id, error = %e, "could not record the export's outcome; it resumes at the next start")
