@@ -79,6 +79,14 @@ pub struct ServeArgs {
     /// Sign a checkpoint at least this often (seconds) while the log grows.
     #[arg(long, env = "AUDITMEM_CHECKPOINT_INTERVAL_SECS", default_value_t = 60)]
     pub checkpoint_interval_secs: u64,
+    /// The origin of the log's C2SP checkpoints, also the name of their signing key: a name
+    /// no other log uses (witnesses tell logs apart by it), e.g. `audit.example.com/log`.
+    #[arg(long, env = "AUDITMEM_LOG_ORIGIN", default_value = "auditmem.localhost/log")]
+    pub log_origin: String,
+    /// A C2SP tlog-witness (its URL prefix, `add-checkpoint` is appended) each new checkpoint
+    /// is sent to; their cosignatures are published with it. Repeat or comma-separate.
+    #[arg(long = "witness", env = "AUDITMEM_WITNESSES", value_delimiter = ',')]
+    pub witnesses: Vec<String>,
     /// Read the client address from X-Forwarded-For when the peer is a trusted proxy (only
     /// behind your own proxies): the rightmost address that is not one of --trusted-proxies.
     #[arg(long, env = "AUDITMEM_TRUST_PROXY", default_value_t = false)]
@@ -417,6 +425,27 @@ pub struct VerifyArgs {
     /// With --nats: the stream holding the log.
     #[arg(long, env = "AUDITMEM_NATS_STREAM", default_value = "AUDITMEM")]
     pub nats_stream: String,
+    /// Check one entry's inclusion proof offline: the answer of
+    /// `GET /v1/audit/logs/{audit_id}/proof` saved to a file. Needs --pubkey.
+    #[arg(long, conflicts_with_all = ["data_dir", "url", "export", "nats", "consistency"])]
+    pub proof: Option<PathBuf>,
+    /// Check that the signed checkpoint NEW extends the signed checkpoint OLD (each a file
+    /// holding a checkpoint note, as `GET /log/checkpoint` serves it), with the proof of
+    /// --consistency-proof. Needs --pubkey.
+    #[arg(long, num_args = 2, value_names = ["OLD", "NEW"], conflicts_with_all = ["data_dir", "url", "export", "nats"])]
+    pub consistency: Option<Vec<PathBuf>>,
+    /// With --consistency: the answer of `GET /v1/audit/consistency?from=OLD&to=NEW` (or the
+    /// admin API's) saved to a file.
+    #[arg(long, requires = "consistency")]
+    pub consistency_proof: Option<PathBuf>,
+    /// With --proof: a witness's cosignature verifier key (`auditmem witness pubkey`); repeat
+    /// for each witness you trust.
+    #[arg(long = "witness-key")]
+    pub witness_keys: Vec<String>,
+    /// With --proof: how many distinct --witness-key witnesses must have cosigned the
+    /// checkpoint.
+    #[arg(long = "witnesses", default_value_t = 0)]
+    pub witness_quorum: usize,
 }
 
 #[derive(Args, Debug)]

@@ -20,6 +20,7 @@ pub mod http_client;
 pub mod log;
 mod openai_compat;
 pub mod registry;
+pub mod tlog;
 pub mod wire;
 
 pub use auditmem_projections as projections;

@@ -28,6 +28,7 @@ pub mod position;
 pub mod rate_limit;
 pub mod routes;
 pub mod state;
+pub mod transparency;
 
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
 use axum::http::{HeaderName, StatusCode};
@@ -77,6 +78,9 @@ pub fn app_on(state: AppState, surface: Surface) -> Router {
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics::render))
         .route("/openapi.json", get(openapi::serve_document))
+        // The C2SP tlog-tiles read API: hashes and signed tree heads, nobody's data.
+        .route("/log/checkpoint", get(transparency::checkpoint))
+        .route("/log/tile/{*path}", get(transparency::tile))
         .layer(RequestBodyLimitLayer::new(state.settings.max_body_bytes))
         .layer(TimeoutLayer::with_status_code(
             StatusCode::REQUEST_TIMEOUT,

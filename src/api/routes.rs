@@ -17,7 +17,7 @@ use utoipa_axum::routes;
 
 use super::gate::{self, Gate, Policy};
 use super::state::AppState;
-use super::{admin, audit, export, memory};
+use super::{admin, audit, export, memory, transparency};
 
 /// Who may call a route.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -59,6 +59,16 @@ pub fn table() -> Vec<Route> {
     vec![
         tenant(routes!(audit::list_logs), "audit.list", AuditRead),
         tenant(routes!(audit::get_log), "audit.read", AuditRead),
+        tenant(
+            routes!(transparency::inclusion_proof),
+            "audit.proof",
+            AuditRead,
+        ),
+        tenant(
+            routes!(transparency::consistency_proof),
+            "audit.consistency",
+            AuditRead,
+        ),
         tenant(routes!(export::create_export), "audit.export", AuditExport),
         tenant(
             routes!(export::export_status),
@@ -128,6 +138,7 @@ pub fn table() -> Vec<Route> {
         admin(routes!(admin::log::latest_checkpoint)),
         admin(routes!(admin::log::sign_checkpoint)),
         admin(routes!(admin::log::public_key)),
+        admin(routes!(transparency::admin_consistency_proof)),
     ]
 }
 

@@ -40,10 +40,15 @@ pub enum AdminCommand {
     /// API keys.
     #[command(subcommand)]
     Key(KeyCommand),
-    /// Print the checkpoint signer's public key (from the server, or from a local key file).
+    /// Print the checkpoint signer's public key (from the server, or from a local key file):
+    /// hex, and with the server's or `--origin`'s name as a signed-note verifier key.
     Pubkey {
         #[arg(long)]
         signing_key: Option<std::path::PathBuf>,
+        /// With --signing-key: print the key as the signed-note verifier key of this
+        /// checkpoint origin (`serve --log-origin`) instead of hex.
+        #[arg(long, requires = "signing_key")]
+        origin: Option<String>,
     },
     /// Print the log head.
     Head,
@@ -99,11 +104,21 @@ pub enum KeyCommand {
 pub fn run(args: AdminArgs) -> anyhow::Result<ExitCode> {
     if let AdminCommand::Pubkey {
         signing_key: Some(path),
+        origin,
     } = &args.command
     {
         let key = crate::log::checkpoint::load_or_create_key(path)
             .with_context(|| format!("reading {}", path.display()))?;
-        println!("{}", hex::encode(key.verifying_key().as_bytes()));
+        match origin {
+            Some(o) if !crate::tlog::note::origin_is_valid(o) => {
+                bail!("--origin {o:?}: no spaces or '+' in a key name")
+            }
+            Some(o) => println!(
+                "{}",
+                crate::tlog::note::verifier_key(o, &key.verifying_key())
+            ),
+            None => println!("{}", hex::encode(key.verifying_key().as_bytes())),
+        }
         return Ok(ExitCode::SUCCESS);
     }
     let token = args

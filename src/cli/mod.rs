@@ -7,6 +7,7 @@ pub mod admin;
 pub mod replay;
 pub mod serve;
 pub mod verify;
+pub mod verify_proof;
 
 use std::process::ExitCode;
 

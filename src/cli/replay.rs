@@ -49,8 +49,16 @@ pub fn replay(
     }
     let projections = crate::log::open_projections(db, spill).context("reopening projections")?;
     let log = LogReader::open(db)?;
-    let pb = super::progress(log.head()?.seq, "replaying");
+    let head = log.head()?.seq;
+    let pb = super::progress(head, "replaying");
     let n = catch_up(&log, &projections, Some(&pb)).context("replaying")?;
+    pb.finish_and_clear();
+    // The Merkle tree is a projection too: rebuilt leaf by leaf from the records.
+    crate::tlog::MerkleTree::drop_in(db).context("dropping the Merkle tree")?;
+    let tree = crate::tlog::MerkleTree::open(db).context("reopening the Merkle tree")?;
+    let pb = super::progress(head, "rebuilding the Merkle tree");
+    tree.catch_up(&log, Some(&pb))
+        .context("rebuilding the Merkle tree")?;
     pb.finish_and_clear();
     db.flush().context("flushing")?;
     Ok(n)

@@ -70,6 +70,19 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         );
     }
 
+    {
+        let tree = crate::tlog::MerkleTree::open(&db).context("opening the Merkle tree")?;
+        let behind = log.head()?.seq.saturating_sub(tree.size());
+        if behind > 0 {
+            let pb = super::progress(behind, "building the Merkle tree");
+            let n = tree
+                .catch_up(&log, Some(&pb))
+                .context("building the Merkle tree")?;
+            pb.finish_and_clear();
+            tracing::info!(records = n, "Merkle tree caught up");
+        }
+    }
+
     // Everything read to build the projections stays in sled's memory (see
     // `Projections::detach`): close the database and open it again, keeping what was built.
     let (db, projections, log) = {
@@ -129,7 +142,17 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             tracing::warn!("the signing key is inside the data dir: whoever can rewrite the log can then re-sign it");
         }
     }
-    let signer = Arc::new(CheckpointSigner::new(key, args.checkpoints_file.clone()));
+    if !crate::tlog::note::origin_is_valid(&args.log_origin) {
+        anyhow::bail!(
+            "--log-origin {:?} cannot name a checkpoint key: it must be non-empty, without spaces or '+'",
+            args.log_origin
+        );
+    }
+    let signer = Arc::new(
+        CheckpointSigner::new(key, args.checkpoints_file.clone())
+            .with_tree(&args.log_origin, appender.tlog().clone())
+            .map_err(|e| anyhow::anyhow!("--log-origin: {e}"))?,
+    );
     let signer_task = tokio::spawn(signer.clone().run(
         appender.clone(),
         args.checkpoint_every,

@@ -19,6 +19,9 @@ use crate::log::verify::{verify_tree, Report, Verifier};
 use crate::log::{Head, LOG_TREE};
 
 pub fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
+    if args.proof.is_some() || args.consistency.is_some() {
+        return super::verify_proof::run(&args);
+    }
     refuse_misplaced(&args)?;
     let expect_head = args.expect_head.as_deref().map(parse_head).transpose()?;
     let checkpoints = match &args.checkpoints {
@@ -92,6 +95,9 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
 /// Refuses options that do not apply to the mode asked for (exit 2), naming them: an option
 /// that is silently ignored lets an auditor believe it was checked.
 fn refuse_misplaced(args: &VerifyArgs) -> anyhow::Result<()> {
+    if !args.witness_keys.is_empty() || args.witness_quorum > 0 {
+        bail!("--witness-key and --witnesses apply only to --proof FILE");
+    }
     if args.export.is_none() {
         for (given, flag) in [
             (args.manifest.is_some(), "--manifest"),

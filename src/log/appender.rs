@@ -32,6 +32,7 @@ use super::nats::{self, Feed, NatsLog, Published};
 use super::record::{Chunker, Record};
 use super::{Head, LogReader};
 use crate::registry::ErrorCode;
+use crate::tlog::MerkleTree;
 
 /// How many events one group commit takes at most.
 const MAX_GROUP_EVENTS: usize = 4096;
@@ -127,6 +128,8 @@ pub struct Appender {
     /// In a cluster: the audit entries of requests answered while the stream could not take
     /// them, each an event's bytes, waiting to be appended (`drain_outbox`).
     outbox: Option<sled::Tree>,
+    /// The Merkle tree over the log, holding every record up to the head.
+    tlog: Arc<MerkleTree>,
 }
 
 pub struct AppenderThread {
@@ -161,6 +164,9 @@ struct ApplyJob {
     group: Vec<Submission>,
     outcomes: Vec<Committed>,
     head: Head,
+    /// The blake3 hashes of the records this job stored, the last one `head`'s: their leaves
+    /// join the Merkle tree before anyone hears back (empty when they are in it already).
+    leaves: Vec<[u8; 32]>,
 }
 
 /// Refuses appends before they touch the disk when its filesystem has less than a reserve
@@ -271,6 +277,13 @@ impl Appender {
     ) -> Result<(Appender, AppenderThread), super::LogError> {
         let log = LogReader::open(&db)?;
         let head = log.head()?;
+        // The tree is a projection: whatever it lacks (a data dir from before it, a tail lost
+        // in a crash since it is written without a sync) is folded from the log here.
+        let tlog = Arc::new(MerkleTree::open(&db).map_err(tlog_error)?);
+        let missing = tlog.catch_up(&log, None).map_err(tlog_error)?;
+        if missing > 0 {
+            tracing::info!(records = missing, "Merkle tree caught up from the log");
+        }
         let cluster = match cluster {
             None => None,
             Some(c) => {
@@ -326,9 +339,19 @@ impl Appender {
             cluster,
         };
         let applier_stats = stats.clone();
+        let applier_tlog = tlog.clone();
         let applier = std::thread::Builder::new()
             .name("appender-apply".into())
-            .spawn(move || apply_loop(job_rx, projections, progress, head_tx, applier_stats))?;
+            .spawn(move || {
+                apply_loop(
+                    job_rx,
+                    projections,
+                    applier_tlog,
+                    progress,
+                    head_tx,
+                    applier_stats,
+                )
+            })?;
         let handle = std::thread::Builder::new()
             .name("appender".into())
             .spawn(move || writer.run(rx))?;
@@ -342,6 +365,7 @@ impl Appender {
                 stats,
                 space,
                 outbox,
+                tlog,
             },
             AppenderThread {
                 writer: handle,
@@ -357,6 +381,11 @@ impl Appender {
 
     pub fn subscribe(&self) -> watch::Receiver<Head> {
         self.head.clone()
+    }
+
+    /// The Merkle tree over the log; it holds every record up to [`head`](Self::head).
+    pub fn tlog(&self) -> &Arc<MerkleTree> {
+        &self.tlog
     }
 
     /// The guard of the data dir's free space, which refuses appends below the log's reserve.
@@ -549,6 +578,8 @@ struct Sealed {
     head: Head,
     ts: i64,
     count: usize,
+    /// Each record's hash, in order (the Merkle tree's leaves).
+    leaves: Vec<[u8; 32]>,
 }
 
 /// What the writer does next in a cluster.
@@ -566,6 +597,7 @@ const FEED_CHECK: Duration = Duration::from_secs(2);
 fn apply_loop(
     jobs: std::sync::mpsc::Receiver<ApplyJob>,
     projections: Arc<Projections>,
+    tlog: Arc<MerkleTree>,
     progress: Arc<ApplyProgress>,
     head_tx: watch::Sender<Head>,
     stats: Arc<AppenderStats>,
@@ -592,8 +624,19 @@ fn apply_loop(
                 }
             }
         }
-        let result = projections.apply(&applied);
+        let result = projections.apply(&applied).map_err(|e| e.to_string());
         drop(applied);
+        // The tree's leaves, before the head moves: a checkpoint signed at the head, or a
+        // proof asked for by a caller who just heard back, finds them.
+        let result = result.and_then(|()| {
+            batch.iter().try_for_each(|job| {
+                let first = (job.head.seq + 1).saturating_sub(job.leaves.len() as u64);
+                if job.leaves.is_empty() {
+                    return Ok(());
+                }
+                tlog.append(first, &job.leaves).map_err(|e| e.to_string())
+            })
+        });
         stats
             .apply_micros_total
             .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
@@ -606,7 +649,7 @@ fn apply_loop(
                 // projections catch up from their checkpoints at the next start. Writing more
                 // on top of stale projections would decide against the wrong state, so later
                 // writes are refused.
-                tracing::error!(error = %e, "projection apply failed; the appender refuses further writes");
+                tracing::error!(error = %e, "projection or Merkle tree apply failed; the appender refuses further writes");
                 stats.failed.store(true, Ordering::Relaxed);
                 if let Ok(mut f) = progress.failed.lock() {
                     *f = Some(format!("projection apply failed: {e}"));
@@ -801,6 +844,7 @@ impl Worker {
         let mut chunks = Chunker::default();
         let mut subs = Vec::new();
         let mut outcomes: Vec<Committed> = Vec::new();
+        let mut leaves = Vec::new();
         let mut head = self.head;
         let mut last_ts = self.last_ts;
         if !payload.is_empty() {
@@ -850,6 +894,7 @@ impl Worker {
                     ts_micros: r.ts_micros,
                 });
                 head = Head { seq: r.seq, hash };
+                leaves.push(hash);
                 last_ts = last_ts.max(r.ts_micros);
             }
         }
@@ -863,6 +908,7 @@ impl Worker {
             group: subs,
             outcomes,
             head,
+            leaves,
         };
         self.jobs
             .send(job)
@@ -980,6 +1026,7 @@ impl Worker {
             sealed.ts,
             sealed.count,
             sync_us,
+            sealed.leaves,
         );
     }
 
@@ -992,6 +1039,7 @@ impl Worker {
         let mut count = 0usize;
         let mut chunks = Chunker::default();
         let mut message = Vec::new();
+        let mut leaves = Vec::new();
         let clustered = self.cluster.is_some();
         for s in group {
             let first = seq + 1;
@@ -999,6 +1047,7 @@ impl Worker {
                 seq += 1;
                 let (hash, encoded) = Record::seal_encoded(seq, ts, &prev, bytes);
                 prev = hash;
+                leaves.push(hash);
                 if clustered {
                     message.extend_from_slice(&encoded);
                 }
@@ -1018,6 +1067,7 @@ impl Worker {
             head: Head { seq, hash: prev },
             ts,
             count,
+            leaves,
         }
     }
 
@@ -1030,6 +1080,7 @@ impl Worker {
         ts: i64,
         count: usize,
         sync_us: u64,
+        leaves: Vec<[u8; 32]>,
     ) {
         self.head = head;
         self.last_ts = self.last_ts.max(ts);
@@ -1047,15 +1098,21 @@ impl Worker {
         self.stats
             .last_sync_micros
             .store(sync_us, Ordering::Relaxed);
-        self.hand_to_applier(group, outcomes);
+        self.hand_to_applier(group, outcomes, leaves);
     }
 
     /// Hands a stored group to the applier, which folds it and answers its callers.
-    fn hand_to_applier(&mut self, group: Vec<Submission>, outcomes: Vec<Committed>) {
+    fn hand_to_applier(
+        &mut self,
+        group: Vec<Submission>,
+        outcomes: Vec<Committed>,
+        leaves: Vec<[u8; 32]>,
+    ) {
         let job = ApplyJob {
             group,
             outcomes,
             head: self.head,
+            leaves,
         };
         if let Err(std::sync::mpsc::SendError(job)) = self.jobs.send(job) {
             // The applier is gone (it only stops with us): the group is durable but cannot be
@@ -1142,6 +1199,7 @@ impl Worker {
                         head,
                         ts,
                         count,
+                        leaves,
                         ..
                     } = sealed;
                     if let Err(why) = self.mirror(chunks, stream_seq) {
@@ -1152,7 +1210,7 @@ impl Worker {
                     metrics::histogram!("auditmem_cluster_publish_seconds")
                         .record(publish_us as f64 / 1e6);
                     self.stats.cluster_down.store(false, Ordering::Relaxed);
-                    self.committed(group, outcomes, head, ts, count, publish_us);
+                    self.committed(group, outcomes, head, ts, count, publish_us, leaves);
                     return;
                 }
                 Published::Conflict => {
@@ -1256,7 +1314,7 @@ impl Worker {
             // Folded already from the stream's copy: only the answers are left.
             s.events.clear();
         }
-        self.hand_to_applier(group, outcomes);
+        self.hand_to_applier(group, outcomes, Vec::new());
     }
 
     /// Folds the stream up to its last sequence, or fails at `deadline`.
@@ -1349,4 +1407,11 @@ fn gather(first: Msg, rx: &mut mpsc::Receiver<Msg>) -> (Vec<Submission>, bool) {
         }
     }
     (group, stopping)
+}
+
+fn tlog_error(e: crate::tlog::TlogError) -> super::LogError {
+    match e {
+        crate::tlog::TlogError::Log(e) => e,
+        other => super::LogError::Io(std::io::Error::other(other.to_string())),
+    }
 }

@@ -30,6 +30,14 @@ pub struct Checkpoint {
     pub public_key: String,
     /// Lowercase hex of the signature over [`Checkpoint::message`].
     pub signature: String,
+    /// Base64 of the Merkle tree's root hash at tree size `seq` (`crate::tlog`); absent in
+    /// checkpoints signed before the tree existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root: Option<String>,
+    /// The same tree head as a C2SP tlog-checkpoint in a C2SP signed note (origin, `seq`,
+    /// `root`), signed by the same key; absent where `root` is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 impl Checkpoint {
@@ -46,6 +54,8 @@ impl Checkpoint {
             time: time.to_string(),
             public_key: hex::encode(key.verifying_key().as_bytes()),
             signature: hex::encode(sig.to_bytes()),
+            root: None,
+            note: None,
         }
     }
 
@@ -169,7 +179,22 @@ pub struct CheckpointSigner {
     key: SigningKey,
     file: PathBuf,
     latest: Mutex<Option<Checkpoint>>,
+    /// With the Merkle tree: each checkpoint also signs its root as a C2SP note.
+    tree: Option<TreeSigning>,
+    /// When a checkpoint was last signed because a proof needed one (at most one a second).
+    on_demand: Mutex<Option<std::time::Instant>>,
 }
+
+struct TreeSigning {
+    tlog: std::sync::Arc<crate::tlog::MerkleTree>,
+    signer: signed_note::StandardSigner,
+    /// The notes signed lately by tree size, the latest with the witnesses' cosignatures
+    /// received for it (bounded: an older size's proof comes without its note).
+    notes: Mutex<std::collections::BTreeMap<u64, String>>,
+}
+
+/// How many signed notes are kept in memory for proofs at an earlier tree size.
+const NOTES_KEPT: usize = 4096;
 
 impl CheckpointSigner {
     pub fn new(key: SigningKey, file: PathBuf) -> Self {
@@ -178,6 +203,87 @@ impl CheckpointSigner {
             key,
             file,
             latest: Mutex::new(latest),
+            tree: None,
+            on_demand: Mutex::new(None),
+        }
+    }
+
+    /// Also signs the Merkle tree's root in each checkpoint, as a C2SP signed note of the
+    /// checkpoint `origin` (also the key's name). The notes of the checkpoints file are read
+    /// back, so proofs at their sizes carry them.
+    pub fn with_tree(
+        mut self,
+        origin: &str,
+        tlog: std::sync::Arc<crate::tlog::MerkleTree>,
+    ) -> Result<Self, String> {
+        let signer = crate::tlog::note::signer(origin, &self.key).map_err(|e| e.to_string())?;
+        let mut notes = std::collections::BTreeMap::new();
+        for cp in read_file(&self.file).unwrap_or_default() {
+            if let Some(n) = cp.note {
+                notes.insert(cp.seq, n);
+            }
+        }
+        while notes.len() > NOTES_KEPT {
+            notes.pop_first();
+        }
+        self.tree = Some(TreeSigning {
+            tlog,
+            signer,
+            notes: Mutex::new(notes),
+        });
+        Ok(self)
+    }
+
+    /// The checkpoint origin (the note key's name), when notes are signed.
+    pub fn origin(&self) -> Option<&str> {
+        self.tree
+            .as_ref()
+            .map(|t| signed_note::Signer::name(&t.signer))
+    }
+
+    /// The signed-note verifier key of the checkpoint key, when notes are signed.
+    pub fn verifier_key(&self) -> Option<String> {
+        self.origin()
+            .map(|o| crate::tlog::note::verifier_key(o, &self.key.verifying_key()))
+    }
+
+    /// The signed note of the checkpoint at tree size `size`, if one is kept.
+    pub fn note_at(&self, size: u64) -> Option<String> {
+        let t = self.tree.as_ref()?;
+        let notes = t.notes.lock().unwrap_or_else(|p| p.into_inner());
+        notes.get(&size).cloned()
+    }
+
+    /// The latest signed note with the cosignatures received for it.
+    pub fn latest_note(&self) -> Option<(u64, String)> {
+        let t = self.tree.as_ref()?;
+        let notes = t.notes.lock().unwrap_or_else(|p| p.into_inner());
+        notes.last_key_value().map(|(k, v)| (*k, v.clone()))
+    }
+
+    /// Whether this caller may sign a checkpoint for a proof now (`Ok`), or must wait the
+    /// returned time for the one another caller is signing: at most one a second, however many
+    /// proofs of fresh entries are asked for.
+    pub fn claim_on_demand(&self) -> Result<(), Duration> {
+        const EVERY: Duration = Duration::from_secs(1);
+        let mut last = self.on_demand.lock().unwrap_or_else(|p| p.into_inner());
+        let now = std::time::Instant::now();
+        match *last {
+            Some(at) if now.duration_since(at) < EVERY => Err(EVERY - now.duration_since(at)),
+            _ => {
+                *last = Some(now);
+                Ok(())
+            }
+        }
+    }
+
+    /// Adds witnesses' cosignature lines to the note kept for `size`.
+    pub fn add_cosignatures(&self, size: u64, lines: &[String]) {
+        if let Some(t) = self.tree.as_ref() {
+            let mut notes = t.notes.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(n) = notes.get_mut(&size) {
+                *n = crate::tlog::note::with_signatures(n, lines);
+            }
         }
     }
 
@@ -213,7 +319,21 @@ impl CheckpointSigner {
         }
         let time =
             auditmem_projections::audit_view::format_time(chrono::Utc::now().timestamp_micros());
-        let cp = Checkpoint::sign(&self.key, head, &time);
+        let mut cp = Checkpoint::sign(&self.key, head, &time);
+        if let Some(t) = &self.tree {
+            // The applier adds a group's leaves before the head moves, so the tree holds
+            // `head.seq` leaves whenever that head is seen.
+            let root = t.tlog.root(head.seq).map_err(std::io::Error::other)?;
+            let note = crate::tlog::note::sign(&t.signer, head.seq, &root)
+                .map_err(std::io::Error::other)?;
+            cp.root = Some(crate::tlog::proof::b64(&root));
+            cp.note = Some(note.clone());
+            let mut notes = t.notes.lock().unwrap_or_else(|p| p.into_inner());
+            notes.insert(head.seq, note);
+            while notes.len() > NOTES_KEPT {
+                notes.pop_first();
+            }
+        }
         append_to_file(&self.file, &cp)?;
         *guard = Some(cp.clone());
         Ok(cp)

@@ -275,6 +275,11 @@ pub struct PublicKey {
     pub public_key: String,
     /// Always `ed25519`.
     pub algorithm: &'static str,
+    /// The checkpoints' origin, the name of the key in their signed notes.
+    pub origin: Option<String>,
+    /// The key as a C2SP signed-note verifier key (`<origin>+<key id>+<base64>`): what
+    /// `auditmem verify --pubkey`, Go's `note.NewVerifier` and witnesses take.
+    pub verifier_key: Option<String>,
 }
 
 impl Payload for PublicKey {}

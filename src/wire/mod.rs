@@ -16,6 +16,7 @@ pub mod field;
 pub mod memory;
 pub mod query;
 pub mod time;
+pub mod transparency;
 
 pub use field::Invalid;
 

@@ -63,6 +63,8 @@ pub(crate) async fn public_key(State(state): State<AppState>) -> Data<PublicKey>
     Data(PublicKey {
         public_key: state.signer.public_key_hex(),
         algorithm: "ed25519",
+        origin: state.signer.origin().map(str::to_string),
+        verifier_key: state.signer.verifier_key(),
     })
 }
 

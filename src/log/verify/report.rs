@@ -28,6 +28,10 @@ pub enum FailureKind {
     Truncated,
     /// The log has the seq of a signed or expected head, with another hash: history rewritten.
     HeadMismatch,
+    /// The Merkle tree of the records up to a checkpoint's size has another root than the
+    /// checkpoint signs (or its signed note disagrees with it): the log or the checkpoint is
+    /// not the one signed.
+    RootMismatch,
     /// Export files against their manifest: the file's first rows are not there.
     RowsMissingAtStart,
     /// The file's last rows are not there.
@@ -59,6 +63,7 @@ impl FailureKind {
             FailureKind::BadSignature => "bad signature",
             FailureKind::Truncated => "truncated tail",
             FailureKind::HeadMismatch => "head mismatch (history rewritten)",
+            FailureKind::RootMismatch => "wrong root (the Merkle tree differs from the signed one)",
             FailureKind::RowsMissingAtStart => "rows missing at the start",
             FailureKind::RowsMissingAtEnd => "rows missing at the end",
             FailureKind::Renumbered => "rows removed and the rest renumbered",

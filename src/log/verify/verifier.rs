@@ -40,6 +40,12 @@ pub struct Verifier {
     last_hash: [u8; 32],
     /// Hashes found at the seqs the anchors name.
     wanted: BTreeMap<u64, Option<[u8; 32]>>,
+    /// The Merkle tree over the records read so far (`crate::tlog`): the complete subtrees of
+    /// its right edge, largest first.
+    frontier: Vec<tlog_tiles::Hash>,
+    leaves: u64,
+    /// The tree's root after each anchor's seq.
+    roots: BTreeMap<u64, tlog_tiles::Hash>,
 }
 
 impl Verifier {
@@ -61,6 +67,31 @@ impl Verifier {
             last_key: 0,
             last_hash: [0; 32],
             wanted: anchor_seqs.into_iter().map(|s| (s, None)).collect(),
+            frontier: Vec::new(),
+            leaves: 0,
+            roots: BTreeMap::new(),
+        }
+    }
+
+    /// Adds the leaf of the record stored at `seq` with hash `hash` to the tree.
+    fn add_leaf(&mut self, seq: u64, hash: &[u8; 32]) {
+        let mut node = crate::tlog::leaf_hash(seq, hash);
+        let mut index = self.leaves;
+        while index & 1 == 1 {
+            match self.frontier.pop() {
+                Some(left) => node = tlog_tiles::node_hash(left, node),
+                None => break,
+            }
+            index >>= 1;
+        }
+        self.frontier.push(node);
+        self.leaves += 1;
+        if self.wanted.contains_key(&seq) {
+            let mut root = node;
+            for left in self.frontier.iter().rev().skip(1) {
+                root = tlog_tiles::node_hash(*left, root);
+            }
+            self.roots.insert(seq, root);
         }
     }
 
@@ -126,6 +157,7 @@ impl Verifier {
         if let Some(slot) = self.wanted.get_mut(&key) {
             *slot = Some(c.hash);
         }
+        self.add_leaf(key, &c.hash);
         let mut ok = true;
         if !c.hash_ok {
             self.fail(
@@ -173,6 +205,42 @@ impl Verifier {
         self.prev_hash = c.hash;
     }
 
+    /// What is wrong with a checkpoint's Merkle root: the note must verify with the key the
+    /// checkpoint names (the pinned one), sign the checkpoint's size and root, and that root
+    /// must be the tree's over the records read. Checkpoints signed before the tree have none.
+    fn root_disagrees(&self, cp: &Checkpoint, pinned: Option<&VerifyingKey>) -> Option<String> {
+        let root = cp.root.as_deref()?;
+        let what = format!("checkpoint at seq {} signed {}", cp.seq, cp.time);
+        if let Some(note) = &cp.note {
+            let origin = note.lines().next().unwrap_or_default();
+            let key = match pinned {
+                Some(k) => *k,
+                None => match crate::log::checkpoint::parse_public_key(&cp.public_key) {
+                    Ok(k) => k,
+                    Err(why) => return Some(format!("{what}: {why}")),
+                },
+            };
+            let vkey = crate::tlog::note::verifier_key(origin, &key);
+            match crate::tlog::note::open(note.as_bytes(), &vkey, Vec::new(), 0) {
+                Err(why) => return Some(format!("{what}: its signed note: {why}")),
+                Ok(o) if o.size != cp.seq || crate::tlog::proof::b64(&o.root) != root => {
+                    return Some(format!(
+                        "{what}: its signed note is for tree size {} with root {}, the checkpoint says {} with {root}",
+                        o.size,
+                        crate::tlog::proof::b64(&o.root),
+                        cp.seq
+                    ))
+                }
+                Ok(_) => {}
+            }
+        }
+        let computed = self.roots.get(&cp.seq)?;
+        let computed = crate::tlog::proof::b64(computed);
+        (computed != root).then(|| {
+            format!("{what} signs Merkle root {root} for tree size {}, but the records give {computed}", cp.seq)
+        })
+    }
+
     /// Checks the anchors (expected head, checkpoints) and returns the report.
     pub fn finish(
         mut self,
@@ -196,6 +264,9 @@ impl Verifier {
                 cp.hash_bytes(),
                 format!("signed checkpoint of {}", cp.time),
             ));
+            if let Some(why) = self.root_disagrees(cp, pinned) {
+                self.fail(cp.seq, FailureKind::RootMismatch, why);
+            }
         }
         if let Some(h) = expect_head {
             anchors.push((h.seq, Some(h.hash), "expected head".into()));

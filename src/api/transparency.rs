@@ -1,0 +1,227 @@
+//! The transparency log's routes (`crate::tlog`): a tenant's inclusion proofs and consistency
+//! proofs, the admin's consistency proofs, and the public C2SP tlog-tiles read API (the
+//! latest checkpoint and the hash tiles), which reveals hashes only.
+
+use axum::extract::{Path, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Extension;
+use base64::Engine;
+use uuid::Uuid;
+
+use crate::api::error::ApiError;
+use crate::api::extract::Query;
+use crate::api::gate::Caller;
+use crate::api::state::AppState;
+use crate::tlog::proof::{b64, ConsistencyProof, InclusionProof};
+use crate::tlog::{TlogError, TILE_HEIGHT};
+use crate::wire::envelope::{AuditOk, Data, ErrorEnvelope};
+use crate::wire::transparency::{ConsistencyQuery, ProofQuery};
+
+type InclusionEnvelope = AuditOk<InclusionProof>;
+type ConsistencyEnvelope = AuditOk<ConsistencyProof>;
+type AdminConsistencyEnvelope = Data<ConsistencyProof>;
+
+fn tree_error(e: TlogError) -> ApiError {
+    match e {
+        TlogError::OutOfRange { .. } => ApiError::bad_request(e.to_string()),
+        other => ApiError::internal(other),
+    }
+}
+
+/// The latest signed checkpoint note covering the record `seq`: when the entry is newer than
+/// the last checkpoint, one is signed at the head (at most one a second for all callers; the
+/// others wait for it).
+async fn covering_note(state: &AppState, seq: u64) -> Result<(u64, String), ApiError> {
+    loop {
+        if let Some((size, note)) = state.signer.latest_note() {
+            if size >= seq {
+                return Ok((size, note));
+            }
+        }
+        match state.signer.claim_on_demand() {
+            Ok(()) => {
+                let head = state.appender.head();
+                let signer = state.signer.clone();
+                tokio::task::spawn_blocking(move || signer.sign(head))
+                    .await
+                    .map_err(ApiError::internal)?
+                    .map_err(ApiError::internal)?;
+                if head.seq < seq {
+                    // The head always holds an entry the caller could read; not reached.
+                    return Err(ApiError::internal("the log head is behind a readable entry"));
+                }
+            }
+            Err(wait) => tokio::time::sleep(wait).await,
+        }
+    }
+}
+
+#[utoipa::path(get, path = "/v1/audit/logs/{audit_id}/proof", tag = "audit", security(("api_key" = [])),
+    params(("audit_id" = String, Path, description = "audit log id"), ProofQuery),
+    responses((status = 200, description = "the entry's record, its leaf index and RFC 6962 inclusion path, and the signed checkpoint of the tree it is proven in (docs/VERIFYING.md)", body = InclusionEnvelope),
+        (status = 400, description = "tree_size malformed, below the entry's seq or beyond the tree (4000)", body = ErrorEnvelope),
+        (status = 403, description = "permission (4030) or inactive subscription (2200)", body = ErrorEnvelope),
+        (status = 404, description = "missing, foreign or outside retention (4040)", body = ErrorEnvelope)))]
+pub(crate) async fn inclusion_proof(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(audit_id): Path<String>,
+    Query(tree_size): Query<ProofQuery>,
+) -> Result<AuditOk<InclusionProof>, ApiError> {
+    let not_found = || ApiError::not_found("audit log not found");
+    let id = Uuid::parse_str(audit_id.trim()).map_err(|_| not_found())?;
+    let r = state.projections.audit.get(&id)?.ok_or_else(not_found)?;
+    if r.tenant_id != caller.tenant.id
+        || r.created_at < state.settings.retention_start(caller.tenant.plan)
+    {
+        return Err(not_found());
+    }
+    let tlog = state.appender.tlog().clone();
+    let (size, checkpoint) = match tree_size {
+        Some(n) => {
+            if n < r.seq {
+                return Err(ApiError::bad_request(format!(
+                    "tree_size {n} does not hold this entry (its record is seq {})",
+                    r.seq
+                )));
+            }
+            (n, state.signer.note_at(n))
+        }
+        None => {
+            let (n, note) = covering_note(&state, r.seq).await?;
+            (n, Some(note))
+        }
+    };
+    let root = tlog.root(size).map_err(tree_error)?;
+    let path = tlog.inclusion(r.seq - 1, size).map_err(tree_error)?;
+    let (seq, record) = match state.log.records_from(r.seq).next() {
+        Some(Ok(kv)) => kv,
+        Some(Err(e)) => return Err(ApiError::internal(e)),
+        None => return Err(ApiError::internal(format!("record {} is missing", r.seq))),
+    };
+    let hash = crate::log::record::RecordRef::decode(&record)
+        .map(|rec| hex::encode(rec.hash))
+        .map_err(|e| ApiError::internal(format!("record {seq}: {e}")))?;
+    Ok(AuditOk(InclusionProof {
+        audit_id: id,
+        seq,
+        leaf_index: seq - 1,
+        record: base64::engine::general_purpose::STANDARD.encode(&record),
+        record_hash: hash,
+        tree_size: size,
+        root_hash: b64(&root),
+        inclusion: path.iter().map(b64).collect(),
+        checkpoint,
+    }))
+}
+
+/// The consistency proof between `from` and `to` (default: the latest checkpoint's size, or
+/// the tree's when none is signed yet).
+fn consistency(
+    state: &AppState,
+    (from, to): (u64, Option<u64>),
+) -> Result<ConsistencyProof, ApiError> {
+    let tlog = state.appender.tlog();
+    let to = to.unwrap_or_else(|| {
+        state
+            .signer
+            .latest_note()
+            .map_or_else(|| tlog.size(), |(n, _)| n)
+    });
+    if from > to {
+        return Err(ApiError::bad_request(format!(
+            "from ({from}) must not be larger than to ({to})"
+        )));
+    }
+    let proof = tlog.consistency(from, to).map_err(tree_error)?;
+    Ok(ConsistencyProof {
+        from,
+        to,
+        from_root: b64(&tlog.root(from).map_err(tree_error)?),
+        to_root: b64(&tlog.root(to).map_err(tree_error)?),
+        proof: proof.iter().map(b64).collect(),
+        checkpoint: state.signer.note_at(to),
+    })
+}
+
+#[utoipa::path(get, path = "/v1/audit/consistency", tag = "audit", security(("api_key" = [])),
+    params(ConsistencyQuery),
+    responses((status = 200, description = "the RFC 6962 consistency proof that the tree of size `from` is a prefix of the tree of size `to`; it reveals no entry", body = ConsistencyEnvelope),
+        (status = 400, description = "from missing or malformed, from > to, or a size beyond the tree (4000)", body = ErrorEnvelope),
+        (status = 403, description = "permission (4030) or inactive subscription (2200)", body = ErrorEnvelope)))]
+pub(crate) async fn consistency_proof(
+    State(state): State<AppState>,
+    Query(q): Query<ConsistencyQuery>,
+) -> Result<AuditOk<ConsistencyProof>, ApiError> {
+    consistency(&state, q).map(AuditOk)
+}
+
+#[utoipa::path(get, path = "/admin/v1/log/consistency", tag = "admin", security(("admin_token" = [])),
+    params(ConsistencyQuery),
+    responses((status = 200, description = "the RFC 6962 consistency proof between two tree sizes", body = AdminConsistencyEnvelope),
+        (status = 400, description = "from missing or malformed, from > to, or a size beyond the tree (4000)", body = ErrorEnvelope)))]
+pub(crate) async fn admin_consistency_proof(
+    State(state): State<AppState>,
+    Query(q): Query<ConsistencyQuery>,
+) -> Result<Data<ConsistencyProof>, ApiError> {
+    consistency(&state, q).map(Data)
+}
+
+/// `GET /log/checkpoint`: the latest signed checkpoint note, with the cosignatures witnesses
+/// returned for it (C2SP tlog-tiles' `<prefix>/checkpoint`).
+pub(crate) async fn checkpoint(State(state): State<AppState>) -> Response {
+    match state.signer.latest_note() {
+        Some((_, note)) => (
+            [
+                (header::CONTENT_TYPE, "text/plain; charset=utf-8"),
+                (header::CACHE_CONTROL, "no-cache"),
+            ],
+            note,
+        )
+            .into_response(),
+        None => ApiError::not_found("no checkpoint has been signed yet").into_response(),
+    }
+}
+
+/// `GET /log/tile/<L>/<N>[.p/<W>]`: a hash tile (C2SP tlog-tiles, height 8). Entry tiles are
+/// not served: a leaf's data is only the record's seq and hash, and tenants get their records
+/// with their proofs.
+pub(crate) async fn tile(State(state): State<AppState>, Path(path): Path<String>) -> Response {
+    let not_found = |what: &str| ApiError::not_found(what.to_string()).into_response();
+    if path.starts_with("entries/") {
+        return not_found("entry tiles are not served: proofs carry the records");
+    }
+    // `Tile::new` asserts a width of at least 1, which a `.p/0` path would reach.
+    if let Some((_, w)) = path.rsplit_once(".p/") {
+        if !matches!(w.parse::<u32>(), Ok(1..=255)) {
+            return not_found("no such tile");
+        }
+    }
+    let Ok(tile) = tlog_tiles::Tile::from_path(&format!("tile/{TILE_HEIGHT}/{path}")) else {
+        return not_found("no such tile");
+    };
+    let tlog = state.appender.tlog().clone();
+    let size = tlog.size();
+    match tokio::task::spawn_blocking(move || tlog.tile(&tile, size)).await {
+        Ok(Ok(data)) => {
+            let cache = if tile.width() == 1 << TILE_HEIGHT {
+                "public, max-age=31536000, immutable"
+            } else {
+                "public, max-age=60"
+            };
+            (
+                StatusCode::OK,
+                [
+                    (header::CONTENT_TYPE, "application/octet-stream"),
+                    (header::CACHE_CONTROL, cache),
+                ],
+                data,
+            )
+                .into_response()
+        }
+        Ok(Err(TlogError::OutOfRange { .. })) => not_found("the tree does not hold this tile yet"),
+        Ok(Err(e)) => ApiError::internal(e).into_response(),
+        Err(e) => ApiError::internal(e).into_response(),
+    }
+}

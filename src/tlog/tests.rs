@@ -1,0 +1,250 @@
+//! The stored tree against a naive recomputation of RFC 9162's definitions (MTH, PATH, PROOF)
+//! for every size up to a few thousand leaves.
+
+use super::*;
+
+fn leaf_of(i: u64) -> [u8; 32] {
+    *blake3::hash(&i.to_le_bytes()).as_bytes()
+}
+
+/// RFC 9162's definitions over one list of leaf hashes, MTH memoised by range: the recursion
+/// stays the RFC's, without recomputing the same subtree for every size.
+struct Naive<'a> {
+    leaves: &'a [Hash],
+    memo: std::collections::HashMap<(usize, usize), Hash>,
+}
+
+impl Naive<'_> {
+    /// RFC 9162 2.1.1 MTH(D[lo:hi]).
+    fn mth(&mut self, lo: usize, hi: usize) -> Hash {
+        if let Some(h) = self.memo.get(&(lo, hi)) {
+            return *h;
+        }
+        let h = match hi - lo {
+            0 => tlog_tiles::EMPTY_HASH,
+            1 => self.leaves[lo],
+            n => {
+                let k = split(n);
+                let l = self.mth(lo, lo + k);
+                let r = self.mth(lo + k, hi);
+                tlog_tiles::node_hash(l, r)
+            }
+        };
+        self.memo.insert((lo, hi), h);
+        h
+    }
+
+    /// RFC 9162 2.1.3.1 PATH(m, D[lo:hi]).
+    fn path(&mut self, m: usize, lo: usize, hi: usize) -> Vec<Hash> {
+        let n = hi - lo;
+        if n <= 1 {
+            return Vec::new();
+        }
+        let k = split(n);
+        if m < k {
+            let mut p = self.path(m, lo, lo + k);
+            p.push(self.mth(lo + k, hi));
+            p
+        } else {
+            let mut p = self.path(m - k, lo + k, hi);
+            p.push(self.mth(lo, lo + k));
+            p
+        }
+    }
+
+    /// RFC 9162 2.1.4.1 SUBPROOF(m, D[lo:hi], b).
+    fn subproof(&mut self, m: usize, lo: usize, hi: usize, b: bool) -> Vec<Hash> {
+        let n = hi - lo;
+        if m == n {
+            return if b { Vec::new() } else { vec![self.mth(lo, hi)] };
+        }
+        let k = split(n);
+        if m <= k {
+            let mut p = self.subproof(m, lo, lo + k, b);
+            p.push(self.mth(lo + k, hi));
+            p
+        } else {
+            let mut p = self.subproof(m - k, lo + k, hi, false);
+            p.push(self.mth(lo, lo + k));
+            p
+        }
+    }
+}
+
+/// The largest power of two smaller than `n` (n > 1).
+fn split(n: usize) -> usize {
+    let mut k = 1;
+    while k * 2 < n {
+        k *= 2;
+    }
+    k
+}
+
+fn open_tree() -> (tempfile::TempDir, sled::Db, MerkleTree) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = sled::Config::new()
+        .path(dir.path())
+        .temporary(true)
+        .open()
+        .expect("sled");
+    let tree = MerkleTree::open(&db).expect("open");
+    (dir, db, tree)
+}
+
+/// Sizes worth a closer look: the edges, powers of two and their neighbours.
+fn interesting(t: u64) -> Vec<u64> {
+    let mut v = vec![0, 1, t / 2, t.saturating_sub(1), t];
+    let mut p = 1;
+    while p <= t {
+        v.extend([p - 1, p, p + 1]);
+        p *= 2;
+    }
+    v.retain(|&m| m <= t);
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+#[test]
+fn every_size_matches_the_rfc_definitions() {
+    const N: u64 = 2100;
+    let (_dir, _db, tree) = open_tree();
+    let hashes: Vec<[u8; 32]> = (1..=N).map(leaf_of).collect();
+    let leaves: Vec<Hash> = (1..=N).map(|s| leaf_hash(s, &leaf_of(s))).collect();
+    // Appended in groups of varying sizes, as the applier does.
+    let mut at = 0usize;
+    let mut group = 1usize;
+    while at < hashes.len() {
+        let end = (at + group).min(hashes.len());
+        tree.append(at as u64 + 1, &hashes[at..end]).expect("append");
+        at = end;
+        group = group % 37 + 1;
+    }
+    assert_eq!(tree.size(), N);
+    assert_eq!(tree.root(0).expect("root 0"), tlog_tiles::EMPTY_HASH);
+    let mut naive = Naive {
+        leaves: &leaves,
+        memo: std::collections::HashMap::new(),
+    };
+    for t in 0..=N {
+        let ts = t as usize;
+        let root = tree.root(t).expect("root");
+        assert_eq!(root, naive.mth(0, ts), "root of size {t}");
+        for m in interesting(t) {
+            if m < t {
+                let p = tree.inclusion(m, t).expect("inclusion");
+                assert_eq!(p, naive.path(m as usize, 0, ts), "PATH({m}, {t})");
+                tlog_tiles::check_record(&p, t, root, m, leaves[m as usize])
+                    .expect("inclusion verifies");
+            }
+            let c = tree.consistency(m, t).expect("consistency");
+            if m > 0 {
+                assert_eq!(c, naive.subproof(m as usize, 0, ts, true), "PROOF({m}, {t})");
+                let old = naive.mth(0, m as usize);
+                tlog_tiles::check_tree(&c, t, root, m, old).expect("consistency verifies");
+            } else {
+                assert!(c.is_empty(), "from 0 the proof is empty");
+            }
+        }
+    }
+    // Beyond the tree: errors, not panics.
+    assert!(matches!(
+        tree.root(N + 1),
+        Err(TlogError::OutOfRange { size: N, .. })
+    ));
+    assert!(matches!(
+        tree.inclusion(N, N),
+        Err(TlogError::OutOfRange { .. })
+    ));
+    assert!(matches!(
+        tree.consistency(5, 4),
+        Err(TlogError::OutOfRange { .. })
+    ));
+}
+
+#[test]
+fn a_wrong_leaf_or_root_does_not_verify() {
+    let (_dir, _db, tree) = open_tree();
+    let hashes: Vec<[u8; 32]> = (1..=100).map(leaf_of).collect();
+    tree.append(1, &hashes).expect("append");
+    let root = tree.root(100).expect("root");
+    let p = tree.inclusion(41, 100).expect("proof");
+    let good = leaf_hash(42, &leaf_of(42));
+    assert!(tlog_tiles::check_record(&p, 100, root, 41, good).is_ok());
+    // The same record hash under another seq is another leaf.
+    let moved = leaf_hash(43, &leaf_of(42));
+    assert!(tlog_tiles::check_record(&p, 100, root, 41, moved).is_err());
+    let mut bad = p.clone();
+    bad[0].0[0] ^= 1;
+    assert!(tlog_tiles::check_record(&bad, 100, root, 41, good).is_err());
+    let other = tree.root(99).expect("root 99");
+    assert!(tlog_tiles::check_record(&p, 100, other, 41, good).is_err());
+}
+
+#[test]
+fn appends_overlap_gaps_and_reopen() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let hashes: Vec<[u8; 32]> = (1..=300).map(leaf_of).collect();
+    let root;
+    {
+        let db = sled::open(dir.path()).expect("sled");
+        let tree = MerkleTree::open(&db).expect("open");
+        tree.append(1, &hashes[..200]).expect("append");
+        // Overlapping what is there is skipped; a gap is refused and changes nothing.
+        tree.append(150, &hashes[149..210]).expect("overlap");
+        assert_eq!(tree.size(), 210);
+        assert!(matches!(
+            tree.append(212, &hashes[211..220]),
+            Err(TlogError::Gap {
+                size: 210,
+                first_seq: 212
+            })
+        ));
+        assert!(matches!(tree.append(0, &hashes[..1]), Err(TlogError::Gap { .. })));
+        assert_eq!(tree.size(), 210);
+        root = tree.root(210).expect("root");
+        db.flush().expect("flush");
+    }
+    // Reopened, the frontier is read back and appending goes on where it stopped.
+    let db = sled::open(dir.path()).expect("sled");
+    let tree = MerkleTree::open(&db).expect("reopen");
+    assert_eq!(tree.size(), 210);
+    assert_eq!(tree.root(210).expect("root"), root);
+    tree.append(211, &hashes[210..]).expect("append after reopen");
+    let fresh = {
+        let (_d, _db, t) = open_tree();
+        t.append(1, &hashes).expect("append all");
+        t.root(300).expect("root")
+    };
+    assert_eq!(tree.root(300).expect("root"), fresh);
+}
+
+#[test]
+fn tiles_hold_the_levels_hashes() {
+    let (_dir, _db, tree) = open_tree();
+    let n = 256 * 3 + 17;
+    let hashes: Vec<[u8; 32]> = (1..=n).map(leaf_of).collect();
+    tree.append(1, &hashes).expect("append");
+    let leaves: Vec<Hash> = (1..=n).map(|s| leaf_hash(s, &leaf_of(s))).collect();
+    // A full level-0 tile: 256 leaf hashes.
+    let t = Tile::new(TILE_HEIGHT, 0, 1, 256, false);
+    let data = tree.tile(&t, n).expect("tile");
+    assert_eq!(data.len(), 256 * 32);
+    assert_eq!(&data[..32], &leaves[256].0);
+    // The partial tile at the right edge.
+    let t = Tile::new(TILE_HEIGHT, 0, 3, 17, false);
+    assert_eq!(tree.tile(&t, n).expect("partial").len(), 17 * 32);
+    // A level-1 tile holds the roots of the full level-0 tiles.
+    let t = Tile::new(TILE_HEIGHT, 1, 0, 3, false);
+    let data = tree.tile(&t, n).expect("level 1");
+    let mut naive = Naive {
+        leaves: &leaves,
+        memo: std::collections::HashMap::new(),
+    };
+    assert_eq!(&data[32..64], &naive.mth(256, 512).0);
+    // Wider than the tree completes: refused.
+    let t = Tile::new(TILE_HEIGHT, 0, 3, 18, false);
+    assert!(tree.tile(&t, n).is_err());
+    let t = Tile::new(TILE_HEIGHT, 1, 0, 4, false);
+    assert!(tree.tile(&t, n).is_err());
+}
