@@ -20,7 +20,9 @@ pub mod http_client;
 pub mod log;
 mod openai_compat;
 pub mod registry;
+pub mod tlog;
 pub mod wire;
+pub mod witness;
 
 pub use auditmem_projections as projections;
 

@@ -39,3 +39,4 @@ mod provider_tls;
 mod replay;
 mod secrets;
 mod tamper;
+mod witness;
