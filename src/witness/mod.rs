@@ -137,9 +137,12 @@ pub fn run(args: WitnessArgs) -> anyhow::Result<ExitCode> {
 fn serve(args: WitnessServeArgs) -> anyhow::Result<ExitCode> {
     let key = store::load_or_create_key(&args.state_dir)?;
     let signer = CosignatureSigner::new(&args.name, key)?;
+    // The same `--log` given twice is one key.
+    let mut seen = std::collections::HashSet::new();
     let logs = args
         .logs
         .iter()
+        .filter(|l| seen.insert((l.origin.as_str(), l.vkey.as_str())))
         .map(|l| (l.origin.clone(), l.verifier.clone()))
         .collect();
     let witness = Arc::new(server::Witness::open(args.state_dir.clone(), signer, logs)?);

@@ -72,7 +72,17 @@ impl Witness {
         let lock = store::lock(&state_dir)?;
         let mut by_origin: HashMap<String, Vec<StandardVerifier>> = HashMap::new();
         for (origin, v) in logs {
-            by_origin.entry(origin).or_default().push(v);
+            let keys = by_origin.entry(origin.clone()).or_default();
+            // `Note::verify` refuses every note when two known keys share a name and key ID.
+            anyhow::ensure!(
+                !keys
+                    .iter()
+                    .any(|k| k.name() == v.name() && k.key_id() == v.key_id()),
+                "two keys of the log {origin:?} share the name {} and the key ID {:08x}",
+                v.name(),
+                v.key_id()
+            );
+            keys.push(v);
         }
         let mut out = HashMap::new();
         for (origin, verifiers) in by_origin {

@@ -503,6 +503,9 @@ fn the_state_survives_restarts_and_crashes() {
     let vkey = w.vkey.clone();
 
     w.stop();
+    // The same `--log` twice is one key (two keys with one name and ID would refuse all).
+    let log = w.logs[0].clone();
+    w.logs.push(log);
     w.spawn();
     assert_eq!(w.vkey, vkey, "the same key after a restart");
     // It refuses to go back or sideways.
