@@ -7,17 +7,19 @@
 //!    are ignored; one by a configured key that fails makes the whole note 403 (signed-note:
 //!    "SHOULD reject the whole note").
 //! 4. `old` above the checkpoint's size: 400.
-//! 5. Under the origin's lock, held to the answer: `old` other than the recorded size (0 when
-//!    nothing is recorded): 409, `Content-Type: text/x.tlog.size`, the recorded size and `\n`.
+//! 5. Under the origin's lock, held until the new record is written: `old` other than the
+//!    recorded size (0 when nothing is recorded): 409, `Content-Type: text/x.tlog.size`, the
+//!    recorded size and `\n`.
 //! 6. `old` equal to the checkpoint's size: the root must be the recorded one (the empty
 //!    tree's, RFC 6962, for size 0 with nothing recorded), or 409 (`text/plain`: no size, as
-//!    the sizes agree). Otherwise the proof must be a valid RFC 6962 consistency proof from
-//!    the recorded tree (empty when `old` is 0), or 422.
+//!    the sizes agree), and the proof empty, or 422. Otherwise the proof must be a valid RFC
+//!    6962 consistency proof from the recorded tree (empty when `old` is 0), or 422.
 //! 7. The new size and root are persisted (atomically, synced), and only then the answer is
 //!    200 with the cosignature line (`text/plain; charset=utf-8`).
 //!
-//! Other answers are `text/plain` with one line saying why. Refusals at 5 (root) and 6 may be
-//! evidence of a misbehaving log: they are logged at `warn` with the checkpoint.
+//! Other answers are `text/plain` with one line saying why. A fork at the recorded size and
+//! a proof that does not verify may be evidence of a misbehaving log: they are logged at
+//! `warn` with the checkpoint.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -48,9 +50,9 @@ pub const TLOG_SIZE_TYPE: &str = "text/x.tlog.size";
 /// One witnessed log: its keys and its latest cosigned tree.
 struct Log {
     verifiers: Vec<StandardVerifier>,
-    /// Held from the check of `old` to the answer, so requests for one origin are decided one
-    /// at a time and no two are accepted from the same size.
-    record: tokio::sync::Mutex<Option<Record>>,
+    /// Held from the check of `old` until the new record is written, so requests for one
+    /// origin are decided one at a time and no two are accepted from the same size.
+    record: Arc<tokio::sync::Mutex<Option<Record>>>,
 }
 
 /// The witness: its cosigning key, the logs it follows and where it records them.
@@ -91,7 +93,7 @@ impl Witness {
                 origin,
                 Log {
                     verifiers,
-                    record: tokio::sync::Mutex::new(record),
+                    record: Arc::new(tokio::sync::Mutex::new(record)),
                 },
             );
         }
@@ -177,7 +179,7 @@ async fn add_checkpoint(State(w): State<Arc<Witness>>, body: Bytes) -> Response 
         );
     }
 
-    let mut record = log.record.lock().await;
+    let mut record = log.record.clone().lock_owned().await;
     let recorded = record.unwrap_or(Record {
         size: 0,
         root: EMPTY_HASH,
@@ -242,9 +244,15 @@ async fn add_checkpoint(State(w): State<Arc<Witness>>, body: Bytes) -> Response 
         cp.origin().to_string(),
         req.checkpoint.clone(),
     );
-    let saved =
-        tokio::task::spawn_blocking(move || store::save_record(&dir, &origin, new, &checkpoint))
-            .await;
+    // The lock goes with the write: were this request dropped (the client gone, the timeout)
+    // while the file is written, the next one still waits for the write, and the record in
+    // memory changes only with the file.
+    let saved = tokio::task::spawn_blocking(move || {
+        store::save_record(&dir, &origin, new, &checkpoint)?;
+        *record = Some(new);
+        Ok::<_, std::io::Error>(())
+    })
+    .await;
     match saved {
         Ok(Ok(())) => {}
         Ok(Err(e)) => {
@@ -262,8 +270,6 @@ async fn add_checkpoint(State(w): State<Arc<Witness>>, body: Bytes) -> Response 
             );
         }
     }
-    *record = Some(new);
-    drop(record);
     tracing::info!(
         origin = cp.origin(),
         old = req.old_size,

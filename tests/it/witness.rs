@@ -323,6 +323,13 @@ fn cosigns_the_first_checkpoint_and_each_consistent_growth() {
         "{}",
         w.vkey
     );
+    // The private key is the owner's alone.
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(dir.path().join("state/witness.key"))
+        .expect("the key file")
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
 
     let tree = Tree::new(40, &[]);
     let before = auditmem::tlog::cosignature::unix_now();
