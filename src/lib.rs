@@ -22,6 +22,7 @@ mod openai_compat;
 pub mod registry;
 pub mod tlog;
 pub mod wire;
+pub mod witness;
 
 pub use auditmem_projections as projections;
 

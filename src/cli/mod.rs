@@ -45,6 +45,8 @@ pub enum Command {
     Replay(ReplayArgs),
     /// Call the admin API of a running server.
     Admin(admin::AdminArgs),
+    /// Run or query a C2SP tlog-witness that cosigns transparency log checkpoints.
+    Witness(crate::witness::WitnessArgs),
 }
 
 pub fn init_tracing(format: LogFormat) {
@@ -69,6 +71,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Verify(args) => verify::run(args),
         Command::Replay(args) => replay::run(args),
         Command::Admin(args) => admin::run(args),
+        Command::Witness(args) => crate::witness::run(args),
     };
     match result {
         Ok(code) => code,

@@ -40,3 +40,4 @@ mod replay;
 mod secrets;
 mod tamper;
 mod tlog;
+mod witness;
