@@ -81,7 +81,11 @@ pub struct ServeArgs {
     pub checkpoint_interval_secs: u64,
     /// The origin of the log's C2SP checkpoints, also the name of their signing key: a name
     /// no other log uses (witnesses tell logs apart by it), e.g. `audit.example.com/log`.
-    #[arg(long, env = "AUDITMEM_LOG_ORIGIN", default_value = "auditmem.localhost/log")]
+    #[arg(
+        long,
+        env = "AUDITMEM_LOG_ORIGIN",
+        default_value = "auditmem.localhost/log"
+    )]
     pub log_origin: String,
     /// A C2SP tlog-witness (its URL prefix, `add-checkpoint` is appended) each new checkpoint
     /// is sent to; their cosignatures are published with it. Repeat or comma-separate.

@@ -49,7 +49,9 @@ async fn covering_note(state: &AppState, seq: u64) -> Result<(u64, String), ApiE
                     .map_err(ApiError::internal)?;
                 if head.seq < seq {
                     // The head always holds an entry the caller could read; not reached.
-                    return Err(ApiError::internal("the log head is behind a readable entry"));
+                    return Err(ApiError::internal(
+                        "the log head is behind a readable entry",
+                    ));
                 }
             }
             Err(wait) => tokio::time::sleep(wait).await,

@@ -158,6 +158,18 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         args.checkpoint_every,
         Duration::from_secs(args.checkpoint_interval_secs.max(1)),
     ));
+    let witnesses: Vec<String> = args
+        .witnesses
+        .iter()
+        .map(|w| w.trim().to_string())
+        .filter(|w| !w.is_empty())
+        .collect();
+    for w in &witnesses {
+        if !(w.starts_with("http://") || w.starts_with("https://")) {
+            anyhow::bail!("--witness {w:?}: a witness is an http:// or https:// URL prefix");
+        }
+    }
+    let witness_task = tokio::spawn(crate::tlog::witnesses::run(signer.clone(), witnesses));
 
     // The HTTP providers hold blocking clients, which must be built (and dropped) off the runtime.
     let provider_args = args.clone();
@@ -270,6 +282,8 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     drop(appender);
     appender_thread.stop().await;
     let _ = signer_task.await;
+    // It waits for the next checkpoint forever: nothing of it needs finishing.
+    witness_task.abort();
     let _ = export_worker.await;
     let _ = outbox.await;
     // Last reference: dropping the providers' blocking clients must happen off the runtime.

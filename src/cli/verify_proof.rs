@@ -57,15 +57,19 @@ pub fn run(args: &VerifyArgs) -> anyhow::Result<ExitCode> {
     } else {
         println!("FAILED: {message}");
     }
-    Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(1) })
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }
 
 /// A JSON file holding `T`, bare or in the API's envelope (`{"data": T, ...}`).
 fn read_json<T: DeserializeOwned>(path: &Path) -> anyhow::Result<T> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let mut v: serde_json::Value = serde_json::from_str(&text)
-        .with_context(|| format!("{} is not JSON", path.display()))?;
+    let mut v: serde_json::Value =
+        serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))?;
     if let Some(data) = v.get_mut("data") {
         v = data.take();
     }
@@ -134,9 +138,8 @@ fn consistency(
     proof_file: &Path,
     pubkey: &str,
 ) -> anyhow::Result<Result<String, ProofError>> {
-    let read = |p: &Path| {
-        std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))
-    };
+    let read =
+        |p: &Path| std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()));
     let (old_note, new_note) = (read(old)?, read(new)?);
     let p: ConsistencyProof = read_json(proof_file)?;
     let key = log_key(pubkey, &new_note)?;

@@ -183,6 +183,8 @@ pub struct CheckpointSigner {
     tree: Option<TreeSigning>,
     /// When a checkpoint was last signed because a proof needed one (at most one a second).
     on_demand: Mutex<Option<std::time::Instant>>,
+    /// The tree size of the latest signed note, for the witnesses' pusher.
+    signed: tokio::sync::watch::Sender<u64>,
 }
 
 struct TreeSigning {
@@ -205,6 +207,7 @@ impl CheckpointSigner {
             latest: Mutex::new(latest),
             tree: None,
             on_demand: Mutex::new(None),
+            signed: tokio::sync::watch::Sender::new(0),
         }
     }
 
@@ -277,6 +280,16 @@ impl CheckpointSigner {
         }
     }
 
+    /// The tree size of each newly signed note, as it is signed.
+    pub fn subscribe_notes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.signed.subscribe()
+    }
+
+    /// The Merkle tree the notes sign, when they are signed.
+    pub fn tlog(&self) -> Option<&std::sync::Arc<crate::tlog::MerkleTree>> {
+        self.tree.as_ref().map(|t| &t.tlog)
+    }
+
     /// Adds witnesses' cosignature lines to the note kept for `size`.
     pub fn add_cosignatures(&self, size: u64, lines: &[String]) {
         if let Some(t) = self.tree.as_ref() {
@@ -336,6 +349,9 @@ impl CheckpointSigner {
         }
         append_to_file(&self.file, &cp)?;
         *guard = Some(cp.clone());
+        if cp.note.is_some() {
+            self.signed.send_replace(cp.seq);
+        }
         Ok(cp)
     }
 

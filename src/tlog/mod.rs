@@ -22,6 +22,7 @@
 pub mod cosignature;
 pub mod note;
 pub mod proof;
+pub mod witnesses;
 
 use std::sync::Mutex;
 

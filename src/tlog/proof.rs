@@ -68,7 +68,11 @@ pub enum ProofError {
     #[error("the leaf does not match its record: the proof names record hash {claimed}, the record's is {actual}")]
     LeafMismatch { claimed: String, actual: String },
     #[error("the record is seq {record}, the proof says seq {claimed} (leaf {leaf})")]
-    WrongPlace { record: u64, claimed: u64, leaf: u64 },
+    WrongPlace {
+        record: u64,
+        claimed: u64,
+        leaf: u64,
+    },
     #[error("the record holds audit entry {found}, not {claimed}")]
     WrongEntry { claimed: String, found: String },
     #[error(transparent)]

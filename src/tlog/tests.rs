@@ -56,7 +56,11 @@ impl Naive<'_> {
     fn subproof(&mut self, m: usize, lo: usize, hi: usize, b: bool) -> Vec<Hash> {
         let n = hi - lo;
         if m == n {
-            return if b { Vec::new() } else { vec![self.mth(lo, hi)] };
+            return if b {
+                Vec::new()
+            } else {
+                vec![self.mth(lo, hi)]
+            };
         }
         let k = split(n);
         if m <= k {
@@ -116,7 +120,8 @@ fn every_size_matches_the_rfc_definitions() {
     let mut group = 1usize;
     while at < hashes.len() {
         let end = (at + group).min(hashes.len());
-        tree.append(at as u64 + 1, &hashes[at..end]).expect("append");
+        tree.append(at as u64 + 1, &hashes[at..end])
+            .expect("append");
         at = end;
         group = group % 37 + 1;
     }
@@ -139,7 +144,11 @@ fn every_size_matches_the_rfc_definitions() {
             }
             let c = tree.consistency(m, t).expect("consistency");
             if m > 0 {
-                assert_eq!(c, naive.subproof(m as usize, 0, ts, true), "PROOF({m}, {t})");
+                assert_eq!(
+                    c,
+                    naive.subproof(m as usize, 0, ts, true),
+                    "PROOF({m}, {t})"
+                );
                 let old = naive.mth(0, m as usize);
                 tlog_tiles::check_tree(&c, t, root, m, old).expect("consistency verifies");
             } else {
@@ -200,7 +209,10 @@ fn appends_overlap_gaps_and_reopen() {
                 first_seq: 212
             })
         ));
-        assert!(matches!(tree.append(0, &hashes[..1]), Err(TlogError::Gap { .. })));
+        assert!(matches!(
+            tree.append(0, &hashes[..1]),
+            Err(TlogError::Gap { .. })
+        ));
         assert_eq!(tree.size(), 210);
         root = tree.root(210).expect("root");
         db.flush().expect("flush");
@@ -210,7 +222,8 @@ fn appends_overlap_gaps_and_reopen() {
     let tree = MerkleTree::open(&db).expect("reopen");
     assert_eq!(tree.size(), 210);
     assert_eq!(tree.root(210).expect("root"), root);
-    tree.append(211, &hashes[210..]).expect("append after reopen");
+    tree.append(211, &hashes[210..])
+        .expect("append after reopen");
     let fresh = {
         let (_d, _db, t) = open_tree();
         t.append(1, &hashes).expect("append all");

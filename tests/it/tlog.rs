@@ -96,7 +96,8 @@ fn sign_now(s: &Server) -> String {
     assert_eq!(status, 200, "{v}");
     let note = v["data"]["note"].as_str().expect("note").to_string();
     assert_eq!(note_size(&note), v["data"]["seq"].as_u64().expect("seq"));
-    assert_eq!(checkpoint_note(s), note);
+    // Published with whatever cosignatures witnesses returned after the log's own line.
+    assert!(checkpoint_note(s).starts_with(&note));
     note
 }
 
@@ -172,7 +173,10 @@ fn tenant_proofs_consistency_and_tiles_verify_here_and_in_go() {
     let hex_key = v["data"]["public_key"].as_str().expect("hex").to_string();
     let (code, out) = cli_verify(&["--proof", path_str(&file), "--pubkey", &hex_key]);
     assert_eq!(code, 0, "{out}");
-    assert_eq!(go(&["inclusion", path_str(&file), &vkey]), (0, "ok\n".into()));
+    assert_eq!(
+        go(&["inclusion", path_str(&file), &vkey]),
+        (0, "ok\n".into())
+    );
 
     // Each tampered copy is refused by both, ours naming what is wrong.
     let tampered = |field: &str, value: Value, expect: &str| {
@@ -204,7 +208,9 @@ fn tenant_proofs_consistency_and_tiles_verify_here_and_in_go() {
     assert_eq!(code, 1);
     // The record's bytes: changed, they no longer hash to what they say (Go checks the leaf,
     // which does not include the bytes; ours starts from them).
-    let mut rec = B64.decode(p["record"].as_str().expect("record")).expect("b64");
+    let mut rec = B64
+        .decode(p["record"].as_str().expect("record"))
+        .expect("b64");
     let last = rec.len() - 1;
     rec[last] ^= 0x20;
     let f = {
@@ -243,7 +249,11 @@ fn tenant_proofs_consistency_and_tiles_verify_here_and_in_go() {
         .next()
         .expect("entry of B");
     let b_id = b_entry["id"].as_str().expect("id");
-    assert_error(&s.get(&format!("/v1/audit/logs/{b_id}/proof"), &ka), 404, 4040);
+    assert_error(
+        &s.get(&format!("/v1/audit/logs/{b_id}/proof"), &ka),
+        404,
+        4040,
+    );
     assert_error(
         &s.get(
             "/v1/audit/logs/6f1c0d4e-1111-4222-8333-944455556666/proof",
@@ -265,7 +275,10 @@ fn tenant_proofs_consistency_and_tiles_verify_here_and_in_go() {
         4000,
     );
     assert_error(
-        &s.get(&format!("/v1/audit/logs/{id}/proof?tree_size=999999999"), &ka),
+        &s.get(
+            &format!("/v1/audit/logs/{id}/proof?tree_size=999999999"),
+            &ka,
+        ),
         400,
         4000,
     );
@@ -353,12 +366,19 @@ fn tenant_proofs_consistency_and_tiles_verify_here_and_in_go() {
         format!("from={n2}&to={n1}"),
         "from=1&to=99999999".to_string(),
     ] {
-        assert_error(&s.get(&format!("/v1/audit/consistency?{q}"), &ka), 400, 4000);
+        assert_error(
+            &s.get(&format!("/v1/audit/consistency?{q}"), &ka),
+            400,
+            4000,
+        );
     }
 
     // The tiles: Go's tlog follows the log from them and checks each against the note.
     let base = format!("{}/log", s.url);
-    assert_eq!(go(&["tiles", &base, path_str(&new_f), &vkey]), (0, "ok\n".into()));
+    assert_eq!(
+        go(&["tiles", &base, path_str(&new_f), &vkey]),
+        (0, "ok\n".into())
+    );
     let r = s
         .raw()
         .get(format!("{base}/tile/0/000"))
@@ -408,7 +428,12 @@ fn verify_checks_roots_and_a_record_changed_on_disk_fails_its_proof() {
     s.stop();
     let cps = s.checkpoints_file();
     let (_, hex_key, _) = cli(
-        &["admin", "pubkey", "--signing-key", path_str(&s.signing_key())],
+        &[
+            "admin",
+            "pubkey",
+            "--signing-key",
+            path_str(&s.signing_key()),
+        ],
         &[],
     );
     let hex_key = hex_key.trim().to_string();
@@ -444,10 +469,7 @@ fn verify_checks_roots_and_a_record_changed_on_disk_fails_its_proof() {
     let bad_cps = write(
         dir.path(),
         "cps.ndjson",
-        &lines
-            .iter()
-            .map(|l| format!("{l}\n"))
-            .collect::<String>(),
+        &lines.iter().map(|l| format!("{l}\n")).collect::<String>(),
     );
     let (code, v) = verify_dir(&s.data_dir, &bad_cps);
     assert_eq!(code, 1, "{v}");
@@ -479,7 +501,10 @@ fn verify_checks_roots_and_a_record_changed_on_disk_fails_its_proof() {
     {
         let db = open_db(&changed).expect("open");
         let tree = db.open_tree(LOG_TREE).expect("tree");
-        let bytes = tree.get(seq_key(seq)).expect("get").expect("one record a key");
+        let bytes = tree
+            .get(seq_key(seq))
+            .expect("get")
+            .expect("one record a key");
         let r = Record::decode(&bytes).expect("decode");
         let mut event = r.event.clone();
         let last = event.len() - 1;
@@ -516,8 +541,140 @@ fn verify_checks_roots_and_a_record_changed_on_disk_fails_its_proof() {
     let (code, out) = cli_verify(&["--proof", path_str(&f), "--pubkey", &vkey]);
     assert_eq!(code, 1, "{out}");
     assert!(
-        out.contains(&format!("wrong root: the inclusion path from leaf {}", seq - 1)),
+        out.contains(&format!(
+            "wrong root: the inclusion path from leaf {}",
+            seq - 1
+        )),
         "{out}"
     );
     assert_eq!(go(&["inclusion", path_str(&f), &vkey]).0, 1);
+}
+
+/// Polls `GET /log/checkpoint` until the note of `size` carries `lines` signature lines.
+fn wait_cosigned(s: &Server, size: u64, lines: usize) -> String {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let note = checkpoint_note(s);
+        let sigs = note.split("\n\n").nth(1).map_or(0, |b| b.lines().count());
+        if note_size(&note) == size && sigs >= lines {
+            return note;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not cosigned in time: {note}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn the_service_pushes_checkpoints_to_witnesses_and_publishes_their_cosignatures() {
+    let mut s = Server::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (ta, ka) = s.tenant_with_key("business");
+    ingest_one_by_one(&s, &ta, 3);
+    let vkey = verifier_key(&s);
+    // One witness of this log, and one that witnesses another log only (it answers 404).
+    let w = crate::witness::Witness::start(&dir.path().join("w1"), &[format!("{ORIGIN}={vkey}")]);
+    let other_key = dir.path().join("other.key");
+    let (code, other, err) = cli(
+        &[
+            "admin",
+            "pubkey",
+            "--signing-key",
+            path_str(&other_key),
+            "--origin",
+            "other.example/log",
+        ],
+        &[],
+    );
+    assert_eq!(code, 0, "{err}");
+    let stranger = crate::witness::Witness::start(
+        &dir.path().join("w2"),
+        &[format!("other.example/log={}", other.trim())],
+    );
+    s.extra.extend([
+        "--witness".to_string(),
+        w.url.clone(),
+        "--witness".to_string(),
+        stranger.url.clone(),
+    ]);
+    s.restart();
+
+    let first = sign_now(&s);
+    let cosigned = wait_cosigned(&s, note_size(&first), 2);
+    assert!(cosigned.starts_with(&first), "{cosigned}");
+    assert!(
+        cosigned.contains("\n\u{2014} witness.test/w1 "),
+        "{cosigned}"
+    );
+    let note_f = write(dir.path(), "cosigned.note", &cosigned);
+    assert_eq!(
+        go(&["cosignature", path_str(&note_f), &w.vkey]),
+        (0, "ok\n".into())
+    );
+    assert_eq!(go(&["cosignature", path_str(&note_f), &stranger.vkey]).0, 1);
+
+    // The log grows: the witness cosigns again, from the size it cosigned (a consistency proof).
+    ingest_one_by_one(&s, &ta, 2);
+    let second = sign_now(&s);
+    assert!(note_size(&second) > note_size(&first));
+    let cosigned = wait_cosigned(&s, note_size(&second), 2);
+
+    // A proof of an entry carries the cosigned checkpoint; a quorum of the witness verifies.
+    let id = common::all_audit_entries(&s, &ka)
+        .iter()
+        .find(|e| e["action"] == json!("gateway.chat"))
+        .and_then(|e| e["id"].as_str())
+        .expect("an entry")
+        .to_string();
+    let p = proof_of(&s, &ka, &id, &format!("?tree_size={}", note_size(&second)));
+    assert_eq!(p["checkpoint"], json!(cosigned));
+    let f = write(dir.path(), "proof.json", &p.to_string());
+    let (code, out) = cli_verify(&[
+        "--proof",
+        path_str(&f),
+        "--pubkey",
+        &vkey,
+        "--witness-key",
+        &w.vkey,
+        "--witnesses",
+        "1",
+    ]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("; cosigned by witness.test/w1"), "{out}");
+    // Two required, one there: refused, saying so.
+    let (code, out) = cli_verify(&[
+        "--proof",
+        path_str(&f),
+        "--pubkey",
+        &vkey,
+        "--witness-key",
+        &w.vkey,
+        "--witness-key",
+        &stranger.vkey,
+        "--witnesses",
+        "2",
+    ]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("missing cosignatures: 1 valid witness cosignature(s), 2 required"),
+        "{out}"
+    );
+    // A cosignature line altered: named as a bad cosignature.
+    let mut forged = p.clone();
+    let cp = cosigned.replacen("\u{2014} witness.test/w1 ", "\u{2014} witness.test/w1 A", 1);
+    forged["checkpoint"] = json!(cp);
+    let f = write(dir.path(), "forged.json", &forged.to_string());
+    let (code, out) = cli_verify(&[
+        "--proof",
+        path_str(&f),
+        "--pubkey",
+        &vkey,
+        "--witness-key",
+        &w.vkey,
+        "--witnesses",
+        "1",
+    ]);
+    assert_eq!(code, 1, "{out}");
 }

@@ -120,11 +120,11 @@ fn body(old: u64, proof: &[Hash], note: &[u8]) -> Vec<u8> {
 }
 
 /// A running `auditmem witness serve`.
-struct Witness {
+pub(crate) struct Witness {
     child: Option<Child>,
-    url: String,
+    pub(crate) url: String,
     /// The cosignature verifier key it printed.
-    vkey: String,
+    pub(crate) vkey: String,
     state_dir: PathBuf,
     logs: Vec<String>,
     http: reqwest::blocking::Client,
@@ -140,7 +140,7 @@ struct Answer {
 
 impl Witness {
     /// A witness on `state_dir` for the `ORIGIN=VKEY` pairs `logs`.
-    fn start(state_dir: &Path, logs: &[String]) -> Witness {
+    pub(crate) fn start(state_dir: &Path, logs: &[String]) -> Witness {
         let mut w = Witness {
             child: None,
             url: String::new(),

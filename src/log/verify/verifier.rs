@@ -237,7 +237,10 @@ impl Verifier {
         let computed = self.roots.get(&cp.seq)?;
         let computed = crate::tlog::proof::b64(computed);
         (computed != root).then(|| {
-            format!("{what} signs Merkle root {root} for tree size {}, but the records give {computed}", cp.seq)
+            format!(
+                "{what} signs Merkle root {root} for tree size {}, but the records give {computed}",
+                cp.seq
+            )
         })
     }
 
