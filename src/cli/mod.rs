@@ -40,7 +40,7 @@ pub enum Command {
     /// Run the HTTP service.
     Serve(Box<ServeArgs>),
     /// Prove the log's hash chain (offline from a data dir, live from a URL, or a tenant export).
-    Verify(VerifyArgs),
+    Verify(Box<VerifyArgs>),
     /// Drop every projection and rebuild them all from the log.
     Replay(ReplayArgs),
     /// Call the admin API of a running server.
@@ -68,7 +68,7 @@ pub fn init_tracing(format: LogFormat) {
 pub fn run(cli: Cli) -> ExitCode {
     let result = match cli.command {
         Command::Serve(args) => serve::run(*args),
-        Command::Verify(args) => verify::run(args),
+        Command::Verify(args) => verify::run(*args),
         Command::Replay(args) => replay::run(args),
         Command::Admin(args) => admin::run(args),
         Command::Witness(args) => crate::witness::run(args),

@@ -1019,15 +1019,7 @@ impl Worker {
             self.fail(why, group);
             return;
         }
-        self.committed(
-            group,
-            sealed.outcomes,
-            sealed.head,
-            sealed.ts,
-            sealed.count,
-            sync_us,
-            sealed.leaves,
-        );
+        self.committed(group, sealed, sync_us);
     }
 
     /// Seals `group` on the current head, one timestamp for all of it.
@@ -1072,16 +1064,15 @@ impl Worker {
     }
 
     /// A stored group: the head moves, and the applier folds it and answers its callers.
-    fn committed(
-        &mut self,
-        group: Vec<Submission>,
-        outcomes: Vec<Committed>,
-        head: Head,
-        ts: i64,
-        count: usize,
-        sync_us: u64,
-        leaves: Vec<[u8; 32]>,
-    ) {
+    fn committed(&mut self, group: Vec<Submission>, sealed: Sealed, sync_us: u64) {
+        let Sealed {
+            outcomes,
+            head,
+            ts,
+            count,
+            leaves,
+            ..
+        } = sealed;
         self.head = head;
         self.last_ts = self.last_ts.max(ts);
         metrics::histogram!("auditmem_appender_group_events").record(count as f64);
@@ -1193,15 +1184,7 @@ impl Worker {
                         self.fail(why, group);
                         return;
                     }
-                    let Sealed {
-                        outcomes,
-                        chunks,
-                        head,
-                        ts,
-                        count,
-                        leaves,
-                        ..
-                    } = sealed;
+                    let chunks = std::mem::take(&mut sealed.chunks);
                     if let Err(why) = self.mirror(chunks, stream_seq) {
                         tracing::error!(error = %why, "mirror write failed; the appender refuses further writes");
                         self.fail(why, group);
@@ -1210,7 +1193,7 @@ impl Worker {
                     metrics::histogram!("auditmem_cluster_publish_seconds")
                         .record(publish_us as f64 / 1e6);
                     self.stats.cluster_down.store(false, Ordering::Relaxed);
-                    self.committed(group, outcomes, head, ts, count, publish_us, leaves);
+                    self.committed(group, sealed, publish_us);
                     return;
                 }
                 Published::Conflict => {
