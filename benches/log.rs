@@ -1,6 +1,7 @@
 //! The log's hot paths: group-commit append with a real fdatasync per group at 1, 16 and 128
 //! concurrent submitters; record encode/decode and chain hashing; verify and replay over
-//! 1,000,000 records, and the audit index's page-with-total query over them.
+//! 1,000,000 records (and the Merkle tree's rebuild, replay's share for it), and the audit
+//! index's page-with-total query over them.
 
 mod fixtures;
 
@@ -144,6 +145,16 @@ fn verify_and_replay(c: &mut Criterion) {
             let report = verify_tree(&tree, None, &[], None, &|_| {});
             assert!(report.clean());
             report.valid
+        })
+    });
+    // The Merkle tree's share of replay: the tree alone rebuilt from the same records.
+    g.bench_function("tlog_rebuild", |b| {
+        let db = &log().1;
+        let reader = LogReader::open(db).expect("log");
+        b.iter(|| {
+            auditmem::tlog::MerkleTree::drop_in(db).expect("drop");
+            let tree = auditmem::tlog::MerkleTree::open(db).expect("open");
+            tree.catch_up(&reader, None).expect("rebuild")
         })
     });
     g.bench_function("replay", |b| {

@@ -442,12 +442,17 @@ pub struct VerifyArgs {
     /// admin API's) saved to a file.
     #[arg(long, requires = "consistency")]
     pub consistency_proof: Option<PathBuf>,
-    /// With --proof: a witness's cosignature verifier key (`auditmem witness pubkey`); repeat
-    /// for each witness you trust.
+    /// Check an export's row proofs offline: the answer of
+    /// `GET /v1/audit/logs/export/{export_id}/proofs` saved to a file; with --export FILE, also
+    /// that they are that file's rows, in its order. Needs --pubkey.
+    #[arg(long, conflicts_with_all = ["data_dir", "url", "nats", "proof", "consistency"])]
+    pub export_proofs: Option<PathBuf>,
+    /// With --proof or --export-proofs: a witness's cosignature verifier key
+    /// (`auditmem witness pubkey`); repeat for each witness you trust.
     #[arg(long = "witness-key")]
     pub witness_keys: Vec<String>,
-    /// With --proof: how many distinct --witness-key witnesses must have cosigned the
-    /// checkpoint.
+    /// With --proof or --export-proofs: how many distinct --witness-key witnesses must have
+    /// cosigned the checkpoint.
     #[arg(long = "witnesses", default_value_t = 0)]
     pub witness_quorum: usize,
 }

@@ -129,7 +129,11 @@ pub(crate) async fn create_export(
     ))
 }
 
-fn owned_export(state: &AppState, caller: &Caller, id: &str) -> Result<ExportView, ApiError> {
+pub(crate) fn owned_export(
+    state: &AppState,
+    caller: &Caller,
+    id: &str,
+) -> Result<ExportView, ApiError> {
     let not_found = || ApiError::not_found("export not found");
     let id = Uuid::parse_str(id.trim()).map_err(|_| not_found())?;
     let v = state.projections.exports.get(&id)?.ok_or_else(not_found)?;

@@ -65,6 +65,11 @@ pub fn table() -> Vec<Route> {
             AuditRead,
         ),
         tenant(
+            routes!(transparency::export_proofs),
+            "audit.export.proofs",
+            AuditExport,
+        ),
+        tenant(
             routes!(transparency::consistency_proof),
             "audit.consistency",
             AuditRead,

@@ -227,3 +227,147 @@ pub(crate) async fn tile(State(state): State<AppState>, Path(path): Path<String>
         Err(e) => ApiError::internal(e).into_response(),
     }
 }
+
+/// The bytes gathered before each write of the export proofs' stream.
+const STREAM_CHUNK: usize = 256 * 1024;
+/// Seqs read from the audit index at a time.
+const WINDOW: usize = 1 << 16;
+
+#[utoipa::path(get, path = "/v1/audit/logs/export/{export_id}/proofs", tag = "audit", security(("api_key" = [])),
+    params(("export_id" = String, Path, description = "export id")),
+    responses((status = 200, description = "NDJSON: a first line {export_id, rows, tree_size, root_hash, checkpoint}, then one inclusion proof per row of the export file, in the file's order, each as GET /v1/audit/logs/{audit_id}/proof answers it without `checkpoint` (what `auditmem verify --export-proofs` checks, docs/VERIFYING.md)", content_type = "application/x-ndjson"),
+        (status = 403, description = "permission (4030), subscription (2200)", body = ErrorEnvelope),
+        (status = 404, description = "missing or foreign (4040)", body = ErrorEnvelope),
+        (status = 409, description = "not completed: processing or failed (4090)", body = ErrorEnvelope)))]
+pub(crate) async fn export_proofs(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    use auditmem_projections::exports::ExportStatus;
+    let v = crate::api::export::owned_export(&state, &caller, &id)?;
+    match v.status {
+        ExportStatus::Completed => {}
+        ExportStatus::Failed => {
+            return Err(ApiError::new(
+                crate::registry::ErrorCode::Conflict,
+                "the export failed; it has no rows to prove",
+            ))
+        }
+        _ => {
+            return Err(ApiError::new(
+                crate::registry::ErrorCode::Conflict,
+                "the export is still processing; its proofs come with its file",
+            ))
+        }
+    }
+    // Every row was logged before the export was asked for.
+    let (size, checkpoint) = covering_note(&state, v.request_seq).await?;
+    let tlog = state.appender.tlog().clone();
+    let root = tlog.root(size).map_err(tree_error)?;
+    let filter = auditmem_projections::audit_index::Filter {
+        tenant_id: v.tenant_id,
+        action: None,
+        from: v.start_time,
+        to: v.end_time,
+    };
+    let root_hash = b64(&root);
+    let head = crate::tlog::proof::ExportProofsHead {
+        export_id: v.export_id,
+        rows: v.records.unwrap_or(0),
+        tree_size: size,
+        root_hash: root_hash.clone(),
+        checkpoint,
+    };
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Vec<u8>, std::io::Error>>(16);
+    let state2 = state.clone();
+    tokio::task::spawn_blocking(move || {
+        let fail = |e: String| {
+            let _ = tx.blocking_send(Err(std::io::Error::other(e)));
+        };
+        let mut buf = Vec::with_capacity(STREAM_CHUNK);
+        // Writing JSON of these structs into a Vec cannot fail.
+        let _ = serde_json::to_writer(&mut buf, &head);
+        buf.push(b'\n');
+        let mut after = None;
+        loop {
+            let seqs =
+                match state2
+                    .projections
+                    .audit
+                    .in_log_order(&filter, after, v.request_seq, WINDOW)
+                {
+                    Ok(s) => s,
+                    Err(e) => return fail(format!("reading the audit index: {e}")),
+                };
+            for &seq in &seqs {
+                match row_proof(&state2, &tlog, seq, size, &root_hash) {
+                    Ok(p) => {
+                        let _ = serde_json::to_writer(&mut buf, &p);
+                        buf.push(b'\n');
+                    }
+                    Err(e) => return fail(e),
+                }
+                if buf.len() >= STREAM_CHUNK
+                    && tx.blocking_send(Ok(std::mem::take(&mut buf))).is_err()
+                {
+                    return;
+                }
+            }
+            match seqs.last() {
+                Some(&last) if seqs.len() == WINDOW => after = Some(last),
+                _ => break,
+            }
+        }
+        if !buf.is_empty() {
+            let _ = tx.blocking_send(Ok(buf));
+        }
+    });
+    let stream = tokio_stream::wrappers::ReceiverStream::new(rx);
+    Response::builder()
+        .header(header::CONTENT_TYPE, "application/x-ndjson")
+        .header(
+            header::CONTENT_DISPOSITION,
+            format!(
+                "attachment; filename=\"audit-export-{}.proofs.ndjson\"",
+                v.export_id
+            ),
+        )
+        .body(axum::body::Body::from_stream(stream))
+        .map_err(ApiError::internal)
+}
+
+/// The inclusion proof of the record `seq` in the tree of `size` leaves (root `root_hash`),
+/// without checkpoint.
+fn row_proof(
+    state: &AppState,
+    tlog: &crate::tlog::MerkleTree,
+    seq: u64,
+    size: u64,
+    root_hash: &str,
+) -> Result<InclusionProof, String> {
+    let (found, record) = match state.log.records_from(seq).next() {
+        Some(Ok(kv)) => kv,
+        Some(Err(e)) => return Err(e.to_string()),
+        None => return Err(format!("record {seq} is missing")),
+    };
+    let r = crate::log::record::RecordRef::decode(&record)
+        .map_err(|e| format!("record {found}: {e}"))?;
+    let audit_id = match auditmem_projections::Event::decode_audit_entry(r.event) {
+        Ok(Some((_, entry))) => entry.id,
+        Ok(None) => return Err(format!("record {found} holds no audit entry")),
+        Err(e) => return Err(format!("record {found}: {e}")),
+    };
+    let path = tlog.inclusion(found - 1, size).map_err(|e| e.to_string())?;
+    Ok(InclusionProof {
+        audit_id,
+        seq: found,
+        leaf_index: found - 1,
+        record: base64::engine::general_purpose::STANDARD.encode(&record),
+        record_hash: hex::encode(r.hash),
+        tree_size: size,
+        root_hash: root_hash.to_string(),
+        inclusion: path.iter().map(b64).collect(),
+        checkpoint: None,
+    })
+}

@@ -19,7 +19,7 @@ use crate::log::verify::{verify_tree, Report, Verifier};
 use crate::log::{Head, LOG_TREE};
 
 pub fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
-    if args.proof.is_some() || args.consistency.is_some() {
+    if args.proof.is_some() || args.consistency.is_some() || args.export_proofs.is_some() {
         return super::verify_proof::run(&args);
     }
     refuse_misplaced(&args)?;
@@ -96,7 +96,7 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
 /// that is silently ignored lets an auditor believe it was checked.
 fn refuse_misplaced(args: &VerifyArgs) -> anyhow::Result<()> {
     if !args.witness_keys.is_empty() || args.witness_quorum > 0 {
-        bail!("--witness-key and --witnesses apply only to --proof FILE");
+        bail!("--witness-key and --witnesses apply only to --proof FILE and --export-proofs FILE");
     }
     if args.export.is_none() {
         for (given, flag) in [

@@ -1,5 +1,6 @@
-//! `auditmem verify --proof FILE` and `--consistency OLD NEW`: the transparency log's proofs,
-//! checked offline against a pinned key (`crate::tlog::proof`).
+//! `auditmem verify --proof FILE`, `--export-proofs FILE [--export EXPORT]` and
+//! `--consistency OLD NEW`: the transparency log's proofs, checked offline against a pinned key
+//! (`crate::tlog::proof`).
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -8,7 +9,7 @@ use anyhow::{bail, Context};
 use serde::de::DeserializeOwned;
 
 use crate::config::VerifyArgs;
-use crate::tlog::proof::{self, ConsistencyProof, InclusionProof, ProofError};
+use crate::tlog::proof::{self, ConsistencyProof, ExportProofsHead, InclusionProof, ProofError};
 
 pub fn run(args: &VerifyArgs) -> anyhow::Result<ExitCode> {
     for (given, flag) in [
@@ -18,13 +19,18 @@ pub fn run(args: &VerifyArgs) -> anyhow::Result<ExitCode> {
         (args.chain_only, "--chain-only"),
     ] {
         if given {
-            bail!("{flag} does not apply to --proof or --consistency");
+            bail!("{flag} does not apply to --proof, --consistency or --export-proofs (check an export against its manifest with a separate `verify --export FILE --manifest M`)");
         }
     }
     let Some(pubkey) = args.pubkey.as_deref() else {
-        bail!("--proof and --consistency need --pubkey: the log's key (`auditmem admin pubkey` prints it), so that a checkpoint signed by anyone else is refused");
+        bail!("--proof, --consistency and --export-proofs need --pubkey: the log's key (`auditmem admin pubkey` prints it), so that a checkpoint signed by anyone else is refused");
     };
-    let outcome = if let Some(file) = &args.proof {
+    let outcome = if let Some(file) = &args.export_proofs {
+        if args.consistency_proof.is_some() {
+            bail!("--consistency-proof applies only to --consistency");
+        }
+        export_proofs(file, args.export.as_deref(), pubkey, args)?
+    } else if let Some(file) = &args.proof {
         if args.consistency_proof.is_some() {
             bail!("--consistency-proof applies only to --consistency");
         }
@@ -98,6 +104,132 @@ fn witness_verifiers(keys: &[String]) -> anyhow::Result<Vec<Box<dyn signed_note:
         .collect()
 }
 
+/// `--export-proofs FILE [--export EXPORT]`.
+fn export_proofs(
+    file: &Path,
+    export: Option<&Path>,
+    pubkey: &str,
+    args: &VerifyArgs,
+) -> anyhow::Result<Result<String, ProofError>> {
+    let text =
+        std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+    let mut lines = text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty());
+    let Some((_, first)) = lines.next() else {
+        bail!("{} is empty", file.display());
+    };
+    let head: ExportProofsHead = serde_json::from_str(first)
+        .with_context(|| format!("line 1 of {} is not an export proofs head", file.display()))?;
+    let key = log_key(pubkey, &head.checkpoint)?;
+    let witnesses = witness_verifiers(&args.witness_keys)?;
+    check_quorum(args)?;
+    let opened = match crate::tlog::note::open(
+        head.checkpoint.as_bytes(),
+        &key,
+        witnesses,
+        args.witness_quorum,
+    ) {
+        Ok(o) => o,
+        Err(e) => return Ok(Err(e.into())),
+    };
+    if opened.size != head.tree_size || proof::b64(&opened.root) != head.root_hash {
+        return Ok(Err(ProofError::CheckpointMismatch {
+            cp_size: opened.size,
+            cp_root: proof::b64(&opened.root),
+            size: head.tree_size,
+            root: head.root_hash,
+        }));
+    }
+    let mut ids = Vec::new();
+    for (row, (i, line)) in (1u64..).zip(lines) {
+        let p: InclusionProof = serde_json::from_str(line)
+            .with_context(|| format!("line {} of {} is not a proof", i + 1, file.display()))?;
+        let checked = if p.tree_size != opened.size || p.root_hash != head.root_hash {
+            Err(ProofError::Malformed(format!(
+                "its proof is for tree size {}, the head's is {}",
+                p.tree_size, opened.size
+            )))
+        } else {
+            proof::check_record_in(&p, &opened.root)
+        };
+        if let Err(why) = checked {
+            return Ok(Err(ProofError::Row {
+                row,
+                audit_id: p.audit_id.to_string(),
+                why: Box::new(why),
+            }));
+        }
+        ids.push(p.audit_id.to_string());
+    }
+    if ids.len() as u64 != head.rows {
+        return Ok(Err(ProofError::RowsDiffer(format!(
+            "the head says {} rows, {} proofs follow",
+            head.rows,
+            ids.len()
+        ))));
+    }
+    let mut of_file = String::new();
+    if let Some(export) = export {
+        let rows = export_ids(export)?;
+        if let Some(i) = (0..rows.len().max(ids.len())).find(|&i| rows.get(i) != ids.get(i)) {
+            return Ok(Err(ProofError::RowsDiffer(format!(
+                "row {} of {} is {}, its proof is for {}",
+                i + 1,
+                export.display(),
+                rows.get(i).map_or("missing", String::as_str),
+                ids.get(i).map_or("nothing", String::as_str)
+            ))));
+        }
+        of_file = format!(", the rows of {} in its order", export.display());
+    }
+    let cosigned = if opened.witnesses.is_empty() {
+        String::new()
+    } else {
+        format!("; cosigned by {}", opened.witnesses.join(", "))
+    };
+    Ok(Ok(format!(
+        "{} rows of export {}{of_file} are records of the tree of size {} signed by {}{cosigned}",
+        ids.len(),
+        head.export_id,
+        opened.size,
+        opened.origin
+    )))
+}
+
+/// The audit ids of an export file's rows, in order (CSV or JSON, as the service writes them).
+fn export_ids(path: &Path) -> anyhow::Result<Vec<String>> {
+    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let rows: Vec<serde_json::Map<String, serde_json::Value>> = if bytes.first() == Some(&b'[') {
+        serde_json::from_slice(&bytes)
+            .with_context(|| format!("{} is not a JSON export", path.display()))?
+    } else {
+        crate::export::rows::parse(&bytes)
+            .map_err(|e| anyhow::anyhow!("{} is not a CSV export: {e}", path.display()))?
+    };
+    rows.iter()
+        .enumerate()
+        .map(|(i, r)| {
+            r.get("id")
+                .and_then(|v| v.as_str())
+                .map(str::to_string)
+                .with_context(|| format!("row {} of {} has no id", i + 1, path.display()))
+        })
+        .collect()
+}
+
+fn check_quorum(args: &VerifyArgs) -> anyhow::Result<()> {
+    if args.witness_quorum > args.witness_keys.len() {
+        bail!(
+            "--witnesses {} asks for more cosignatures than the {} --witness-key given",
+            args.witness_quorum,
+            args.witness_keys.len()
+        );
+    }
+    Ok(())
+}
+
 fn inclusion(
     file: &Path,
     pubkey: &str,
@@ -106,13 +238,7 @@ fn inclusion(
     let p: InclusionProof = read_json(file)?;
     let key = log_key(pubkey, p.checkpoint.as_deref().unwrap_or_default())?;
     let witnesses = witness_verifiers(&args.witness_keys)?;
-    if args.witness_quorum > args.witness_keys.len() {
-        bail!(
-            "--witnesses {} asks for more cosignatures than the {} --witness-key given",
-            args.witness_quorum,
-            args.witness_keys.len()
-        );
-    }
+    check_quorum(args)?;
     Ok(
         proof::check_inclusion(&p, &key, witnesses, args.witness_quorum).map(|ok| {
             let cosigned = if ok.witnesses.is_empty() {

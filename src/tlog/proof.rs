@@ -58,6 +58,21 @@ pub struct ConsistencyProof {
     pub checkpoint: Option<String>,
 }
 
+/// The first line of `GET /v1/audit/logs/export/{export_id}/proofs`: the checkpoint every
+/// row's proof leads to. Each line after it is an [`InclusionProof`] without `checkpoint`,
+/// one per row of the export file, in the file's order.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ExportProofsHead {
+    pub export_id: Uuid,
+    /// The number of rows (proof lines that follow).
+    pub rows: u64,
+    pub tree_size: u64,
+    /// Base64 of the root hash of the tree of `tree_size` leaves.
+    pub root_hash: String,
+    /// The signed checkpoint of `tree_size`.
+    pub checkpoint: String,
+}
+
 /// Why a proof failed; each names the part that is wrong.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ProofError {
@@ -90,6 +105,14 @@ pub enum ProofError {
     InclusionFails { leaf: u64, size: u64 },
     #[error("inconsistent checkpoints: the tree of size {from} is not a prefix of the tree of size {to} (the consistency proof fails)")]
     Inconsistent { from: u64, to: u64 },
+    #[error("row {row} (audit entry {audit_id}): {why}")]
+    Row {
+        row: u64,
+        audit_id: String,
+        why: Box<ProofError>,
+    },
+    #[error("the proofs are not the export file's rows: {0}")]
+    RowsDiffer(String),
 }
 
 pub fn b64(h: &Hash) -> String {
@@ -131,6 +154,29 @@ pub fn check_inclusion(
     witnesses: Vec<Box<dyn signed_note::Verifier>>,
     quorum: usize,
 ) -> Result<IncludedIn, ProofError> {
+    let root = parse_hash(&p.root_hash, "root_hash")?;
+    let cp = p.checkpoint.as_deref().ok_or(ProofError::NoCheckpoint)?;
+    let opened = note::open(cp.as_bytes(), log_key, witnesses, quorum)?;
+    if opened.size != p.tree_size || opened.root != root {
+        return Err(ProofError::CheckpointMismatch {
+            cp_size: opened.size,
+            cp_root: b64(&opened.root),
+            size: p.tree_size,
+            root: p.root_hash.clone(),
+        });
+    }
+    let seq = check_record_in(p, &root)?;
+    Ok(IncludedIn {
+        seq,
+        tree_size: p.tree_size,
+        origin: opened.origin,
+        witnesses: opened.witnesses,
+    })
+}
+
+/// Checks the record of `p` and its audit path to `root` (whose checkpoint the caller has
+/// checked): the record against its hash, the leaf, the entry, the path. The record's seq.
+pub fn check_record_in(p: &InclusionProof, root: &Hash) -> Result<u64, ProofError> {
     let bytes = B64
         .decode(p.record.trim())
         .map_err(|e| ProofError::Malformed(format!("record is not base64: {e}")))?;
@@ -173,31 +219,15 @@ pub fn check_inclusion(
         }
         Err(e) => return Err(ProofError::Malformed(format!("record's event: {e}"))),
     }
-    let root = parse_hash(&p.root_hash, "root_hash")?;
     let path = parse_path(&p.inclusion, "inclusion")?;
-    let cp = p.checkpoint.as_deref().ok_or(ProofError::NoCheckpoint)?;
-    let opened = note::open(cp.as_bytes(), log_key, witnesses, quorum)?;
-    if opened.size != p.tree_size || opened.root != root {
-        return Err(ProofError::CheckpointMismatch {
-            cp_size: opened.size,
-            cp_root: b64(&opened.root),
-            size: p.tree_size,
-            root: p.root_hash.clone(),
-        });
-    }
     let leaf = super::leaf_hash(r.seq, &computed);
-    tlog_tiles::check_record(&path, p.tree_size, root, p.leaf_index, leaf).map_err(|_| {
+    tlog_tiles::check_record(&path, p.tree_size, *root, p.leaf_index, leaf).map_err(|_| {
         ProofError::InclusionFails {
             leaf: p.leaf_index,
             size: p.tree_size,
         }
     })?;
-    Ok(IncludedIn {
-        seq: r.seq,
-        tree_size: p.tree_size,
-        origin: opened.origin,
-        witnesses: opened.witnesses,
-    })
+    Ok(r.seq)
 }
 
 /// Checks that the checkpoint `new` extends the checkpoint `old` by `proof` (the hashes of a

@@ -678,3 +678,133 @@ fn the_service_pushes_checkpoints_to_witnesses_and_publishes_their_cosignatures(
     ]);
     assert_eq!(code, 1, "{out}");
 }
+
+#[test]
+fn an_exports_row_proofs_verify_offline_against_one_checkpoint() {
+    let s = Server::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (ta, ka) = s.tenant_with_key("business");
+    let (_, kb) = s.tenant_with_key("business");
+    common::ingest_filler(&s, &ta, 500);
+    let vkey = verifier_key(&s);
+    let mut files = Vec::new();
+    for format in ["csv", "json"] {
+        let (status, v) = s.post("/v1/audit/logs/export", &ka, json!({ "format": format }));
+        assert_eq!(status, 200, "{v}");
+        let id = v["data"]["export_id"]
+            .as_str()
+            .expect("export_id")
+            .to_string();
+        let done = s.wait_export_status(&ka, &id, "completed");
+        let rows = done["records"].as_u64().expect("records");
+        assert!(rows >= 500, "{done}");
+        let (status, _, _, body) = s.download_export(&ka, &id);
+        assert_eq!(status, 200);
+        let export = dir.path().join(format!("export.{format}"));
+        std::fs::write(&export, &body).expect("write");
+        let r = s
+            .raw()
+            .get(format!("{}/v1/audit/logs/export/{id}/proofs", s.url))
+            .bearer_auth(&ka)
+            .send()
+            .expect("send");
+        assert_eq!(r.status().as_u16(), 200);
+        assert_eq!(
+            r.headers()["content-type"].to_str().expect("ct"),
+            "application/x-ndjson"
+        );
+        let text = r.text().expect("text");
+        assert_eq!(text.lines().count() as u64, rows + 1);
+        let proofs = write(dir.path(), &format!("proofs.{format}.ndjson"), &text);
+        let (code, out) = cli_verify(&[
+            "--export-proofs",
+            path_str(&proofs),
+            "--export",
+            path_str(&export),
+            "--pubkey",
+            &vkey,
+        ]);
+        assert_eq!(code, 0, "{out}");
+        assert!(
+            out.starts_with(&format!("OK: {rows} rows of export {id}, the rows of ")),
+            "{out}"
+        );
+        // Another tenant cannot read them.
+        assert_error(
+            &s.get(&format!("/v1/audit/logs/export/{id}/proofs"), &kb),
+            404,
+            4040,
+        );
+        files.push((export, text, rows));
+    }
+
+    let (export, text, rows) = &files[0];
+    let lines: Vec<&str> = text.lines().collect();
+    // One row's proof with the head's checkpoint is an ordinary inclusion proof: Go checks it.
+    let head: Value = serde_json::from_str(lines[0]).expect("head");
+    let mut one: Value = serde_json::from_str(lines[7]).expect("row");
+    one["checkpoint"] = head["checkpoint"].clone();
+    let one_f = write(dir.path(), "one.json", &one.to_string());
+    assert_eq!(
+        go(&["inclusion", path_str(&one_f), &vkey]),
+        (0, "ok\n".into())
+    );
+
+    let check = |proofs: &str, export: &Path| {
+        let f = write(dir.path(), "tampered.ndjson", proofs);
+        cli_verify(&[
+            "--export-proofs",
+            path_str(&f),
+            "--export",
+            path_str(export),
+            "--pubkey",
+            &vkey,
+        ])
+    };
+    // A row's proof dropped.
+    let dropped: String = lines
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != 3)
+        .map(|(_, l)| format!("{l}\n"))
+        .collect();
+    let (code, out) = check(&dropped, export);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains(&format!(
+            "the head says {rows} rows, {} proofs follow",
+            rows - 1
+        )),
+        "{out}"
+    );
+    // A row's record hash changed.
+    let mut row: Value = serde_json::from_str(lines[5]).expect("row");
+    let hash = row["record_hash"].as_str().expect("hash").to_string();
+    let flipped = format!(
+        "{}{}",
+        if hash.starts_with('0') { "1" } else { "0" },
+        &hash[1..]
+    );
+    row["record_hash"] = json!(flipped);
+    let mut changed: Vec<String> = lines.iter().map(|l| l.to_string()).collect();
+    changed[5] = row.to_string();
+    let (code, out) = check(&(changed.join("\n") + "\n"), export);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("row 5 (audit entry "), "{out}");
+    assert!(out.contains("the leaf does not match its record"), "{out}");
+    // A file that lost a row is not the file the proofs are for.
+    let csv = std::fs::read_to_string(export).expect("csv");
+    let short: String = csv
+        .lines()
+        .enumerate()
+        .filter(|(i, _)| *i != 2)
+        .map(|(_, l)| format!("{l}\n"))
+        .collect();
+    let short_f = write(dir.path(), "short.csv", &short);
+    let (code, out) = check(text, &short_f);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("the proofs are not the export file's rows: row 2 of"),
+        "{out}"
+    );
+}
