@@ -13,9 +13,12 @@ use serde_json::{json, Value};
 /// Every `/v1` route of the route table (src/api/routes.rs).
 /// The test checks this list against the routes the gate knows and the served OpenAPI document,
 /// so a route added later without a row here fails the test.
-const ROUTES: [(&str, &str); 15] = [
+const ROUTES: [(&str, &str); 18] = [
     ("GET", "/v1/audit/logs"),
     ("GET", "/v1/audit/logs/{audit_id}"),
+    ("GET", "/v1/audit/logs/{audit_id}/proof"),
+    ("GET", "/v1/audit/consistency"),
+    ("GET", "/v1/audit/logs/export/{export_id}/proofs"),
     ("POST", "/v1/audit/logs/export"),
     ("GET", "/v1/audit/logs/export/{export_id}"),
     ("GET", "/v1/audit/logs/export/{export_id}/download"),
@@ -293,6 +296,25 @@ fn tenant_a_can_reach_nothing_of_tenant_b_on_any_route() {
     for id in &owned.audit {
         assert_eq!(s.get(&format!("/v1/audit/logs/{id}"), &a), unknown, "{id}");
     }
+    let unknown = s.get(&format!("/v1/audit/logs/{never}/proof"), &a);
+    assert_error(&unknown, 404, 4040);
+    for id in &owned.audit {
+        assert_eq!(
+            s.get(&format!("/v1/audit/logs/{id}/proof"), &a),
+            unknown,
+            "{id}"
+        );
+    }
+    // A consistency proof holds hashes of the whole log only: the same for every tenant.
+    let (status, v) = s.get("/v1/audit/consistency?from=1", &b);
+    assert_eq!(status, 200, "{v}");
+    let to = v["data"]["to"].as_u64().expect("to");
+    let q = format!("/v1/audit/consistency?from=1&to={to}");
+    assert_eq!(s.get(&q, &a), s.get(&q, &b));
+    let proofs = |key: &str, id: &str| s.get(&format!("/v1/audit/logs/export/{id}/proofs"), key);
+    let unknown = proofs(&a, never);
+    assert_error(&unknown, 404, 4040);
+    assert_eq!(proofs(&a, &owned.export), unknown);
     let unknown = s.get(&format!("/v1/audit/logs/export/{never}"), &a);
     assert_error(&unknown, 404, 4040);
     assert_eq!(
