@@ -11,33 +11,35 @@
 //! - The tree is a projection of the log: the applier appends each durable group's leaves
 //!   ([`MerkleTree::append`]) before the group's callers hear back, `serve` and the appender
 //!   catch it up from the log at start, and `replay` rebuilds it. Its sled tree `tlog` holds
-//!   every complete subtree's hash under its stored-hash index (Crosby and Wallach's dense
-//!   order, as Go's tlog numbers them), so a proof or a root costs O(log n) point reads and a
-//!   C2SP hash tile 256.
+//!   the complete C2SP hash tiles (256 hashes of tree level 8L each), the right edge's partial
+//!   tiles are in memory, and a proof or a root costs O(log n) tile reads.
 //!
 //! The proof algorithms and tile geometry are `tlog_tiles` (a port of Go's tlog); what is ours
-//! is the storage, the leaf and the incremental append (a frontier of the right edge's
-//! complete subtrees, so appending never reads the store).
+//! is the storage, the leaf and the incremental append (appending never reads the store).
 
 pub mod cosignature;
 pub mod note;
 pub mod proof;
 pub mod witnesses;
 
-use std::sync::Mutex;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use tlog_tiles::{Hash, HashReader, Tile};
 
 use crate::log::record::RecordRef;
 use crate::log::{LogError, LogReader};
 
-/// The sled tree holding the stored hashes.
+/// The sled tree holding the complete hash tiles.
 pub const TREE: &str = "tlog";
-/// The number of leaves the stored hashes cover; 4 bytes long, so no stored-hash key (8 bytes)
-/// can be it.
+/// The number of leaves the complete level-0 tiles cover; 4 bytes long, so no tile key (9
+/// bytes) can be it.
 const SIZE_KEY: &[u8] = b"size";
 /// Hash tiles are C2SP tlog-tiles' height: 256 hashes.
 pub const TILE_HEIGHT: u8 = 8;
+const TILE_WIDTH: usize = 1 << TILE_HEIGHT;
+const HASH: usize = tlog_tiles::HASH_SIZE;
 
 #[derive(Debug, thiserror::Error)]
 pub enum TlogError {
@@ -51,8 +53,8 @@ pub enum TlogError {
     Gap { size: u64, first_seq: u64 },
     #[error("a tree of {size} leaves has no {what}")]
     OutOfRange { size: u64, what: String },
-    #[error("the stored hash {index} is missing or not 32 bytes")]
-    MissingHash { index: u64 },
+    #[error("the stored tile {level}/{index} is missing or not {TILE_WIDTH} hashes")]
+    MissingTile { level: u8, index: u64 },
 }
 
 /// The leaf of the record `seq` whose blake3 hash is `record_hash`.
@@ -68,61 +70,163 @@ pub fn leaf_hash(seq: u64, record_hash: &[u8; 32]) -> Hash {
     tlog_tiles::record_hash(&leaf_data(seq, record_hash))
 }
 
-/// The hashes of the complete subtrees along the right edge of a tree, largest first: exactly
-/// what appending the next leaf combines with.
-struct Frontier {
-    size: u64,
-    roots: Vec<Hash>,
+/// The root of a complete subtree over `hashes` (a power of two of them).
+fn subtree(hashes: &[Hash]) -> Hash {
+    match hashes.len() {
+        0 => tlog_tiles::EMPTY_HASH,
+        1 => hashes[0],
+        n => {
+            let half = n / 2;
+            tlog_tiles::node_hash(subtree(&hashes[..half]), subtree(&hashes[half..]))
+        }
+    }
 }
 
+fn tile_key(level: u8, index: u64) -> [u8; 9] {
+    let mut k = [0u8; 9];
+    k[0] = level;
+    k[1..].copy_from_slice(&index.to_be_bytes());
+    k
+}
+
+fn hashes_of(data: &[u8]) -> Vec<Hash> {
+    data.chunks_exact(HASH)
+        .map(|c| {
+            let mut h = [0u8; HASH];
+            h.copy_from_slice(c);
+            Hash(h)
+        })
+        .collect()
+}
+
+/// How many complete tiles tile level `level` has in a tree of `size` leaves.
+fn complete_tiles(size: u64, level: u8) -> u64 {
+    size.checked_shr(u32::from(TILE_HEIGHT) * (u32::from(level) + 1))
+        .unwrap_or(0)
+}
+
+/// The right edge: for each tile level L, the hashes of tree level 8L past the level's last
+/// complete tile (fewer than 256 each). Copied on write, so a reader takes a snapshot without
+/// holding the lock while it hashes.
+#[derive(Clone)]
+struct Edge {
+    size: u64,
+    pending: Arc<Vec<Vec<Hash>>>,
+}
+
+/// The tree, stored as C2SP hash tiles: each complete tile of tile level L (256 hashes of tree
+/// level 8L, 8 KiB) is one sled value, written once when it completes. The partial tiles of
+/// the right edge live in memory and are rebuilt at open from the stored tiles and, for the
+/// leaves past the last complete level-0 tile, from the log (`catch_up`). sled 0.34 keeps
+/// state and rewrites pages per key, so a key per hash would cost ~20x the time and space.
 pub struct MerkleTree {
     tree: sled::Tree,
-    frontier: Mutex<Frontier>,
+    edge: Mutex<Edge>,
 }
 
-/// Reads stored hashes from the sled tree, for `tlog_tiles`' proof and tile functions.
-struct Stored<'a>(&'a sled::Tree);
+/// Reads hashes at any tree level from the tiles: a hash at level `8L + k` is the subtree root
+/// of `2^k` consecutive hashes of one tile of level L (at most 127 node hashes).
+struct Reader<'a> {
+    tree: &'a sled::Tree,
+    edge: Edge,
+    tiles: RefCell<HashMap<(u8, u64), Vec<Hash>>>,
+}
 
-impl HashReader for Stored<'_> {
+impl Reader<'_> {
+    /// The hashes of tree level `8 * level` from `first`, `count` of them, all in one tile.
+    fn level_hashes(&self, level: u8, first: u64, count: usize) -> Result<Hash, TlogError> {
+        let index = first >> TILE_HEIGHT;
+        let at = (first % TILE_WIDTH as u64) as usize;
+        let out_of_range = || TlogError::OutOfRange {
+            size: self.edge.size,
+            what: format!("hash {first} of level {}", u32::from(level) * 8),
+        };
+        if index < complete_tiles(self.edge.size, level) {
+            let mut tiles = self.tiles.borrow_mut();
+            let tile = match tiles.entry((level, index)) {
+                std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                std::collections::hash_map::Entry::Vacant(v) => {
+                    let data = self
+                        .tree
+                        .get(tile_key(level, index))?
+                        .filter(|d| d.len() == TILE_WIDTH * HASH)
+                        .ok_or(TlogError::MissingTile { level, index })?;
+                    v.insert(hashes_of(&data))
+                }
+            };
+            return tile
+                .get(at..at + count)
+                .map(subtree)
+                .ok_or_else(out_of_range);
+        }
+        if index == complete_tiles(self.edge.size, level) {
+            return self
+                .edge
+                .pending
+                .get(usize::from(level))
+                .and_then(|p| p.get(at..at + count))
+                .map(subtree)
+                .ok_or_else(out_of_range);
+        }
+        Err(out_of_range())
+    }
+}
+
+impl HashReader for Reader<'_> {
     fn read_hashes(&self, indexes: &[u64]) -> Result<Vec<Hash>, tlog_tiles::Error> {
         indexes
             .iter()
             .map(|&index| {
-                let v = self
-                    .0
-                    .get(index.to_be_bytes())
-                    .map_err(|_| tlog_tiles::Error::IndexesNotInTree)?
-                    .ok_or(tlog_tiles::Error::IndexesNotInTree)?;
-                let bytes: [u8; 32] = v
-                    .as_ref()
-                    .try_into()
-                    .map_err(|_| tlog_tiles::Error::MalformedHash)?;
-                Ok(Hash(bytes))
+                let (l, n) = tlog_tiles::split_stored_hash_index(index);
+                let (level, k) = (l / TILE_HEIGHT, l % TILE_HEIGHT);
+                self.level_hashes(level, n << k, 1 << k)
+                    .map_err(|_| tlog_tiles::Error::IndexesNotInTree)
             })
             .collect()
     }
 }
 
 impl MerkleTree {
-    /// Opens the tree stored in `db` (empty when there is none).
+    /// Opens the tree stored in `db` (empty when there is none). Its size is then what the
+    /// complete level-0 tiles cover; `catch_up` adds the leaves after them from the log.
     pub fn open(db: &sled::Db) -> Result<MerkleTree, TlogError> {
         let tree = db.open_tree(TREE)?;
         let size = match tree.get(SIZE_KEY)? {
             Some(v) => <[u8; 8]>::try_from(v.as_ref())
                 .map(u64::from_be_bytes)
-                .map_err(|_| TlogError::MissingHash { index: u64::MAX })?,
+                .map_err(|_| TlogError::MissingTile {
+                    level: 0,
+                    index: u64::MAX,
+                })?,
             None => 0,
         };
-        let roots = if size == 0 {
-            Vec::new()
-        } else {
-            // The complete subtrees of a tree of `size` leaves, as its root hash reads them.
-            let indexes = tlog_tiles::sub_tree_index(0, size, Vec::new());
-            Stored(&tree).read_hashes(&indexes)?
-        };
+        // The partial tile of each level above 0: the roots of the complete tiles below it
+        // that no complete tile of its own holds yet.
+        let mut pending = vec![Vec::new()];
+        let mut level = 1u8;
+        while complete_tiles(size, level - 1) > 0 {
+            let below = complete_tiles(size, level - 1);
+            let start = below - below % TILE_WIDTH as u64;
+            let mut hashes = Vec::with_capacity((below - start) as usize);
+            for index in start..below {
+                let data = tree
+                    .get(tile_key(level - 1, index))?
+                    .filter(|d| d.len() == TILE_WIDTH * HASH)
+                    .ok_or(TlogError::MissingTile {
+                        level: level - 1,
+                        index,
+                    })?;
+                hashes.push(subtree(&hashes_of(&data)));
+            }
+            pending.push(hashes);
+            level += 1;
+        }
         Ok(MerkleTree {
             tree,
-            frontier: Mutex::new(Frontier { size, roots }),
+            edge: Mutex::new(Edge {
+                size,
+                pending: Arc::new(pending),
+            }),
         })
     }
 
@@ -131,23 +235,35 @@ impl MerkleTree {
         db.drop_tree(TREE).map(|_| ())
     }
 
+    fn edge(&self) -> Edge {
+        self.edge
+            .lock()
+            .map(|e| e.clone())
+            .unwrap_or_else(|p| p.into_inner().clone())
+    }
+
+    fn reader(&self) -> Reader<'_> {
+        Reader {
+            tree: &self.tree,
+            edge: self.edge(),
+            tiles: RefCell::new(HashMap::new()),
+        }
+    }
+
     /// The number of leaves: the records `1..=size` are in the tree.
     pub fn size(&self) -> u64 {
-        self.frontier
-            .lock()
-            .map(|f| f.size)
-            .unwrap_or_else(|p| p.into_inner().size)
+        self.edge().size
     }
 
     /// Appends the leaves of the records `first_seq, first_seq + 1, ..` whose blake3 hashes are
     /// `hashes`. Records already in the tree are skipped (a catch-up may overlap what the
-    /// applier appended); a gap is an error.
+    /// applier appended); a gap is an error. Tiles that complete are written in one batch.
     pub fn append(&self, first_seq: u64, hashes: &[[u8; 32]]) -> Result<(), TlogError> {
-        let mut f = self.frontier.lock().unwrap_or_else(|p| p.into_inner());
-        let skip = f.size.saturating_add(1).saturating_sub(first_seq.max(1));
-        if first_seq == 0 || (skip == 0 && first_seq != f.size + 1) {
+        let mut edge = self.edge.lock().unwrap_or_else(|p| p.into_inner());
+        let skip = edge.size.saturating_add(1).saturating_sub(first_seq.max(1));
+        if first_seq == 0 || (skip == 0 && first_seq != edge.size + 1) {
             return Err(TlogError::Gap {
-                size: f.size,
+                size: edge.size,
                 first_seq,
             });
         }
@@ -155,38 +271,37 @@ impl MerkleTree {
         if skip >= hashes.len() {
             return Ok(());
         }
+        let mut pending: Vec<Vec<Hash>> = (*edge.pending).clone();
         let mut batch = sled::Batch::default();
-        let mut size = f.size;
-        let mut roots = f.roots.clone();
+        let mut size = edge.size;
+        let mut wrote = false;
         for h in &hashes[skip..] {
-            let seq = size + 1;
-            let mut node = leaf_hash(seq, h);
-            batch.insert(
-                &tlog_tiles::stored_hash_index(0, size).to_be_bytes(),
-                &node.0[..],
-            );
-            // Each trailing one bit of the new leaf's index closes a complete subtree.
-            let mut index = size;
-            let mut level = 0u8;
-            while index & 1 == 1 {
-                let Some(left) = roots.pop() else {
-                    return Err(TlogError::MissingHash { index: size });
-                };
-                node = tlog_tiles::node_hash(left, node);
-                level += 1;
-                index >>= 1;
-                batch.insert(
-                    &tlog_tiles::stored_hash_index(level, index).to_be_bytes(),
-                    &node.0[..],
-                );
-            }
-            roots.push(node);
             size += 1;
+            pending[0].push(leaf_hash(size, h));
+            let mut level = 0usize;
+            while pending[level].len() == TILE_WIDTH {
+                let full = std::mem::take(&mut pending[level]);
+                let tl = level as u8;
+                let mut data = Vec::with_capacity(TILE_WIDTH * HASH);
+                for x in &full {
+                    data.extend_from_slice(&x.0);
+                }
+                batch.insert(&tile_key(tl, complete_tiles(size, tl) - 1), data);
+                wrote = true;
+                if pending.len() == level + 1 {
+                    pending.push(Vec::new());
+                }
+                pending[level + 1].push(subtree(&full));
+                level += 1;
+            }
         }
-        batch.insert(SIZE_KEY, &size.to_be_bytes());
-        self.tree.apply_batch(batch)?;
-        f.size = size;
-        f.roots = roots;
+        if wrote {
+            let covered = size - size % TILE_WIDTH as u64;
+            batch.insert(SIZE_KEY, &covered.to_be_bytes());
+            self.tree.apply_batch(batch)?;
+        }
+        edge.size = size;
+        edge.pending = Arc::new(pending);
         Ok(())
     }
 
@@ -232,8 +347,12 @@ impl MerkleTree {
         Ok(total)
     }
 
-    fn check_size(&self, size: u64, what: impl FnOnce() -> String) -> Result<(), TlogError> {
-        let have = self.size();
+    fn check_size(
+        &self,
+        size: u64,
+        have: u64,
+        what: impl FnOnce() -> String,
+    ) -> Result<(), TlogError> {
         if size > have {
             return Err(TlogError::OutOfRange {
                 size: have,
@@ -245,8 +364,9 @@ impl MerkleTree {
 
     /// The root hash of the tree's first `size` leaves.
     pub fn root(&self, size: u64) -> Result<Hash, TlogError> {
-        self.check_size(size, || format!("tree of size {size}"))?;
-        Ok(tlog_tiles::tree_hash(size, &Stored(&self.tree))?)
+        let r = self.reader();
+        self.check_size(size, r.edge.size, || format!("tree of size {size}"))?;
+        Ok(tlog_tiles::tree_hash(size, &r)?)
     }
 
     /// The RFC 6962 audit path of leaf `index` in the tree of `size` leaves.
@@ -257,8 +377,9 @@ impl MerkleTree {
                 what: format!("leaf {index}"),
             });
         }
-        self.check_size(size, || format!("tree of size {size}"))?;
-        Ok(tlog_tiles::prove_record(size, index, &Stored(&self.tree))?)
+        let r = self.reader();
+        self.check_size(size, r.edge.size, || format!("tree of size {size}"))?;
+        Ok(tlog_tiles::prove_record(size, index, &r)?)
     }
 
     /// The RFC 6962 consistency proof from the tree of `from` leaves to the tree of `to`: empty
@@ -270,35 +391,46 @@ impl MerkleTree {
                 what: format!("prefix of size {from}"),
             });
         }
-        self.check_size(to, || format!("tree of size {to}"))?;
+        let r = self.reader();
+        self.check_size(to, r.edge.size, || format!("tree of size {to}"))?;
         if from == 0 || from == to {
             return Ok(Vec::new());
         }
-        Ok(tlog_tiles::prove_tree(to, from, &Stored(&self.tree))?)
+        Ok(tlog_tiles::prove_tree(to, from, &r)?)
     }
 
     /// The bytes of a hash tile (C2SP tlog-tiles) of the tree of `size` leaves: its hashes back
     /// to back. A tile beyond that tree, or wider than what the tree completes, is out of range.
     pub fn tile(&self, tile: &Tile, size: u64) -> Result<Vec<u8>, TlogError> {
-        self.check_size(size, || format!("tree of size {size}"))?;
-        let height = u32::from(tile.height());
-        let level_shift = height * u32::from(tile.level());
+        let r = self.reader();
+        self.check_size(size, r.edge.size, || format!("tree of size {size}"))?;
+        let level = tile.level();
         // The hashes of this tile's level the tree of `size` leaves completes.
-        let complete = size.checked_shr(level_shift).unwrap_or(0);
-        let start = tile.level_index().saturating_mul(1 << height);
-        let end = start.saturating_add(u64::from(tile.width()));
-        if tile.is_data() || tile.width() == 0 || end > complete {
+        let complete = size
+            .checked_shr(u32::from(TILE_HEIGHT) * u32::from(level))
+            .unwrap_or(0);
+        let start = tile.level_index().saturating_mul(TILE_WIDTH as u64);
+        let width = tile.width() as usize;
+        let end = start.saturating_add(width as u64);
+        if tile.is_data() || tile.height() != TILE_HEIGHT || width == 0 || end > complete {
             return Err(TlogError::OutOfRange {
                 size,
                 what: format!("tile {}", tile.path()),
             });
         }
-        Ok(tile.read_data(&Stored(&self.tree))?)
+        let hashes: Vec<Hash> = (0..width as u64)
+            .map(|i| r.level_hashes(level, start + i, 1))
+            .collect::<Result<_, _>>()?;
+        let mut out = Vec::with_capacity(width * HASH);
+        for h in hashes {
+            out.extend_from_slice(&h.0);
+        }
+        Ok(out)
     }
 
-    /// Bytes the stored hashes take in sled (keys and values, without sled's overhead).
+    /// Bytes the stored tiles take in sled (their keys and values, without sled's overhead).
     pub fn stored_bytes(&self) -> u64 {
-        self.tree.len() as u64 * (8 + 32)
+        self.tree.len() as u64 * (9 + (TILE_WIDTH * HASH) as u64)
     }
 }
 

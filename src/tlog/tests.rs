@@ -95,13 +95,19 @@ fn open_tree() -> (tempfile::TempDir, sled::Db, MerkleTree) {
     (dir, db, tree)
 }
 
-/// Sizes worth a closer look: the edges, powers of two and their neighbours.
+/// Prefix sizes worth a look in a tree of `t`: the edges and the middle for every `t`; every
+/// power of two and its neighbours for one size in 16 and around powers of two.
 fn interesting(t: u64) -> Vec<u64> {
     let mut v = vec![0, 1, t / 2, t.saturating_sub(1), t];
-    let mut p = 1;
-    while p <= t {
-        v.extend([p - 1, p, p + 1]);
-        p *= 2;
+    let near_power = [t.saturating_sub(1), t, t + 1]
+        .iter()
+        .any(|x| x.is_power_of_two());
+    if t % 16 == 0 || near_power {
+        let mut p = 1;
+        while p <= t {
+            v.extend([p - 1, p, p + 1]);
+            p *= 2;
+        }
     }
     v.retain(|&m| m <= t);
     v.sort_unstable();
@@ -193,43 +199,97 @@ fn a_wrong_leaf_or_root_does_not_verify() {
 #[test]
 fn appends_overlap_gaps_and_reopen() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let hashes: Vec<[u8; 32]> = (1..=300).map(leaf_of).collect();
+    let hashes: Vec<[u8; 32]> = (1..=700).map(leaf_of).collect();
     let root;
     {
         let db = sled::open(dir.path()).expect("sled");
         let tree = MerkleTree::open(&db).expect("open");
-        tree.append(1, &hashes[..200]).expect("append");
+        tree.append(1, &hashes[..580]).expect("append");
         // Overlapping what is there is skipped; a gap is refused and changes nothing.
-        tree.append(150, &hashes[149..210]).expect("overlap");
-        assert_eq!(tree.size(), 210);
+        tree.append(550, &hashes[549..600]).expect("overlap");
+        assert_eq!(tree.size(), 600);
         assert!(matches!(
-            tree.append(212, &hashes[211..220]),
+            tree.append(602, &hashes[601..620]),
             Err(TlogError::Gap {
-                size: 210,
-                first_seq: 212
+                size: 600,
+                first_seq: 602
             })
         ));
         assert!(matches!(
             tree.append(0, &hashes[..1]),
             Err(TlogError::Gap { .. })
         ));
-        assert_eq!(tree.size(), 210);
-        root = tree.root(210).expect("root");
+        assert_eq!(tree.size(), 600);
+        root = tree.root(600).expect("root");
         db.flush().expect("flush");
     }
-    // Reopened, the frontier is read back and appending goes on where it stopped.
+    // Reopened, the tree holds what its complete level-0 tiles cover (512 leaves); the rest
+    // comes again from the log, as `catch_up` feeds it.
     let db = sled::open(dir.path()).expect("sled");
     let tree = MerkleTree::open(&db).expect("reopen");
-    assert_eq!(tree.size(), 210);
-    assert_eq!(tree.root(210).expect("root"), root);
-    tree.append(211, &hashes[210..])
+    assert_eq!(tree.size(), 512);
+    tree.append(513, &hashes[512..600]).expect("the tail again");
+    assert_eq!(tree.root(600).expect("root"), root);
+    tree.append(601, &hashes[600..])
         .expect("append after reopen");
     let fresh = {
         let (_d, _db, t) = open_tree();
         t.append(1, &hashes).expect("append all");
-        t.root(300).expect("root")
+        t.root(700).expect("root")
     };
-    assert_eq!(tree.root(300).expect("root"), fresh);
+    assert_eq!(tree.root(700).expect("root"), fresh);
+}
+
+/// Past 65,536 leaves the tree has level-2 tiles: roots and proofs there, and a reopen that
+/// rebuilds the partial tiles of levels 1 and 2 from the stored ones.
+#[test]
+fn large_trees_across_tile_levels() {
+    const N: u64 = 70_000;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let hashes: Vec<[u8; 32]> = (1..=N).map(leaf_of).collect();
+    let leaves: Vec<Hash> = (1..=N).map(|s| leaf_hash(s, &leaf_of(s))).collect();
+    let mut naive = Naive {
+        leaves: &leaves,
+        memo: std::collections::HashMap::new(),
+    };
+    let db = sled::open(dir.path()).expect("sled");
+    let tree = MerkleTree::open(&db).expect("open");
+    tree.append(1, &hashes[..69_999]).expect("append");
+    for t in [65_535u64, 65_536, 65_537, 69_999] {
+        let root = tree.root(t).expect("root");
+        assert_eq!(root, naive.mth(0, t as usize), "root of {t}");
+        for m in [0u64, 1, 255, 256, 257, 65_535, t / 3, t - 1] {
+            if m >= t {
+                continue;
+            }
+            let p = tree.inclusion(m, t).expect("inclusion");
+            assert_eq!(p, naive.path(m as usize, 0, t as usize), "PATH({m}, {t})");
+            if m > 0 {
+                let c = tree.consistency(m, t).expect("consistency");
+                assert_eq!(
+                    c,
+                    naive.subproof(m as usize, 0, t as usize, true),
+                    "PROOF({m}, {t})"
+                );
+            }
+        }
+    }
+    db.flush().expect("flush");
+    drop(tree);
+    let tree = MerkleTree::open(&db).expect("reopen");
+    assert_eq!(tree.size(), 69_888);
+    tree.append(69_889, &hashes[69_888..])
+        .expect("the tail again");
+    assert_eq!(tree.root(N).expect("root"), naive.mth(0, N as usize));
+    // The level-1 tile 0 is complete (65,536 leaves), level 2 holds one partial hash.
+    let t = Tile::new(TILE_HEIGHT, 1, 0, 256, false);
+    let data = tree.tile(&t, N).expect("level 1");
+    assert_eq!(&data[..32], &naive.mth(0, 256).0);
+    let t = Tile::new(TILE_HEIGHT, 2, 0, 1, false);
+    assert_eq!(
+        tree.tile(&t, N).expect("level 2"),
+        naive.mth(0, 65_536).0.to_vec()
+    );
 }
 
 #[test]
