@@ -540,13 +540,9 @@ fn verify_checks_roots_and_a_record_changed_on_disk_fails_its_proof() {
     let f = write(dir.path(), "changed.json", &p.to_string());
     let (code, out) = cli_verify(&["--proof", path_str(&f), "--pubkey", &vkey]);
     assert_eq!(code, 1, "{out}");
-    assert!(
-        out.contains(&format!(
-            "wrong root: the inclusion path from leaf {}",
-            seq - 1
-        )),
-        "{out}"
-    );
+    // The tree's tail past its last complete tile is rebuilt from the (changed) log at start,
+    // so the served root differs from the signed one; either way the proof is refused.
+    assert!(out.contains("FAILED: wrong root"), "{out}");
     assert_eq!(go(&["inclusion", path_str(&f), &vkey]).0, 1);
 }
 
