@@ -65,7 +65,7 @@ fn main() {
         db.flush().expect("flush");
         let disk = db.size_on_disk().expect("size");
         println!(
-            "  storage                            {} stored hashes, {:.1} bytes a record on disk (sled, all of the tree)",
+            "  storage                            {} stored tiles, {:.1} bytes a record on disk (sled, all of the tree)",
             db.open_tree(auditmem::tlog::TREE).expect("tree").len(),
             disk as f64 / n as f64
         );

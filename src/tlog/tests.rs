@@ -102,7 +102,7 @@ fn interesting(t: u64) -> Vec<u64> {
     let near_power = [t.saturating_sub(1), t, t + 1]
         .iter()
         .any(|x| x.is_power_of_two());
-    if t % 16 == 0 || near_power {
+    if t.is_multiple_of(16) || near_power {
         let mut p = 1;
         while p <= t {
             v.extend([p - 1, p, p + 1]);
