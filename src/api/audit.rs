@@ -245,14 +245,13 @@ pub(crate) async fn list_logs(
     Ok(by_reference(body, ResponseRef::List(r)))
 }
 
-#[utoipa::path(get, path = "/v1/audit/logs/{audit_id}", tag = "audit", security(("api_key" = [])),
-    params(("audit_id" = String, Path, description = "audit log id")),
-    responses((status = 200, description = "the entry and its detail", body = AuditLogDetailEnvelope), (status = 403, description = "permission (4030) or inactive subscription (2200)", body = ErrorEnvelope), (status = 404, description = "missing, foreign or outside retention (4040)", body = ErrorEnvelope)))]
-pub(crate) async fn get_log(
-    State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
-    Path(audit_id): Path<String>,
-) -> Result<Recorded<Rendered>, ApiError> {
+/// The caller's own entry `audit_id` within its plan's retention: its id and index ref. Any
+/// other id, unknown, foreign or expired, is the same 404 (no existence oracle).
+pub(crate) fn owned_entry(
+    state: &AppState,
+    caller: &Caller,
+    audit_id: &str,
+) -> Result<(Uuid, AuditRef), ApiError> {
     let not_found = || ApiError::not_found("audit log not found");
     let id = Uuid::parse_str(audit_id.trim()).map_err(|_| not_found())?;
     let r = state.projections.audit.get(&id)?.ok_or_else(not_found)?;
@@ -261,6 +260,18 @@ pub(crate) async fn get_log(
     {
         return Err(not_found());
     }
+    Ok((id, r))
+}
+
+#[utoipa::path(get, path = "/v1/audit/logs/{audit_id}", tag = "audit", security(("api_key" = [])),
+    params(("audit_id" = String, Path, description = "audit log id")),
+    responses((status = 200, description = "the entry and its detail", body = AuditLogDetailEnvelope), (status = 403, description = "permission (4030) or inactive subscription (2200)", body = ErrorEnvelope), (status = 404, description = "missing, foreign or outside retention (4040)", body = ErrorEnvelope)))]
+pub(crate) async fn get_log(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(audit_id): Path<String>,
+) -> Result<Recorded<Rendered>, ApiError> {
+    let (_, r) = owned_entry(&state, &caller, &audit_id)?;
     let rec = load_entry(&state, r.seq)?;
     // This answer nests the entry's own answer in full when that entry is a read rendered in
     // full; a later read of this one then shows a marker in its place (see the module doc).

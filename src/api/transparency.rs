@@ -7,7 +7,6 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Extension;
 use base64::Engine;
-use uuid::Uuid;
 
 use crate::api::error::ApiError;
 use crate::api::extract::Query;
@@ -71,14 +70,7 @@ pub(crate) async fn inclusion_proof(
     Path(audit_id): Path<String>,
     Query(tree_size): Query<ProofQuery>,
 ) -> Result<AuditOk<InclusionProof>, ApiError> {
-    let not_found = || ApiError::not_found("audit log not found");
-    let id = Uuid::parse_str(audit_id.trim()).map_err(|_| not_found())?;
-    let r = state.projections.audit.get(&id)?.ok_or_else(not_found)?;
-    if r.tenant_id != caller.tenant.id
-        || r.created_at < state.settings.retention_start(caller.tenant.plan)
-    {
-        return Err(not_found());
-    }
+    let (id, r) = crate::api::audit::owned_entry(&state, &caller, &audit_id)?;
     let tlog = state.appender.tlog().clone();
     let (size, checkpoint) = match tree_size {
         Some(n) => {

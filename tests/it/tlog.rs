@@ -626,52 +626,45 @@ fn the_service_pushes_checkpoints_to_witnesses_and_publishes_their_cosignatures(
         .to_string();
     let p = proof_of(&s, &ka, &id, &format!("?tree_size={}", note_size(&second)));
     assert_eq!(p["checkpoint"], json!(cosigned));
+    // verify --proof FILE with these witness keys and this quorum.
+    let with_witnesses = |f: &Path, keys: &[&str], quorum: &str| {
+        let mut args = vec!["--proof", path_str(f), "--pubkey", vkey.as_str()];
+        for k in keys {
+            args.extend(["--witness-key", k]);
+        }
+        args.extend(["--witnesses", quorum]);
+        cli_verify(&args)
+    };
     let f = write(dir.path(), "proof.json", &p.to_string());
-    let (code, out) = cli_verify(&[
-        "--proof",
-        path_str(&f),
-        "--pubkey",
-        &vkey,
-        "--witness-key",
-        &w.vkey,
-        "--witnesses",
-        "1",
-    ]);
+    let (code, out) = with_witnesses(&f, &[&w.vkey], "1");
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("; cosigned by witness.test/w1"), "{out}");
     // Two required, one there: refused, saying so.
-    let (code, out) = cli_verify(&[
-        "--proof",
-        path_str(&f),
-        "--pubkey",
-        &vkey,
-        "--witness-key",
-        &w.vkey,
-        "--witness-key",
-        &stranger.vkey,
-        "--witnesses",
-        "2",
-    ]);
+    let (code, out) = with_witnesses(&f, &[&w.vkey, &stranger.vkey], "2");
     assert_eq!(code, 1, "{out}");
     assert!(
         out.contains("missing cosignatures: 1 valid witness cosignature(s), 2 required"),
         "{out}"
     );
-    // A cosignature line altered: named as a bad cosignature.
+    // A cosignature's signature bytes altered (its key ID kept): named as a bad cosignature.
+    let line = cosigned
+        .lines()
+        .find(|l| l.starts_with("\u{2014} witness.test/w1 "))
+        .expect("the witness's line");
+    let mut sig = B64
+        .decode(line.rsplit(' ').next().expect("base64"))
+        .expect("b64");
+    let last = sig.len() - 1;
+    sig[last] ^= 1;
+    let altered = format!("\u{2014} witness.test/w1 {}", B64.encode(&sig));
     let mut forged = p.clone();
-    let cp = cosigned.replacen("\u{2014} witness.test/w1 ", "\u{2014} witness.test/w1 A", 1);
-    forged["checkpoint"] = json!(cp);
+    forged["checkpoint"] = json!(cosigned.replace(line, &altered));
     let f = write(dir.path(), "forged.json", &forged.to_string());
-    let (code, out) = cli_verify(&[
-        "--proof",
-        path_str(&f),
-        "--pubkey",
-        &vkey,
-        "--witness-key",
-        &w.vkey,
-        "--witnesses",
-        "1",
-    ]);
+    let (code, out) = with_witnesses(&f, &[&w.vkey], "1");
+    assert!(
+        out.contains("bad cosignature: the cosignature by witness.test/w1 does not verify"),
+        "{out}"
+    );
     assert_eq!(code, 1, "{out}");
 }
 
