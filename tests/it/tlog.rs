@@ -114,6 +114,24 @@ fn ingest_one_by_one(s: &Server, tenant: &str, n: usize) {
 }
 
 /// `GET /v1/audit/logs/{id}/proof{query}`'s data.
+/// The verifier key of a new signing key under `origin`, made by `admin pubkey` in `dir`.
+fn new_log_key(dir: &Path, origin: &str) -> String {
+    let key = dir.join(format!("{}.key", origin.replace('/', "_")));
+    let (code, out, err) = cli(
+        &[
+            "admin",
+            "pubkey",
+            "--signing-key",
+            path_str(&key),
+            "--origin",
+            origin,
+        ],
+        &[],
+    );
+    assert_eq!(code, 0, "{err}");
+    out.trim().to_string()
+}
+
 fn proof_of(s: &Server, key: &str, id: &str, query: &str) -> Value {
     let (status, v) = s.get(&format!("/v1/audit/logs/{id}/proof{query}"), key);
     assert_eq!(status, 200, "{v}");
@@ -222,20 +240,8 @@ fn tenant_proofs_consistency_and_tiles_verify_here_and_in_go() {
     assert_eq!(code, 1, "{out}");
     assert!(out.contains("the record does not match its hash"), "{out}");
     // A checkpoint signed by another key than the pinned one.
-    let other_key = dir.path().join("other.key");
-    let (code, other, err) = cli(
-        &[
-            "admin",
-            "pubkey",
-            "--signing-key",
-            path_str(&other_key),
-            "--origin",
-            ORIGIN,
-        ],
-        &[],
-    );
-    assert_eq!(code, 0, "{err}");
-    let other = other.trim();
+    let other = new_log_key(dir.path(), ORIGIN);
+    let other = other.as_str();
     let (code, out) = cli_verify(&["--proof", path_str(&file), "--pubkey", other]);
     assert_eq!(code, 1, "{out}");
     assert!(out.contains("not signed by the pinned key"), "{out}");
@@ -572,22 +578,10 @@ fn the_service_pushes_checkpoints_to_witnesses_and_publishes_their_cosignatures(
     let vkey = verifier_key(&s);
     // One witness of this log, and one that witnesses another log only (it answers 404).
     let w = crate::witness::Witness::start(&dir.path().join("w1"), &[format!("{ORIGIN}={vkey}")]);
-    let other_key = dir.path().join("other.key");
-    let (code, other, err) = cli(
-        &[
-            "admin",
-            "pubkey",
-            "--signing-key",
-            path_str(&other_key),
-            "--origin",
-            "other.example/log",
-        ],
-        &[],
-    );
-    assert_eq!(code, 0, "{err}");
+    let other = new_log_key(dir.path(), "other.example/log");
     let stranger = crate::witness::Witness::start(
         &dir.path().join("w2"),
-        &[format!("other.example/log={}", other.trim())],
+        &[format!("other.example/log={other}")],
     );
     s.extra.extend([
         "--witness".to_string(),
