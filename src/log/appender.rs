@@ -135,7 +135,6 @@ pub struct Appender {
 pub struct AppenderThread {
     writer: std::thread::JoinHandle<()>,
     applier: std::thread::JoinHandle<()>,
-    tree: std::thread::JoinHandle<()>,
     tx: mpsc::Sender<Msg>,
 }
 
@@ -143,12 +142,10 @@ impl AppenderThread {
     /// Asks the appender to finish what is queued and stop, and waits for both threads.
     pub async fn stop(self) {
         let _ = self.tx.send(Msg::Stop).await;
-        let (writer, applier, tree) = (self.writer, self.applier, self.tree);
+        let (writer, applier) = (self.writer, self.applier);
         let _ = tokio::task::spawn_blocking(move || {
             let _ = writer.join();
             let _ = applier.join();
-            // It ends once the applier, which feeds it, is gone.
-            let _ = tree.join();
         })
         .await;
     }
@@ -342,20 +339,14 @@ impl Appender {
             cluster,
         };
         let applier_stats = stats.clone();
-        let (tree_tx, tree_rx) = std::sync::mpsc::sync_channel::<(u64, Vec<[u8; 32]>)>(64);
-        let tree = {
-            let (tlog, progress, stats) = (tlog.clone(), progress.clone(), stats.clone());
-            std::thread::Builder::new()
-                .name("appender-tlog".into())
-                .spawn(move || tree_loop(tree_rx, tlog, progress, stats))?
-        };
+        let applier_tlog = tlog.clone();
         let applier = std::thread::Builder::new()
             .name("appender-apply".into())
             .spawn(move || {
                 apply_loop(
                     job_rx,
                     projections,
-                    tree_tx,
+                    applier_tlog,
                     progress,
                     head_tx,
                     applier_stats,
@@ -379,7 +370,6 @@ impl Appender {
             AppenderThread {
                 writer: handle,
                 applier,
-                tree,
                 tx,
             },
         ))
@@ -607,7 +597,7 @@ const FEED_CHECK: Duration = Duration::from_secs(2);
 fn apply_loop(
     jobs: std::sync::mpsc::Receiver<ApplyJob>,
     projections: Arc<Projections>,
-    tree: std::sync::mpsc::SyncSender<(u64, Vec<[u8; 32]>)>,
+    tlog: Arc<MerkleTree>,
     progress: Arc<ApplyProgress>,
     head_tx: watch::Sender<Head>,
     stats: Arc<AppenderStats>,
@@ -636,16 +626,15 @@ fn apply_loop(
         }
         let result = projections.apply(&applied).map_err(|e| e.to_string());
         drop(applied);
-        // The leaves go to the tree thread, off this thread's path: whoever needs the tree at
-        // a head waits for it there (`MerkleTree::wait_for`).
+        // The tree's leaves, before the head moves: a checkpoint signed at the head, or a
+        // proof asked for by a caller who just heard back, finds them.
         let result = result.and_then(|()| {
-            batch.iter_mut().try_for_each(|job| {
+            batch.iter().try_for_each(|job| {
+                let first = (job.head.seq + 1).saturating_sub(job.leaves.len() as u64);
                 if job.leaves.is_empty() {
                     return Ok(());
                 }
-                let first = (job.head.seq + 1).saturating_sub(job.leaves.len() as u64);
-                tree.send((first, std::mem::take(&mut job.leaves)))
-                    .map_err(|_| "the Merkle tree thread stopped".to_string())
+                tlog.append(first, &job.leaves).map_err(|e| e.to_string())
             })
         });
         stats
@@ -660,7 +649,7 @@ fn apply_loop(
                 // projections catch up from their checkpoints at the next start. Writing more
                 // on top of stale projections would decide against the wrong state, so later
                 // writes are refused.
-                tracing::error!(error = %e, "projection apply failed; the appender refuses further writes");
+                tracing::error!(error = %e, "projection or Merkle tree apply failed; the appender refuses further writes");
                 stats.failed.store(true, Ordering::Relaxed);
                 if let Ok(mut f) = progress.failed.lock() {
                     *f = Some(format!("projection apply failed: {e}"));
@@ -688,25 +677,6 @@ fn apply_loop(
     if applied_to > 0 && !failed {
         if let Err(e) = projections.settle(applied_to) {
             tracing::warn!(error = %e, "could not settle projection checkpoints at stop");
-        }
-    }
-}
-
-/// The tree thread: appends each applied group's leaves to the Merkle tree. A tree that
-/// cannot take them (its storage failed) stops the appender's writes, as a projection would.
-fn tree_loop(
-    leaves: std::sync::mpsc::Receiver<(u64, Vec<[u8; 32]>)>,
-    tlog: Arc<MerkleTree>,
-    progress: Arc<ApplyProgress>,
-    stats: Arc<AppenderStats>,
-) {
-    while let Ok((first, hashes)) = leaves.recv() {
-        if let Err(e) = tlog.append(first, &hashes) {
-            tracing::error!(error = %e, "Merkle tree append failed; the appender refuses further writes");
-            stats.failed.store(true, Ordering::Relaxed);
-            if let Ok(mut f) = progress.failed.lock() {
-                f.get_or_insert(format!("Merkle tree append failed: {e}"));
-            }
         }
     }
 }

@@ -8,10 +8,9 @@
 //!   the leaf reveals nothing of any tenant's data, and whoever holds the record can recompute
 //!   it.
 //! - Hashing is RFC 6962's: leaf hash `SHA-256(0x00 || leaf)`, node `SHA-256(0x01 || l || r)`.
-//! - The tree is a projection of the log: the appender's tree thread appends each applied
-//!   group's leaves ([`MerkleTree::append`]) right after it is applied, and whoever needs the
-//!   tree at a head waits for it ([`MerkleTree::wait_for`]); `serve` and the appender catch it
-//!   up from the log at start, and `replay` rebuilds it. Its sled tree `tlog` holds
+//! - The tree is a projection of the log: the applier appends each durable group's leaves
+//!   ([`MerkleTree::append`]) before the group's callers hear back, `serve` and the appender
+//!   catch it up from the log at start, and `replay` rebuilds it. Its sled tree `tlog` holds
 //!   the complete C2SP hash tiles (256 hashes of tree level 8L each), the right edge's partial
 //!   tiles are in memory, and a proof or a root costs O(log n) tile reads.
 //!
@@ -25,8 +24,7 @@ pub mod witnesses;
 
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::sync::{Arc, Condvar, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex};
 
 use tlog_tiles::{Hash, HashReader, Tile};
 
@@ -124,8 +122,6 @@ struct Edge {
 pub struct MerkleTree {
     tree: sled::Tree,
     edge: Mutex<Edge>,
-    /// Notified each time leaves are appended (`wait_for`).
-    grown: Condvar,
 }
 
 /// Reads hashes at any tree level from the tiles: a hash at level `8L + k` is the subtree root
@@ -231,7 +227,6 @@ impl MerkleTree {
                 size,
                 pending: Arc::new(pending),
             }),
-            grown: Condvar::new(),
         })
     }
 
@@ -307,29 +302,7 @@ impl MerkleTree {
         }
         edge.size = size;
         edge.pending = Arc::new(pending);
-        drop(edge);
-        self.grown.notify_all();
         Ok(())
-    }
-
-    /// Waits until the tree holds `size` leaves, for at most `timeout`; whether it does. The
-    /// appender's tree thread appends a group's leaves right after the group is applied, so a
-    /// head that was just seen may be a few groups ahead of the tree.
-    pub fn wait_for(&self, size: u64, timeout: Duration) -> bool {
-        let deadline = Instant::now() + timeout;
-        let mut edge = self.edge.lock().unwrap_or_else(|p| p.into_inner());
-        while edge.size < size {
-            let now = Instant::now();
-            if now >= deadline {
-                return false;
-            }
-            edge = self
-                .grown
-                .wait_timeout(edge, deadline - now)
-                .map(|(g, _)| g)
-                .unwrap_or_else(|p| p.into_inner().0);
-        }
-        true
     }
 
     /// Appends the leaves of every record of `log` past the tree's size; how many.
