@@ -12,7 +12,7 @@ use crate::api::error::ApiError;
 use crate::api::extract::Query;
 use crate::api::gate::Caller;
 use crate::api::state::AppState;
-use crate::tlog::proof::{b64, ConsistencyProof, InclusionProof};
+use crate::tlog::proof::{ConsistencyProof, InclusionProof};
 use crate::tlog::{TlogError, TILE_HEIGHT};
 use crate::wire::envelope::{AuditOk, Data, ErrorEnvelope};
 use crate::wire::transparency::{ConsistencyQuery, ProofQuery};
@@ -70,7 +70,7 @@ pub(crate) async fn inclusion_proof(
     Path(audit_id): Path<String>,
     Query(tree_size): Query<ProofQuery>,
 ) -> Result<AuditOk<InclusionProof>, ApiError> {
-    let (id, r) = crate::api::audit::owned_entry(&state, &caller, &audit_id)?;
+    let (_, r) = crate::api::audit::owned_entry(&state, &caller, &audit_id)?;
     let tlog = state.appender.tlog().clone();
     let (size, checkpoint) = match tree_size {
         Some(n) => {
@@ -87,27 +87,12 @@ pub(crate) async fn inclusion_proof(
             (n, Some(note))
         }
     };
+    // A size beyond the tree is the caller's error (400), found here before the record is read.
     let root = tlog.root(size).map_err(tree_error)?;
-    let path = tlog.inclusion(r.seq - 1, size).map_err(tree_error)?;
-    let (seq, record) = match state.log.records_from(r.seq).next() {
-        Some(Ok(kv)) => kv,
-        Some(Err(e)) => return Err(ApiError::internal(e)),
-        None => return Err(ApiError::internal(format!("record {} is missing", r.seq))),
-    };
-    let hash = crate::log::record::RecordRef::decode(&record)
-        .map(|rec| hex::encode(rec.hash))
-        .map_err(|e| ApiError::internal(format!("record {seq}: {e}")))?;
-    Ok(AuditOk(InclusionProof {
-        audit_id: id,
-        seq,
-        leaf_index: seq - 1,
-        record: base64::engine::general_purpose::STANDARD.encode(&record),
-        record_hash: hash,
-        tree_size: size,
-        root_hash: b64(&root),
-        inclusion: path.iter().map(b64).collect(),
-        checkpoint,
-    }))
+    let mut proof =
+        row_proof(&state, &tlog, r.seq, size, &root.to_string()).map_err(ApiError::internal)?;
+    proof.checkpoint = checkpoint;
+    Ok(AuditOk(proof))
 }
 
 /// The consistency proof between `from` and `to` (default: the latest checkpoint's size, or
@@ -132,9 +117,9 @@ fn consistency(
     Ok(ConsistencyProof {
         from,
         to,
-        from_root: b64(&tlog.root(from).map_err(tree_error)?),
-        to_root: b64(&tlog.root(to).map_err(tree_error)?),
-        proof: proof.iter().map(b64).collect(),
+        from_root: tlog.root(from).map_err(tree_error)?.to_string(),
+        to_root: tlog.root(to).map_err(tree_error)?.to_string(),
+        proof: proof.iter().map(ToString::to_string).collect(),
         checkpoint: state.signer.note_at(to),
     })
 }
@@ -220,8 +205,6 @@ pub(crate) async fn tile(State(state): State<AppState>, Path(path): Path<String>
     }
 }
 
-/// The bytes gathered before each write of the export proofs' stream.
-const STREAM_CHUNK: usize = 256 * 1024;
 /// Seqs read from the audit index at a time.
 const WINDOW: usize = 1 << 16;
 
@@ -263,7 +246,7 @@ pub(crate) async fn export_proofs(
         from: v.start_time,
         to: v.end_time,
     };
-    let root_hash = b64(&root);
+    let root_hash = root.to_string();
     let head = crate::tlog::proof::ExportProofsHead {
         export_id: v.export_id,
         rows: v.records.unwrap_or(0),
@@ -277,7 +260,7 @@ pub(crate) async fn export_proofs(
         let fail = |e: String| {
             let _ = tx.blocking_send(Err(std::io::Error::other(e)));
         };
-        let mut buf = Vec::with_capacity(STREAM_CHUNK);
+        let mut buf = Vec::with_capacity(crate::api::admin::log::STREAM_CHUNK);
         // Writing JSON of these structs into a Vec cannot fail.
         let _ = serde_json::to_writer(&mut buf, &head);
         buf.push(b'\n');
@@ -300,7 +283,7 @@ pub(crate) async fn export_proofs(
                     }
                     Err(e) => return fail(e),
                 }
-                if buf.len() >= STREAM_CHUNK
+                if buf.len() >= crate::api::admin::log::STREAM_CHUNK
                     && tx.blocking_send(Ok(std::mem::take(&mut buf))).is_err()
                 {
                     return;
@@ -330,7 +313,7 @@ pub(crate) async fn export_proofs(
 }
 
 /// The inclusion proof of the record `seq` in the tree of `size` leaves (root `root_hash`),
-/// without checkpoint.
+/// without checkpoint: one entry's proof and each row of an export's.
 fn row_proof(
     state: &AppState,
     tlog: &crate::tlog::MerkleTree,
@@ -359,7 +342,7 @@ fn row_proof(
         record_hash: hex::encode(r.hash),
         tree_size: size,
         root_hash: root_hash.to_string(),
-        inclusion: path.iter().map(b64).collect(),
+        inclusion: path.iter().map(ToString::to_string).collect(),
         checkpoint: None,
     })
 }

@@ -134,10 +134,10 @@ fn export_proofs(
         Ok(o) => o,
         Err(e) => return Ok(Err(e.into())),
     };
-    if opened.size != head.tree_size || proof::b64(&opened.root) != head.root_hash {
+    if opened.size != head.tree_size || opened.root.to_string() != head.root_hash {
         return Ok(Err(ProofError::CheckpointMismatch {
             cp_size: opened.size,
-            cp_root: proof::b64(&opened.root),
+            cp_root: opened.root.to_string(),
             size: head.tree_size,
             root: head.root_hash,
         }));

@@ -181,6 +181,10 @@ pub struct CheckpointSigner {
     latest: Mutex<Option<Checkpoint>>,
     /// With the Merkle tree: each checkpoint also signs its root as a C2SP note.
     tree: Option<TreeSigning>,
+    /// The signed notes by tree size, from the checkpoints file and as they are signed, the
+    /// latest with the witnesses' cosignatures received for it (bounded: an older size's proof
+    /// comes without its note).
+    notes: Mutex<std::collections::BTreeMap<u64, String>>,
     /// When a checkpoint was last signed because a proof needed one (at most one a second).
     on_demand: Mutex<Option<std::time::Instant>>,
     /// The tree size of the latest signed note, for the witnesses' pusher.
@@ -190,9 +194,6 @@ pub struct CheckpointSigner {
 struct TreeSigning {
     tlog: std::sync::Arc<crate::tlog::MerkleTree>,
     signer: signed_note::StandardSigner,
-    /// The notes signed lately by tree size, the latest with the witnesses' cosignatures
-    /// received for it (bounded: an older size's proof comes without its note).
-    notes: Mutex<std::collections::BTreeMap<u64, String>>,
 }
 
 /// How many signed notes are kept in memory for proofs at an earlier tree size.
@@ -200,40 +201,34 @@ const NOTES_KEPT: usize = 4096;
 
 impl CheckpointSigner {
     pub fn new(key: SigningKey, file: PathBuf) -> Self {
-        let latest = read_file(&file).ok().and_then(|v| v.into_iter().last());
+        let checkpoints = read_file(&file).unwrap_or_default();
+        let mut notes: std::collections::BTreeMap<u64, String> = checkpoints
+            .iter()
+            .filter_map(|cp| Some((cp.seq, cp.note.clone()?)))
+            .collect();
+        while notes.len() > NOTES_KEPT {
+            notes.pop_first();
+        }
         Self {
             key,
             file,
-            latest: Mutex::new(latest),
+            latest: Mutex::new(checkpoints.into_iter().last()),
             tree: None,
+            notes: Mutex::new(notes),
             on_demand: Mutex::new(None),
             signed: tokio::sync::watch::Sender::new(0),
         }
     }
 
     /// Also signs the Merkle tree's root in each checkpoint, as a C2SP signed note of the
-    /// checkpoint `origin` (also the key's name). The notes of the checkpoints file are read
-    /// back, so proofs at their sizes carry them.
+    /// checkpoint `origin` (also the key's name).
     pub fn with_tree(
         mut self,
         origin: &str,
         tlog: std::sync::Arc<crate::tlog::MerkleTree>,
     ) -> Result<Self, String> {
         let signer = crate::tlog::note::signer(origin, &self.key).map_err(|e| e.to_string())?;
-        let mut notes = std::collections::BTreeMap::new();
-        for cp in read_file(&self.file).unwrap_or_default() {
-            if let Some(n) = cp.note {
-                notes.insert(cp.seq, n);
-            }
-        }
-        while notes.len() > NOTES_KEPT {
-            notes.pop_first();
-        }
-        self.tree = Some(TreeSigning {
-            tlog,
-            signer,
-            notes: Mutex::new(notes),
-        });
+        self.tree = Some(TreeSigning { tlog, signer });
         Ok(self)
     }
 
@@ -252,15 +247,13 @@ impl CheckpointSigner {
 
     /// The signed note of the checkpoint at tree size `size`, if one is kept.
     pub fn note_at(&self, size: u64) -> Option<String> {
-        let t = self.tree.as_ref()?;
-        let notes = t.notes.lock().unwrap_or_else(|p| p.into_inner());
+        let notes = self.notes.lock().unwrap_or_else(|p| p.into_inner());
         notes.get(&size).cloned()
     }
 
     /// The latest signed note with the cosignatures received for it.
     pub fn latest_note(&self) -> Option<(u64, String)> {
-        let t = self.tree.as_ref()?;
-        let notes = t.notes.lock().unwrap_or_else(|p| p.into_inner());
+        let notes = self.notes.lock().unwrap_or_else(|p| p.into_inner());
         notes.last_key_value().map(|(k, v)| (*k, v.clone()))
     }
 
@@ -292,11 +285,9 @@ impl CheckpointSigner {
 
     /// Adds witnesses' cosignature lines to the note kept for `size`.
     pub fn add_cosignatures(&self, size: u64, lines: &[String]) {
-        if let Some(t) = self.tree.as_ref() {
-            let mut notes = t.notes.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some(n) = notes.get_mut(&size) {
-                *n = crate::tlog::note::with_signatures(n, lines);
-            }
+        let mut notes = self.notes.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = notes.get_mut(&size) {
+            *n = crate::tlog::note::with_signatures(n, lines);
         }
     }
 
@@ -339,9 +330,9 @@ impl CheckpointSigner {
             let root = t.tlog.root(head.seq).map_err(std::io::Error::other)?;
             let note = crate::tlog::note::sign(&t.signer, head.seq, &root)
                 .map_err(std::io::Error::other)?;
-            cp.root = Some(crate::tlog::proof::b64(&root));
+            cp.root = Some(root.to_string());
             cp.note = Some(note.clone());
-            let mut notes = t.notes.lock().unwrap_or_else(|p| p.into_inner());
+            let mut notes = self.notes.lock().unwrap_or_else(|p| p.into_inner());
             notes.insert(head.seq, note);
             while notes.len() > NOTES_KEPT {
                 notes.pop_first();

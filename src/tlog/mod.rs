@@ -124,6 +124,17 @@ pub struct MerkleTree {
     edge: Mutex<Edge>,
 }
 
+/// A tree of `size` leaves when the tree holds `have`: out of range beyond it.
+fn check_size(size: u64, have: u64, what: impl FnOnce() -> String) -> Result<(), TlogError> {
+    if size > have {
+        return Err(TlogError::OutOfRange {
+            size: have,
+            what: what(),
+        });
+    }
+    Ok(())
+}
+
 /// Reads hashes at any tree level from the tiles: a hash at level `8L + k` is the subtree root
 /// of `2^k` consecutive hashes of one tile of level L (at most 127 node hashes).
 struct Reader<'a> {
@@ -347,25 +358,10 @@ impl MerkleTree {
         Ok(total)
     }
 
-    fn check_size(
-        &self,
-        size: u64,
-        have: u64,
-        what: impl FnOnce() -> String,
-    ) -> Result<(), TlogError> {
-        if size > have {
-            return Err(TlogError::OutOfRange {
-                size: have,
-                what: what(),
-            });
-        }
-        Ok(())
-    }
-
     /// The root hash of the tree's first `size` leaves.
     pub fn root(&self, size: u64) -> Result<Hash, TlogError> {
         let r = self.reader();
-        self.check_size(size, r.edge.size, || format!("tree of size {size}"))?;
+        check_size(size, r.edge.size, || format!("tree of size {size}"))?;
         Ok(tlog_tiles::tree_hash(size, &r)?)
     }
 
@@ -378,7 +374,7 @@ impl MerkleTree {
             });
         }
         let r = self.reader();
-        self.check_size(size, r.edge.size, || format!("tree of size {size}"))?;
+        check_size(size, r.edge.size, || format!("tree of size {size}"))?;
         Ok(tlog_tiles::prove_record(size, index, &r)?)
     }
 
@@ -392,7 +388,7 @@ impl MerkleTree {
             });
         }
         let r = self.reader();
-        self.check_size(to, r.edge.size, || format!("tree of size {to}"))?;
+        check_size(to, r.edge.size, || format!("tree of size {to}"))?;
         if from == 0 || from == to {
             return Ok(Vec::new());
         }
@@ -403,7 +399,7 @@ impl MerkleTree {
     /// to back. A tile beyond that tree, or wider than what the tree completes, is out of range.
     pub fn tile(&self, tile: &Tile, size: u64) -> Result<Vec<u8>, TlogError> {
         let r = self.reader();
-        self.check_size(size, r.edge.size, || format!("tree of size {size}"))?;
+        check_size(size, r.edge.size, || format!("tree of size {size}"))?;
         let level = tile.level();
         // The hashes of this tile's level the tree of `size` leaves completes.
         let complete = size
@@ -426,11 +422,6 @@ impl MerkleTree {
             out.extend_from_slice(&h.0);
         }
         Ok(out)
-    }
-
-    /// Bytes the stored tiles take in sled (their keys and values, without sled's overhead).
-    pub fn stored_bytes(&self) -> u64 {
-        self.tree.len() as u64 * (9 + (TILE_WIDTH * HASH) as u64)
     }
 }
 

@@ -115,10 +115,6 @@ pub enum ProofError {
     RowsDiffer(String),
 }
 
-pub fn b64(h: &Hash) -> String {
-    B64.encode(h.0)
-}
-
 fn parse_hash(s: &str, what: &str) -> Result<Hash, ProofError> {
     let bytes = B64
         .decode(s.trim())
@@ -160,7 +156,7 @@ pub fn check_inclusion(
     if opened.size != p.tree_size || opened.root != root {
         return Err(ProofError::CheckpointMismatch {
             cp_size: opened.size,
-            cp_root: b64(&opened.root),
+            cp_root: opened.root.to_string(),
             size: p.tree_size,
             root: p.root_hash.clone(),
         });

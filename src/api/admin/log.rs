@@ -17,8 +17,8 @@ type LogHeadEnvelope = Data<LogHead>;
 type CheckpointEnvelope = Data<Checkpoint>;
 type PublicKeyEnvelope = Data<PublicKey>;
 
-/// The bytes gathered before each write to the stream.
-const STREAM_CHUNK: usize = 256 * 1024;
+/// The bytes gathered before each write to a streamed answer (the raw log, an export's proofs).
+pub(crate) const STREAM_CHUNK: usize = 256 * 1024;
 
 #[utoipa::path(get, path = "/admin/v1/log/head", tag = "admin", security(("admin_token" = [])),
     responses((status = 200, description = "{seq, hash}", body = LogHeadEnvelope)))]

@@ -223,11 +223,11 @@ impl Verifier {
             let vkey = crate::tlog::note::verifier_key(origin, &key);
             match crate::tlog::note::open(note.as_bytes(), &vkey, Vec::new(), 0) {
                 Err(why) => return Some(format!("{what}: its signed note: {why}")),
-                Ok(o) if o.size != cp.seq || crate::tlog::proof::b64(&o.root) != root => {
+                Ok(o) if o.size != cp.seq || o.root.to_string() != root => {
                     return Some(format!(
                         "{what}: its signed note is for tree size {} with root {}, the checkpoint says {} with {root}",
                         o.size,
-                        crate::tlog::proof::b64(&o.root),
+                        o.root,
                         cp.seq
                     ))
                 }
@@ -235,7 +235,7 @@ impl Verifier {
             }
         }
         let computed = self.roots.get(&cp.seq)?;
-        let computed = crate::tlog::proof::b64(computed);
+        let computed = computed.to_string();
         (computed != root).then(|| {
             format!(
                 "{what} signs Merkle root {root} for tree size {}, but the records give {computed}",
