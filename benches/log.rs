@@ -149,17 +149,20 @@ fn verify_and_replay(c: &mut Criterion) {
     });
     // The Merkle tree's share of replay: the tree alone rebuilt from the same records.
     g.bench_function("tlog_rebuild", |b| {
-        let db = &log().1;
+        let (dir, db) = log();
+        let dir = dir.path();
         let reader = LogReader::open(db).expect("log");
         b.iter(|| {
-            auditmem::tlog::MerkleTree::drop_in(db).expect("drop");
-            let tree = auditmem::tlog::MerkleTree::open(db).expect("open");
+            auditmem::tlog::MerkleTree::drop_in(db, dir).expect("drop");
+            let tree = auditmem::tlog::MerkleTree::open(db, dir).expect("open");
             tree.catch_up(&reader, None).expect("rebuild")
         })
     });
     g.bench_function("replay", |b| {
         let (dir, db) = log();
-        b.iter(|| auditmem::cli::replay::replay(db, spill(dir.path())).expect("replay"));
+        b.iter(|| {
+            auditmem::cli::replay::replay(db, dir.path(), spill(dir.path())).expect("replay")
+        });
         // Catch-up from a checkpoint is incremental: nothing to do right after a replay.
         let projections = fixtures::projections(db);
         let reader = LogReader::open(db).expect("log");
@@ -175,7 +178,7 @@ fn verify_and_replay(c: &mut Criterion) {
         .expect("checkpoint")
         == 0
     {
-        auditmem::cli::replay::replay(db, spill(log().0.path())).expect("replay");
+        auditmem::cli::replay::replay(db, log().0.path(), spill(log().0.path())).expect("replay");
     }
     let projections = fixtures::projections(db);
     let tenant = fixtures::tenant_ids()[0];
@@ -235,7 +238,9 @@ fn replay_memories(c: &mut Criterion) {
     g.bench_function("replay", |b| {
         let dir = tempfile::tempdir().expect("tempdir");
         let db = fixtures::write_events(dir.path(), MEMORIES, fixtures::memory_created);
-        b.iter(|| auditmem::cli::replay::replay(&db, spill(dir.path())).expect("replay"));
+        b.iter(|| {
+            auditmem::cli::replay::replay(&db, dir.path(), spill(dir.path())).expect("replay")
+        });
         let projections = fixtures::projections(&db);
         let live: usize = fixtures::tenant_ids()
             .iter()
@@ -251,7 +256,9 @@ fn replay_memories(c: &mut Criterion) {
         let db = fixtures::write_events(dir.path(), MEMORIES, |_, i| {
             fixtures::memory_created(tenant, i)
         });
-        b.iter(|| auditmem::cli::replay::replay(&db, spill(dir.path())).expect("replay"));
+        b.iter(|| {
+            auditmem::cli::replay::replay(&db, dir.path(), spill(dir.path())).expect("replay")
+        });
         let projections = fixtures::projections(&db);
         assert_eq!(projections.memories.count(&tenant) as u64, MEMORIES);
     });

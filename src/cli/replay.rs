@@ -1,5 +1,6 @@
 //! `auditmem replay`: drop every projection and rebuild them all from the log.
 
+use std::path::Path;
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -27,7 +28,7 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<ExitCode> {
         &args.data_dir,
         auditmem_projections::vector_table::SPILL_ROWS,
     );
-    let n = replay(&db, spill)?;
+    let n = replay(&db, &args.data_dir, spill)?;
     let secs = started.elapsed().as_secs_f64();
     println!(
         "replayed {n} records in {secs:.2}s ({:.0} records/s)",
@@ -40,6 +41,7 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<ExitCode> {
 /// Large vector tables spill their rows as `spill` says, as the server's do.
 pub fn replay(
     db: &sled::Db,
+    data_dir: &Path,
     spill: Option<auditmem_projections::vector_table::Spill>,
 ) -> anyhow::Result<u64> {
     // By name, without opening them: replay must work whatever state they are in.
@@ -54,8 +56,8 @@ pub fn replay(
     let n = catch_up(&log, &projections, Some(&pb)).context("replaying")?;
     pb.finish_and_clear();
     // The Merkle tree is a projection too: rebuilt leaf by leaf from the records.
-    crate::tlog::MerkleTree::drop_in(db).context("dropping the Merkle tree")?;
-    let tree = crate::tlog::MerkleTree::open(db).context("reopening the Merkle tree")?;
+    crate::tlog::MerkleTree::drop_in(db, data_dir).context("dropping the Merkle tree")?;
+    let tree = crate::tlog::MerkleTree::open(db, data_dir).context("reopening the Merkle tree")?;
     let pb = super::progress(head, "rebuilding the Merkle tree");
     tree.catch_up(&log, Some(&pb))
         .context("rebuilding the Merkle tree")?;

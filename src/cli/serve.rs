@@ -2,6 +2,7 @@
 //! checkpoint signer and the HTTP server; on SIGTERM/SIGINT stop accepting, let in-flight
 //! requests finish (their appends included), drain the appender, sign a last checkpoint.
 
+use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -51,7 +52,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             )
         })?;
     let spill = crate::log::spill_in(&args.data_dir, args.vector_spill_rows);
-    let projections = open_or_rebuild_projections(&db, spill)?;
+    let projections = open_or_rebuild_projections(&db, &args.data_dir, spill)?;
     let log = LogReader::open(&db)?;
 
     let behind = log
@@ -71,7 +72,8 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     }
 
     {
-        let tree = crate::tlog::MerkleTree::open(&db).context("opening the Merkle tree")?;
+        let tree = crate::tlog::MerkleTree::open(&db, &args.data_dir)
+            .context("opening the Merkle tree")?;
         let behind = log.head()?.seq.saturating_sub(tree.size());
         if behind > 0 {
             let pb = super::progress(behind, "building the Merkle tree");
@@ -484,6 +486,7 @@ fn reopen_db(dir: &std::path::Path, cache_bytes: u64) -> Result<sled::Db, sled::
 /// stops the start.
 fn open_or_rebuild_projections(
     db: &sled::Db,
+    data_dir: &Path,
     spill: Option<auditmem_projections::vector_table::Spill>,
 ) -> anyhow::Result<auditmem_projections::Projections> {
     match crate::log::open_projections(db, spill.clone()) {
@@ -496,7 +499,7 @@ fn open_or_rebuild_projections(
         {
             tracing::warn!(error = %e, "projection state is corrupt: rebuilding every projection from the log");
             let started = Instant::now();
-            let n = super::replay::replay(db, spill.clone())
+            let n = super::replay::replay(db, data_dir, spill.clone())
                 .context("rebuilding projections from the log")?;
             tracing::warn!(
                 records = n,

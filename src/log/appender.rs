@@ -34,6 +34,10 @@ use super::{Head, LogReader};
 use crate::registry::ErrorCode;
 use crate::tlog::MerkleTree;
 
+/// How often the Merkle tree's new tiles are synced: a crash costs at most this much of
+/// ingestion refolded from the log at the next start.
+const TLOG_SYNC_EVERY: Duration = Duration::from_secs(1);
+
 /// How many events one group commit takes at most.
 const MAX_GROUP_EVENTS: usize = 4096;
 /// Queue depth before submitters wait (backpressure instead of unbounded memory).
@@ -279,11 +283,13 @@ impl Appender {
         let head = log.head()?;
         // The tree is a projection: whatever it lacks (a data dir from before it, a tail lost
         // in a crash since it is written without a sync) is folded from the log here.
-        let tlog = Arc::new(MerkleTree::open(&db).map_err(tlog_error)?);
+        let tlog = Arc::new(MerkleTree::open(&db, data_dir).map_err(tlog_error)?);
         let missing = tlog.catch_up(&log, None).map_err(tlog_error)?;
         if missing > 0 {
             tracing::info!(records = missing, "Merkle tree caught up from the log");
         }
+        // The applier writes tiles without a sync; a restart keeps what was synced.
+        MerkleTree::sync_every(&tlog, TLOG_SYNC_EVERY)?;
         let cluster = match cluster {
             None => None,
             Some(c) => {

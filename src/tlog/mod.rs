@@ -10,9 +10,9 @@
 //! - Hashing is RFC 6962's: leaf hash `SHA-256(0x00 || leaf)`, node `SHA-256(0x01 || l || r)`.
 //! - The tree is a projection of the log: the applier appends each durable group's leaves
 //!   ([`MerkleTree::append`]) before the group's callers hear back, `serve` and the appender
-//!   catch it up from the log at start, and `replay` rebuilds it. Its sled tree `tlog` holds
-//!   the complete C2SP hash tiles (256 hashes of tree level 8L each), the right edge's partial
-//!   tiles are in memory, and a proof or a root costs O(log n) tile reads.
+//!   catch it up from the log at start, and `replay` rebuilds it. The data dir's `tlog/` holds
+//!   the complete C2SP hash tiles (256 hashes of tree level 8L each, one file per level), the
+//!   right edge's partial tiles are in memory, and a proof or a root costs O(log n) reads.
 //!
 //! The proof algorithms and tile geometry are `tlog_tiles` (a port of Go's tlog); what is ours
 //! is the storage, the leaf and the incremental append (appending never reads the store).
@@ -22,8 +22,9 @@ pub mod note;
 pub mod proof;
 pub mod witnesses;
 
-use std::cell::RefCell;
-use std::collections::HashMap;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use tlog_tiles::{Hash, HashReader, Tile};
@@ -31,20 +32,33 @@ use tlog_tiles::{Hash, HashReader, Tile};
 use crate::log::record::RecordRef;
 use crate::log::{LogError, LogReader};
 
-/// The sled tree holding the complete hash tiles.
-pub const TREE: &str = "tlog";
-/// The number of leaves the complete level-0 tiles cover; 4 bytes long, so no tile key (9
-/// bytes) can be it.
-const SIZE_KEY: &[u8] = b"size";
+/// The directory of a data dir holding the tile files.
+pub const DIR: &str = "tlog";
+/// The sled tree holding [`SYNCED_KEY`].
+const STATE_TREE: &str = "tlog_state";
+/// The leaves covered by complete level-0 tiles known to be on disk: a multiple of 256.
+const SYNCED_KEY: &[u8] = b"synced";
+/// Where an older version kept the tiles, as sled values; dropped at open (the tree is
+/// rebuilt from the log).
+const LEGACY_TREE: &str = "tlog";
 /// Hash tiles are C2SP tlog-tiles' height: 256 hashes.
 pub const TILE_HEIGHT: u8 = 8;
 const TILE_WIDTH: usize = 1 << TILE_HEIGHT;
 const HASH: usize = tlog_tiles::HASH_SIZE;
+const TILE_BYTES: u64 = (TILE_WIDTH * HASH) as u64;
+/// Tile levels: level L holds tree level 8L, and a tree of at most 2^64 leaves has tree
+/// levels 0..=63.
+const LEVELS: usize = 8;
 
 #[derive(Debug, thiserror::Error)]
 pub enum TlogError {
     #[error("tree storage: {0}")]
     Storage(#[from] sled::Error),
+    #[error("tile file {path}: {source}")]
+    File {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error(transparent)]
     Log(#[from] LogError),
     #[error("{0}")]
@@ -53,8 +67,6 @@ pub enum TlogError {
     Gap { size: u64, first_seq: u64 },
     #[error("a tree of {size} leaves has no {what}")]
     OutOfRange { size: u64, what: String },
-    #[error("the stored tile {level}/{index} is missing or not {TILE_WIDTH} hashes")]
-    MissingTile { level: u8, index: u64 },
 }
 
 /// The leaf of the record `seq` whose blake3 hash is `record_hash`.
@@ -82,13 +94,6 @@ fn subtree(hashes: &[Hash]) -> Hash {
     }
 }
 
-fn tile_key(level: u8, index: u64) -> [u8; 9] {
-    let mut k = [0u8; 9];
-    k[0] = level;
-    k[1..].copy_from_slice(&index.to_be_bytes());
-    k
-}
-
 fn hashes_of(data: &[u8]) -> Vec<Hash> {
     data.chunks_exact(HASH)
         .map(|c| {
@@ -114,14 +119,110 @@ struct Edge {
     pending: Arc<Vec<Vec<Hash>>>,
 }
 
+/// One file per tile level: complete tile N of the level at offset N * 8 KiB.
+struct Tiles {
+    dir: PathBuf,
+    files: Vec<File>,
+}
+
+impl Tiles {
+    fn path(&self, level: usize) -> PathBuf {
+        self.dir.join(format!("level-{level}"))
+    }
+
+    fn io(&self, level: usize) -> impl FnOnce(std::io::Error) -> TlogError + '_ {
+        move |source| TlogError::File {
+            path: self.path(level),
+            source,
+        }
+    }
+
+    fn open(dir: PathBuf) -> Result<Tiles, TlogError> {
+        std::fs::create_dir_all(&dir).map_err(|source| TlogError::File {
+            path: dir.clone(),
+            source,
+        })?;
+        let mut tiles = Tiles {
+            dir,
+            files: Vec::with_capacity(LEVELS),
+        };
+        for level in 0..LEVELS {
+            let path = tiles.path(level);
+            let file = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(&path)
+                .map_err(|source| TlogError::File { path, source })?;
+            tiles.files.push(file);
+        }
+        Ok(tiles)
+    }
+
+    /// `count` hashes of level `level` from hash `first`, all within its complete tiles.
+    fn read(&self, level: u8, first: u64, count: usize) -> Result<Vec<Hash>, TlogError> {
+        let l = usize::from(level);
+        let mut data = vec![0u8; count * HASH];
+        self.files[l]
+            .read_exact_at(&mut data, first * HASH as u64)
+            .map_err(self.io(l))?;
+        Ok(hashes_of(&data))
+    }
+
+    /// Writes the complete tile `index` of `level`.
+    fn write(&self, level: u8, index: u64, hashes: &[Hash]) -> Result<(), TlogError> {
+        let l = usize::from(level);
+        let mut data = Vec::with_capacity(hashes.len() * HASH);
+        for h in hashes {
+            data.extend_from_slice(&h.0);
+        }
+        self.files[l]
+            .write_all_at(&data, index * TILE_BYTES)
+            .map_err(self.io(l))
+    }
+
+    /// Cuts every level to the complete tiles of a tree of `size` leaves: what is past them
+    /// was written without a sync and may hold anything after a crash. False (and nothing
+    /// cut) when a level holds fewer.
+    fn cut_to(&self, size: u64) -> Result<bool, TlogError> {
+        for (l, f) in self.files.iter().enumerate() {
+            let want = complete_tiles(size, l as u8) * TILE_BYTES;
+            if f.metadata().map_err(self.io(l))?.len() < want {
+                return Ok(false);
+            }
+        }
+        for (l, f) in self.files.iter().enumerate() {
+            f.set_len(complete_tiles(size, l as u8) * TILE_BYTES)
+                .map_err(self.io(l))?;
+        }
+        Ok(true)
+    }
+
+    fn sync(&self) -> Result<(), TlogError> {
+        for (l, f) in self.files.iter().enumerate() {
+            f.sync_data().map_err(self.io(l))?;
+        }
+        Ok(())
+    }
+}
+
 /// The tree, stored as C2SP hash tiles: each complete tile of tile level L (256 hashes of tree
-/// level 8L, 8 KiB) is one sled value, written once when it completes. The partial tiles of
-/// the right edge live in memory and are rebuilt at open from the stored tiles and, for the
-/// leaves past the last complete level-0 tile, from the log (`catch_up`). sled 0.34 keeps
-/// state and rewrites pages per key, so a key per hash would cost ~20x the time and space.
+/// level 8L, 8 KiB) is written once, when it completes, at its offset in the level's file; the
+/// partial tiles of the right edge live in memory.
+///
+/// The files are written without a sync on the append path (the tree is a projection: the log
+/// holds everything it is made of). [`sync`](MerkleTree::sync) makes them durable and then
+/// records in sled how many leaves the synced tiles cover; at open everything past that mark
+/// is cut and comes again from the log (`catch_up`). Files rather than sled values: sled 0.34
+/// rewrites the pages holding its values, and 8 KiB values made the tree cost ingestion
+/// several percent of its CPU; an appended file costs one write per 256 leaves.
 pub struct MerkleTree {
-    tree: sled::Tree,
+    tiles: Tiles,
+    state: sled::Tree,
     edge: Mutex<Edge>,
+    /// The leaves the last sync made durable; its lock serializes syncs.
+    synced: Mutex<u64>,
 }
 
 /// A tree of `size` leaves when the tree holds `have`: out of range beyond it.
@@ -138,37 +239,24 @@ fn check_size(size: u64, have: u64, what: impl FnOnce() -> String) -> Result<(),
 /// Reads hashes at any tree level from the tiles: a hash at level `8L + k` is the subtree root
 /// of `2^k` consecutive hashes of one tile of level L (at most 127 node hashes).
 struct Reader<'a> {
-    tree: &'a sled::Tree,
+    tiles: &'a Tiles,
     edge: Edge,
-    tiles: RefCell<HashMap<(u8, u64), Vec<Hash>>>,
 }
 
 impl Reader<'_> {
     /// The hashes of tree level `8 * level` from `first`, `count` of them, all in one tile.
-    fn level_hashes(&self, level: u8, first: u64, count: usize) -> Result<Hash, TlogError> {
+    fn level_range(&self, level: u8, first: u64, count: usize) -> Result<Vec<Hash>, TlogError> {
         let index = first >> TILE_HEIGHT;
         let at = (first % TILE_WIDTH as u64) as usize;
         let out_of_range = || TlogError::OutOfRange {
             size: self.edge.size,
             what: format!("hash {first} of level {}", u32::from(level) * 8),
         };
+        if at + count > TILE_WIDTH {
+            return Err(out_of_range());
+        }
         if index < complete_tiles(self.edge.size, level) {
-            let mut tiles = self.tiles.borrow_mut();
-            let tile = match tiles.entry((level, index)) {
-                std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-                std::collections::hash_map::Entry::Vacant(v) => {
-                    let data = self
-                        .tree
-                        .get(tile_key(level, index))?
-                        .filter(|d| d.len() == TILE_WIDTH * HASH)
-                        .ok_or(TlogError::MissingTile { level, index })?;
-                    v.insert(hashes_of(&data))
-                }
-            };
-            return tile
-                .get(at..at + count)
-                .map(subtree)
-                .ok_or_else(out_of_range);
+            return self.tiles.read(level, first, count);
         }
         if index == complete_tiles(self.edge.size, level) {
             return self
@@ -176,7 +264,7 @@ impl Reader<'_> {
                 .pending
                 .get(usize::from(level))
                 .and_then(|p| p.get(at..at + count))
-                .map(subtree)
+                .map(<[Hash]>::to_vec)
                 .ok_or_else(out_of_range);
         }
         Err(out_of_range())
@@ -190,7 +278,8 @@ impl HashReader for Reader<'_> {
             .map(|&index| {
                 let (l, n) = tlog_tiles::split_stored_hash_index(index);
                 let (level, k) = (l / TILE_HEIGHT, l % TILE_HEIGHT);
-                self.level_hashes(level, n << k, 1 << k)
+                self.level_range(level, n << k, 1 << k)
+                    .map(|h| subtree(&h))
                     .map_err(|_| tlog_tiles::Error::IndexesNotInTree)
             })
             .collect()
@@ -198,19 +287,28 @@ impl HashReader for Reader<'_> {
 }
 
 impl MerkleTree {
-    /// Opens the tree stored in `db` (empty when there is none). Its size is then what the
-    /// complete level-0 tiles cover; `catch_up` adds the leaves after them from the log.
-    pub fn open(db: &sled::Db) -> Result<MerkleTree, TlogError> {
-        let tree = db.open_tree(TREE)?;
-        let size = match tree.get(SIZE_KEY)? {
-            Some(v) => <[u8; 8]>::try_from(v.as_ref())
-                .map(u64::from_be_bytes)
-                .map_err(|_| TlogError::MissingTile {
-                    level: 0,
-                    index: u64::MAX,
-                })?,
+    /// Opens the tree of the data dir `data_dir` whose database is `db` (empty when there is
+    /// none). Its size is then what its synced complete level-0 tiles cover; `catch_up` adds
+    /// the leaves after them from the log.
+    pub fn open(db: &sled::Db, data_dir: &Path) -> Result<MerkleTree, TlogError> {
+        db.drop_tree(LEGACY_TREE)?;
+        let state = db.open_tree(STATE_TREE)?;
+        let tiles = Tiles::open(data_dir.join(DIR))?;
+        let mut size = match state.get(SYNCED_KEY)? {
+            Some(v) => <[u8; 8]>::try_from(v.as_ref()).map_or(0, u64::from_be_bytes),
             None => 0,
         };
+        size -= size % TILE_WIDTH as u64;
+        if !tiles.cut_to(size)? {
+            // Files shorter than the mark (lost or restored from elsewhere): start over.
+            tracing::warn!(
+                synced = size,
+                "the Merkle tree's tile files are shorter than their sync mark: rebuilding the tree from the log"
+            );
+            size = 0;
+            tiles.cut_to(0)?;
+            state.insert(SYNCED_KEY, &0u64.to_be_bytes())?;
+        }
         // The partial tile of each level above 0: the roots of the complete tiles below it
         // that no complete tile of its own holds yet.
         let mut pending = vec![Vec::new()];
@@ -220,30 +318,68 @@ impl MerkleTree {
             let start = below - below % TILE_WIDTH as u64;
             let mut hashes = Vec::with_capacity((below - start) as usize);
             for index in start..below {
-                let data = tree
-                    .get(tile_key(level - 1, index))?
-                    .filter(|d| d.len() == TILE_WIDTH * HASH)
-                    .ok_or(TlogError::MissingTile {
-                        level: level - 1,
-                        index,
-                    })?;
-                hashes.push(subtree(&hashes_of(&data)));
+                let tile = tiles.read(level - 1, index * TILE_WIDTH as u64, TILE_WIDTH)?;
+                hashes.push(subtree(&tile));
             }
             pending.push(hashes);
             level += 1;
         }
         Ok(MerkleTree {
-            tree,
+            tiles,
+            state,
             edge: Mutex::new(Edge {
                 size,
                 pending: Arc::new(pending),
             }),
+            synced: Mutex::new(size),
         })
     }
 
     /// Drops the stored tree (`replay` rebuilds it).
-    pub fn drop_in(db: &sled::Db) -> Result<(), sled::Error> {
-        db.drop_tree(TREE).map(|_| ())
+    pub fn drop_in(db: &sled::Db, data_dir: &Path) -> Result<(), TlogError> {
+        db.drop_tree(LEGACY_TREE)?;
+        db.open_tree(STATE_TREE)?
+            .insert(SYNCED_KEY, &0u64.to_be_bytes())?;
+        let dir = data_dir.join(DIR);
+        match std::fs::remove_dir_all(&dir) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(TlogError::File {
+                path: dir,
+                source: e,
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// Makes the complete tiles written so far durable, then records the leaves they cover,
+    /// so the next open keeps them.
+    pub fn sync(&self) -> Result<(), TlogError> {
+        let mut synced = self.synced.lock().unwrap_or_else(|p| p.into_inner());
+        let size = self.size();
+        let covered = size - size % TILE_WIDTH as u64;
+        if covered <= *synced {
+            return Ok(());
+        }
+        // Every tile of the first `covered` leaves was written before `size` was published.
+        self.tiles.sync()?;
+        self.state.insert(SYNCED_KEY, &covered.to_be_bytes())?;
+        *synced = covered;
+        Ok(())
+    }
+
+    /// Syncs the tree every `every` while it lives (on a thread of its own, off the append
+    /// path); the thread ends with the tree.
+    pub fn sync_every(tree: &Arc<MerkleTree>, every: std::time::Duration) -> std::io::Result<()> {
+        let weak = Arc::downgrade(tree);
+        std::thread::Builder::new()
+            .name("tlog-sync".into())
+            .spawn(move || loop {
+                std::thread::sleep(every);
+                let Some(tree) = weak.upgrade() else { return };
+                if let Err(e) = tree.sync() {
+                    tracing::warn!(error = %e, "syncing the Merkle tree's tiles failed; a restart rebuilds what is not synced");
+                }
+            })
+            .map(|_| ())
     }
 
     fn edge(&self) -> Edge {
@@ -255,9 +391,8 @@ impl MerkleTree {
 
     fn reader(&self) -> Reader<'_> {
         Reader {
-            tree: &self.tree,
+            tiles: &self.tiles,
             edge: self.edge(),
-            tiles: RefCell::new(HashMap::new()),
         }
     }
 
@@ -268,7 +403,7 @@ impl MerkleTree {
 
     /// Appends the leaves of the records `first_seq, first_seq + 1, ..` whose blake3 hashes are
     /// `hashes`. Records already in the tree are skipped (a catch-up may overlap what the
-    /// applier appended); a gap is an error. Tiles that complete are written in one batch.
+    /// applier appended); a gap is an error. Tiles that complete are written to their files.
     pub fn append(&self, first_seq: u64, hashes: &[[u8; 32]]) -> Result<(), TlogError> {
         let mut edge = self.edge.lock().unwrap_or_else(|p| p.into_inner());
         let skip = edge.size.saturating_add(1).saturating_sub(first_seq.max(1));
@@ -283,9 +418,7 @@ impl MerkleTree {
             return Ok(());
         }
         let mut pending: Vec<Vec<Hash>> = (*edge.pending).clone();
-        let mut batch = sled::Batch::default();
         let mut size = edge.size;
-        let mut wrote = false;
         for h in &hashes[skip..] {
             size += 1;
             pending[0].push(leaf_hash(size, h));
@@ -293,12 +426,7 @@ impl MerkleTree {
             while pending[level].len() == TILE_WIDTH {
                 let full = std::mem::take(&mut pending[level]);
                 let tl = level as u8;
-                let mut data = Vec::with_capacity(TILE_WIDTH * HASH);
-                for x in &full {
-                    data.extend_from_slice(&x.0);
-                }
-                batch.insert(&tile_key(tl, complete_tiles(size, tl) - 1), data);
-                wrote = true;
+                self.tiles.write(tl, complete_tiles(size, tl) - 1, &full)?;
                 if pending.len() == level + 1 {
                     pending.push(Vec::new());
                 }
@@ -306,17 +434,12 @@ impl MerkleTree {
                 level += 1;
             }
         }
-        if wrote {
-            let covered = size - size % TILE_WIDTH as u64;
-            batch.insert(SIZE_KEY, &covered.to_be_bytes());
-            self.tree.apply_batch(batch)?;
-        }
         edge.size = size;
         edge.pending = Arc::new(pending);
         Ok(())
     }
 
-    /// Appends the leaves of every record of `log` past the tree's size; how many.
+    /// Appends the leaves of every record of `log` past the tree's size, then syncs; how many.
     pub fn catch_up(
         &self,
         log: &LogReader,
@@ -355,6 +478,7 @@ impl MerkleTree {
                 p.inc(hashes.len() as u64);
             }
         }
+        self.sync()?;
         Ok(total)
     }
 
@@ -414,14 +538,21 @@ impl MerkleTree {
                 what: format!("tile {}", tile.path()),
             });
         }
-        let hashes: Vec<Hash> = (0..width as u64)
-            .map(|i| r.level_hashes(level, start + i, 1))
-            .collect::<Result<_, _>>()?;
+        let hashes = r.level_range(level, start, width)?;
         let mut out = Vec::with_capacity(width * HASH);
         for h in hashes {
             out.extend_from_slice(&h.0);
         }
         Ok(out)
+    }
+}
+
+impl Drop for MerkleTree {
+    fn drop(&mut self) {
+        // What is not synced is rebuilt from the log at the next open: a failure costs time.
+        if let Err(e) = self.sync() {
+            tracing::warn!(error = %e, "syncing the Merkle tree's tiles at close failed");
+        }
     }
 }
 

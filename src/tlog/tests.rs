@@ -91,7 +91,7 @@ fn open_tree() -> (tempfile::TempDir, sled::Db, MerkleTree) {
         .temporary(true)
         .open()
         .expect("sled");
-    let tree = MerkleTree::open(&db).expect("open");
+    let tree = MerkleTree::open(&db, dir.path()).expect("open");
     (dir, db, tree)
 }
 
@@ -203,7 +203,7 @@ fn appends_overlap_gaps_and_reopen() {
     let root;
     {
         let db = sled::open(dir.path()).expect("sled");
-        let tree = MerkleTree::open(&db).expect("open");
+        let tree = MerkleTree::open(&db, dir.path()).expect("open");
         tree.append(1, &hashes[..580]).expect("append");
         // Overlapping what is there is skipped; a gap is refused and changes nothing.
         tree.append(550, &hashes[549..600]).expect("overlap");
@@ -223,10 +223,10 @@ fn appends_overlap_gaps_and_reopen() {
         root = tree.root(600).expect("root");
         db.flush().expect("flush");
     }
-    // Reopened, the tree holds what its complete level-0 tiles cover (512 leaves); the rest
-    // comes again from the log, as `catch_up` feeds it.
+    // Reopened, the tree holds what its complete level-0 tiles cover (512 leaves: dropping the
+    // tree synced them); the rest comes again from the log, as `catch_up` feeds it.
     let db = sled::open(dir.path()).expect("sled");
-    let tree = MerkleTree::open(&db).expect("reopen");
+    let tree = MerkleTree::open(&db, dir.path()).expect("reopen");
     assert_eq!(tree.size(), 512);
     tree.append(513, &hashes[512..600]).expect("the tail again");
     assert_eq!(tree.root(600).expect("root"), root);
@@ -238,6 +238,52 @@ fn appends_overlap_gaps_and_reopen() {
         t.root(700).expect("root")
     };
     assert_eq!(tree.root(700).expect("root"), fresh);
+}
+
+/// The tile files are written without a sync: at open, whatever lies past the last sync's mark
+/// (tiles a crash may have left half written or full of zeros) is cut and comes again from
+/// the log; files shorter than the mark (lost) make the tree start over from the log.
+#[test]
+fn unsynced_or_lost_tiles_are_rebuilt() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let hashes: Vec<[u8; 32]> = (1..=1300).map(leaf_of).collect();
+    let fresh = {
+        let (_d, _db, t) = open_tree();
+        t.append(1, &hashes).expect("append all");
+        t.root(1300).expect("root")
+    };
+    let db = sled::open(dir.path()).expect("sled");
+    let tree = MerkleTree::open(&db, dir.path()).expect("open");
+    tree.append(1, &hashes[..600]).expect("append");
+    tree.sync().expect("sync");
+    tree.append(601, &hashes[600..1100]).expect("append");
+    // A crash: no sync of the tiles past 512 leaves, and garbage where they were.
+    std::mem::forget(tree);
+    let level0 = dir.path().join(DIR).join("level-0");
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&level0)
+        .expect("level 0");
+    f.write_all_at(&[0xAB; 3 * 8192], 2 * 8192)
+        .expect("garbage");
+    drop(f);
+    let tree = MerkleTree::open(&db, dir.path()).expect("reopen");
+    assert_eq!(tree.size(), 512);
+    assert_eq!(
+        std::fs::metadata(&level0).expect("level 0").len(),
+        2 * 8192,
+        "the unsynced tail is cut"
+    );
+    tree.append(513, &hashes[512..]).expect("the tail again");
+    assert_eq!(tree.root(1300).expect("root"), fresh);
+    drop(tree);
+
+    // The files lost (or older than the mark): the tree starts over.
+    std::fs::remove_dir_all(dir.path().join(DIR)).expect("remove");
+    let tree = MerkleTree::open(&db, dir.path()).expect("reopen");
+    assert_eq!(tree.size(), 0);
+    tree.append(1, &hashes).expect("from the start");
+    assert_eq!(tree.root(1300).expect("root"), fresh);
 }
 
 /// Past 65,536 leaves the tree has level-2 tiles: roots and proofs there, and a reopen that
@@ -253,7 +299,7 @@ fn large_trees_across_tile_levels() {
         memo: std::collections::HashMap::new(),
     };
     let db = sled::open(dir.path()).expect("sled");
-    let tree = MerkleTree::open(&db).expect("open");
+    let tree = MerkleTree::open(&db, dir.path()).expect("open");
     tree.append(1, &hashes[..69_999]).expect("append");
     for t in [65_535u64, 65_536, 65_537, 69_999] {
         let root = tree.root(t).expect("root");
@@ -276,7 +322,7 @@ fn large_trees_across_tile_levels() {
     }
     db.flush().expect("flush");
     drop(tree);
-    let tree = MerkleTree::open(&db).expect("reopen");
+    let tree = MerkleTree::open(&db, dir.path()).expect("reopen");
     assert_eq!(tree.size(), 69_888);
     tree.append(69_889, &hashes[69_888..])
         .expect("the tail again");
