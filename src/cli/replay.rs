@@ -52,16 +52,25 @@ pub fn replay(
     let projections = crate::log::open_projections(db, spill).context("reopening projections")?;
     let log = LogReader::open(db)?;
     let head = log.head()?.seq;
-    let pb = super::progress(head, "replaying");
-    let n = catch_up(&log, &projections, Some(&pb)).context("replaying")?;
-    pb.finish_and_clear();
-    // The Merkle tree is a projection too: rebuilt leaf by leaf from the records.
+    // The Merkle tree is a projection too, rebuilt leaf by leaf from the records. It needs
+    // nothing of the other projections, so it is rebuilt on a thread of its own beside them:
+    // replay takes the longer of the two, not their sum.
     crate::tlog::MerkleTree::drop_in(db, data_dir).context("dropping the Merkle tree")?;
     let tree = crate::tlog::MerkleTree::open(db, data_dir).context("reopening the Merkle tree")?;
-    let pb = super::progress(head, "rebuilding the Merkle tree");
-    tree.catch_up(&log, Some(&pb))
-        .context("rebuilding the Merkle tree")?;
+    let bars = indicatif::MultiProgress::new();
+    let pb = bars.add(super::progress(head, "replaying"));
+    let tree_pb = bars.add(super::progress(head, "rebuilding the Merkle tree"));
+    let n = std::thread::scope(|s| {
+        let rebuilt = s.spawn(|| tree.catch_up(&log, Some(&tree_pb)));
+        let n = catch_up(&log, &projections, Some(&pb)).context("replaying");
+        let rebuilt = rebuilt
+            .join()
+            .map_err(|_| anyhow::anyhow!("the Merkle tree's rebuild panicked"))
+            .and_then(|r| r.context("rebuilding the Merkle tree"));
+        n.and_then(|n| rebuilt.map(|_| n))
+    })?;
     pb.finish_and_clear();
+    tree_pb.finish_and_clear();
     db.flush().context("flushing")?;
     Ok(n)
 }
