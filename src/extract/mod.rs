@@ -4,7 +4,11 @@
 //! default, and [`OpenAiChatExtractor`] for an OpenAI-compatible chat model.
 //! What each one catches is documented in docs/EXTRACTION.md.
 
+mod cues;
+#[cfg(test)]
+mod eval;
 mod openai;
+mod person;
 mod rules;
 
 use auditmem_projections::MemoryType;
