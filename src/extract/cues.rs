@@ -175,7 +175,11 @@ const MOVED: Out = Value("The user moved to {}");
 
 static EN: &[Cue] = &[
     c("call me", Instruction, CALLED),
-    c("address me as", Instruction, Value("The user wants to be addressed as {}")),
+    c(
+        "address me as",
+        Instruction,
+        Value("The user wants to be addressed as {}"),
+    ),
     c("my name is", Name, Rewrite),
     c("my name's", Name, Rewrite),
     c("my first name is", Name, Rewrite),
@@ -517,7 +521,11 @@ static FR: &[Cue] = &[
     c("je suis allergique aux", Allergy, ALLERGIC),
     c("je suis allergique au", Allergy, ALLERGIC),
     c("je suis allergique à", Allergy, ALLERGIC),
-    c("je suis allergique", Allergy, Fixed("The user has an allergy")),
+    c(
+        "je suis allergique",
+        Allergy,
+        Fixed("The user has an allergy"),
+    ),
     c("j'ai une allergie aux", Allergy, ALLERGIC),
     c("j'ai une allergie au", Allergy, ALLERGIC),
     c("j'ai une allergie à", Allergy, ALLERGIC),
@@ -558,8 +566,16 @@ static FR: &[Cue] = &[
     c("je travaille pour", Work, WORKS_FOR),
     c("je travaille comme", Work, WORKS_AS),
     c("je travaille en tant que", Work, WORKS_AS),
-    c("je suis développeur", Work, Fixed("The user is a developer")),
-    c("je suis développeuse", Work, Fixed("The user is a developer")),
+    c(
+        "je suis développeur",
+        Work,
+        Fixed("The user is a developer"),
+    ),
+    c(
+        "je suis développeuse",
+        Work,
+        Fixed("The user is a developer"),
+    ),
     c("je travaille à", Work, WORKS_AT),
     c("je travaille au", Work, WORKS_AT),
     c("je travaille dans", Work, Value("The user works in {}")),
@@ -759,8 +775,8 @@ pub(crate) const INSTRUCTION_ANYWHERE: &[&str] = &[
 /// First-person subjects: a clause holding one is about the user, not an order to the
 /// assistant ("I always forget my keys").
 pub(crate) const FIRST_PERSON: &[&str] = &[
-    "i", "i'm", "i've", "i'd", "yo", "eu", "je", "j'ai", "ich", "me", "mi", "meu", "minha",
-    "mon", "ma", "mein", "meine",
+    "i", "i'm", "i've", "i'd", "yo", "eu", "je", "j'ai", "ich", "me", "mi", "meu", "minha", "mon",
+    "ma", "mein", "meine",
 ];
 
 /// Polite questions that may carry a standing instruction ("Could you always ...?").
@@ -934,6 +950,10 @@ pub(crate) const THIRD_PARTY: &[&str] = &[
     "madre",
     "padre",
     "esposa",
+    "esposo",
+    "pareja",
+    "companheira",
+    "companheiro",
     "marido",
     "hijo",
     "hija",
@@ -988,12 +1008,69 @@ pub(crate) const THIRD_PARTY: &[&str] = &[
 /// Openers of a new clause after "and", "but" or a comma: a compound turn is split before
 /// them ("My name is Dana and I work at Acme").
 pub(crate) const CLAUSE_OPENERS: &[&str] = &[
-    "work", "live", "arbeite", "wohne", "i", "i'm", "i've", "i'd", "my", "we", "we're", "our", "please", "always", "never", "don't",
-    "call", "yo", "mi", "soy", "estoy", "vivo", "trabajo", "tengo", "prefiero", "me", "no",
-    "siempre", "nunca", "odio", "llámame", "eu", "meu", "minha", "sou", "estou", "moro",
-    "trabalho", "tenho", "prefiro", "não", "gosto", "adoro", "sempre", "je", "j'ai", "j'habite",
-    "j'aime", "j'adore", "j'utilise", "mon", "ma", "nous", "toujours", "jamais", "ich", "mein",
-    "meine", "wir", "bitte", "immer", "niemals", "mir",
+    "work",
+    "live",
+    "arbeite",
+    "wohne",
+    "i",
+    "i'm",
+    "i've",
+    "i'd",
+    "my",
+    "we",
+    "we're",
+    "our",
+    "please",
+    "always",
+    "never",
+    "don't",
+    "call",
+    "yo",
+    "mi",
+    "soy",
+    "estoy",
+    "vivo",
+    "trabajo",
+    "tengo",
+    "prefiero",
+    "me",
+    "no",
+    "siempre",
+    "nunca",
+    "odio",
+    "llámame",
+    "eu",
+    "meu",
+    "minha",
+    "sou",
+    "estou",
+    "moro",
+    "trabalho",
+    "tenho",
+    "prefiro",
+    "não",
+    "gosto",
+    "adoro",
+    "sempre",
+    "je",
+    "j'ai",
+    "j'habite",
+    "j'aime",
+    "j'adore",
+    "j'utilise",
+    "mon",
+    "ma",
+    "nous",
+    "toujours",
+    "jamais",
+    "ich",
+    "mein",
+    "meine",
+    "wir",
+    "bitte",
+    "immer",
+    "niemals",
+    "mir",
 ];
 
 /// Conjunctions a compound turn is split at (when a clause opener follows).
@@ -1073,7 +1150,8 @@ pub(crate) const GREETINGS: &[&str] = &[
 ];
 
 /// "I'm <Name>" in each language, after a greeting.
-pub(crate) const INTRODUCTIONS: &[&str] = &["i'm", "i am", "soy", "sou o", "sou a", "sou", "je suis"];
+pub(crate) const INTRODUCTIONS: &[&str] =
+    &["i'm", "i am", "soy", "sou o", "sou a", "sou", "je suis"];
 
 /// "I'm a/an <x>" is a role unless <x> is one of these ("I'm a bit tired").
 pub(crate) const NOT_A_ROLE: &[&str] = &[

@@ -86,7 +86,11 @@ fn turns() -> Vec<Turn> {
     let mut out = Vec::new();
     for f in files {
         let text = std::fs::read_to_string(&f).expect("a data file is readable");
-        for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+        for (i, line) in text
+            .lines()
+            .enumerate()
+            .filter(|(_, l)| !l.trim().is_empty())
+        {
             out.push(
                 serde_json::from_str(line)
                     .unwrap_or_else(|e| panic!("{}:{}: {e}", f.display(), i + 1)),
@@ -119,12 +123,15 @@ fn rules_meet_the_precision_and_recall_floors() {
             role: turn.role.clone(),
             content: turn.text.clone(),
         }]);
-        let stored: Vec<_> = user_texts(&input)
-            .flat_map(RuleExtractor::found)
-            .collect();
+        let stored: Vec<_> = user_texts(&input).flat_map(RuleExtractor::found).collect();
         if std::env::var_os("EXTRACT_EVAL_SHOW").is_some() {
             for f in &stored {
-                println!("{:?} -> {} {:?}", turn.text, f.kind.label(), f.candidate.content);
+                println!(
+                    "{:?} -> {} {:?}",
+                    turn.text,
+                    f.kind.label(),
+                    f.candidate.content
+                );
             }
         }
         let mut matched = vec![false; stored.len()];

@@ -104,11 +104,11 @@ pub(crate) fn third_person(clause: &str, named: Named) -> String {
     finish(&out.join(" "))
 }
 
-/// Capitalises the first letter and drops final punctuation (`.`, `!`, `;`, `,`, `…`).
+/// Capitalises the first letter and drops final punctuation (`.`, `!`, `?`, `;`, `,`, `…`).
 pub(crate) fn finish(s: &str) -> String {
     let s = s
         .trim()
-        .trim_end_matches(['.', '!', ';', ',', '…', ':'])
+        .trim_end_matches(['.', '!', '?', ';', ',', '…', ':'])
         .trim_end();
     let mut chars = s.chars();
     match chars.next() {
@@ -148,12 +148,69 @@ const ADVERBS: &[&str] = &[
 
 /// Verbs that look the same after "he" as after "I": modals and the past tense.
 const UNCHANGED: &[&str] = &[
-    "can", "could", "will", "would", "shall", "should", "may", "might", "must", "can't",
-    "cannot", "couldn't", "won't", "wouldn't", "shouldn't", "didn't", "wasn't", "was", "used",
-    "grew", "went", "got", "had", "made", "took", "came", "became", "began", "bought", "brought",
-    "built", "caught", "chose", "did", "drove", "ate", "fell", "felt", "found", "flew", "forgot",
-    "gave", "knew", "left", "lost", "met", "paid", "put", "quit", "ran", "said", "saw", "sold",
-    "sent", "set", "spent", "spoke", "stood", "taught", "thought", "told", "understood", "won",
+    "can",
+    "could",
+    "will",
+    "would",
+    "shall",
+    "should",
+    "may",
+    "might",
+    "must",
+    "can't",
+    "cannot",
+    "couldn't",
+    "won't",
+    "wouldn't",
+    "shouldn't",
+    "didn't",
+    "wasn't",
+    "was",
+    "used",
+    "grew",
+    "went",
+    "got",
+    "had",
+    "made",
+    "took",
+    "came",
+    "became",
+    "began",
+    "bought",
+    "brought",
+    "built",
+    "caught",
+    "chose",
+    "did",
+    "drove",
+    "ate",
+    "fell",
+    "felt",
+    "found",
+    "flew",
+    "forgot",
+    "gave",
+    "knew",
+    "left",
+    "lost",
+    "met",
+    "paid",
+    "put",
+    "quit",
+    "ran",
+    "said",
+    "saw",
+    "sold",
+    "sent",
+    "set",
+    "spent",
+    "spoke",
+    "stood",
+    "taught",
+    "thought",
+    "told",
+    "understood",
+    "won",
     "wrote",
 ];
 
@@ -226,17 +283,32 @@ mod tests {
                 "The user prefers their coffee black",
             ),
             ("I'm a nurse", "The user is a nurse"),
-            ("I’m allergic to shellfish", "The user is allergic to shellfish"),
+            (
+                "I’m allergic to shellfish",
+                "The user is allergic to shellfish",
+            ),
             ("I always watch films", "The user always watches films"),
             ("I was born in 1984", "The user was born in 1984"),
             ("I grew up in Ohio", "The user grew up in Ohio"),
             ("I study law", "The user studies law"),
             ("I have a dog", "The user has a dog"),
             ("I don't eat pork", "The user doesn't eat pork"),
-            ("I'd rather you didn't summarise my emails", "The user would rather the assistant didn't summarise their emails"),
-            ("We use Kubernetes", "The user and their team use Kubernetes"),
-            ("we're migrating to Postgres", "The user and their team are migrating to Postgres"),
-            ("I've got two cats and I am happy", "The user has got two cats and they are happy"),
+            (
+                "I'd rather you didn't summarise my emails",
+                "The user would rather the assistant didn't summarise their emails",
+            ),
+            (
+                "We use Kubernetes",
+                "The user and their team use Kubernetes",
+            ),
+            (
+                "we're migrating to Postgres",
+                "The user and their team are migrating to Postgres",
+            ),
+            (
+                "I've got two cats and I am happy",
+                "The user has got two cats and they are happy",
+            ),
             ("I play, I think", "The user plays, they think"),
         ] {
             assert_eq!(third_person(said, Named::No), stored, "{said:?}");
