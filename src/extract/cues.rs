@@ -24,6 +24,7 @@ pub(crate) enum Kind {
 }
 
 impl Kind {
+    #[cfg(test)]
     pub(crate) const ALL: [Kind; 10] = [
         Kind::Name,
         Kind::Home,
@@ -45,6 +46,7 @@ impl Kind {
         }
     }
 
+    #[cfg(test)]
     pub(crate) fn label(self) -> &'static str {
         match self {
             Kind::Name => "name",
@@ -73,6 +75,7 @@ pub(crate) enum Lang {
 impl Lang {
     pub(crate) const ALL: [Lang; 5] = [Lang::En, Lang::Es, Lang::Pt, Lang::Fr, Lang::De];
 
+    #[cfg(test)]
     pub(crate) fn code(self) -> &'static str {
         match self {
             Lang::En => "en",

@@ -17,12 +17,10 @@ use super::{cap_content, normalize_importance, Candidate, ExtractError, ExtractI
 #[derive(Debug, Clone, Copy, Default)]
 pub struct RuleExtractor;
 
-/// A statement the rule extractor keeps: what it is about, the language of the cue that
-/// found it (none for an instruction found by its form), and the candidate stored.
+/// A statement the rule extractor keeps: what it is about, and the candidate stored.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Found {
     pub kind: Kind,
-    pub lang: Option<Lang>,
     pub candidate: Candidate,
 }
 
@@ -312,16 +310,16 @@ fn statement_of(n: &Norm<'_>, lead: &Lead) -> Option<Found> {
         {
             return None;
         }
-        return Some(instruction(n, at, None));
+        return Some(instruction(n, at));
     }
     if let Some(found) = introduction(n, lead) {
         return Some(found);
     }
-    if let Some((lang, cue, at)) = find_cue(body) {
-        return Some(statement(n, lead.at, lang, cue, lead.at + at));
+    if let Some((cue, at)) = find_cue(body) {
+        return Some(statement(n, lead.at, cue, lead.at + at));
     }
     if is_instruction(body, lead.polite) {
-        return Some(instruction(n, lead.at, None));
+        return Some(instruction(n, lead.at));
     }
     None
 }
@@ -337,23 +335,23 @@ fn introduction(n: &Norm<'_>, lead: &Lead) -> Option<Found> {
         .find(|p| starts_with_phrase(body, p))?;
     let after = lead.at + intro.len();
     let rest = n.orig_from(after).trim_start();
-    let name: Vec<&str> = rest
-        .split_whitespace()
-        .map(|w| w.trim_end_matches(|c: char| !c.is_alphanumeric()))
-        .take_while(|w| w.chars().next().is_some_and(char::is_uppercase))
-        .collect();
+    // Capitalised words up to the first that is not, or that ends in punctuation.
+    let mut name = Vec::new();
+    for w in rest.split_whitespace() {
+        let core = w.trim_end_matches(|c: char| !c.is_alphanumeric());
+        if !core.chars().next().is_some_and(char::is_uppercase) {
+            break;
+        }
+        name.push(core);
+        if core.len() < w.len() {
+            break;
+        }
+    }
     if name.is_empty() {
         return None;
     }
-    let lang = match *intro {
-        "soy" => Lang::Es,
-        "sou" | "sou o" | "sou a" => Lang::Pt,
-        "je suis" => Lang::Fr,
-        _ => Lang::En,
-    };
     Some(kept(
         Kind::Name,
-        Some(lang),
         format!("The user's name is {}", name.join(" ")),
         body,
     ))
@@ -361,7 +359,7 @@ fn introduction(n: &Norm<'_>, lead: &Lead) -> Option<Found> {
 
 /// The first cue, in language then table order, that occurs in `body` with nothing before
 /// it (in its clause) that negates it, makes it hypothetical or gives it to someone else.
-fn find_cue(body: &str) -> Option<(Lang, &'static Cue, usize)> {
+fn find_cue(body: &str) -> Option<(&'static Cue, usize)> {
     for lang in Lang::ALL {
         for cue in lang.cues() {
             if cue.needs.is_some_and(|n| !body.contains(n)) {
@@ -377,7 +375,7 @@ fn find_cue(body: &str) -> Option<(Lang, &'static Cue, usize)> {
                 {
                     continue;
                 }
-                return Some((lang, cue, at));
+                return Some((cue, at));
             }
         }
     }
@@ -412,7 +410,7 @@ fn fits(cue: &Cue, rest: &str) -> bool {
 }
 
 /// The statement for a clause whose content starts at `from` and whose cue is at `at`.
-fn statement(n: &Norm<'_>, from: usize, lang: Lang, cue: &Cue, at: usize) -> Found {
+fn statement(n: &Norm<'_>, from: usize, cue: &Cue, at: usize) -> Found {
     let body = &n.text[from..];
     let content = match cue.out {
         Out::Rewrite => third_person(n.orig_from(at), Named::No),
@@ -426,23 +424,29 @@ fn statement(n: &Norm<'_>, from: usize, lang: Lang, cue: &Cue, at: usize) -> Fou
         Out::Fixed(s) => s.to_string(),
         Out::Quote => quoted("The user said", n.orig_from(from)),
     };
-    kept(cue.kind, Some(lang), content, body)
+    kept(cue.kind, content, body)
 }
 
-/// A value as written, without its final punctuation and without a German "nicht" ... it
-/// never ends in (`fits` refused those).
+/// What follows `phrase` at the start of `orig`, matched as `phrase` is matched on the
+/// normalized text (so "Don’t" is "don't"), cut from the original.
+fn after_phrase<'a>(orig: &'a str, phrase: &str) -> Option<&'a str> {
+    let n = Norm::new(orig);
+    starts_with_phrase(&n.text, phrase).then(|| n.orig_from(phrase.len()))
+}
+
+/// A value as written, without its final punctuation or a closing "please" ("Llámame Pepe,
+/// por favor": the "please" is not part of the name).
 fn finish_value(v: &str) -> String {
-    let mut v = v
+    let v = v
         .trim()
         .trim_end_matches(['.', '!', ';', ',', '…', ':'])
         .trim_end();
-    // "Llámame Pepe, por favor": the "please" is not part of the name.
-    let lower = v.to_lowercase();
+    let n = Norm::new(v);
     for p in cues::PLEASE {
-        if let Some(cut) = lower.strip_suffix(p) {
+        if let Some(cut) = n.text.strip_suffix(p) {
             if cut.trim_end().ends_with(',') {
-                v = v[..cut.len()].trim_end().trim_end_matches(',').trim_end();
-                break;
+                let kept = &v[..n.map[cut.len()]];
+                return kept.trim_end().trim_end_matches(',').trim_end().to_string();
             }
         }
     }
@@ -493,7 +497,7 @@ const NOT_ENGLISH: &[&str] = &[
 
 /// An instruction to the assistant starting at `from`: "The user wants the assistant to
 /// ...", an English reading when it is in English, else the user's words quoted.
-fn instruction(n: &Norm<'_>, from: usize, lang: Option<Lang>) -> Found {
+fn instruction(n: &Norm<'_>, from: usize) -> Found {
     let body = &n.text[from..];
     let orig = n.orig_from(from).trim();
     let english = words(body)
@@ -507,7 +511,7 @@ fn instruction(n: &Norm<'_>, from: usize, lang: Option<Lang>) -> Found {
     } else {
         quoted("The user asks the assistant", orig)
     };
-    kept(Kind::Instruction, lang, content, body)
+    kept(Kind::Instruction, content, body)
 }
 
 /// "Please, always reply in Spanish" -> "The user wants the assistant to always reply in
@@ -515,7 +519,6 @@ fn instruction(n: &Norm<'_>, from: usize, lang: Option<Lang>) -> Found {
 /// implied by the frame.
 fn english_instruction(orig: &str) -> String {
     let mut rest = orig.trim();
-    let lower = |s: &str| s.to_lowercase().replace('\u{2019}', "'");
     for prefix in [
         "could you",
         "can you",
@@ -529,22 +532,16 @@ fn english_instruction(orig: &str) -> String {
         "you should",
         "please",
     ] {
-        let l = lower(rest);
-        if starts_with_phrase(&l, prefix) {
-            rest = rest[prefix.len()..].trim_start_matches(|c: char| c == ',' || c.is_whitespace());
+        if let Some(after) = after_phrase(rest, prefix) {
+            rest = after.trim_start_matches(|c: char| c == ',' || c.is_whitespace());
         }
     }
-    let l = lower(rest);
-    let (frame, rest) = if let Some(p) = ["don't", "do not", "dont"]
+    let (frame, rest) = match ["don't", "do not", "dont"]
         .iter()
-        .find(|p| starts_with_phrase(&l, p))
+        .find_map(|p| after_phrase(rest, p))
     {
-        (
-            "The user wants the assistant not to",
-            rest[p.len()..].trim_start(),
-        )
-    } else {
-        ("The user wants the assistant to", rest)
+        Some(after) => ("The user wants the assistant not to", after.trim_start()),
+        None => ("The user wants the assistant to", rest),
     };
     let said = third_person(rest, Named::Yes);
     let mut chars = said.chars();
@@ -569,7 +566,7 @@ fn answer_language(body: &str) -> Option<&'static str> {
 }
 
 /// The candidate for a statement of `kind` whose normalized clause is `t`.
-fn kept(kind: Kind, lang: Option<Lang>, content: String, t: &str) -> Found {
+fn kept(kind: Kind, content: String, t: &str) -> Found {
     let memory_type = kind.memory_type();
     let safety = cues::SAFETY_STEMS.iter().any(|s| t.contains(s));
     let importance = match memory_type {
@@ -593,7 +590,6 @@ fn kept(kind: Kind, lang: Option<Lang>, content: String, t: &str) -> Found {
     };
     Found {
         kind,
-        lang,
         candidate: Candidate {
             content: cap_content(&content),
             memory_type,
@@ -1089,6 +1085,45 @@ mod tests {
     }
 
     #[test]
+    fn typographic_apostrophes_and_case_changing_letters_are_read_safely() {
+        assert_eq!(
+            one("Don’t use tabs for indentation."),
+            Some((
+                "The user wants the assistant not to use tabs for indentation".into(),
+                MemoryType::Rule,
+                0.7
+            ))
+        );
+        assert_eq!(
+            one("I’m allergic to shellfish"),
+            Some((
+                "The user is allergic to shellfish".into(),
+                MemoryType::Fact,
+                0.8
+            ))
+        );
+        // Letters whose lowercase is longer or shorter in bytes must not cut inside a char.
+        for text in [
+            "İstanbul: I live in İzmir.",
+            "\u{212A}eep answers short, always.",
+            "Please \u{212A}eep it short, POR FAVOR",
+            "Llámame İpek, POR FAVOR",
+            "DON’T USE TABS",
+            "Could you ALWAYS reply in French?",
+        ] {
+            let _ = extract_text(text);
+        }
+        assert_eq!(
+            one("Llámame İpek, POR FAVOR"),
+            Some((
+                "The user wants to be called İpek".into(),
+                MemoryType::Rule,
+                0.7
+            ))
+        );
+    }
+
+    #[test]
     fn long_statement_is_capped() {
         let text = format!("I prefer {}", "green tea ".repeat(2500));
         let got = extract_text(&text);
@@ -1105,7 +1140,8 @@ mod tests {
         let f = MemoryType::Fact;
         let r = MemoryType::Rule;
         let c = MemoryType::Context;
-        let rows: &[(&str, &[(&str, MemoryType, f32)])] = &[
+        type Row<'a> = (&'a str, &'a [(&'a str, MemoryType, f32)]);
+        let rows: &[Row] = &[
             (
                 "My name is Dana and I work at Initech.",
                 &[
