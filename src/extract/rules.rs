@@ -35,8 +35,11 @@ impl RuleExtractor {
         // A greeting on its own ("Hi!") still introduces what follows ("I'm Dana").
         let mut greeted = false;
         for statement in split_statements(text) {
+            // A question is one as a whole: "Is it true that I'm allergic to nuts and I live
+            // in Rome?" states neither.
+            let asks = statement.trim_end().ends_with('?') || statement.contains('¿');
             for clause in clauses(statement) {
-                let read = read_clause(clause, greeted);
+                let read = read_clause(clause, greeted, asks);
                 greeted = read.greeting_only;
                 out.extend(read.found);
             }
@@ -275,26 +278,26 @@ struct Read {
     greeting_only: bool,
 }
 
-/// Reads a clause; `greeted` when a greeting just came before it.
-fn read_clause(clause: &str, greeted: bool) -> Read {
+/// Reads a clause; `greeted` when a greeting just came before it, `asks` when its sentence is
+/// a question.
+fn read_clause(clause: &str, greeted: bool, asks: bool) -> Read {
     let n = Norm::new(clause);
     let mut lead = strip_lead(&n.text);
     let greeting_only = lead.greeted && n.text[lead.at..].trim().is_empty();
     lead.greeted |= greeted;
     Read {
-        found: statement_of(&n, &lead),
+        found: statement_of(&n, &lead, asks),
         greeting_only,
     }
 }
 
 /// The statement a clause holds, if any.
-fn statement_of(n: &Norm<'_>, lead: &Lead) -> Option<Found> {
+fn statement_of(n: &Norm<'_>, lead: &Lead, asks: bool) -> Option<Found> {
     let body = &n.text[lead.at..];
     if words(body).count() < 2 {
         return None;
     }
-    let question = body.trim_end().ends_with('?') || n.text.contains('¿');
-    if question {
+    if asks {
         // A question asks; only a polite one carrying a standing instruction is kept
         // ("Could you always reply in French?").
         let polite = cues::POLITE_REQUEST
@@ -988,6 +991,7 @@ mod tests {
             "I have a question",
             "Me gusta mucho.",
             "I always forget my keys",
+            "Is it true that I'm allergic to nuts and I live in Rome?",
         ] {
             assert_eq!(extract_text(text), vec![], "{text:?}");
         }
