@@ -267,6 +267,9 @@ static EN: &[Cue] = &[
     c("i would like you to", Instruction, Rewrite),
     c("i want you to", Instruction, Rewrite),
     c("i prefer", Preference, Rewrite),
+    c("i always want", Preference, Rewrite),
+    c("i never want", Preference, Rewrite),
+    c("i want", Preference, Rewrite),
     c("i'd prefer", Preference, Rewrite),
     c("i would prefer", Preference, Rewrite),
     c("i'd rather", Preference, Rewrite),
@@ -1186,6 +1189,12 @@ pub(crate) const NOT_OWNED: &[&str] = &[
     "cold",
     "look",
     "suggestion",
+];
+
+/// "I want <x>" asks for something now, not for good, when <x> starts with one of these ("I
+/// want to know", "I want a summary of this").
+pub(crate) const NOT_WANTED: &[&str] = &[
+    "to", "you", "a", "an", "the", "this", "that", "it", "some", "help", "more", "your",
 ];
 
 /// What may follow a liking cue without making it a preference worth keeping ("I like it",

@@ -398,6 +398,7 @@ fn fits(cue: &Cue, rest: &str) -> bool {
         "i'm a" | "i am a" | "i'm an" | "i am an" => {
             first.is_some_and(|w| !cues::NOT_A_ROLE.contains(&w))
         }
+        "i want" => first.is_some_and(|w| !cues::NOT_WANTED.contains(&w)),
         "i have a" | "i have an" | "i have two" | "i've got a" if cue.kind == Kind::Other => {
             first.is_some_and(|w| !cues::NOT_OWNED.contains(&w))
         }
@@ -779,6 +780,16 @@ mod tests {
                     0.7,
                 ),
                 ("I like dark themes", "The user likes dark themes", 0.7),
+                (
+                    "I always want short answers.",
+                    "The user always wants short answers",
+                    0.9,
+                ),
+                (
+                    "I want answers in Spanish",
+                    "The user wants answers in Spanish",
+                    0.7,
+                ),
                 ("I hate long meetings", "The user hates long meetings", 0.7),
                 (
                     "Prefiero respuestas cortas.",
@@ -992,6 +1003,8 @@ mod tests {
             "Me gusta mucho.",
             "I always forget my keys",
             "Is it true that I'm allergic to nuts and I live in Rome?",
+            "I want to know the time in Tokyo.",
+            "I want a summary of this thread.",
         ] {
             assert_eq!(extract_text(text), vec![], "{text:?}");
         }
