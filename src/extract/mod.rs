@@ -4,7 +4,11 @@
 //! default, and [`OpenAiChatExtractor`] for an OpenAI-compatible chat model.
 //! What each one catches is documented in docs/EXTRACTION.md.
 
+mod cues;
+#[cfg(test)]
+mod eval;
 mod openai;
+mod person;
 mod rules;
 
 use auditmem_projections::MemoryType;
@@ -18,7 +22,9 @@ pub use rules::RuleExtractor;
 /// it so that one pasted document cannot become one giant memory.
 pub const MAX_CONTENT_CHARS: usize = 10_000;
 
-/// The roles of the messages extraction reads.
+/// The roles of the messages extraction reads, in any case ("User" is `user`). The rule
+/// extractor reads only `user` turns; the others are context (the chat extractor shows the
+/// model the whole conversation). A message of any other role is skipped.
 #[derive(
     Clone,
     Copy,
@@ -33,15 +39,21 @@ pub const MAX_CONTENT_CHARS: usize = 10_000;
     strum::EnumString,
 )]
 #[serde(rename_all = "lowercase")]
-#[strum(serialize_all = "lowercase")]
+#[strum(serialize_all = "lowercase", ascii_case_insensitive)]
 pub enum ChatRole {
     System,
+    /// OpenAI's name for the system role of its newer models.
+    Developer,
     User,
     Assistant,
     Tool,
+    /// OpenAI's older name for a tool's answer.
+    Function,
 }
 
-/// A message of a conversation to extract from.
+/// A message of a conversation to extract from, as the extractors read it: its role in
+/// lowercase, and its text (the text parts of a message given as content parts, joined by
+/// newlines; empty for a message without content).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ChatMessage {
     #[schema(value_type = ChatRole)]

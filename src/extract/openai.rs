@@ -23,11 +23,12 @@ use super::{
 pub const SYSTEM_PROMPT: &str = r#"You extract long-term memories about the user from a conversation or a text.
 Return ONLY a JSON object of the form:
 {"memories": [{"content": "...", "memory_type": "rule" | "fact" | "context", "importance": 0.0-1.0}]}
-- "rule": an instruction or preference about how the assistant should behave (e.g. "Always answer in French").
-- "fact": a stable fact about the user or their world (name, job, location, family, allergies, tools they use).
+- "rule": an instruction or preference about how the assistant should behave (e.g. "The user wants answers in French").
+- "fact": a stable fact about the user or their world (name, where they live or work, family, allergies and diet, tools they use).
 - "context": the user's current task or situation (what they are working on now, deadlines).
-Only use what the user said; ignore what the assistant, system or tools said. Skip greetings, thanks, small talk and questions that carry no information.
-Write each memory as one short self-contained statement, keeping the user's first-person wording.
+Write each memory as one standalone statement in the third person, in English whatever the language of the conversation, starting with "The user" (e.g. "The user's name is Dana", "The user lives in Lisbon", "The user prefers answers in Spanish"). Keep names, places and titles as written.
+Split a message that says several things into one memory per statement ("I'm Dana and I live in Lisbon" is two memories).
+Only what the user says about themselves is a memory. The assistant's, the system's and tools' messages are context for understanding the user (e.g. what "that" refers to), never facts about the user. Skip questions, hypotheticals ("if I lived in Paris"), negated statements unless they state a lasting fact ("I don't eat pork" is one), statements about other people ("my sister lives in Rome"), greetings, thanks and small talk.
 importance: 0.9-1.0 for safety/health facts and hard rules ("always", "never"), about 0.7 for rules, 0.6 for facts, 0.4 for context.
 If there is nothing worth remembering, return {"memories": []}."#;
 

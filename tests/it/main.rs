@@ -27,6 +27,7 @@ mod export_verify;
 mod extract_fair;
 mod extract_providers;
 mod extract_server;
+mod extract_transcripts;
 mod isolation;
 mod limits;
 mod list_bound;

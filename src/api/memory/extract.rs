@@ -61,6 +61,7 @@ pub(crate) async fn extract_memories(
     let Extraction {
         deduplicate,
         input,
+        skipped_messages,
         input_value,
         input_text,
     } = extraction;
@@ -110,6 +111,7 @@ pub(crate) async fn extract_memories(
         memories,
         skipped: kept.skipped,
         credits_consumed: credits,
+        skipped_messages,
     };
     let ops = PendingOps {
         events,
