@@ -625,14 +625,16 @@ fn extraction_charges_credits_deduplicates_and_is_audited() {
         4000,
     );
     assert_error(&s.post("/v1/memories/extract", &key, json!({})), 400, 4000);
-    assert_error(
-        &s.post(
-            "/v1/memories/extract",
-            &key,
-            json!({"messages": [{"role": "robot", "content": "x"}]}),
-        ),
-        400,
-        4000,
+    // An unknown role is skipped and named, not refused.
+    let (status, v) = s.post(
+        "/v1/memories/extract",
+        &key,
+        json!({"messages": [{"role": "robot", "content": "x"}]}),
+    );
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(
+        v["data"]["skipped_messages"],
+        json!([{"index": 0, "reason": "unknown role \"robot\""}])
     );
 
     // Out of credits: 402, and nothing is stored.
