@@ -32,6 +32,8 @@ enum Scenario {
     Ingest,
     /// `POST /v1/memories` with distinct content (every request embeds).
     Create,
+    /// `POST /v1/memories/batch` of 100 memories with distinct content (units: memories).
+    BatchCreate,
     /// `POST /v1/memories/search` over the seeded memories.
     Search,
     /// `GET /v1/audit/logs` on the 1,000,000-entry tenant: no filter, action, time range, both.
@@ -184,7 +186,9 @@ async fn run(args: Args) -> Result<()> {
     seed_audit(&admin, &mut seeded, args.audit_entries, &state_file).await?;
     if args.scenarios.iter().any(|s| s.needs_memories()) {
         seed_memories(&admin, &mut seeded, args.memories, &state_file).await?;
-    } else if args.scenarios.contains(&Scenario::Create) {
+    } else if args.scenarios.contains(&Scenario::Create)
+        || args.scenarios.contains(&Scenario::BatchCreate)
+    {
         // Creating needs the memory tenant, not the seeded memories.
         seed_memories(&admin, &mut seeded, 0, &state_file).await?;
     }
@@ -641,6 +645,7 @@ struct Ctx {
 enum Op {
     Ingest,
     Create,
+    BatchCreate,
     Search,
     List,
     ListAction,
@@ -654,6 +659,7 @@ impl Op {
         match self {
             Op::Ingest => "ingest",
             Op::Create => "memory create",
+            Op::BatchCreate => "memory batch create of 100 (memories/s)",
             Op::Search => "memory search",
             Op::List => "audit list",
             Op::ListAction => "audit list ?action",
@@ -668,6 +674,7 @@ impl Op {
         match scenario {
             Scenario::Ingest => Op::Ingest,
             Scenario::Create => Op::Create,
+            Scenario::BatchCreate => Op::BatchCreate,
             Scenario::Search => Op::Search,
             Scenario::List => {
                 [Op::List, Op::ListAction, Op::ListRange, Op::ListActionRange][(n % 4) as usize]
@@ -721,6 +728,22 @@ async fn perform(ctx: &Ctx, op: Op, n: u64) -> Result<u64> {
                 .bearer_auth(key(&ctx.seeded.memory)?)
                 .json(&json!({"content": text, "memory_type": MEMORY_TYPES[(i % 3) as usize]}));
             (req, 1)
+        }
+        Op::BatchCreate => {
+            let first = ctx.counter.fetch_add(100, Ordering::Relaxed);
+            let memories: Vec<Value> = (first..first + 100)
+                .map(|i| {
+                    json!({
+                        "content": format!("{} (load {i})", memory_text(ctx.seeded.memories + i)),
+                        "memory_type": MEMORY_TYPES[(i % 3) as usize],
+                    })
+                })
+                .collect();
+            let req = c
+                .post(format!("{url}/v1/memories/batch"))
+                .bearer_auth(key(&ctx.seeded.memory)?)
+                .json(&json!({ "memories": memories }));
+            (req, 100)
         }
         Op::Search => {
             // Queries vary so the embedder's cache does not answer them.

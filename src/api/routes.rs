@@ -101,6 +101,16 @@ pub fn table() -> Vec<Route> {
             MemoryRead,
         ),
         tenant(
+            routes!(memory::batch::create_batch),
+            "memory.batch_create",
+            MemoryWrite,
+        ),
+        tenant(
+            routes!(memory::batch::update_batch),
+            "memory.batch_update",
+            MemoryWrite,
+        ),
+        tenant(
             routes!(memory::crud::delete_by_type),
             "memory.batch_delete",
             MemoryWrite,

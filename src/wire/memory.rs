@@ -187,6 +187,173 @@ impl MemoryUpdate {
     }
 }
 
+/// Memories one batch call creates or updates at most.
+pub const MAX_BATCH: usize = 100;
+/// Invalid items a batch's 400 names at most (the first ones, by index).
+const MAX_NAMED_ITEMS: usize = 10;
+
+/// `POST /v1/memories/batch`: 1 to 100 memories, each as `POST /v1/memories` takes it; all are
+/// created or none.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MemoryBatchCreateRequest {
+    /// 1 to 100 items, each a `MemoryCreateRequest`.
+    #[schema(value_type = Vec<MemoryCreateRequest>, min_items = 1, max_items = 100)]
+    pub memories: Option<Value>,
+}
+
+/// `PATCH /v1/memories/batch`: 1 to 100 updates, each the memory's `id` and the fields
+/// `PATCH /v1/memories/{id}` takes; all are applied or none.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MemoryBatchUpdateRequest {
+    /// 1 to 100 items, each a `MemoryBatchUpdateItem`.
+    #[schema(value_type = Vec<MemoryBatchUpdateItem>, min_items = 1, max_items = 100)]
+    pub memories: Option<Value>,
+}
+
+/// One update of a batch: which memory, and at least one of content and importance.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MemoryBatchUpdateItem {
+    #[schema(value_type = String)]
+    pub id: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<String>, nullable = false, min_length = 1, max_length = 10000, pattern = r"\S")]
+    pub content: Option<Field<Content>>,
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<f64>, nullable = false, minimum = 0.0, maximum = 1.0)]
+    pub importance: Option<Field<Importance>>,
+}
+
+/// A batch update's item whose shape is checked; its values are checked once its memory is
+/// found, as a single update's are.
+#[derive(Debug)]
+pub struct BatchUpdate {
+    pub id: Uuid,
+    pub update: MemoryUpdate,
+}
+
+/// The items of a batch body: each read as `T` and checked, every refusal named by its index
+/// (`memories[3]: content is required`), the first [`MAX_NAMED_ITEMS`] of them in one message.
+fn batch_items<T: Body>(memories: Option<Value>) -> Result<Vec<T::Checked>, Invalid> {
+    let items = match memories {
+        None | Some(Value::Null) => return Err(Invalid::new("memories is required")),
+        Some(Value::Array(items)) => items,
+        Some(_) => return Err(Invalid::new("memories must be an array")),
+    };
+    if items.is_empty() || items.len() > MAX_BATCH {
+        return Err(Invalid(format!(
+            "memories holds {} items; a batch holds 1 to {MAX_BATCH}",
+            items.len()
+        )));
+    }
+    let mut checked = Vec::with_capacity(items.len());
+    let mut refused = Vec::new();
+    let mut refusals = 0usize;
+    for (i, item) in items.into_iter().enumerate() {
+        let result = if item.is_object() {
+            serde_path_to_error::deserialize::<_, T>(item)
+                .map_err(T::refused)
+                .and_then(T::check)
+        } else {
+            Err(Invalid::new("must be an object"))
+        };
+        match result {
+            Ok(c) => checked.push(c),
+            Err(Invalid(why)) => {
+                refusals += 1;
+                if refused.len() < MAX_NAMED_ITEMS {
+                    refused.push(format!("memories[{i}]: {why}"));
+                }
+            }
+        }
+    }
+    if refusals > 0 {
+        let mut message = refused.join("; ");
+        if refusals > refused.len() {
+            message.push_str(&format!(" (and {} more)", refusals - refused.len()));
+        }
+        return Err(Invalid(format!("{message}; nothing was stored")));
+    }
+    Ok(checked)
+}
+
+impl Body for MemoryBatchCreateRequest {
+    type Checked = Vec<NewMemory>;
+
+    fn when_empty() -> Option<Result<Self, Invalid>> {
+        empty_refused()
+    }
+
+    fn refused(e: serde_path_to_error::Error<serde_json::Error>) -> Invalid {
+        unknown_field_named(e)
+    }
+
+    fn check(self) -> Result<Vec<NewMemory>, Invalid> {
+        batch_items::<MemoryCreateRequest>(self.memories)
+    }
+}
+
+impl Body for MemoryBatchUpdateItem {
+    type Checked = BatchUpdate;
+
+    fn refused(e: serde_path_to_error::Error<serde_json::Error>) -> Invalid {
+        unknown_field_named(e)
+    }
+
+    fn check(self) -> Result<BatchUpdate, Invalid> {
+        let id = match self.id {
+            None | Some(Value::Null) => return Err(Invalid::new("id is required")),
+            Some(Value::String(s)) => Uuid::parse_str(s.trim())
+                .map_err(|_| Invalid(format!("id '{s}' is not a memory id")))?,
+            Some(_) => return Err(Invalid::new("id must be a string")),
+        };
+        let update = MemoryUpdateRequest {
+            content: self.content,
+            importance: self.importance,
+        };
+        Ok(BatchUpdate {
+            id,
+            update: Body::check(update)?,
+        })
+    }
+}
+
+impl Body for MemoryBatchUpdateRequest {
+    type Checked = Vec<BatchUpdate>;
+
+    fn when_empty() -> Option<Result<Self, Invalid>> {
+        empty_refused()
+    }
+
+    fn refused(e: serde_path_to_error::Error<serde_json::Error>) -> Invalid {
+        unknown_field_named(e)
+    }
+
+    fn check(self) -> Result<Vec<BatchUpdate>, Invalid> {
+        let updates = batch_items::<MemoryBatchUpdateItem>(self.memories)?;
+        let mut seen = std::collections::HashMap::with_capacity(updates.len());
+        for (i, u) in updates.iter().enumerate() {
+            if let Some(first) = seen.insert(u.id, i) {
+                return Err(Invalid(format!(
+                    "memories[{i}]: id {} is memories[{first}]'s too; a batch updates a memory once; nothing was stored",
+                    u.id
+                )));
+            }
+        }
+        Ok(updates)
+    }
+}
+
+/// What a batch created or updated, in the order asked.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct MemoryBatch {
+    pub memories: Vec<Memory>,
+}
+
+impl Payload for MemoryBatch {}
+
 /// `DELETE /v1/memories`: every memory of one type. There is no "delete everything": an empty
 /// body or no type is refused.
 #[derive(Debug, Deserialize, ToSchema)]

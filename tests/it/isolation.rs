@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 /// Every `/v1` route of the route table (src/api/routes.rs).
 /// The test checks this list against the routes the gate knows and the served OpenAPI document,
 /// so a route added later without a row here fails the test.
-const ROUTES: [(&str, &str); 18] = [
+const ROUTES: [(&str, &str); 20] = [
     ("GET", "/v1/audit/logs"),
     ("GET", "/v1/audit/logs/{audit_id}"),
     ("GET", "/v1/audit/logs/{audit_id}/proof"),
@@ -32,6 +32,8 @@ const ROUTES: [(&str, &str); 18] = [
     ("GET", "/v1/memories/{id}/history"),
     ("POST", "/v1/memories/search"),
     ("POST", "/v1/memories/extract"),
+    ("POST", "/v1/memories/batch"),
+    ("PATCH", "/v1/memories/batch"),
 ];
 
 const TYPES: [&str; 3] = ["rule", "fact", "context"];
@@ -212,6 +214,27 @@ fn tenant_a_can_reach_nothing_of_tenant_b_on_any_route() {
     let extracted = ids(&v["data"]["memories"]);
     assert!(!extracted.is_empty(), "{v}");
     memories.extend(extracted);
+    let (status, v) = tagged(
+        &s,
+        Method::POST,
+        "/v1/memories/batch",
+        &b,
+        Some(json!({"memories": [
+            {"content": format!("{MARKER} batch: the vault code is 4417"), "memory_type": "fact"},
+            {"content": format!("{MARKER} batch: the vault is in Lyon"), "memory_type": "context"}
+        ]})),
+    );
+    assert_eq!(status, 200, "{v}");
+    let batched = ids(&v["data"]["memories"]);
+    let (status, v) = tagged(
+        &s,
+        Method::PATCH,
+        "/v1/memories/batch",
+        &b,
+        Some(json!({"memories": [{"id": batched[1], "importance": 0.95}]})),
+    );
+    assert_eq!(status, 200, "{v}");
+    memories.extend(batched);
     let (status, v) = s.admin(
         Method::POST,
         "/admin/v1/audit/logs",
@@ -290,6 +313,24 @@ fn tenant_a_can_reach_nothing_of_tenant_b_on_any_route() {
             );
             assert_eq!(resp, unknown, "{method} {template} with B's {id}");
         }
+    }
+    // A batch update naming B's memory is the same 404 as one naming a memory that never
+    // existed. It runs as a third tenant, C: the ids are in the request body, which the
+    // caller's own audit entry records, and A's entries are scanned for B's ids below.
+    let (_, c) = s.tenant_with_key("business");
+    let batch_update = |id: &str| {
+        call(
+            &s,
+            Method::PATCH,
+            "/v1/memories/batch",
+            &c,
+            Some(json!({"memories": [{"id": id, "content": "overwritten by A"}]})),
+        )
+    };
+    let unknown = batch_update(never);
+    assert_error(&unknown, 404, 4040);
+    for id in owned.memories.iter().chain([&owned.deleted_memory]) {
+        assert_eq!(batch_update(id), unknown, "a batch update with B's {id}");
     }
     let unknown = s.get(&format!("/v1/audit/logs/{never}"), &a);
     assert_error(&unknown, 404, 4040);

@@ -32,6 +32,7 @@ mod isolation;
 mod limits;
 mod list_bound;
 mod memory_api;
+mod memory_batch;
 mod old_data_dir;
 mod openapi;
 mod positions;

@@ -62,7 +62,29 @@ pub(crate) async fn create_memory(
         importance,
     } = new;
     let vector = embed_one(&state, &caller, &request, &content).await?;
-    let at = now_stored();
+    let new = NewMemory {
+        content,
+        memory_type,
+        importance,
+    };
+    let (event, memory) = created(&state, &caller, new, &vector, now_stored());
+    let content = memory.content.clone();
+    Ok(answered(memory, Some(vec![content]), vec![event]))
+}
+
+/// A new memory's creation event, with its vector, and the memory it answers.
+pub(super) fn created(
+    state: &AppState,
+    caller: &Caller,
+    new: NewMemory,
+    vector: &[f32],
+    at: i64,
+) -> (Event, Memory) {
+    let NewMemory {
+        content,
+        memory_type,
+        importance,
+    } = new;
     let id = Uuid::now_v7();
     let event = Event::MemoryCreated(MemoryCreated {
         memory_id: id,
@@ -72,17 +94,17 @@ pub(crate) async fn create_memory(
         importance,
         created_at: at,
         model: state.embed.model_id().to_string(),
-        vector: vector_to_bytes(&vector),
+        vector: vector_to_bytes(vector),
     });
     let memory = Memory::from(MemoryView {
         id,
-        content: content.clone(),
+        content,
         memory_type,
         importance,
         created_at: at,
         updated_at: at,
     });
-    Ok(answered(memory, Some(vec![content]), vec![event]))
+    (event, memory)
 }
 
 #[utoipa::path(get, path = "/v1/memories", tag = "memory", security(("api_key" = [])),

@@ -1,4 +1,5 @@
-//! The memory store's endpoints: CRUD and batch delete ([`crud`]), semantic search
+//! The memory store's endpoints: CRUD and batch delete ([`crud`]), batch create and update
+//! ([`batch`]), semantic search
 //! ([`search`]), extraction from a conversation or a text ([`extract`]), and a memory's every
 //! version from the log ([`history`]).
 //!
@@ -11,6 +12,7 @@
 //! the request id; its detail (the endpoint without credentials, the status, the start of the
 //! provider's answer) goes to the server log only, under the same id.
 
+pub mod batch;
 pub mod credits;
 pub mod crud;
 pub mod extract;
