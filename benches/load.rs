@@ -81,6 +81,10 @@ struct Args {
     /// Entries per ingestion call in the `ingest` scenario.
     #[arg(long, default_value_t = 100)]
     batch: usize,
+    /// Sentences per model call in the `embed` scenario (the server's embedding worker runs
+    /// slices of at most 16 texts or 2 KiB).
+    #[arg(long, default_value_t = 32)]
+    embed_batch: u64,
     /// Working dir: data, keys and driver.json (the seeded tenants). Reused across runs.
     #[arg(long, default_value = "target/load")]
     dir: PathBuf,
@@ -1198,11 +1202,12 @@ async fn hello(args: &Args) -> Result<ScenarioResult> {
     ))
 }
 
-/// The model's own throughput on `create`'s sentences, batches of 32, for `--secs`.
+/// The model's own throughput on `create`'s sentences, batches of `--embed-batch`, for `--secs`.
 async fn embed_limit(args: &Args, seeded: u64) -> Result<ScenarioResult> {
     use auditmem::embed::{Embedder, MiniLm};
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("models/all-MiniLM-L6-v2");
     let secs = args.secs;
+    let n = args.embed_batch.max(1);
     tokio::task::spawn_blocking(move || {
         let model = MiniLm::load(&dir).context("loading the model (bash .ci/setup)")?;
         let mut s = Samples::default();
@@ -1210,21 +1215,25 @@ async fn embed_limit(args: &Args, seeded: u64) -> Result<ScenarioResult> {
         let mut i = 0u64;
         let started = Instant::now();
         while Instant::now() < until {
-            let batch: Vec<String> = (i..i + 32)
+            let batch: Vec<String> = (i..i + n)
                 .map(|j| format!("{} (load {j})", memory_text(seeded + j)))
                 .collect();
-            i += 32;
+            i += n;
             let t0 = Instant::now();
             model.embed_batch(&batch)?;
             s.micros.push(t0.elapsed().as_micros() as u32);
-            s.units += 32;
+            s.units += n;
         }
         let elapsed = started.elapsed().as_secs_f64();
         Ok(ScenarioResult {
             scenario: Scenario::Embed,
             concurrency: 1,
             secs: elapsed,
-            ops: vec![summarise("embed batch of 32 (sentences/s)", s, elapsed)],
+            ops: vec![summarise(
+                "embed, --embed-batch a call (sentences/s)",
+                s,
+                elapsed,
+            )],
             extra: None,
             rss: None,
         })
