@@ -10,7 +10,7 @@ use axum::extract::State;
 use axum::Extension;
 
 use super::crud::created;
-use super::{provider_failed, RequestId};
+use super::{embed_many, RequestId};
 use crate::api::error::ApiError;
 use crate::api::extract::Json;
 use crate::api::gate::{Caller, PendingOps, Recorded};
@@ -22,33 +22,6 @@ use crate::wire::memory::{
 use crate::wire::time::now_stored;
 
 type MemoryBatchEnvelope = Data<MemoryBatch>;
-
-/// The embeddings of `texts`, as one batch of the caller's tenant's work (cut into turns with
-/// the other tenants' by the embedding worker); a failing provider is 502 with nothing stored.
-async fn embed_all(
-    state: &AppState,
-    caller: &Caller,
-    request: &RequestId,
-    texts: Vec<String>,
-) -> Result<Vec<Vec<f32>>, ApiError> {
-    if texts.is_empty() {
-        return Ok(Vec::new());
-    }
-    let n = texts.len();
-    let vectors = state
-        .embed
-        .embed_for(caller.tenant.id, texts)
-        .await
-        .map_err(|e| provider_failed("embedding", request, e))?;
-    if vectors.len() != n {
-        return Err(provider_failed(
-            "embedding",
-            request,
-            format!("{} vectors for {n} texts", vectors.len()),
-        ));
-    }
-    Ok(vectors)
-}
 
 /// The batch's answer, which its audit entry records in `memory_results` (and the contents
 /// written in `memory_query`).
@@ -79,7 +52,7 @@ pub(crate) async fn create_batch(
     Json(batch): Json<MemoryBatchCreateRequest>,
 ) -> Result<Recorded<Data<MemoryBatch>>, ApiError> {
     let texts = batch.iter().map(|m| m.content.clone()).collect();
-    let vectors = embed_all(&state, &caller, &request, texts).await?;
+    let vectors = embed_many(&state, &caller, &request, texts).await?;
     let at = now_stored();
     let mut events = Vec::with_capacity(batch.len());
     let mut memories = Vec::with_capacity(batch.len());
@@ -144,7 +117,7 @@ pub(crate) async fn update_batch(
         .map(|(m, c)| c.content.as_ref().filter(|t| **t != m.content).cloned())
         .collect();
     let texts: Vec<String> = changed.iter().flatten().cloned().collect();
-    let mut vectors = embed_all(&state, &caller, &request, texts)
+    let mut vectors = embed_many(&state, &caller, &request, texts)
         .await?
         .into_iter();
     let at = now_stored();

@@ -20,7 +20,7 @@ use axum::Extension;
 use uuid::Uuid;
 
 use super::credits::{Held, Hold, Refused};
-use super::{provider_failed, RequestId};
+use super::{embed_many, provider_failed, RequestId};
 use crate::api::error::ApiError;
 use crate::api::extract::Json;
 use crate::api::gate::{Caller, PendingOps, Recorded};
@@ -75,7 +75,8 @@ pub(crate) async fn extract_memories(
             candidates.len()
         )));
     }
-    let vectors = embed(&state, &caller, &request, &candidates).await?;
+    let texts = candidates.iter().map(|c| c.content.clone()).collect();
+    let vectors = embed_many(&state, &caller, &request, texts).await?;
     let at = now_stored();
     let kept = sort(&state, &caller, &candidates, &vectors, deduplicate)?;
     let mut events = Vec::with_capacity(kept.created.len() + 1);
@@ -186,26 +187,6 @@ async fn extract(
     .await
     .map_err(|e| ApiError::internal(format!("extractor crashed: {e}")))?
     .map_err(|e| provider_failed("extraction", request, e))
-}
-
-/// The candidates' vectors, queued as the tenant's.
-async fn embed(
-    state: &AppState,
-    caller: &Caller,
-    request: &RequestId,
-    candidates: &[Candidate],
-) -> Result<Vec<Vec<f32>>, ApiError> {
-    if candidates.is_empty() {
-        return Ok(Vec::new());
-    }
-    state
-        .embed
-        .embed_for(
-            caller.tenant.id,
-            candidates.iter().map(|c| c.content.clone()).collect(),
-        )
-        .await
-        .map_err(|e| provider_failed("embedding", request, e))
 }
 
 /// The candidates to store, each with its new id and vector, and the ones skipped.

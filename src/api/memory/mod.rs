@@ -61,6 +61,34 @@ async fn embed_one(
         .map_err(|e| provider_failed("embedding", request, e))
 }
 
+/// The embeddings of `texts`, in order, as one batch of the caller's tenant's work (the
+/// embedding worker cuts it into turns with other tenants'); a failing provider is 502 with
+/// nothing stored.
+async fn embed_many(
+    state: &AppState,
+    caller: &Caller,
+    request: &RequestId,
+    texts: Vec<String>,
+) -> Result<Vec<Vec<f32>>, ApiError> {
+    if texts.is_empty() {
+        return Ok(Vec::new());
+    }
+    let n = texts.len();
+    let vectors = state
+        .embed
+        .embed_for(caller.tenant.id, texts)
+        .await
+        .map_err(|e| provider_failed("embedding", request, e))?;
+    if vectors.len() != n {
+        return Err(provider_failed(
+            "embedding",
+            request,
+            format!("{} vectors for {n} texts", vectors.len()),
+        ));
+    }
+    Ok(vectors)
+}
+
 /// A provider's failure as the caller and its audit entry see it: a generic message naming the
 /// request; the detail is logged under the request id, never answered.
 fn provider_failed(
