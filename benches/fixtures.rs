@@ -102,6 +102,7 @@ pub fn memory_created(tenant: Uuid, i: u64) -> Event {
         created_at: 1_700_000_000_000_000 + i as i64,
         model: "all-MiniLM-L6-v2".into(),
         vector: vector_to_bytes(&v),
+        extra: None,
     })
 }
 

@@ -95,6 +95,7 @@ fn main() {
             created_at: 1_700_000_000_000 + i as i64,
             model: "local-minilm-l6-v2".into(),
             vector: vector_to_bytes(&vector),
+            extra: None,
         }));
         if pending.len() == batch || i + 1 == count {
             let applied: Vec<Applied<'_>> = pending

@@ -20,8 +20,9 @@ pub mod unlinked;
 pub mod vector_table;
 
 pub use event::{
-    vector_from_bytes, vector_to_bytes, CreditsConsumed, MemoriesDeletedByType, MemoryCreated,
-    MemoryDeleted, MemoryUpdated,
+    vector_from_bytes, vector_to_bytes, CreditsConsumed, MemoriesDeleted, MemoriesDeletedByType,
+    MemoriesExpired, MemoryAmend, MemoryCreated, MemoryDeleted, MemoryExtra, MemorySuperseded,
+    MemoryUpdated,
 };
 pub use event::{
     AuditDetail, AuditEntry, AuditRecorded, ChainPoint, Event, ExportCompleted, ExportFailed,

@@ -101,6 +101,11 @@ pub fn table() -> Vec<Route> {
             MemoryRead,
         ),
         tenant(
+            routes!(memory::crud::query_memories),
+            "memory.query",
+            MemoryRead,
+        ),
+        tenant(
             routes!(memory::batch::create_batch),
             "memory.batch_create",
             MemoryWrite,

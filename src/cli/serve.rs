@@ -223,6 +223,10 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         appender: state.appender.clone(),
         settings: state.exports.clone(),
     }));
+    let expiry_task = tokio::spawn(crate::api::memory::expiry::run(
+        state.projections.clone(),
+        state.appender.clone(),
+    ));
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("binding {}", args.listen))?;
@@ -279,6 +283,8 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         admin.await.context("serving the admin API")?;
     }
 
+    // Expired memories are hidden from reads already; the next start sweeps them.
+    expiry_task.abort();
     tracing::info!("draining the appender");
     let head = appender.head();
     drop(appender);

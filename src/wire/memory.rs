@@ -1,8 +1,9 @@
 //! The memory store's shapes: memories, the create, update, search, extract and batch-delete
 //! bodies with their checks, and what each answers.
 
+use auditmem_projections::memories::filter::Filter;
 use auditmem_projections::memories::MemoryView;
-use auditmem_projections::MemoryType;
+use auditmem_projections::{MemoryAmend, MemoryExtra, MemoryType};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
@@ -10,8 +11,9 @@ use uuid::Uuid;
 
 use super::envelope::Payload;
 use super::field::{optional, present, required, whole_number, Check, Field, Invalid};
+use super::filter::parse_filter;
 use super::query::{self, Paging};
-use super::time::Time;
+use super::time::{now, parse_time, Time};
 use super::{empty_refused, unknown_field_named, Body, Params};
 use crate::extract::{ChatMessage, ChatRole, ExtractInput, MAX_CONTENT_CHARS};
 
@@ -79,6 +81,168 @@ impl Check for Importance {
     }
 }
 
+/// Characters of a `user_id`, `agent_id` or `session_id` at most.
+pub const MAX_SCOPE_CHARS: usize = 256;
+/// Bytes of a memory's `metadata` as compact JSON at most, and its nesting at most.
+pub const MAX_METADATA_BYTES: usize = 8192;
+pub const MAX_METADATA_DEPTH: usize = 5;
+
+/// A `user_id`, `agent_id` or `session_id`: 1 to [`MAX_SCOPE_CHARS`] characters after
+/// trimming, no control characters. The refusal names the field.
+fn scope_id(field: &str, raw: Value) -> Result<String, Invalid> {
+    match raw {
+        Value::String(s) => {
+            let t = s.trim();
+            let n = t.chars().count();
+            if n == 0 || n > MAX_SCOPE_CHARS {
+                Err(Invalid(format!(
+                    "{field} must be 1 to {MAX_SCOPE_CHARS} characters"
+                )))
+            } else if t.chars().any(char::is_control) {
+                Err(Invalid(format!("{field} must not hold control characters")))
+            } else {
+                Ok(t.to_string())
+            }
+        }
+        _ => Err(Invalid(format!("{field} must be a string"))),
+    }
+}
+
+macro_rules! scope_field {
+    ($name:ident, $field:literal) => {
+        #[derive(Clone, Debug, PartialEq)]
+        pub struct $name(pub String);
+
+        impl Check for $name {
+            type Raw = Value;
+
+            fn check(raw: Value) -> Result<Self, Invalid> {
+                scope_id($field, raw).map($name)
+            }
+        }
+    };
+}
+
+scope_field!(UserId, "user_id");
+scope_field!(AgentId, "agent_id");
+scope_field!(SessionId, "session_id");
+
+/// A memory's metadata: a JSON object of at most [`MAX_METADATA_BYTES`] bytes and
+/// [`MAX_METADATA_DEPTH`] levels, held as its compact JSON text. `null` (where an update takes
+/// it) clears it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Metadata(pub Option<String>);
+
+fn depth(v: &Value) -> usize {
+    match v {
+        Value::Object(m) => 1 + m.values().map(depth).max().unwrap_or(0),
+        Value::Array(a) => 1 + a.iter().map(depth).max().unwrap_or(0),
+        _ => 0,
+    }
+}
+
+impl Check for Metadata {
+    type Raw = Value;
+
+    fn check(raw: Value) -> Result<Self, Invalid> {
+        match raw {
+            Value::Null => Ok(Metadata(None)),
+            Value::Object(_) => {
+                if depth(&raw) > MAX_METADATA_DEPTH {
+                    return Err(Invalid(format!(
+                        "metadata is nested deeper than {MAX_METADATA_DEPTH} levels"
+                    )));
+                }
+                let text = raw.to_string();
+                if text.len() > MAX_METADATA_BYTES {
+                    return Err(Invalid(format!(
+                        "metadata is {} bytes as JSON; at most {MAX_METADATA_BYTES} are allowed",
+                        text.len()
+                    )));
+                }
+                Ok(Metadata(Some(text)))
+            }
+            _ => Err(Invalid::new("metadata must be a JSON object")),
+        }
+    }
+}
+
+/// When a memory expires: an ISO 8601 time after now; `null` (where an update takes it)
+/// clears it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ExpiresAt(pub Option<i64>);
+
+impl Check for ExpiresAt {
+    type Raw = Value;
+
+    fn check(raw: Value) -> Result<Self, Invalid> {
+        match raw {
+            Value::Null => Ok(ExpiresAt(None)),
+            Value::String(s) => {
+                let at = parse_time("expires_at", &s)?;
+                if at <= now() {
+                    return Err(Invalid::new("expires_at must be in the future"));
+                }
+                Ok(ExpiresAt(Some(at)))
+            }
+            _ => Err(Invalid::new(
+                "expires_at must be an ISO 8601 time such as 2026-01-31T12:00:00Z, or null",
+            )),
+        }
+    }
+}
+
+/// `filters`: see [`crate::wire::filter`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct Filters(pub Filter);
+
+impl Check for Filters {
+    type Raw = Value;
+
+    fn check(raw: Value) -> Result<Self, Invalid> {
+        parse_filter(&raw).map(Filters)
+    }
+}
+
+/// A boolean flag (`include_superseded`, `resolve`, `explain`), its refusal naming it.
+macro_rules! flag_field {
+    ($name:ident, $field:literal) => {
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        pub struct $name(pub bool);
+
+        impl Check for $name {
+            type Raw = Value;
+
+            fn check(raw: Value) -> Result<Self, Invalid> {
+                match raw {
+                    Value::Bool(b) => Ok($name(b)),
+                    _ => Err(Invalid::new(concat!($field, " must be a boolean"))),
+                }
+            }
+        }
+    };
+}
+
+flag_field!(IncludeSuperseded, "include_superseded");
+
+/// The scope and metadata fields a create, a batch item and an extraction share, checked in
+/// this order.
+fn extra_of(
+    user_id: Option<Field<UserId>>,
+    agent_id: Option<Field<AgentId>>,
+    session_id: Option<Field<SessionId>>,
+    metadata: Option<Field<Metadata>>,
+    expires_at: Option<Field<ExpiresAt>>,
+) -> Result<MemoryExtra, Invalid> {
+    Ok(MemoryExtra {
+        user_id: optional(user_id)?.map(|v| v.0),
+        agent_id: optional(agent_id)?.map(|v| v.0),
+        session_id: optional(session_id)?.map(|v| v.0),
+        metadata: optional(metadata)?.and_then(|m| m.0),
+        expires_at: optional(expires_at)?.and_then(|e| e.0),
+    })
+}
+
 /// `POST /v1/memories`.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -91,6 +255,21 @@ pub struct MemoryCreateRequest {
     /// 0.0 to 1.0, default 0.5.
     #[schema(value_type = Option<f64>, minimum = 0.0, maximum = 1.0)]
     pub importance: Option<Field<Importance>>,
+    /// The end user the memory is about (1 to 256 characters).
+    #[schema(value_type = Option<String>, min_length = 1, max_length = 256)]
+    pub user_id: Option<Field<UserId>>,
+    /// The agent the memory belongs to (1 to 256 characters).
+    #[schema(value_type = Option<String>, min_length = 1, max_length = 256)]
+    pub agent_id: Option<Field<AgentId>>,
+    /// The session the memory came from (1 to 256 characters).
+    #[schema(value_type = Option<String>, min_length = 1, max_length = 256)]
+    pub session_id: Option<Field<SessionId>>,
+    /// A JSON object, at most 8192 bytes as JSON and 5 levels deep.
+    #[schema(value_type = Option<Object>)]
+    pub metadata: Option<Field<Metadata>>,
+    /// ISO 8601, in the future: from then on the memory is gone from get, list and search.
+    #[schema(value_type = Option<String>)]
+    pub expires_at: Option<Field<ExpiresAt>>,
 }
 
 /// A memory to store, checked.
@@ -99,6 +278,8 @@ pub struct NewMemory {
     pub content: String,
     pub memory_type: MemoryType,
     pub importance: f64,
+    /// Scope, metadata and expiry (all empty when none was given).
+    pub extra: MemoryExtra,
 }
 
 /// The importance of a memory created without one.
@@ -120,6 +301,13 @@ impl Body for MemoryCreateRequest {
             content: required(self.content, "content is required")?.0,
             memory_type: memory_type_required(self.memory_type)?,
             importance: optional(self.importance)?.map_or(DEFAULT_IMPORTANCE, |i| i.0),
+            extra: extra_of(
+                self.user_id,
+                self.agent_id,
+                self.session_id,
+                self.metadata,
+                self.expires_at,
+            )?,
         })
     }
 }
@@ -128,12 +316,12 @@ fn memory_type_required(field: Option<Field<MemoryType>>) -> Result<MemoryType, 
     required(field, "memory_type is required (rule, fact or context)")
 }
 
-/// `PATCH /v1/memories/{id}`: at least one of the two fields (only these two can be updated);
-/// neither may be null.
+/// `PATCH /v1/memories/{id}`: at least one field; content and importance may not be null,
+/// metadata and expires_at null clears them.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 #[schema(
-    description = "At least one of the two fields (only these two can be updated); neither may be null."
+    description = "At least one field; content and importance may not be null; metadata and expires_at null clears them."
 )]
 pub struct MemoryUpdateRequest {
     /// 1 to 10,000 characters after trimming.
@@ -144,6 +332,14 @@ pub struct MemoryUpdateRequest {
     #[serde(default, deserialize_with = "present")]
     #[schema(value_type = Option<f64>, nullable = false, minimum = 0.0, maximum = 1.0)]
     pub importance: Option<Field<Importance>>,
+    /// Replaces the metadata object; null clears it.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<Object>, nullable = true)]
+    pub metadata: Option<Field<Metadata>>,
+    /// ISO 8601, in the future; null clears it.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<String>, nullable = true)]
+    pub expires_at: Option<Field<ExpiresAt>>,
 }
 
 /// An update whose shape is checked: at least one field. Its values are checked after the
@@ -157,6 +353,8 @@ pub struct MemoryUpdate(MemoryUpdateRequest);
 pub struct Changes {
     pub content: Option<String>,
     pub importance: Option<f64>,
+    /// Metadata and expiry changes, when it asks for any.
+    pub amend: Option<MemoryAmend>,
 }
 
 impl Body for MemoryUpdateRequest {
@@ -171,8 +369,14 @@ impl Body for MemoryUpdateRequest {
     }
 
     fn check(self) -> Result<MemoryUpdate, Invalid> {
-        if self.content.is_none() && self.importance.is_none() {
-            return Err(Invalid::new("give content and/or importance to update"));
+        if self.content.is_none()
+            && self.importance.is_none()
+            && self.metadata.is_none()
+            && self.expires_at.is_none()
+        {
+            return Err(Invalid::new(
+                "give content, importance, metadata and/or expires_at to update",
+            ));
         }
         Ok(MemoryUpdate(self))
     }
@@ -180,9 +384,20 @@ impl Body for MemoryUpdateRequest {
 
 impl MemoryUpdate {
     pub fn check(self) -> Result<Changes, Invalid> {
+        let content = optional(self.0.content)?.map(|c| c.0);
+        let importance = optional(self.0.importance)?.map(|i| i.0);
+        let metadata = optional(self.0.metadata)?;
+        let expires_at = optional(self.0.expires_at)?;
+        let amend = (metadata.is_some() || expires_at.is_some()).then(|| MemoryAmend {
+            set_metadata: metadata.is_some(),
+            metadata: metadata.and_then(|m| m.0),
+            set_expires_at: expires_at.is_some(),
+            expires_at: expires_at.and_then(|e| e.0),
+        });
         Ok(Changes {
-            content: optional(self.0.content)?.map(|c| c.0),
-            importance: optional(self.0.importance)?.map(|i| i.0),
+            content,
+            importance,
+            amend,
         })
     }
 }
@@ -224,6 +439,12 @@ pub struct MemoryBatchUpdateItem {
     #[serde(default, deserialize_with = "present")]
     #[schema(value_type = Option<f64>, nullable = false, minimum = 0.0, maximum = 1.0)]
     pub importance: Option<Field<Importance>>,
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<Object>, nullable = true)]
+    pub metadata: Option<Field<Metadata>>,
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<String>, nullable = true)]
+    pub expires_at: Option<Field<ExpiresAt>>,
 }
 
 /// A batch update's item whose shape is checked; its values are checked once its memory is
@@ -312,6 +533,8 @@ impl Body for MemoryBatchUpdateItem {
         let update = MemoryUpdateRequest {
             content: self.content,
             importance: self.importance,
+            metadata: self.metadata,
+            expires_at: self.expires_at,
         };
         Ok(BatchUpdate {
             id,
@@ -354,17 +577,28 @@ pub struct MemoryBatch {
 
 impl Payload for MemoryBatch {}
 
-/// `DELETE /v1/memories`: every memory of one type. There is no "delete everything": an empty
-/// body or no type is refused.
+/// `DELETE /v1/memories`: every memory of one type, or every memory a filter matches (both:
+/// those of the type the filter matches). There is no "delete everything": an empty body, or
+/// a filter without a condition, is refused.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BatchDeleteRequest {
-    #[schema(value_type = MemoryType)]
+    #[schema(value_type = Option<MemoryType>)]
     pub memory_type: Option<Field<MemoryType>>,
+    /// A filter (see `POST /v1/memories/query`); superseded memories it matches go too.
+    #[schema(value_type = Option<Object>)]
+    pub filters: Option<Field<Filters>>,
+}
+
+/// A batch delete, checked: at least one of the two.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BatchDelete {
+    pub memory_type: Option<MemoryType>,
+    pub filter: Option<Filter>,
 }
 
 impl Body for BatchDeleteRequest {
-    type Checked = MemoryType;
+    type Checked = BatchDelete;
 
     fn when_empty() -> Option<Result<Self, Invalid>> {
         empty_refused()
@@ -374,8 +608,84 @@ impl Body for BatchDeleteRequest {
         unknown_field_named(e)
     }
 
-    fn check(self) -> Result<MemoryType, Invalid> {
-        memory_type_required(self.memory_type)
+    fn check(self) -> Result<BatchDelete, Invalid> {
+        if self.filters.is_none() {
+            return Ok(BatchDelete {
+                memory_type: Some(memory_type_required(self.memory_type)?),
+                filter: None,
+            });
+        }
+        Ok(BatchDelete {
+            memory_type: optional(self.memory_type)?,
+            filter: optional(self.filters)?.map(|f| f.0),
+        })
+    }
+}
+
+/// `POST /v1/memories/query`: the tenant's memories a filter matches, newest first, paged as
+/// `GET /v1/memories` is.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MemoryQueryRequest {
+    #[schema(value_type = Option<Object>)]
+    pub filters: Option<Field<Filters>>,
+    #[schema(value_type = Option<MemoryType>)]
+    pub memory_type: Option<Field<MemoryType>>,
+    /// Default false: memories another superseded are left out.
+    #[schema(value_type = Option<bool>)]
+    pub include_superseded: Option<Field<IncludeSuperseded>>,
+    /// Default 1.
+    #[schema(value_type = Option<u64>, minimum = 1)]
+    pub page: Option<Value>,
+    /// Default 20, above 100 clamped.
+    #[schema(value_type = Option<u64>, minimum = 1)]
+    pub page_size: Option<Value>,
+}
+
+/// A memory query, checked.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MemoryQuerying {
+    pub paging: Paging,
+    pub memory_type: Option<MemoryType>,
+    pub filter: Option<Filter>,
+    pub include_superseded: bool,
+}
+
+/// A page number given in a body: a JSON number, or a string as in a query.
+fn body_number(v: Option<Value>) -> Option<String> {
+    match v {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(s),
+        Some(other) => Some(other.to_string()),
+    }
+}
+
+impl Body for MemoryQueryRequest {
+    type Checked = MemoryQuerying;
+
+    fn when_empty() -> Option<Result<Self, Invalid>> {
+        Some(Ok(Self::default()))
+    }
+
+    fn refused(e: serde_path_to_error::Error<serde_json::Error>) -> Invalid {
+        unknown_field_named(e)
+    }
+
+    fn check(self) -> Result<MemoryQuerying, Invalid> {
+        let filter = optional(self.filters)?.map(|f| f.0);
+        let memory_type = optional(self.memory_type)?;
+        let include_superseded = optional(self.include_superseded)?.is_some_and(|f| f.0);
+        let paging = Paging::check(
+            body_number(self.page),
+            body_number(self.page_size),
+            DEFAULT_PAGE_SIZE,
+        )?;
+        Ok(MemoryQuerying {
+            paging,
+            memory_type,
+            filter,
+            include_superseded,
+        })
     }
 }
 
@@ -452,6 +762,12 @@ pub struct SearchRequest {
     pub min_similarity: Option<Field<MinSimilarity>>,
     #[schema(value_type = Option<MemoryType>)]
     pub memory_type: Option<Field<MemoryType>>,
+    /// Only memories this filter matches (see `POST /v1/memories/query`).
+    #[schema(value_type = Option<Object>)]
+    pub filters: Option<Field<Filters>>,
+    /// Default false: memories another superseded are left out.
+    #[schema(value_type = Option<bool>)]
+    pub include_superseded: Option<Field<IncludeSuperseded>>,
 }
 
 /// A search, checked.
@@ -461,6 +777,8 @@ pub struct Search {
     pub top_k: usize,
     pub min_similarity: f64,
     pub memory_type: Option<MemoryType>,
+    pub filter: Option<Filter>,
+    pub include_superseded: bool,
 }
 
 impl Body for SearchRequest {
@@ -480,6 +798,8 @@ impl Body for SearchRequest {
             top_k: optional(self.top_k)?.map_or(DEFAULT_TOP_K, |k| k.0),
             min_similarity: optional(self.min_similarity)?.map_or(0.0, |m| m.0),
             memory_type: optional(self.memory_type)?,
+            filter: optional(self.filters)?.map(|f| f.0),
+            include_superseded: optional(self.include_superseded)?.is_some_and(|f| f.0),
         })
     }
 }
@@ -666,6 +986,15 @@ pub struct ExtractRequest {
     /// Default false.
     #[schema(value_type = Option<bool>)]
     pub deduplicate: Option<Field<Deduplicate>>,
+    /// Given to every memory extracted.
+    #[schema(value_type = Option<String>, min_length = 1, max_length = 256)]
+    pub user_id: Option<Field<UserId>>,
+    #[schema(value_type = Option<String>, min_length = 1, max_length = 256)]
+    pub agent_id: Option<Field<AgentId>>,
+    #[schema(value_type = Option<String>, min_length = 1, max_length = 256)]
+    pub session_id: Option<Field<SessionId>>,
+    #[schema(value_type = Option<Object>)]
+    pub metadata: Option<Field<Metadata>>,
 }
 
 /// An extraction, checked: its input as the extractor takes it, as it is audited, and as text
@@ -673,6 +1002,8 @@ pub struct ExtractRequest {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Extraction {
     pub deduplicate: bool,
+    /// Scope and metadata every memory extracted is given.
+    pub extra: MemoryExtra,
     pub input: ExtractInput,
     /// The messages not read (an unknown role), answered as `skipped_messages`.
     pub skipped_messages: Vec<SkippedMessage>,
@@ -693,6 +1024,13 @@ impl Body for ExtractRequest {
 
     fn check(self) -> Result<Extraction, Invalid> {
         let deduplicate = optional(self.deduplicate)?.is_some_and(|d| d.0);
+        let extra = extra_of(
+            self.user_id,
+            self.agent_id,
+            self.session_id,
+            self.metadata,
+            None,
+        )?;
         let mut skipped_messages = Vec::new();
         let (input, input_value, input_text) = match (self.messages, self.text) {
             (Some(_), Some(_)) => {
@@ -729,6 +1067,7 @@ impl Body for ExtractRequest {
         };
         Ok(Extraction {
             deduplicate,
+            extra,
             input,
             skipped_messages,
             input_value,
@@ -750,13 +1089,21 @@ pub struct MemoryListQuery {
     /// default 20, above 100 clamped
     #[param(value_type = Option<u64>, minimum = 1)]
     page_size: Option<String>,
+    /// only the memories of this end user
+    user_id: Option<String>,
+    /// only the memories of this agent
+    agent_id: Option<String>,
+    /// only the memories of this session
+    session_id: Option<String>,
 }
 
 /// A memory list, checked.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct MemoryListing {
     pub paging: Paging,
     pub memory_type: Option<MemoryType>,
+    /// The scopes asked for, as a filter.
+    pub filter: Option<Filter>,
 }
 
 impl Params for MemoryListQuery {
@@ -767,9 +1114,26 @@ impl Params for MemoryListQuery {
         let memory_type = query::given(self.memory_type.map(|t| t.trim().to_string()))
             .map(|t| t.parse::<MemoryType>().map_err(Invalid))
             .transpose()?;
+        let mut scopes = serde_json::Map::new();
+        for (name, v) in [
+            ("user_id", self.user_id),
+            ("agent_id", self.agent_id),
+            ("session_id", self.session_id),
+        ] {
+            if let Some(v) = v {
+                scopes.insert(
+                    name.into(),
+                    Value::String(scope_id(name, Value::String(v))?),
+                );
+            }
+        }
+        let filter = (!scopes.is_empty())
+            .then(|| parse_filter(&Value::Object(scopes)))
+            .transpose()?;
         Ok(MemoryListing {
             paging,
             memory_type,
+            filter,
         })
     }
 }
@@ -786,10 +1150,30 @@ pub struct Memory {
     pub created_at: Time,
     #[schema(value_type = String)]
     pub updated_at: Time,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub user_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agent_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub metadata: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>)]
+    pub expires_at: Option<Time>,
+    /// The newer memory that contradicted this one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>)]
+    pub superseded_by: Option<Uuid>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>)]
+    pub superseded_at: Option<Time>,
 }
 
 impl From<MemoryView> for Memory {
     fn from(m: MemoryView) -> Self {
+        let x = m.extra.unwrap_or_default();
         Memory {
             id: m.id,
             content: m.content,
@@ -797,6 +1181,14 @@ impl From<MemoryView> for Memory {
             importance: m.importance,
             created_at: Time(m.created_at),
             updated_at: Time(m.updated_at),
+            user_id: x.user_id,
+            agent_id: x.agent_id,
+            session_id: x.session_id,
+            // Stored as the JSON text it was checked as.
+            metadata: x.metadata.and_then(|t| serde_json::from_str(&t).ok()),
+            expires_at: x.expires_at.map(Time),
+            superseded_by: x.superseded_by,
+            superseded_at: x.superseded_at.map(Time),
         }
     }
 }
@@ -843,7 +1235,9 @@ impl Payload for DeletedMemory {}
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct BatchDeleted {
-    pub memory_type: MemoryType,
+    /// The type asked for (absent when only `filters` was given).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory_type: Option<MemoryType>,
     #[schema(value_type = u64)]
     pub deleted: usize,
 }
@@ -864,6 +1258,20 @@ pub struct SearchResult {
     pub importance: f64,
     /// Cosine similarity.
     pub score: f64,
+    /// The value results are ranked by: `0.85 * score + 0.15 * importance`.
+    pub final_score: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub user_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agent_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub metadata: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>)]
+    pub superseded_by: Option<Uuid>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -938,7 +1346,7 @@ impl Payload for Extracted {
 /// One version of a memory, from the log: what the change set and when.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct MemoryVersion {
-    /// created, updated or deleted.
+    /// created, updated, superseded, deleted or expired.
     pub change: &'static str,
     pub seq: u64,
     #[schema(value_type = Option<String>)]
@@ -959,6 +1367,25 @@ pub struct MemoryVersion {
     /// The type a batch delete named, when the memory went in one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub batch_memory_type: Option<MemoryType>,
+    /// Scope a created memory was given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub user_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agent_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    /// The metadata set (created, updated; null when an update cleared it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub metadata: Option<Value>,
+    /// The expiry set (created, updated; null when an update cleared it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>)]
+    pub expires_at: Option<Option<Time>>,
+    /// The newer memory that superseded it (superseded).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>)]
+    pub superseded_by: Option<Uuid>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -987,7 +1414,8 @@ mod tests {
             Ok(NewMemory {
                 content: "a fact".into(),
                 memory_type: MemoryType::Fact,
-                importance: 0.5
+                importance: 0.5,
+                extra: MemoryExtra::default(),
             })
         );
         for (body, message) in [
@@ -1031,7 +1459,7 @@ mod tests {
         let shape = |body: Value| parse::<MemoryUpdateRequest>(body).check();
         assert_eq!(
             shape(serde_json::json!({})).map(|_| ()).map_err(|e| e.0),
-            Err("give content and/or importance to update".into())
+            Err("give content, importance, metadata and/or expires_at to update".into())
         );
         let fields = |body: Value| shape(body).and_then(MemoryUpdate::check).map_err(|e| e.0);
         assert_eq!(
@@ -1046,7 +1474,8 @@ mod tests {
             fields(serde_json::json!({"importance": 0.25})),
             Ok(Changes {
                 content: None,
-                importance: Some(0.25)
+                importance: Some(0.25),
+                amend: None,
             })
         );
     }
@@ -1187,6 +1616,7 @@ mod tests {
             importance: 0.5,
             created_at: 1_763_773_323_456_789,
             updated_at: 1_763_773_323_456_789,
+            extra: None,
         };
         assert_eq!(
             Memory::from(view).audited(),

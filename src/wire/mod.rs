@@ -13,6 +13,7 @@ pub mod audit;
 pub mod envelope;
 pub mod export;
 pub mod field;
+pub mod filter;
 pub mod memory;
 pub mod query;
 pub mod time;

@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 /// Every `/v1` route of the route table (src/api/routes.rs).
 /// The test checks this list against the routes the gate knows and the served OpenAPI document,
 /// so a route added later without a row here fails the test.
-const ROUTES: [(&str, &str); 20] = [
+const ROUTES: [(&str, &str); 21] = [
     ("GET", "/v1/audit/logs"),
     ("GET", "/v1/audit/logs/{audit_id}"),
     ("GET", "/v1/audit/logs/{audit_id}/proof"),
@@ -34,12 +34,16 @@ const ROUTES: [(&str, &str); 20] = [
     ("POST", "/v1/memories/extract"),
     ("POST", "/v1/memories/batch"),
     ("PATCH", "/v1/memories/batch"),
+    ("POST", "/v1/memories/query"),
 ];
 
 const TYPES: [&str; 3] = ["rule", "fact", "context"];
 
 /// In everything B stores and tags, never in anything A sends.
 const MARKER: &str = "QUOKKA";
+
+/// A user id both tenants use: scopes are per tenant.
+const SHARED_USER: &str = "shared-user";
 
 /// B's extraction input; A sends the very same text (deduplication must not look across).
 const EXTRACT_TEXT: &str = "My name is Dana. Please always answer in Spanish.";
@@ -172,7 +176,8 @@ fn tenant_a_can_reach_nothing_of_tenant_b_on_any_route() {
             "/v1/memories",
             &b,
             Some(
-                json!({"content": format!("{MARKER} {t}: the launch code is blue falcon"), "memory_type": t, "importance": 0.9}),
+                json!({"content": format!("{MARKER} {t}: the launch code is blue falcon"), "memory_type": t, "importance": 0.9,
+                       "user_id": SHARED_USER, "agent_id": SHARED_USER, "metadata": {"tag": MARKER}}),
             ),
         );
         assert_eq!(status, 200, "{v}");
@@ -398,6 +403,41 @@ fn tenant_a_can_reach_nothing_of_tenant_b_on_any_route() {
             assert_eq!(ids(&v["data"]["results"]), vec![a_memory.as_str()], "{v}");
         }
     }
+    // Scopes and filters are A's alone: the same user id names none of B's memories.
+    let (status, v) = s.get(&format!("/v1/memories?user_id={SHARED_USER}"), &a);
+    assert_eq!((status, v["data"]["total"].clone()), (200, json!(0)), "{v}");
+    for body in [
+        json!({}),
+        json!({"filters": {"user_id": SHARED_USER}, "include_superseded": true}),
+        json!({"filters": {"OR": [{"agent_id": SHARED_USER}, {"importance": {"gte": 0.0}}]}}),
+    ] {
+        let (status, v) = s.post("/v1/memories/query", &a, body.clone());
+        assert_eq!(status, 200, "{v}");
+        assert_nothing_of(&owned, "A's memory query", &v.to_string());
+        assert!(ids(&v["data"]["memories"]).len() <= 1, "{body}: {v}");
+    }
+    let (status, v) = s.post(
+        "/v1/memories/search",
+        &a,
+        json!({"query": "what is the launch code?", "min_similarity": -1.0, "filters": {"user_id": SHARED_USER}}),
+    );
+    assert_eq!(
+        (status, v["data"]["results"].clone()),
+        (200, json!([])),
+        "{v}"
+    );
+    let (status, v) = call(
+        &s,
+        Method::DELETE,
+        "/v1/memories",
+        &a,
+        Some(json!({"filters": {"user_id": SHARED_USER}})),
+    );
+    assert_eq!(
+        (status, v["data"].clone()),
+        (200, json!({"deleted": 0})),
+        "{v}"
+    );
     // Deduplication compares with A's own memories only: B's identical ones are not duplicates.
     let (status, v) = s.post(
         "/v1/memories/extract",

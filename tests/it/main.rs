@@ -33,6 +33,7 @@ mod limits;
 mod list_bound;
 mod memory_api;
 mod memory_batch;
+mod memory_scopes;
 mod old_data_dir;
 mod openapi;
 mod positions;

@@ -427,9 +427,16 @@ fn semantic_search_finds_paraphrases_and_follows_updates() {
     let results = v["data"]["results"].as_array().expect("results");
     assert_eq!(results.len(), 5, "top_k defaults to 5");
     let first = &results[0];
-    assert_eq!(first.as_object().map(|o| o.len()), Some(5), "{first}");
+    // The interface's five fields and the score results are ranked by
+    assert_eq!(first.as_object().map(|o| o.len()), Some(6), "{first}");
     let score = first["score"].as_f64().expect("score");
     assert!(score > 0.5 && score <= 1.0, "{first}");
+    let ranked = first["final_score"].as_f64().expect("final_score");
+    let importance = first["importance"].as_f64().expect("importance");
+    assert!(
+        (ranked - (0.85 * score + 0.15 * importance)).abs() < 2e-6,
+        "{first}"
+    );
     let (_, filtered) = s.post(
         "/v1/memories/search",
         &key,

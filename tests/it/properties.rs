@@ -12,8 +12,8 @@ use auditmem::log::verify::{verify_tree, Verifier};
 use auditmem::projections::audit_index::AuditRef;
 use auditmem::projections::{
     AuditDetail, AuditEntry, AuditRecorded, CreditsConsumed, Event, KeyIssued, KeyRevoked,
-    MemoriesDeletedByType, MemoryCreated, MemoryDeleted, MemoryType, MemoryUpdated, Permission,
-    Plan, TenantCreated, TenantUpdated, Tokens,
+    MemoriesDeletedByType, MemoryAmend, MemoryCreated, MemoryDeleted, MemoryExtra, MemoryType,
+    MemoryUpdated, Permission, Plan, TenantCreated, TenantUpdated, Tokens,
 };
 use auditmem::registry::ErrorCode;
 use auditmem::wire::audit::{AuditListQuery, Cursor, ListQuery, ListedEntry};
@@ -87,6 +87,25 @@ fn json_value() -> impl Strategy<Value = Value> {
 
 fn plan() -> impl Strategy<Value = Plan> {
     prop::sample::select(Plan::VARIANTS.to_vec())
+}
+
+fn memory_extra() -> impl Strategy<Value = MemoryExtra> {
+    (
+        option::of(text()),
+        option::of(text()),
+        option::of(text()),
+        option::of(text()),
+        option::of(any::<i64>()),
+    )
+        .prop_map(
+            |(user_id, agent_id, session_id, metadata, expires_at)| MemoryExtra {
+                user_id,
+                agent_id,
+                session_id,
+                metadata,
+                expires_at,
+            },
+        )
 }
 
 fn memory_type() -> impl Strategy<Value = MemoryType> {
@@ -269,7 +288,8 @@ fn event() -> impl Strategy<Value = Event> {
             float(),
             any::<i64>(),
             text(),
-            vec(any::<u8>(), 0..64)
+            vec(any::<u8>(), 0..64),
+            option::of(memory_extra())
         )
             .prop_map(
                 |(
@@ -281,6 +301,7 @@ fn event() -> impl Strategy<Value = Event> {
                     created_at,
                     model,
                     vector,
+                    extra,
                 )| {
                     Event::MemoryCreated(MemoryCreated {
                         memory_id,
@@ -291,6 +312,7 @@ fn event() -> impl Strategy<Value = Event> {
                         created_at,
                         model,
                         vector,
+                        extra,
                     })
                 }
             ),
@@ -301,10 +323,28 @@ fn event() -> impl Strategy<Value = Event> {
             option::of(float()),
             any::<i64>(),
             option::of(text()),
-            option::of(vec(any::<u8>(), 0..64))
+            option::of(vec(any::<u8>(), 0..64)),
+            option::of(
+                (
+                    any::<bool>(),
+                    option::of(text()),
+                    any::<bool>(),
+                    option::of(any::<i64>())
+                )
+                    .prop_map(
+                        |(set_metadata, metadata, set_expires_at, expires_at)| {
+                            MemoryAmend {
+                                set_metadata,
+                                metadata,
+                                set_expires_at,
+                                expires_at,
+                            }
+                        }
+                    )
+            )
         )
             .prop_map(
-                |(memory_id, tenant_id, content, importance, updated_at, model, vector)| {
+                |(memory_id, tenant_id, content, importance, updated_at, model, vector, amend)| {
                     Event::MemoryUpdated(MemoryUpdated {
                         memory_id,
                         tenant_id,
@@ -313,6 +353,7 @@ fn event() -> impl Strategy<Value = Event> {
                         updated_at,
                         model,
                         vector,
+                        amend,
                     })
                 }
             ),

@@ -12,7 +12,8 @@ use uuid::Uuid;
 
 use super::block::plan;
 use super::state::{Home, State};
-use super::{Memories, StoredMemory, TREE};
+use super::tenant::{Mark, TenantMemories};
+use super::{Extra, Memories, StoredMemory, TREE};
 use crate::event::{vector_from_bytes, Event};
 use crate::overlay::fold_new;
 use crate::projection::{Applied, Projection, Result};
@@ -69,6 +70,7 @@ fn fold(
                 versions: vec![a.seq],
                 deleted_at: None,
                 vector_seq: a.seq,
+                extra: e.extra.clone().and_then(|x| Extra::from(x).or_none()),
             };
             finals.insert(e.memory_id, m);
             vectors.insert(e.memory_id, a.seq);
@@ -83,6 +85,9 @@ fn fold(
                 }
                 if let Some(i) = e.importance {
                     m.importance = i;
+                }
+                if let Some(amend) = &e.amend {
+                    m.extra = Extra::amended(m.extra.take(), amend);
                 }
                 if let (Some(model), Some(_)) = (&e.model, &e.vector) {
                     m.model = model.clone();
@@ -104,6 +109,23 @@ fn fold(
                 update(finals, id, &mut |m| m.deleted_at = Some(e.deleted_at))?;
             }
         }
+        Event::MemoriesDeleted(e) => {
+            for id in &e.memory_ids {
+                update(finals, id, &mut |m| m.deleted_at = Some(e.deleted_at))?;
+            }
+        }
+        // An expired memory is gone as a deleted one is; its history says why.
+        Event::MemoriesExpired(e) => {
+            for id in &e.memory_ids {
+                update(finals, id, &mut |m| m.deleted_at = Some(e.expired_at))?;
+            }
+        }
+        Event::MemorySuperseded(e) => update(finals, &e.memory_id, &mut |m| {
+            let mut x = m.extra.take().unwrap_or_default();
+            x.superseded_by = Some(e.superseded_by);
+            x.superseded_at = Some(e.superseded_at);
+            m.extra = Some(x);
+        })?,
         _ => {}
     }
     Ok(())
@@ -160,7 +182,8 @@ impl Projection for Memories {
                 .filter(|_| !new_texts.contains(&id))
                 .map(|k| k.text());
             let kept = state.names.keep(m, home, text);
-            let t = state.tenant(tenant);
+            let mark = Mark::of(state.names.extra(&id));
+            let t = TenantMemories::of(&mut state.tenants, state.spill.as_ref(), tenant);
             if kept.is_deleted() {
                 t.drop_memory(id, &kept)?;
             } else {
@@ -168,7 +191,7 @@ impl Projection for Memories {
                     .get(&id)
                     .and_then(|seq| vector_in(events, *seq))
                     .map(vector_from_bytes);
-                t.put(id, &kept, vector.as_deref())?;
+                t.put(id, &kept, mark, vector.as_deref())?;
             }
             state.all.insert(id, kept);
         }

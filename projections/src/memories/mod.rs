@@ -27,15 +27,17 @@ use uuid::Uuid;
 
 use crate::event::MemoryType;
 use crate::projection::Result;
-use crate::vector_table::{Hit, Spill};
+use crate::vector_table::{Hit, RowFilter, Spill};
 
 mod apply;
 mod block;
+pub mod filter;
 mod state;
 mod tenant;
 #[cfg(test)]
 mod tests;
 
+use filter::{Filter, Subject};
 use state::State;
 
 pub const TREE: &str = "proj_memories";
@@ -60,6 +62,94 @@ pub struct StoredMemory {
     /// Seq of the `MemoryCreated`/`MemoryUpdated` event whose vector is current.
     #[serde(default)]
     pub vector_seq: u64,
+    /// Scope, metadata, expiry and supersession, when the memory has any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extra: Option<Extra>,
+}
+
+/// What a memory may carry beyond the interface's fields. Held beside the packed states, only
+/// for the memories that have any (see `state::Names::extras`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Extra {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    /// The metadata object as JSON text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub superseded_by: Option<Uuid>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub superseded_at: Option<i64>,
+}
+
+impl Extra {
+    /// `None` when it carries nothing.
+    pub fn or_none(self) -> Option<Self> {
+        (self != Self::default()).then_some(self)
+    }
+
+    /// `extra` with an update's metadata and expiry changes.
+    pub fn amended(extra: Option<Extra>, amend: &crate::event::MemoryAmend) -> Option<Extra> {
+        let mut x = extra.unwrap_or_default();
+        if amend.set_metadata {
+            x.metadata = amend.metadata.clone();
+        }
+        if amend.set_expires_at {
+            x.expires_at = amend.expires_at;
+        }
+        x.or_none()
+    }
+
+    /// Whether the memory has expired at `now`.
+    pub fn expired(&self, now: i64) -> bool {
+        self.expires_at.is_some_and(|t| t <= now)
+    }
+}
+
+impl From<crate::event::MemoryExtra> for Extra {
+    fn from(e: crate::event::MemoryExtra) -> Self {
+        Extra {
+            user_id: e.user_id,
+            agent_id: e.agent_id,
+            session_id: e.session_id,
+            metadata: e.metadata,
+            expires_at: e.expires_at,
+            superseded_by: None,
+            superseded_at: None,
+        }
+    }
+}
+
+/// Which of a tenant's memories a list, search or delete takes: of a type, matching a
+/// filter, superseded ones too or not. Expired ones never.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct MemoryQuery<'a> {
+    pub memory_type: Option<MemoryType>,
+    pub filter: Option<&'a Filter>,
+    pub include_superseded: bool,
+}
+
+impl From<Option<MemoryType>> for MemoryQuery<'_> {
+    fn from(memory_type: Option<MemoryType>) -> Self {
+        Self {
+            memory_type,
+            ..Self::default()
+        }
+    }
+}
+
+/// Now, in microseconds since the epoch: expiry is decided by the reader's clock.
+fn now_micros() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros() as i64)
+        .unwrap_or(0)
 }
 
 /// Reads the vector (f32 little-endian bytes) carried by the memory event at a log seq.
@@ -75,6 +165,7 @@ pub struct MemoryView {
     pub importance: f64,
     pub created_at: i64,
     pub updated_at: i64,
+    pub extra: Option<Extra>,
 }
 
 /// The memories projection: tree `proj_memories` and the in-memory state folded from it.
@@ -119,8 +210,10 @@ impl Memories {
     /// A live memory of the tenant.
     pub fn get(&self, tenant: &Uuid, id: &Uuid) -> io::Result<Option<MemoryView>> {
         let state = self.state();
+        let now = now_micros();
         state
             .live(tenant, id)
+            .filter(|_| !state.names.extra(id).is_some_and(|e| e.expired(now)))
             .map(|m| state.names.view(*id, m))
             .transpose()
     }
@@ -136,46 +229,106 @@ impl Memories {
     }
 
     /// Newest first; returns (total, page).
-    pub fn list(
+    pub fn list<'a>(
         &self,
         tenant: &Uuid,
-        memory_type: Option<MemoryType>,
+        query: impl Into<MemoryQuery<'a>>,
         offset: usize,
         limit: usize,
     ) -> io::Result<(usize, Vec<MemoryView>)> {
+        let query = query.into();
         let state = self.state();
         let Some(t) = state.tenants.get(tenant) else {
             return Ok((0, Vec::new()));
         };
-        let total = match memory_type {
-            None => t.order.len(),
-            Some(ty) => t.per_type[ty as usize],
-        };
-        let page = t
-            .order
-            .iter()
-            .rev()
-            .filter(|(_, ty)| memory_type.is_none_or(|want| **ty == want))
-            .skip(offset)
-            .take(limit)
-            .filter_map(|((_, id), _)| state.live(tenant, id).map(|m| state.names.view(*id, m)))
-            .collect::<io::Result<_>>()?;
+        let memory_type = query.memory_type;
+        let now = now_micros();
+        if !t.needs_check(&query, now) {
+            let total = match memory_type {
+                None => t.order.len(),
+                Some(ty) => t.per_type[ty as usize],
+            };
+            let page = t
+                .order
+                .iter()
+                .rev()
+                .filter(|(_, ty)| memory_type.is_none_or(|want| **ty == want))
+                .skip(offset)
+                .take(limit)
+                .filter_map(|((_, id), _)| state.live(tenant, id).map(|m| state.names.view(*id, m)))
+                .collect::<io::Result<_>>()?;
+            return Ok((total, page));
+        }
+        // A filter, a superseded or an expired memory: every memory is looked at for the total.
+        let mut total = 0;
+        let mut page = Vec::new();
+        for ((_, id), ty) in t.order.iter().rev() {
+            if memory_type.is_some_and(|want| *ty != want) || !state.admits(id, &query, now) {
+                continue;
+            }
+            if total >= offset && page.len() < limit {
+                if let Some(m) = state.live(tenant, id) {
+                    page.push(state.names.view(*id, m)?);
+                }
+            }
+            total += 1;
+        }
         Ok((total, page))
     }
 
-    /// Ids of the tenant's live memories of a type.
-    pub fn ids_of_type(&self, tenant: &Uuid, memory_type: MemoryType) -> Vec<Uuid> {
-        self.state()
+    /// Ids of the tenant's live memories a query takes (a filtered batch delete).
+    pub fn ids_matching(&self, tenant: &Uuid, query: &MemoryQuery<'_>) -> Vec<Uuid> {
+        let state = self.state();
+        let now = now_micros();
+        state
             .tenants
             .get(tenant)
             .map(|t| {
                 t.order
                     .iter()
-                    .filter(|(_, ty)| **ty == memory_type)
+                    .filter(|(_, ty)| query.memory_type.is_none_or(|want| **ty == want))
                     .map(|((_, id), _)| *id)
+                    .filter(|id| state.admits(id, query, now))
                     .collect()
             })
             .unwrap_or_default()
+    }
+
+    /// Every tenant's live memories whose `expires_at` is at or before `now`, by tenant, at
+    /// most `limit` in all (the sweeper takes them out).
+    pub fn expired(&self, now: i64, limit: usize) -> Vec<(Uuid, Vec<Uuid>)> {
+        let state = self.state();
+        let mut out = Vec::new();
+        let mut left = limit;
+        for (tenant, t) in &state.tenants {
+            if left == 0 {
+                break;
+            }
+            let ids: Vec<Uuid> = t
+                .expiring
+                .iter()
+                .take_while(|(at, _)| *at <= now)
+                .take(left)
+                .map(|(_, id)| *id)
+                .collect();
+            if !ids.is_empty() {
+                left -= ids.len();
+                out.push((*tenant, ids));
+            }
+        }
+        out
+    }
+
+    /// Ids of the tenant's live memories of a type (superseded ones too; not expired ones).
+    pub fn ids_of_type(&self, tenant: &Uuid, memory_type: MemoryType) -> Vec<Uuid> {
+        self.ids_matching(
+            tenant,
+            &MemoryQuery {
+                memory_type: Some(memory_type),
+                filter: None,
+                include_superseded: true,
+            },
+        )
     }
 
     pub fn count(&self, tenant: &Uuid) -> usize {
@@ -196,20 +349,29 @@ impl Memories {
 
     /// Search over the tenant's vectors (exact; through the quantised first pass from
     /// `vector_table::FAST_MIN_ROWS` rows on); hits with their memories, best first.
-    pub fn search(
+    pub fn search<'a>(
         &self,
         tenant: &Uuid,
         query: &[f32],
-        memory_type: Option<MemoryType>,
+        which: impl Into<MemoryQuery<'a>>,
         min_similarity: f32,
         k: usize,
     ) -> std::io::Result<Vec<(MemoryView, Hit)>> {
+        let which = which.into();
         let state = self.state();
         let Some(t) = state.tenants.get(tenant) else {
             return Ok(Vec::new());
         };
+        let now = now_micros();
+        let admit = |id: &Uuid| state.admits(id, &which, now);
+        let filter = RowFilter {
+            memory_type: which.memory_type,
+            admit: t
+                .needs_check(&which, now)
+                .then_some(&admit as &(dyn Fn(&Uuid) -> bool + Sync)),
+        };
         t.vectors
-            .search_fast(query, memory_type, min_similarity, k)?
+            .search_fast(query, filter, min_similarity, k)?
             .into_iter()
             .filter_map(|h| {
                 state
@@ -219,18 +381,58 @@ impl Memories {
             .collect()
     }
 
-    /// The most similar live memory of the tenant (of a type, if given) and its cosine.
-    pub fn nearest(
+    /// The most similar memory of the tenant that list and search show (of a type, if given)
+    /// and its cosine.
+    pub fn nearest<'a>(
         &self,
         tenant: &Uuid,
         query: &[f32],
-        memory_type: Option<MemoryType>,
+        which: impl Into<MemoryQuery<'a>>,
     ) -> std::io::Result<Option<(Uuid, f32)>> {
+        let which = which.into();
         let state = self.state();
         let Some(t) = state.tenants.get(tenant) else {
             return Ok(None);
         };
+        let now = now_micros();
+        let admit = |id: &Uuid| state.admits(id, &which, now);
+        let filter = RowFilter {
+            memory_type: which.memory_type,
+            admit: t
+                .needs_check(&which, now)
+                .then_some(&admit as &(dyn Fn(&Uuid) -> bool + Sync)),
+        };
         // Similarity alone: importance must not decide what counts as a duplicate.
-        t.vectors.most_similar(query, memory_type)
+        t.vectors.most_similar(query, filter)
+    }
+}
+
+impl State {
+    /// Whether memory `id` (one of the tenant's live ones) is taken by `query` at `now`.
+    fn admits(&self, id: &Uuid, query: &MemoryQuery<'_>, now: i64) -> bool {
+        let Some(k) = self.all.get(id) else {
+            return false;
+        };
+        let held = self.names.held(id);
+        if let Some(h) = held {
+            if h.extra.expired(now)
+                || (!query.include_superseded && h.extra.superseded_by.is_some())
+            {
+                return false;
+            }
+        }
+        if query.memory_type.is_some_and(|t| k.memory_type != t) {
+            return false;
+        }
+        query.filter.is_none_or(|f| {
+            f.matches(&Subject {
+                memory_type: k.memory_type,
+                importance: k.importance,
+                created_at: k.created_at,
+                updated_at: k.updated_at(),
+                extra: held.map(|h| &h.extra),
+                metadata: held.and_then(|h| h.metadata.as_ref()),
+            })
+        })
     }
 }

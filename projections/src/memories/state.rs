@@ -16,7 +16,7 @@ use uuid::Uuid;
 
 use super::block::{BlockId, BlockUse};
 use super::tenant::TenantMemories;
-use super::{MemoryView, StoredMemory};
+use super::{Extra, MemoryView, StoredMemory};
 use crate::event::MemoryType;
 use crate::texts::{TextRef, Texts};
 use crate::vector_table::Spill;
@@ -79,6 +79,10 @@ impl Kept {
         };
     }
 
+    pub(super) fn updated_at(&self) -> i64 {
+        self.updated_at
+    }
+
     pub(super) fn is_deleted(&self) -> bool {
         self.deleted_at != NOT_DELETED
     }
@@ -136,6 +140,15 @@ pub(super) struct Names {
     models: Interned<String>,
     /// `StoredMemory::vector` of an older build's record, by memory, until the memory changes.
     pub(super) old_vectors: BTreeMap<Uuid, Box<[u8]>>,
+    /// The scope, metadata, expiry and supersession of the memories that have any: beside the
+    /// packed states, which every memory pays for, not in them.
+    extras: BTreeMap<Uuid, Box<Held>>,
+}
+
+/// A memory's [`Extra`] with its metadata parsed once (filters read it on every match).
+pub(super) struct Held {
+    pub(super) extra: Extra,
+    pub(super) metadata: Option<serde_json::Value>,
 }
 
 impl Names {
@@ -147,7 +160,27 @@ impl Names {
 
     /// `m` as held in memory; its content is appended to the texts unless `text` says where
     /// the same content already is.
+    pub(super) fn held(&self, id: &Uuid) -> Option<&Held> {
+        self.extras.get(id).map(|h| &**h)
+    }
+
+    pub(super) fn extra(&self, id: &Uuid) -> Option<&Extra> {
+        self.held(id).map(|h| &h.extra)
+    }
+
     pub(super) fn keep(&mut self, m: StoredMemory, home: Home, text: Option<TextRef>) -> Box<Kept> {
+        match m.extra {
+            Some(extra) => {
+                let metadata = extra
+                    .metadata
+                    .as_deref()
+                    .and_then(|t| serde_json::from_str(t).ok());
+                self.extras.insert(m.id, Box::new(Held { extra, metadata }));
+            }
+            None => {
+                self.extras.remove(&m.id);
+            }
+        }
         if m.vector.is_empty() {
             // Taken out once a later state (which never carries one) replaces it.
             self.old_vectors.remove(&m.id);
@@ -182,6 +215,7 @@ impl Names {
             importance: k.importance,
             created_at: k.created_at,
             updated_at: k.updated_at,
+            extra: self.extra(&id).cloned(),
         })
     }
 
@@ -203,6 +237,7 @@ impl Names {
             versions: k.versions.to_vec(),
             deleted_at: k.is_deleted().then_some(k.deleted_at),
             vector_seq: k.vector_seq,
+            extra: self.extra(&id).cloned(),
         })
     }
 }
@@ -233,10 +268,6 @@ impl State {
             spill,
             ..Self::default()
         }
-    }
-
-    pub(super) fn tenant(&mut self, id: Uuid) -> &mut TenantMemories {
-        TenantMemories::of(&mut self.tenants, self.spill.as_ref(), id)
     }
 
     pub(super) fn live(&self, tenant: &Uuid, id: &Uuid) -> Option<&Kept> {

@@ -7,14 +7,14 @@
 //! so its place in `order` never moves. Rebuilt at open from the states and the vectors in
 //! the log ([`read_tenants`]).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use strum::VariantArray as _;
 
 use rayon::prelude::*;
 use uuid::Uuid;
 
 use super::state::{Kept, State};
-use super::{VectorSource, TREE};
+use super::{Extra, MemoryQuery, VectorSource, TREE};
 use crate::event::{vector_from_bytes, MemoryType};
 use crate::projection::{corrupt, Result};
 use crate::vector_table::{Spill, VectorTable};
@@ -28,6 +28,28 @@ pub(super) struct TenantMemories {
     /// Live memories of each type (by `MemoryType as usize`), a typed list's total.
     pub(super) per_type: [usize; MemoryType::VARIANTS.len()],
     pub(super) vectors: VectorTable,
+    /// The live memories that expire or are superseded, as last put.
+    marks: BTreeMap<Uuid, Mark>,
+    /// The live memories that expire, by when: the ones due are hidden until swept.
+    pub(super) expiring: BTreeSet<(i64, Uuid)>,
+    /// Live memories superseded by another (hidden unless asked for).
+    superseded: usize,
+}
+
+/// What makes a live memory hidden from a list or search: its expiry, its supersession.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct Mark {
+    expires_at: Option<i64>,
+    superseded: bool,
+}
+
+impl Mark {
+    pub(super) fn of(extra: Option<&Extra>) -> Self {
+        extra.map_or_else(Self::default, |e| Self {
+            expires_at: e.expires_at,
+            superseded: e.superseded_by.is_some(),
+        })
+    }
 }
 
 impl TenantMemories {
@@ -41,7 +63,39 @@ impl TenantMemories {
             order: BTreeMap::new(),
             per_type: [0; MemoryType::VARIANTS.len()],
             vectors: spill.map_or_else(VectorTable::default, |s| VectorTable::spilling(s.clone())),
+            marks: BTreeMap::new(),
+            expiring: BTreeSet::new(),
+            superseded: 0,
         })
+    }
+
+    /// Whether a query must look at each memory (a filter, or hidden memories it must pass
+    /// over); when not, the order and counts answer it alone.
+    pub(super) fn needs_check(&self, query: &MemoryQuery<'_>, now: i64) -> bool {
+        query.filter.is_some()
+            || (!query.include_superseded && self.superseded > 0)
+            || self.expiring.first().is_some_and(|(at, _)| *at <= now)
+    }
+
+    fn set_mark(&mut self, id: Uuid, mark: Mark) {
+        let old = if mark == Mark::default() {
+            self.marks.remove(&id)
+        } else {
+            self.marks.insert(id, mark)
+        }
+        .unwrap_or_default();
+        if let Some(at) = old.expires_at {
+            self.expiring.remove(&(at, id));
+        }
+        if old.superseded {
+            self.superseded -= 1;
+        }
+        if let Some(at) = mark.expires_at {
+            self.expiring.insert((at, id));
+        }
+        if mark.superseded {
+            self.superseded += 1;
+        }
     }
 
     /// Puts a live memory; `vector` is its new vector, or `None` when it did not change.
@@ -52,8 +106,10 @@ impl TenantMemories {
         &mut self,
         id: Uuid,
         m: &Kept,
+        mark: Mark,
         vector: Option<&[f32]>,
     ) -> std::io::Result<()> {
+        self.set_mark(id, mark);
         if self
             .order
             .insert((m.created_at, id), m.memory_type)
@@ -72,6 +128,7 @@ impl TenantMemories {
     }
 
     pub(super) fn drop_memory(&mut self, id: Uuid, m: &Kept) -> std::io::Result<()> {
+        self.set_mark(id, Mark::default());
         if let Some(ty) = self.order.remove(&(m.created_at, id)) {
             self.per_type[ty as usize] = self.per_type[ty as usize].saturating_sub(1);
             self.vectors.remove(&id)?;
@@ -126,7 +183,7 @@ pub(super) fn read_tenants(
             state.spill.as_ref(),
             state.names.tenant(m.tenant),
         )
-        .put(*id, m, Some(&v?))?;
+        .put(*id, m, Mark::of(state.names.extra(id)), Some(&v?))?;
     }
     Ok(tenants)
 }

@@ -21,6 +21,7 @@ fn created(tenant: Uuid, id: u128, ty: MemoryType, v: [f32; 2], at: i64) -> Even
         created_at: at,
         model: "m".into(),
         vector: vector_to_bytes(&v),
+        extra: None,
     })
 }
 
@@ -43,6 +44,7 @@ fn given_memory_events_then_lists_search_and_history_follow() {
             updated_at: 50,
             model: Some("m".into()),
             vector: Some(vector_to_bytes(&[1.0, 0.0])),
+            amend: None,
         }),
         Event::MemoryDeleted(MemoryDeleted {
             memory_id: Uuid::from_u128(1),
@@ -185,6 +187,7 @@ fn updates_supersede_block_states_and_compaction_bounds_the_tree() {
             updated_at: 1_000 + i as i64,
             model: None,
             vector: None,
+            amend: None,
         }));
     }
     let applied = Applied::in_order(&events);
@@ -268,6 +271,7 @@ fn a_content_is_written_to_the_texts_once_until_it_changes() {
                 updated_at: 20 + i64::from(i),
                 model: None,
                 vector: None,
+                amend: None,
             })
         })
         .collect();
@@ -284,6 +288,7 @@ fn a_content_is_written_to_the_texts_once_until_it_changes() {
         updated_at: 1_000,
         model: None,
         vector: None,
+        amend: None,
     });
     p.apply(&[Applied::at(400, &changed)]).expect("apply");
     assert_eq!(p.state().names.texts.len(), written + 500);
@@ -361,6 +366,7 @@ fn records_of_an_older_build_are_read_and_replaced_when_changed() {
         versions: vec![1],
         deleted_at: None,
         vector_seq: 0,
+        extra: None,
     };
     let tree = db.open_tree(TREE).expect("tree");
     let key = prefixed(b'm', &[c.memory_id.as_bytes()]);

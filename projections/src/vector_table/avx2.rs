@@ -8,9 +8,8 @@
 use std::arch::x86_64::*;
 use std::collections::BinaryHeap;
 
-use super::search::Hit;
+use super::search::{Hit, RowFilter};
 use super::VectorTable;
-use crate::event::MemoryType;
 
 /// [`super::scalar::dot_i8`] with AVX2: 16 int8 values of the row widened to i16 and
 /// multiplied with the query (already i16) by pairs into eight i32 lanes per instruction.
@@ -58,7 +57,7 @@ impl VectorTable {
         rows: std::ops::Range<usize>,
         query: &[i16],
         query_scale: f32,
-        filter: Option<MemoryType>,
+        filter: RowFilter<'_>,
         min: f32,
         n: usize,
     ) -> BinaryHeap<Hit> {
@@ -72,6 +71,7 @@ mod tests {
     use super::super::scalar::dot_i8;
     use super::super::scalar::tests::{bytes, naive_i8};
     use super::*;
+    use crate::event::MemoryType;
     use uuid::Uuid;
 
     fn has_avx2() -> bool {
@@ -153,11 +153,12 @@ mod tests {
             (None, 0.1, 500),
         ] {
             let portable = t
-                .scan_quantized_with(0..500, |r| dot_i8(r, &wide), q_scale, filter, min, n)
+                .scan_quantized_with(0..500, |r| dot_i8(r, &wide), q_scale, filter.into(), min, n)
                 .into_sorted_vec();
             // SAFETY: AVX2 was detected above.
-            let simd = unsafe { t.scan_quantized_avx2(0..500, &wide, q_scale, filter, min, n) }
-                .into_sorted_vec();
+            let simd =
+                unsafe { t.scan_quantized_avx2(0..500, &wide, q_scale, filter.into(), min, n) }
+                    .into_sorted_vec();
             assert!(!portable.is_empty());
             assert_eq!(simd, portable);
         }

@@ -63,6 +63,39 @@ const MIN_CANDIDATES: usize = 100;
 /// the exact score would keep.
 const MIN_SIMILARITY_SLACK: f32 = 0.02;
 
+/// Which rows a search may return: those of a type (any without one) that `admit` (when
+/// given) accepts. The type is checked before a row is scored (it is a column of the table);
+/// `admit` looks beyond the table (scopes, metadata, expiry), so it is asked only about a row
+/// that would enter the best kept so far.
+#[derive(Clone, Copy, Default)]
+pub struct RowFilter<'a> {
+    pub memory_type: Option<MemoryType>,
+    pub admit: Option<&'a (dyn Fn(&Uuid) -> bool + Sync)>,
+}
+
+impl From<Option<MemoryType>> for RowFilter<'_> {
+    fn from(memory_type: Option<MemoryType>) -> Self {
+        Self {
+            memory_type,
+            admit: None,
+        }
+    }
+}
+
+impl RowFilter<'_> {
+    /// Whether `item` (row `id`) goes into `heap`, which keeps the best `k`: `admit` is asked
+    /// only when it would.
+    #[inline(always)]
+    fn keeps<T: Ord>(&self, heap: &BinaryHeap<T>, item: &T, id: &Uuid, k: usize) -> bool {
+        match self.admit {
+            None => true,
+            Some(admit) => {
+                (heap.len() < k || heap.peek().is_some_and(|worst| item < worst)) && admit(id)
+            }
+        }
+    }
+}
+
 /// Keeps the best `k` of what is pushed (the heap's top is the worst kept). Called for every
 /// row a scan admits: always inlined into the scan loops, which the compiler's own choice
 /// does not do across this module's callers.
@@ -105,7 +138,7 @@ impl VectorTable {
         &self,
         rows: std::ops::Range<usize>,
         query: &[f32],
-        filter: Option<MemoryType>,
+        filter: RowFilter<'_>,
         min: f32,
         k: usize,
     ) -> io::Result<BinaryHeap<Hit>> {
@@ -120,7 +153,11 @@ impl VectorTable {
                 if score < min {
                     continue;
                 }
-                keep_best(&mut heap, self.hit(r, self.ids[r], score), k);
+                let hit = self.hit(r, self.ids[r], score);
+                if !filter.keeps(&heap, &hit, &self.ids[r], k) {
+                    continue;
+                }
+                keep_best(&mut heap, hit, k);
             }
         })?;
         Ok(heap)
@@ -128,8 +165,8 @@ impl VectorTable {
 
     /// Whether row `r` is of the type a search asked for (any type without a filter).
     #[inline(always)]
-    fn admits(&self, r: usize, filter: Option<MemoryType>) -> bool {
-        filter.is_none_or(|t| self.types[r] == t)
+    fn admits(&self, r: usize, filter: RowFilter<'_>) -> bool {
+        filter.memory_type.is_none_or(|t| self.types[r] == t)
     }
 
     /// Row `r` as a hit at cosine `score`, ranked by the final score (similarity and the
@@ -144,13 +181,14 @@ impl VectorTable {
     }
 
     /// Exact top-k by final score among rows with `score >= min_similarity`.
-    pub fn search(
+    pub fn search<'a>(
         &self,
         query: &[f32],
-        filter: Option<MemoryType>,
+        filter: impl Into<RowFilter<'a>>,
         min_similarity: f32,
         k: usize,
     ) -> io::Result<Vec<Hit>> {
+        let filter = filter.into();
         if k == 0 || query.len() != self.dim || self.ids.is_empty() {
             return Ok(Vec::new());
         }
@@ -170,7 +208,7 @@ impl VectorTable {
         rows: std::ops::Range<usize>,
         dot: impl Fn(&[i8]) -> i32,
         query_scale: f32,
-        filter: Option<MemoryType>,
+        filter: RowFilter<'_>,
         min: f32,
         n: usize,
     ) -> BinaryHeap<Hit> {
@@ -184,7 +222,11 @@ impl VectorTable {
             if score < min {
                 continue;
             }
-            keep_best(&mut heap, self.hit(r, self.ids[r], score), n);
+            let hit = self.hit(r, self.ids[r], score);
+            if !filter.keeps(&heap, &hit, &self.ids[r], n) {
+                continue;
+            }
+            keep_best(&mut heap, hit, n);
         }
         heap
     }
@@ -195,7 +237,7 @@ impl VectorTable {
         rows: std::ops::Range<usize>,
         query: &[i16],
         query_scale: f32,
-        filter: Option<MemoryType>,
+        filter: RowFilter<'_>,
         min: f32,
         n: usize,
     ) -> BinaryHeap<Hit> {
@@ -212,7 +254,7 @@ impl VectorTable {
     fn first_pass(
         &self,
         query: &[f32],
-        filter: Option<MemoryType>,
+        filter: RowFilter<'_>,
         min: f32,
         n: usize,
     ) -> BinaryHeap<Hit> {
@@ -233,13 +275,14 @@ impl VectorTable {
     /// many rows outrank it by the approximate score (recall@5 against [`Self::search`] is
     /// measured in `benches/vectors.rs`). Tables under [`FAST_MIN_ROWS`] rows are searched
     /// exactly.
-    pub fn search_fast(
+    pub fn search_fast<'a>(
         &self,
         query: &[f32],
-        filter: Option<MemoryType>,
+        filter: impl Into<RowFilter<'a>>,
         min_similarity: f32,
         k: usize,
     ) -> io::Result<Vec<Hit>> {
+        let filter = filter.into();
         if self.ids.len() < FAST_MIN_ROWS || k == 0 || query.len() != self.dim {
             return self.search(query, filter, min_similarity, k);
         }
@@ -266,11 +309,12 @@ impl VectorTable {
     }
 
     /// The row most similar to `query` (by cosine alone) and its score.
-    pub fn most_similar(
+    pub fn most_similar<'a>(
         &self,
         query: &[f32],
-        filter: Option<MemoryType>,
+        filter: impl Into<RowFilter<'a>>,
     ) -> io::Result<Option<(Uuid, f32)>> {
+        let filter = filter.into();
         if query.len() != self.dim {
             return Ok(None);
         }
@@ -283,7 +327,9 @@ impl VectorTable {
                         continue;
                     }
                     let score = dot(row, query);
-                    if best.is_none_or(|(_, s)| score > s) {
+                    if best.is_none_or(|(_, s)| score > s)
+                        && filter.admit.is_none_or(|admit| admit(&self.ids[r]))
+                    {
                         best = Some((self.ids[r], score));
                     }
                 }
@@ -384,7 +430,7 @@ mod tests {
         // after the updates and removals.
         for q in &queries {
             let candidates: Vec<Uuid> = t
-                .first_pass(q, None, -1.0, MIN_CANDIDATES)
+                .first_pass(q, None.into(), -1.0, MIN_CANDIDATES)
                 .into_iter()
                 .map(|h| h.id)
                 .collect();

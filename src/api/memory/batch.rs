@@ -4,7 +4,7 @@
 //! go into the log in one append with the call's audit entry, so the batch is stored whole or
 //! not at all.
 
-use auditmem_projections::memories::MemoryView;
+use auditmem_projections::memories::{Extra, MemoryView};
 use auditmem_projections::{vector_to_bytes, AuditDetail, Event, MemoryUpdated};
 use axum::extract::State;
 use axum::Extension;
@@ -131,6 +131,7 @@ pub(crate) async fn update_batch(
             Changes {
                 content,
                 importance,
+                amend,
             },
         ),
         changed,
@@ -145,12 +146,18 @@ pub(crate) async fn update_batch(
             updated_at: at,
             model: vector.as_ref().map(|_| model.clone()),
             vector: vector.as_deref().map(vector_to_bytes),
+            amend: amend.clone(),
         }));
         written.extend(content);
+        let extra = match &amend {
+            Some(a) => Extra::amended(m.extra.clone(), a),
+            None => m.extra.clone(),
+        };
         memories.push(Memory::from(MemoryView {
             content: changed.unwrap_or_else(|| m.content.clone()),
             importance: importance.unwrap_or(m.importance),
             updated_at: at,
+            extra,
             ..m
         }));
     }

@@ -1,9 +1,9 @@
 //! Create, list, read, update and delete memories, one at a time or every memory of a type.
 
-use auditmem_projections::memories::MemoryView;
+use auditmem_projections::memories::{Extra, MemoryQuery, MemoryView};
 use auditmem_projections::{
-    vector_to_bytes, AuditDetail, Event, MemoriesDeletedByType, MemoryCreated, MemoryDeleted,
-    MemoryUpdated,
+    vector_to_bytes, AuditDetail, Event, MemoriesDeleted, MemoriesDeletedByType, MemoryCreated,
+    MemoryDeleted, MemoryUpdated,
 };
 use axum::extract::{Path, State};
 use axum::Extension;
@@ -16,8 +16,9 @@ use crate::api::gate::{Caller, PendingOps, Recorded};
 use crate::api::state::AppState;
 use crate::wire::envelope::{Data, ErrorEnvelope};
 use crate::wire::memory::{
-    BatchDeleteRequest, BatchDeleted, Changes, DeletedMemory, Memory, MemoryCreateRequest,
-    MemoryListQuery, MemoryListing, MemoryPage, MemoryUpdateRequest, NewMemory,
+    BatchDelete, BatchDeleteRequest, BatchDeleted, Changes, DeletedMemory, Memory,
+    MemoryCreateRequest, MemoryListQuery, MemoryListing, MemoryPage, MemoryQueryRequest,
+    MemoryQuerying, MemoryUpdateRequest, NewMemory,
 };
 use crate::wire::time::now_stored;
 
@@ -56,17 +57,7 @@ pub(crate) async fn create_memory(
     request: RequestId,
     Json(new): Json<MemoryCreateRequest>,
 ) -> Result<Recorded<Data<Memory>>, ApiError> {
-    let NewMemory {
-        content,
-        memory_type,
-        importance,
-    } = new;
-    let vector = embed_one(&state, &caller, &request, &content).await?;
-    let new = NewMemory {
-        content,
-        memory_type,
-        importance,
-    };
+    let vector = embed_one(&state, &caller, &request, &new.content).await?;
     let (event, memory) = created(&state, &caller, new, &vector, now_stored());
     let content = memory.content.clone();
     Ok(answered(memory, Some(vec![content]), vec![event]))
@@ -84,8 +75,10 @@ pub(super) fn created(
         content,
         memory_type,
         importance,
+        extra,
     } = new;
     let id = Uuid::now_v7();
+    let extra = extra.or_none();
     let event = Event::MemoryCreated(MemoryCreated {
         memory_id: id,
         tenant_id: caller.tenant.id,
@@ -95,6 +88,7 @@ pub(super) fn created(
         created_at: at,
         model: state.embed.model_id().to_string(),
         vector: vector_to_bytes(vector),
+        extra: extra.clone(),
     });
     let memory = Memory::from(MemoryView {
         id,
@@ -103,6 +97,7 @@ pub(super) fn created(
         importance,
         created_at: at,
         updated_at: at,
+        extra: extra.and_then(|x| Extra::from(x).or_none()),
     });
     (event, memory)
 }
@@ -118,13 +113,18 @@ pub(crate) async fn list_memories(
     let MemoryListing {
         paging,
         memory_type,
+        filter,
     } = q;
     let (total, items) = state
         .projections
         .memories
         .list(
             &caller.tenant.id,
-            memory_type,
+            MemoryQuery {
+                memory_type,
+                filter: filter.as_ref(),
+                include_superseded: false,
+            },
             paging.offset(),
             paging.page_size,
         )
@@ -165,6 +165,7 @@ pub(crate) async fn update_memory(
     let Changes {
         content,
         importance,
+        amend,
     } = update.check()?;
     // Only changed content is embedded again.
     let changed = content.as_ref().filter(|c| **c != m.content).cloned();
@@ -181,11 +182,17 @@ pub(crate) async fn update_memory(
         updated_at: at,
         model: vector.as_ref().map(|_| state.embed.model_id().to_string()),
         vector: vector.as_deref().map(vector_to_bytes),
+        amend: amend.clone(),
     });
+    let extra = match &amend {
+        Some(a) => Extra::amended(m.extra.clone(), a),
+        None => m.extra.clone(),
+    };
     let memory = Memory::from(MemoryView {
         content: changed.unwrap_or_else(|| m.content.clone()),
         importance: importance.unwrap_or(m.importance),
         updated_at: at,
+        extra,
         ..m
     });
     Ok(answered(memory, content.map(|c| vec![c]), vec![event]))
@@ -222,21 +229,31 @@ pub(crate) async fn delete_memory(
 
 #[utoipa::path(delete, path = "/v1/memories", tag = "memory", security(("api_key" = [])),
     request_body = BatchDeleteRequest,
-    responses((status = 200, description = "how many were deleted", body = BatchDeletedEnvelope), (status = 400, description = "empty body or bad memory_type (4000)", body = ErrorEnvelope), (status = 403, description = "permission (4030)", body = ErrorEnvelope)))]
+    responses((status = 200, description = "how many were deleted", body = BatchDeletedEnvelope), (status = 400, description = "empty body, bad memory_type or filter (4000)", body = ErrorEnvelope), (status = 403, description = "permission (4030)", body = ErrorEnvelope)))]
 pub(crate) async fn delete_by_type(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
-    Json(memory_type): Json<BatchDeleteRequest>,
+    Json(delete): Json<BatchDeleteRequest>,
 ) -> Result<Recorded<Data<BatchDeleted>>, ApiError> {
-    let ids = state
-        .projections
-        .memories
-        .ids_of_type(&caller.tenant.id, memory_type);
+    let BatchDelete {
+        memory_type,
+        filter,
+    } = delete;
+    let memories = &state.projections.memories;
+    let ids = match (&filter, memory_type) {
+        (None, Some(t)) => memories.ids_of_type(&caller.tenant.id, t),
+        _ => memories.ids_matching(
+            &caller.tenant.id,
+            &MemoryQuery {
+                memory_type,
+                filter: filter.as_ref(),
+                include_superseded: true,
+            },
+        ),
+    };
     let mut audited = Vec::new();
     for id in ids.iter().take(MAX_AUDITED_RESULTS) {
-        let m = state
-            .projections
-            .memories
+        let m = memories
             .get(&caller.tenant.id, id)
             .map_err(ApiError::internal)?;
         audited.extend(m.map(|m| Memory::from(m).audited()));
@@ -244,12 +261,21 @@ pub(crate) async fn delete_by_type(
     let deleted = ids.len();
     let mut events = Vec::new();
     if deleted > 0 {
-        events.push(Event::MemoriesDeletedByType(MemoriesDeletedByType {
-            tenant_id: caller.tenant.id,
-            memory_type,
-            memory_ids: ids,
-            deleted_at: now_stored(),
-        }));
+        let deleted_at = now_stored();
+        events.push(match (filter, memory_type) {
+            // A delete by type alone is the event it always was.
+            (None, Some(memory_type)) => Event::MemoriesDeletedByType(MemoriesDeletedByType {
+                tenant_id: caller.tenant.id,
+                memory_type,
+                memory_ids: ids,
+                deleted_at,
+            }),
+            _ => Event::MemoriesDeleted(MemoriesDeleted {
+                tenant_id: caller.tenant.id,
+                memory_ids: ids,
+                deleted_at,
+            }),
+        });
     }
     let ops = PendingOps {
         events,
@@ -266,4 +292,40 @@ pub(crate) async fn delete_by_type(
         }),
         ops,
     ))
+}
+
+#[utoipa::path(post, path = "/v1/memories/query", tag = "memory", security(("api_key" = [])),
+    request_body = MemoryQueryRequest,
+    responses((status = 200, description = "the memories the filter matches, newest first", body = MemoryPageEnvelope), (status = 400, description = "bad filter or paging (4000)", body = ErrorEnvelope), (status = 403, description = "permission (4030)", body = ErrorEnvelope)))]
+pub(crate) async fn query_memories(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Json(q): Json<MemoryQueryRequest>,
+) -> Result<Data<MemoryPage>, ApiError> {
+    let MemoryQuerying {
+        paging,
+        memory_type,
+        filter,
+        include_superseded,
+    } = q;
+    let (total, items) = state
+        .projections
+        .memories
+        .list(
+            &caller.tenant.id,
+            MemoryQuery {
+                memory_type,
+                filter: filter.as_ref(),
+                include_superseded,
+            },
+            paging.offset(),
+            paging.page_size,
+        )
+        .map_err(ApiError::internal)?;
+    Ok(Data(MemoryPage {
+        memories: items.into_iter().map(Memory::from).collect(),
+        total,
+        page: paging.page,
+        page_size: paging.page_size,
+    }))
 }

@@ -11,9 +11,11 @@
 //! drops this future: its reservation is released, and no further extraction or embedding
 //! work is started for it.
 
-use auditmem_projections::memories::MemoryView;
+use auditmem_projections::memories::filter::Filter;
+use auditmem_projections::memories::{Extra, MemoryQuery, MemoryView};
 use auditmem_projections::{
-    vector_to_bytes, AuditDetail, CreditsConsumed, Event, MemoryCreated, MemoryType, Projections,
+    vector_to_bytes, AuditDetail, CreditsConsumed, Event, MemoryCreated, MemoryExtra, MemoryType,
+    Projections,
 };
 use axum::extract::State;
 use axum::Extension;
@@ -60,6 +62,7 @@ pub(crate) async fn extract_memories(
 ) -> Result<Held<Recorded<Data<Extracted>>>, ApiError> {
     let Extraction {
         deduplicate,
+        extra,
         input,
         skipped_messages,
         input_value,
@@ -78,7 +81,7 @@ pub(crate) async fn extract_memories(
     let texts = candidates.iter().map(|c| c.content.clone()).collect();
     let vectors = embed_many(&state, &caller, &request, texts).await?;
     let at = now_stored();
-    let kept = sort(&state, &caller, &candidates, &vectors, deduplicate)?;
+    let kept = sort(&state, &caller, &candidates, &vectors, deduplicate, &extra)?;
     let mut events = Vec::with_capacity(kept.created.len() + 1);
     let mut memories = Vec::with_capacity(kept.created.len());
     for (c, id, vector) in kept.created {
@@ -92,6 +95,7 @@ pub(crate) async fn extract_memories(
             created_at: at,
             model: state.embed.model_id().to_string(),
             vector: vector_to_bytes(vector),
+            extra: extra.clone().or_none(),
         }));
         memories.push(Memory::from(MemoryView {
             id,
@@ -100,6 +104,7 @@ pub(crate) async fn extract_memories(
             importance,
             created_at: at,
             updated_at: at,
+            extra: extra.clone().or_none().map(Extra::from),
         }));
     }
     events.push(Event::CreditsConsumed(CreditsConsumed {
@@ -203,17 +208,25 @@ fn sort<'a>(
     candidates: &'a [Candidate],
     vectors: &'a [Vec<f32>],
     deduplicate: bool,
+    extra: &MemoryExtra,
 ) -> Result<Sorted<'a>, ApiError> {
     let threshold = state.memory.dedup_threshold;
+    let scope = scope_filter(extra);
     let mut sorted = Sorted {
         created: Vec::new(),
         skipped: Vec::new(),
     };
     for (c, v) in candidates.iter().zip(vectors) {
         if deduplicate {
-            if let Some(dup) =
-                duplicate(state, caller, &sorted.created, c.memory_type, v, threshold)?
-            {
+            if let Some(dup) = duplicate(
+                state,
+                caller,
+                &sorted.created,
+                c.memory_type,
+                scope.as_ref(),
+                v,
+                threshold,
+            )? {
                 sorted.skipped.push(SkippedMemory {
                     content: c.content.clone(),
                     memory_type: c.memory_type,
@@ -228,19 +241,49 @@ fn sort<'a>(
     Ok(sorted)
 }
 
+/// The memories an extraction's duplicates are looked for among: those of the same end user
+/// and agent when it names them (another user's identical fact is no duplicate), else all the
+/// tenant's.
+pub(super) fn scope_filter(extra: &MemoryExtra) -> Option<Filter> {
+    use auditmem_projections::memories::filter::{FilterField, FilterOp, Operand};
+    let conds: Vec<Filter> = [
+        (FilterField::UserId, &extra.user_id),
+        (FilterField::AgentId, &extra.agent_id),
+    ]
+    .into_iter()
+    .filter_map(|(field, v)| {
+        v.as_ref().map(|v| Filter::Cond {
+            field,
+            op: FilterOp::Eq,
+            operand: Operand::One(serde_json::Value::String(v.clone())),
+        })
+    })
+    .collect();
+    (!conds.is_empty()).then_some(Filter::And(conds))
+}
+
 /// The memory `v` duplicates: a stored one of the tenant's first, else one kept in this call.
 fn duplicate(
     state: &AppState,
     caller: &Caller,
     kept: &[(&Candidate, Uuid, &[f32])],
     memory_type: MemoryType,
+    scope: Option<&Filter>,
     v: &[f32],
     threshold: f32,
 ) -> Result<Option<Uuid>, ApiError> {
     let stored = state
         .projections
         .memories
-        .nearest(&caller.tenant.id, v, Some(memory_type))
+        .nearest(
+            &caller.tenant.id,
+            v,
+            MemoryQuery {
+                memory_type: Some(memory_type),
+                filter: scope,
+                include_superseded: false,
+            },
+        )
         .map_err(ApiError::internal)?
         .filter(|(_, s)| *s >= threshold);
     let within = kept

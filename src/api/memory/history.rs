@@ -25,20 +25,55 @@ fn version(event: &Event, seq: u64, at: i64) -> Option<MemoryVersion> {
         memory_type: None,
         importance: None,
         batch_memory_type: None,
+        user_id: None,
+        agent_id: None,
+        session_id: None,
+        metadata: None,
+        expires_at: None,
+        superseded_by: None,
+    };
+    let metadata = |t: &Option<String>| -> Option<serde_json::Value> {
+        Some(
+            t.as_deref()
+                .and_then(|t| serde_json::from_str(t).ok())
+                .unwrap_or(serde_json::Value::Null),
+        )
     };
     Some(match event {
-        Event::MemoryCreated(e) => MemoryVersion {
-            content: Some(Some(e.content.clone())),
-            memory_type: Some(e.memory_type),
-            importance: Some(Some(e.importance)),
-            ..blank("created")
+        Event::MemoryCreated(e) => {
+            let x = e.extra.clone().unwrap_or_default();
+            MemoryVersion {
+                content: Some(Some(e.content.clone())),
+                memory_type: Some(e.memory_type),
+                importance: Some(Some(e.importance)),
+                user_id: x.user_id,
+                agent_id: x.agent_id,
+                session_id: x.session_id,
+                metadata: x
+                    .metadata
+                    .is_some()
+                    .then(|| metadata(&x.metadata))
+                    .flatten(),
+                expires_at: x.expires_at.map(|t| Some(Time(t))),
+                ..blank("created")
+            }
+        }
+        Event::MemoryUpdated(e) => {
+            let a = e.amend.clone().unwrap_or_default();
+            MemoryVersion {
+                content: Some(e.content.clone()),
+                importance: Some(e.importance),
+                metadata: a.set_metadata.then(|| metadata(&a.metadata)).flatten(),
+                expires_at: a.set_expires_at.then_some(a.expires_at.map(Time)),
+                ..blank("updated")
+            }
+        }
+        Event::MemoryDeleted(_) | Event::MemoriesDeleted(_) => blank("deleted"),
+        Event::MemoriesExpired(_) => blank("expired"),
+        Event::MemorySuperseded(e) => MemoryVersion {
+            superseded_by: Some(e.superseded_by),
+            ..blank("superseded")
         },
-        Event::MemoryUpdated(e) => MemoryVersion {
-            content: Some(e.content.clone()),
-            importance: Some(e.importance),
-            ..blank("updated")
-        },
-        Event::MemoryDeleted(_) => blank("deleted"),
         Event::MemoriesDeletedByType(e) => MemoryVersion {
             batch_memory_type: Some(e.memory_type),
             ..blank("deleted")

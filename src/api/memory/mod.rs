@@ -15,6 +15,7 @@
 pub mod batch;
 pub mod credits;
 pub mod crud;
+pub mod expiry;
 pub mod extract;
 pub mod history;
 pub mod search;

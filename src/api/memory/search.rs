@@ -1,5 +1,6 @@
 //! `POST /v1/memories/search`: the tenant's memories ranked by meaning and importance.
 
+use auditmem_projections::memories::MemoryQuery;
 use auditmem_projections::AuditDetail;
 use axum::extract::State;
 use axum::Extension;
@@ -45,6 +46,8 @@ pub(crate) async fn search_memories(
         top_k,
         min_similarity,
         memory_type,
+        filter,
+        include_superseded,
     } = search;
     let vector = embed_one(&state, &caller, &request, &query).await?;
     let hits = state
@@ -53,7 +56,11 @@ pub(crate) async fn search_memories(
         .search(
             &caller.tenant.id,
             &vector,
-            memory_type,
+            MemoryQuery {
+                memory_type,
+                filter: filter.as_ref(),
+                include_superseded,
+            },
             score_floor(min_similarity),
             top_k,
         )
@@ -74,12 +81,21 @@ pub(crate) async fn search_memories(
         .collect();
     let results = hits
         .into_iter()
-        .map(|(m, h)| SearchResult {
-            id: m.id,
-            content: m.content,
-            memory_type: m.memory_type,
-            importance: m.importance,
-            score: shown_score(h.score),
+        .map(|(m, h)| {
+            let x = m.extra.unwrap_or_default();
+            SearchResult {
+                id: m.id,
+                content: m.content,
+                memory_type: m.memory_type,
+                importance: m.importance,
+                score: shown_score(h.score),
+                final_score: shown_score(h.final_score),
+                user_id: x.user_id,
+                agent_id: x.agent_id,
+                session_id: x.session_id,
+                metadata: x.metadata.and_then(|t| serde_json::from_str(&t).ok()),
+                superseded_by: x.superseded_by,
+            }
         })
         .collect();
     let ops = PendingOps {
