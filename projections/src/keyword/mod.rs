@@ -310,6 +310,27 @@ impl KeywordIndex {
             .collect()
     }
 
+    /// The score of a document of the mean length that holds every term of `query` once: the
+    /// yardstick of [`Fusion::keyword_ranking`]. A query term no document holds counts with
+    /// the idf of a term in no document (the largest), so a query of mostly unknown words has
+    /// a large yardstick that an incidental match of one common word falls far short of.
+    pub fn query_weight(&self, query: &str) -> f32 {
+        let n = self.slots.len() as f32;
+        let mut seen: FastSet<String> = FastSet::default();
+        tokenize::tokens(query, self.stemming, |t| {
+            seen.insert(t.to_string());
+        });
+        seen.iter()
+            .map(|t| {
+                let df = self
+                    .terms
+                    .get(t.as_str())
+                    .map_or(0, |&term| self.postings[term as usize].len());
+                Self::idf(n, df as f32)
+            })
+            .sum()
+    }
+
     /// The bytes this index holds on the heap (capacities, and an estimate of the hash maps'
     /// tables: one control byte and one entry per bucket).
     pub fn heap_bytes(&self) -> usize {

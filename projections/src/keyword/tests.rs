@@ -178,6 +178,7 @@ fn fusion_sums_weighted_reciprocal_ranks() {
         k: 10.0,
         semantic_weight: 1.0,
         keyword_weight: 3.0,
+        keyword_min_share: 0.0,
     };
     assert_hits(
         &fuse(&[a, c], &[c], &w),
@@ -185,4 +186,22 @@ fn fusion_sums_weighted_reciprocal_ranks() {
     );
     // A repeat within a list counts once, at its first rank.
     assert_hits(&fuse(&[a, a], &[], &f), &[(a, 1.0 / 61.0)]);
+}
+
+#[test]
+fn the_keyword_ranking_keeps_the_hits_that_cover_enough_of_the_query() {
+    let ix = tiny();
+    // apple: ln(1.6) = 0.470004; kiwi, in no document: ln(1 + 3.5/0.5) = ln 8 = 2.079442.
+    assert!((ix.query_weight("the apple apple") - 0.470_003_6).abs() < 1e-6);
+    assert!((ix.query_weight("apple kiwi") - 2.549_445_6).abs() < 1e-6);
+    let hits = ix.search("apple kiwi", 10, all);
+    let share = |s: f32| Fusion {
+        keyword_min_share: s,
+        ..Fusion::default()
+    };
+    let w = ix.query_weight("apple kiwi");
+    // d2 0.566580 / 2.549446 = 0.222, d1 0.470004 / 2.549446 = 0.184.
+    assert_eq!(share(0.0).keyword_ranking(&hits, w), [id(2), id(1)]);
+    assert_eq!(share(0.2).keyword_ranking(&hits, w), [id(2)]);
+    assert!(share(0.23).keyword_ranking(&hits, w).is_empty());
 }
