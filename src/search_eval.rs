@@ -41,6 +41,14 @@ pub(crate) const TUNED: Fusion = Fusion {
     keyword_min_share: 0.7,
 };
 
+/// Reciprocal rank fusion as first proposed: every keyword hit fused.
+const PLAIN: Fusion = Fusion {
+    k: 60.0,
+    semantic_weight: 1.0,
+    keyword_weight: 1.0,
+    keyword_min_share: 0.0,
+};
+
 #[derive(Deserialize)]
 struct Memory {
     id: String,
@@ -280,7 +288,7 @@ fn hybrid_beats_semantic_on_exact_terms_and_keeps_paraphrases() {
             ),
             (
                 "hybrid (plain RRF k=60, 1:1)",
-                score(&ranked, kind, |r| hybrid(r, &Fusion::default())),
+                score(&ranked, kind, |r| hybrid(r, &PLAIN)),
             ),
             (
                 "hybrid (tuned)",
@@ -314,6 +322,8 @@ fn hybrid_beats_semantic_on_exact_terms_and_keeps_paraphrases() {
         }
     }
 
+    // The service's default is the fusion measured here.
+    assert_eq!(Fusion::default(), TUNED);
     let sem = |kind| table[&("semantic", kind)];
     let hyb = |kind| table[&("hybrid (tuned)", kind)];
     // The bar: hybrid beats semantic on exact terms, at both depths...

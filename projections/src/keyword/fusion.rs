@@ -19,18 +19,19 @@ pub struct Fusion {
     /// only an incidental word with some memories ("day", "make") still gets a full BM25
     /// ranking, and plain fusion then lifts those memories over the semantic answer; measured
     /// on the retrieval set, that cost 20 points of recall@1 on paraphrases (docs/SEARCH.md).
-    /// 0 keeps every hit (plain RRF).
+    /// 0 keeps every hit (plain RRF); the default, 0.7, is what the eval tuned.
     pub keyword_min_share: f32,
 }
 
 impl Default for Fusion {
-    /// The original paper's `k` = 60, lists weighted alike.
+    /// The original paper's `k` = 60, lists weighted alike, keyword hits gated at 0.7 of the
+    /// query's weight: the fusion `search_eval` measured (docs/SEARCH.md).
     fn default() -> Self {
         Self {
             k: 60.0,
             semantic_weight: 1.0,
             keyword_weight: 1.0,
-            keyword_min_share: 0.0,
+            keyword_min_share: 0.7,
         }
     }
 }
