@@ -20,6 +20,8 @@ pub mod http_client;
 pub mod log;
 mod openai_compat;
 pub mod registry;
+#[cfg(test)]
+mod search_eval;
 pub mod tlog;
 pub mod wire;
 pub mod witness;

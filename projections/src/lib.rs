@@ -10,6 +10,7 @@ pub mod audit_index;
 pub mod audit_view;
 pub mod event;
 pub mod exports;
+pub mod keyword;
 pub mod memories;
 mod overlay;
 pub mod projection;
