@@ -1,8 +1,9 @@
 //! The memory store's shapes: memories, the create, update, search, extract and batch-delete
 //! bodies with their checks, and what each answers.
 
+use auditmem_projections::keyword::Fusion;
 use auditmem_projections::memories::filter::Filter;
-use auditmem_projections::memories::MemoryView;
+use auditmem_projections::memories::{MemoryView, SearchMode};
 use auditmem_projections::{MemoryAmend, MemoryExtra, MemoryType};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -224,6 +225,57 @@ macro_rules! flag_field {
 }
 
 flag_field!(IncludeSuperseded, "include_superseded");
+flag_field!(Explain, "explain");
+
+impl Check for SearchMode {
+    type Raw = Value;
+
+    fn check(raw: Value) -> Result<Self, Invalid> {
+        match raw.as_str() {
+            Some("semantic") => Ok(SearchMode::Semantic),
+            Some("keyword") => Ok(SearchMode::Keyword),
+            Some("hybrid") => Ok(SearchMode::Hybrid),
+            _ => Err(Invalid::new(
+                "search_mode must be one of semantic, keyword, hybrid",
+            )),
+        }
+    }
+}
+
+/// A number of the fusion's settings within a range, its refusal naming it.
+macro_rules! ranged_field {
+    ($name:ident, $field:literal, $lo:expr, $hi:expr, $range:literal) => {
+        #[derive(Clone, Copy, Debug, PartialEq)]
+        pub struct $name(pub f32);
+
+        impl Check for $name {
+            type Raw = Value;
+
+            fn check(raw: Value) -> Result<Self, Invalid> {
+                match raw.as_f64() {
+                    Some(x) if raw.is_number() && ($lo..=$hi).contains(&x) => Ok($name(x as f32)),
+                    _ => Err(Invalid::new(concat!($field, " must be a number ", $range))),
+                }
+            }
+        }
+    };
+}
+
+ranged_field!(RrfK, "rrf_k", 0.0, 1000.0, "from 0 to 1000");
+ranged_field!(
+    SemanticWeight,
+    "semantic_weight",
+    0.0,
+    10.0,
+    "from 0.0 to 10.0"
+);
+ranged_field!(
+    KeywordWeight,
+    "keyword_weight",
+    0.0,
+    10.0,
+    "from 0.0 to 10.0"
+);
 
 /// The scope and metadata fields a create, a batch item and an extraction share, checked in
 /// this order.
@@ -768,6 +820,22 @@ pub struct SearchRequest {
     /// Default false: memories another superseded are left out.
     #[schema(value_type = Option<bool>)]
     pub include_superseded: Option<Field<IncludeSuperseded>>,
+    /// `semantic` (the default: by meaning), `keyword` (BM25 over the contents) or `hybrid`
+    /// (both, fused by reciprocal rank).
+    #[schema(value_type = Option<String>, example = "hybrid")]
+    pub search_mode: Option<Field<SearchMode>>,
+    /// Default false: true adds each result's ranking breakdown (`explain`).
+    #[schema(value_type = Option<bool>)]
+    pub explain: Option<Field<Explain>>,
+    /// Hybrid: the fusion's constant added to every rank (0 to 1000, default 60).
+    #[schema(value_type = Option<f64>, minimum = 0.0, maximum = 1000.0)]
+    pub rrf_k: Option<Field<RrfK>>,
+    /// Hybrid: the semantic list's weight (0 to 10, default 1).
+    #[schema(value_type = Option<f64>, minimum = 0.0, maximum = 10.0)]
+    pub semantic_weight: Option<Field<SemanticWeight>>,
+    /// Hybrid: the keyword list's weight (0 to 10, default 1).
+    #[schema(value_type = Option<f64>, minimum = 0.0, maximum = 10.0)]
+    pub keyword_weight: Option<Field<KeywordWeight>>,
 }
 
 /// A search, checked.
@@ -779,6 +847,9 @@ pub struct Search {
     pub memory_type: Option<MemoryType>,
     pub filter: Option<Filter>,
     pub include_superseded: bool,
+    pub mode: SearchMode,
+    pub explain: bool,
+    pub fusion: Fusion,
 }
 
 impl Body for SearchRequest {
@@ -800,6 +871,19 @@ impl Body for SearchRequest {
             memory_type: optional(self.memory_type)?,
             filter: optional(self.filters)?.map(|f| f.0),
             include_superseded: optional(self.include_superseded)?.is_some_and(|f| f.0),
+            mode: optional(self.search_mode)?.unwrap_or_default(),
+            explain: optional(self.explain)?.is_some_and(|e| e.0),
+            fusion: {
+                let d = Fusion::default();
+                Fusion {
+                    k: optional(self.rrf_k)?.map_or(d.k, |v| v.0),
+                    semantic_weight: optional(self.semantic_weight)?
+                        .map_or(d.semantic_weight, |v| v.0),
+                    keyword_weight: optional(self.keyword_weight)?
+                        .map_or(d.keyword_weight, |v| v.0),
+                    ..d
+                }
+            },
         })
     }
 }
@@ -1258,8 +1342,15 @@ pub struct SearchResult {
     pub importance: f64,
     /// Cosine similarity.
     pub score: f64,
-    /// The value results are ranked by: `0.85 * score + 0.15 * importance`.
+    /// The value results are ranked by: `0.85 * score + 0.15 * importance` (semantic), the
+    /// BM25 score (keyword) or the fused score (hybrid).
     pub final_score: f64,
+    /// The BM25 score, where keyword search contributed the result.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub keyword_score: Option<f64>,
+    /// The ranking's breakdown, when the search asked for `explain`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub explain: Option<SearchExplain>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub user_id: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -1272,6 +1363,26 @@ pub struct SearchResult {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<String>)]
     pub superseded_by: Option<Uuid>,
+}
+
+/// How a result came to its place.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SearchExplain {
+    pub search_mode: &'static str,
+    /// Its place in the semantic list (from 1), if it was in it.
+    pub semantic_rank: Option<usize>,
+    /// `0.85 * score + 0.15 * importance`.
+    pub semantic_final_score: f64,
+    /// Its place in the keyword list (from 1), if it was in it.
+    pub keyword_rank: Option<usize>,
+    pub keyword_score: Option<f64>,
+    /// Hybrid: the fusion's constant and weights.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rrf_k: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub semantic_weight: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub keyword_weight: Option<f64>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -1294,8 +1405,11 @@ pub struct AuditedHit<'a> {
     pub importance: f64,
     pub similarity: f64,
     pub final_score: f64,
-    /// How the memory was found: `semantic` (by meaning).
+    /// How the memory was found: `semantic` (by meaning), `keyword` (BM25) or `hybrid` (by
+    /// both lists of a hybrid search).
     pub source: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub keyword_score: Option<f64>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]

@@ -181,6 +181,8 @@ impl Projection for Memories {
             let text = before
                 .filter(|_| !new_texts.contains(&id))
                 .map(|k| k.text());
+            // A new or changed content is indexed again for keyword search.
+            let content = (text.is_none() && m.deleted_at.is_none()).then(|| m.content.clone());
             let kept = state.names.keep(m, home, text);
             let mark = Mark::of(state.names.extra(&id));
             let t = TenantMemories::of(&mut state.tenants, state.spill.as_ref(), tenant);
@@ -191,7 +193,7 @@ impl Projection for Memories {
                     .get(&id)
                     .and_then(|seq| vector_in(events, *seq))
                     .map(vector_from_bytes);
-                t.put(id, &kept, mark, vector.as_deref())?;
+                t.put(id, &kept, mark, content.as_deref(), vector.as_deref())?;
             }
             state.all.insert(id, kept);
         }

@@ -26,8 +26,9 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::event::MemoryType;
+use crate::keyword::{fuse, Fusion};
 use crate::projection::Result;
-use crate::vector_table::{Hit, RowFilter, Spill};
+use crate::vector_table::{Hit, RowFilter, Spill, IMPORTANCE_WEIGHT, SIMILARITY_WEIGHT};
 
 mod apply;
 mod block;
@@ -142,6 +143,37 @@ impl From<Option<MemoryType>> for MemoryQuery<'_> {
             ..Self::default()
         }
     }
+}
+
+/// How a search finds memories: by meaning (the default, the interface's search), by BM25
+/// over the contents, or both fused by reciprocal rank.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SearchMode {
+    #[default]
+    Semantic,
+    Keyword,
+    Hybrid,
+}
+
+/// Candidates each list gives a hybrid search's fusion (as `search_eval` measured it).
+pub const HYBRID_DEPTH: usize = 50;
+
+/// One result of [`Memories::search_in_mode`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct Found {
+    pub memory: MemoryView,
+    /// Cosine similarity of the query and the memory.
+    pub score: f32,
+    /// What results are ranked by: the semantic final score, the BM25 score or the fused
+    /// score, by mode.
+    pub final_score: f32,
+    /// `0.85 * score + 0.15 * importance`, the semantic ranking key.
+    pub semantic_final_score: f32,
+    /// The BM25 score, when keyword search contributed the result.
+    pub keyword_score: Option<f32>,
+    /// 1-based places in the semantic and keyword lists the result was in.
+    pub semantic_rank: Option<usize>,
+    pub keyword_rank: Option<usize>,
 }
 
 /// Now, in microseconds since the epoch: expiry is decided by the reader's clock.
@@ -379,6 +411,95 @@ impl Memories {
                     .map(|m| state.names.view(h.id, m).map(|v| (v, h)))
             })
             .collect()
+    }
+
+    /// A search in any [`SearchMode`]: `text` is the query for BM25, `vector` its embedding.
+    /// Semantic results are what [`Self::search`] returns; keyword results are ranked by BM25;
+    /// hybrid fuses the best [`HYBRID_DEPTH`] (at least `k`) of each by `fusion`. Every result
+    /// carries its cosine similarity. `min_similarity` bounds the semantic part only.
+    #[allow(clippy::too_many_arguments)]
+    pub fn search_in_mode<'a>(
+        &self,
+        tenant: &Uuid,
+        text: &str,
+        vector: &[f32],
+        which: impl Into<MemoryQuery<'a>>,
+        min_similarity: f32,
+        k: usize,
+        mode: SearchMode,
+        fusion: &Fusion,
+    ) -> std::io::Result<Vec<Found>> {
+        let which = which.into();
+        let state = self.state();
+        let Some(t) = state.tenants.get(tenant) else {
+            return Ok(Vec::new());
+        };
+        let now = now_micros();
+        let admit = |id: &Uuid| state.admits(id, &which, now);
+        let depth = match mode {
+            SearchMode::Hybrid => k.max(HYBRID_DEPTH),
+            _ => k,
+        };
+        let semantic = match mode {
+            SearchMode::Keyword => Vec::new(),
+            _ => {
+                let filter = RowFilter {
+                    memory_type: which.memory_type,
+                    admit: t
+                        .needs_check(&which, now)
+                        .then_some(&admit as &(dyn Fn(&Uuid) -> bool + Sync)),
+                };
+                t.vectors
+                    .search_fast(vector, filter, min_similarity, depth)?
+            }
+        };
+        let keyword = match mode {
+            SearchMode::Semantic => Vec::new(),
+            _ => t.keywords.search(text, depth, admit),
+        };
+        let ranked: Vec<(Uuid, f32)> = match mode {
+            SearchMode::Semantic => semantic.iter().map(|h| (h.id, h.final_score)).collect(),
+            SearchMode::Keyword => keyword.clone(),
+            SearchMode::Hybrid => {
+                let sem: Vec<Uuid> = semantic.iter().map(|h| h.id).collect();
+                let kw = fusion.keyword_ranking(&keyword, t.keywords.query_weight(text));
+                let mut fused = fuse(&sem, &kw, fusion);
+                // A keyword hit the gate kept out counts as no keyword hit.
+                fused.retain(|(id, _)| sem.contains(id) || kw.contains(id));
+                fused
+            }
+        };
+        let gated: Option<Vec<Uuid>> = (mode == SearchMode::Hybrid)
+            .then(|| fusion.keyword_ranking(&keyword, t.keywords.query_weight(text)));
+        let mut out = Vec::with_capacity(k.min(ranked.len()));
+        for (id, final_score) in ranked.into_iter().take(k) {
+            let Some(m) = state.live(tenant, &id) else {
+                continue;
+            };
+            let sem = semantic.iter().position(|h| h.id == id);
+            let kw = match &gated {
+                Some(g) => g.iter().position(|g| *g == id),
+                None => keyword.iter().position(|h| h.0 == id),
+            };
+            let score = match sem {
+                Some(i) => semantic[i].score,
+                None => match t.vectors.vector(&id)? {
+                    Some(row) => crate::vector_table::dot(&row, vector),
+                    None => 0.0,
+                },
+            };
+            out.push(Found {
+                memory: state.names.view(id, m)?,
+                score,
+                final_score,
+                semantic_final_score: SIMILARITY_WEIGHT * score
+                    + IMPORTANCE_WEIGHT * m.importance as f32,
+                keyword_score: kw.and_then(|_| keyword.iter().find(|h| h.0 == id).map(|h| h.1)),
+                semantic_rank: sem.map(|i| i + 1),
+                keyword_rank: kw.map(|i| i + 1),
+            });
+        }
+        Ok(out)
     }
 
     /// The most similar memory of the tenant that list and search show (of a type, if given)

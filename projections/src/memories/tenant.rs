@@ -16,6 +16,7 @@ use uuid::Uuid;
 use super::state::{Kept, State};
 use super::{Extra, MemoryQuery, VectorSource, TREE};
 use crate::event::{vector_from_bytes, MemoryType};
+use crate::keyword::KeywordIndex;
 use crate::projection::{corrupt, Result};
 use crate::vector_table::{Spill, VectorTable};
 
@@ -28,6 +29,9 @@ pub(super) struct TenantMemories {
     /// Live memories of each type (by `MemoryType as usize`), a typed list's total.
     pub(super) per_type: [usize; MemoryType::VARIANTS.len()],
     pub(super) vectors: VectorTable,
+    /// BM25 over the live memories' contents: the tenant's own statistics, so no other
+    /// tenant's memories weigh in its keyword scores.
+    pub(super) keywords: KeywordIndex,
     /// The live memories that expire or are superseded, as last put.
     marks: BTreeMap<Uuid, Mark>,
     /// The live memories that expire, by when: the ones due are hidden until swept.
@@ -63,6 +67,7 @@ impl TenantMemories {
             order: BTreeMap::new(),
             per_type: [0; MemoryType::VARIANTS.len()],
             vectors: spill.map_or_else(VectorTable::default, |s| VectorTable::spilling(s.clone())),
+            keywords: KeywordIndex::default(),
             marks: BTreeMap::new(),
             expiring: BTreeSet::new(),
             superseded: 0,
@@ -107,9 +112,13 @@ impl TenantMemories {
         id: Uuid,
         m: &Kept,
         mark: Mark,
+        text: Option<&str>,
         vector: Option<&[f32]>,
     ) -> std::io::Result<()> {
         self.set_mark(id, mark);
+        if let Some(text) = text {
+            self.keywords.upsert(id, text);
+        }
         if self
             .order
             .insert((m.created_at, id), m.memory_type)
@@ -132,6 +141,7 @@ impl TenantMemories {
         if let Some(ty) = self.order.remove(&(m.created_at, id)) {
             self.per_type[ty as usize] = self.per_type[ty as usize].saturating_sub(1);
             self.vectors.remove(&id)?;
+            self.keywords.remove(&id);
         }
         Ok(())
     }
@@ -183,7 +193,13 @@ pub(super) fn read_tenants(
             state.spill.as_ref(),
             state.names.tenant(m.tenant),
         )
-        .put(*id, m, Mark::of(state.names.extra(id)), Some(&v?))?;
+        .put(
+            *id,
+            m,
+            Mark::of(state.names.extra(id)),
+            Some(&state.names.texts.read(m.text())?),
+            Some(&v?),
+        )?;
     }
     Ok(tenants)
 }

@@ -1,6 +1,6 @@
 //! `POST /v1/memories/search`: the tenant's memories ranked by meaning and importance.
 
-use auditmem_projections::memories::MemoryQuery;
+use auditmem_projections::memories::{Found, MemoryQuery, SearchMode};
 use auditmem_projections::AuditDetail;
 use axum::extract::State;
 use axum::Extension;
@@ -12,7 +12,8 @@ use crate::api::gate::{Caller, PendingOps, Recorded};
 use crate::api::state::AppState;
 use crate::wire::envelope::{Data, ErrorEnvelope};
 use crate::wire::memory::{
-    json_of, shown_score, AuditedHit, Search, SearchRequest, SearchResult, SearchResults,
+    json_of, shown_score, AuditedHit, Search, SearchExplain, SearchRequest, SearchResult,
+    SearchResults,
 };
 
 type SearchEnvelope = Data<SearchResults>;
@@ -34,7 +35,7 @@ fn score_floor(min: f64) -> f32 {
 
 #[utoipa::path(post, path = "/v1/memories/search", tag = "memory", security(("api_key" = [])),
     request_body = SearchRequest,
-    responses((status = 200, description = "ranked by 0.85 * score + 0.15 * importance", body = SearchEnvelope), (status = 400, description = "invalid field (4000)", body = ErrorEnvelope), (status = 403, description = "permission (4030)", body = ErrorEnvelope), (status = 502, description = "embedding provider failed (5020)", body = ErrorEnvelope)))]
+    responses((status = 200, description = "ranked by final_score: 0.85 * score + 0.15 * importance (semantic), BM25 (keyword) or reciprocal rank fusion (hybrid)", body = SearchEnvelope), (status = 400, description = "invalid field (4000)", body = ErrorEnvelope), (status = 403, description = "permission (4030)", body = ErrorEnvelope), (status = 502, description = "embedding provider failed (5020)", body = ErrorEnvelope)))]
 pub(crate) async fn search_memories(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -48,13 +49,18 @@ pub(crate) async fn search_memories(
         memory_type,
         filter,
         include_superseded,
+        mode,
+        explain,
+        fusion,
     } = search;
+    // Every mode embeds the query: each result shows its cosine similarity as `score`.
     let vector = embed_one(&state, &caller, &request, &query).await?;
-    let hits = state
+    let found = state
         .projections
         .memories
-        .search(
+        .search_in_mode(
             &caller.tenant.id,
+            &query,
             &vector,
             MemoryQuery {
                 memory_type,
@@ -63,33 +69,61 @@ pub(crate) async fn search_memories(
             },
             score_floor(min_similarity),
             top_k,
+            mode,
+            &fusion,
         )
         .map_err(ApiError::internal)?;
-    let audited = hits
+    let mode_name = match mode {
+        SearchMode::Semantic => "semantic",
+        SearchMode::Keyword => "keyword",
+        SearchMode::Hybrid => "hybrid",
+    };
+    let source = |f: &Found| match (f.semantic_rank, f.keyword_rank) {
+        (Some(_), Some(_)) => "hybrid",
+        (None, Some(_)) => "keyword",
+        _ => "semantic",
+    };
+    let audited = found
         .iter()
-        .map(|(m, h)| {
+        .map(|f| {
             json_of(&AuditedHit {
-                id: m.id,
-                content: &m.content,
-                memory_type: m.memory_type,
-                importance: m.importance,
-                similarity: shown_score(h.score),
-                final_score: shown_score(h.final_score),
-                source: "semantic",
+                id: f.memory.id,
+                content: &f.memory.content,
+                memory_type: f.memory.memory_type,
+                importance: f.memory.importance,
+                similarity: shown_score(f.score),
+                final_score: shown_score(f.final_score),
+                source: source(f),
+                keyword_score: f.keyword_score.map(shown_score),
             })
         })
         .collect();
-    let results = hits
+    let results = found
         .into_iter()
-        .map(|(m, h)| {
+        .map(|f| {
+            let explained = explain.then(|| SearchExplain {
+                search_mode: mode_name,
+                semantic_rank: f.semantic_rank,
+                semantic_final_score: shown_score(f.semantic_final_score),
+                keyword_rank: f.keyword_rank,
+                keyword_score: f.keyword_score.map(shown_score),
+                rrf_k: (mode == SearchMode::Hybrid).then_some(f64::from(fusion.k)),
+                semantic_weight: (mode == SearchMode::Hybrid)
+                    .then_some(f64::from(fusion.semantic_weight)),
+                keyword_weight: (mode == SearchMode::Hybrid)
+                    .then_some(f64::from(fusion.keyword_weight)),
+            });
+            let m = f.memory;
             let x = m.extra.unwrap_or_default();
             SearchResult {
                 id: m.id,
                 content: m.content,
                 memory_type: m.memory_type,
                 importance: m.importance,
-                score: shown_score(h.score),
-                final_score: shown_score(h.final_score),
+                score: shown_score(f.score),
+                final_score: shown_score(f.final_score),
+                keyword_score: f.keyword_score.map(shown_score),
+                explain: explained,
                 user_id: x.user_id,
                 agent_id: x.agent_id,
                 session_id: x.session_id,
