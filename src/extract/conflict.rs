@@ -18,10 +18,15 @@
 
 use std::collections::BTreeSet;
 
+use serde::Serialize;
+use serde_json::Value;
 use uuid::Uuid;
 
 use super::cues::{self, Kind};
+use super::openai::{completion_content, strip_fence};
 use super::rules::RuleExtractor;
+use super::{ExtractError, OpenAiChatConfig, OpenAiChatExtractor};
+use crate::openai_compat::snippet;
 
 /// What a contradiction is about.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -1418,6 +1423,158 @@ fn fold(s: &str) -> String {
     out
 }
 
+/// Decides what a new memory does to existing ones: by rules ([`RuleResolver`]) or by a chat
+/// model ([`ChatConflictJudge`]). Blocking (may call a remote model): async callers use
+/// `spawn_blocking`.
+pub trait Resolver: Send + Sync {
+    /// What `new` does to `existing` (the nearest memories of the same tenant and scope).
+    /// `gone()` is asked before a retry, as [`super::Extractor::extract_unless_gone`] does.
+    fn resolve(
+        &self,
+        new: &str,
+        existing: &[(Uuid, &str)],
+        gone: &dyn Fn() -> bool,
+    ) -> Result<Resolution, ExtractError>;
+}
+
+/// The embedded rules: [`resolve`]; never fails.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RuleResolver;
+
+impl Resolver for RuleResolver {
+    fn resolve(
+        &self,
+        new: &str,
+        existing: &[(Uuid, &str)],
+        _gone: &dyn Fn() -> bool,
+    ) -> Result<Resolution, ExtractError> {
+        Ok(resolve(new, existing))
+    }
+}
+
+/// Sent as the system message of the conflict judge; the user message carries the new memory
+/// and the candidates as JSON.
+pub const CONFLICT_PROMPT: &str = r#"You compare a new memory about a user with existing memories about the same user.
+The input is a JSON object: {"new": "<new memory>", "existing": [{"id": "<id>", "content": "<memory>"}]}.
+Return ONLY a JSON object of the form:
+{"contradicts": ["<id>", ...], "duplicates": ["<id>", ...]}
+- "contradicts": the existing memories the new one makes out of date because it states a different value for the same single-valued fact about the user: their name, where they live, where or as what they work, their diet (vegan, vegetarian...), an allergy they no longer have, a preference between alternatives (tea or coffee, tabs or spaces, the language of answers), their current project.
+- "duplicates": the existing memories that say the same thing as the new one, in any words or language.
+Facts that can both be true are neither: two different allergies, liking two things, a city and its country, someone else's fact (e.g. "my sister lives in Rome").
+Use only ids from the input. If none apply, return {"contradicts": [], "duplicates": []}."#;
+
+/// The conflict decision by an OpenAI-compatible chat model: one call per candidate batch,
+/// through the same client, timeout, retry and errors as [`OpenAiChatExtractor`], so a
+/// failure is [`ExtractError::Provider`] (502 at the HTTP layer) as extraction's is.
+pub struct ChatConflictJudge {
+    chat: OpenAiChatExtractor,
+}
+
+impl ChatConflictJudge {
+    /// Builds the client; does not contact the provider.
+    pub fn new(config: OpenAiChatConfig) -> Result<Self, ExtractError> {
+        Ok(Self {
+            chat: OpenAiChatExtractor::new(config)?,
+        })
+    }
+}
+
+#[derive(Serialize)]
+struct JudgeInput<'a> {
+    new: &'a str,
+    existing: Vec<JudgeCandidate<'a>>,
+}
+
+#[derive(Serialize)]
+struct JudgeCandidate<'a> {
+    id: String,
+    content: &'a str,
+}
+
+impl Resolver for ChatConflictJudge {
+    fn resolve(
+        &self,
+        new: &str,
+        existing: &[(Uuid, &str)],
+        gone: &dyn Fn() -> bool,
+    ) -> Result<Resolution, ExtractError> {
+        // Nothing to compare with: no call, no cost.
+        if existing.is_empty() {
+            return Ok(Resolution::default());
+        }
+        let input = JudgeInput {
+            new,
+            existing: existing
+                .iter()
+                .map(|(id, content)| JudgeCandidate {
+                    id: id.to_string(),
+                    content,
+                })
+                .collect(),
+        };
+        let user = serde_json::to_string(&input)
+            .map_err(|e| ExtractError::Provider(format!("cannot encode the candidates: {e}")))?;
+        let body = self.chat.complete(CONFLICT_PROMPT, user, gone)?;
+        parse_judgement(&body, existing)
+    }
+}
+
+/// The model's answer as a [`Resolution`] over `batch`. The content must be a JSON object with
+/// `contradicts` and `duplicates` arrays of strings (else a provider error: the model did not
+/// answer the question); an id that is not one of the batch's is ignored (a model may invent
+/// or mangle one, and it must never name another memory). The result is in batch order, as
+/// the rules give it: the first duplicate, or every contradicted one.
+pub(crate) fn parse_judgement(
+    body: &str,
+    batch: &[(Uuid, &str)],
+) -> Result<Resolution, ExtractError> {
+    let content = completion_content(body)?;
+    let value: Value = serde_json::from_str(strip_fence(&content)).map_err(|e| {
+        ExtractError::Provider(format!(
+            "model output is not JSON: {e}; content: {}",
+            snippet(&content)
+        ))
+    })?;
+    let ids = |field: &str| -> Result<Vec<Uuid>, ExtractError> {
+        let items = value.get(field).and_then(Value::as_array).ok_or_else(|| {
+            ExtractError::Provider(format!(
+                "model output lacks a \"{field}\" array: {}",
+                snippet(&content)
+            ))
+        })?;
+        let mut out = Vec::with_capacity(items.len());
+        for item in items {
+            let id = item.as_str().ok_or_else(|| {
+                ExtractError::Provider(format!(
+                    "model output's \"{field}\" holds a non-string: {}",
+                    snippet(&content)
+                ))
+            })?;
+            match Uuid::parse_str(id.trim()) {
+                Ok(id) if batch.iter().any(|(b, _)| *b == id) => out.push(id),
+                _ => tracing::warn!(id, field, "ignoring an id the conflict model was not given"),
+            }
+        }
+        Ok(out)
+    };
+    let contradicts = ids("contradicts")?;
+    let duplicates = ids("duplicates")?;
+    if let Some((id, _)) = batch.iter().find(|(b, _)| duplicates.contains(b)) {
+        return Ok(Resolution {
+            supersedes: Vec::new(),
+            duplicate_of: Some(*id),
+        });
+    }
+    Ok(Resolution {
+        supersedes: batch
+            .iter()
+            .map(|(id, _)| *id)
+            .filter(|id| contradicts.contains(id))
+            .collect(),
+        duplicate_of: None,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1512,6 +1669,243 @@ mod tests {
             ),
             conflict(ConflictKind::Home)
         );
+    }
+
+    /// The chat judge against a real local HTTP server speaking the chat completions protocol.
+    mod judge {
+        use std::io::{Read, Write};
+        use std::net::{SocketAddr, TcpListener, TcpStream};
+        use std::sync::{Arc, Mutex};
+        use std::time::Duration;
+
+        use super::super::*;
+
+        /// What the server answers to its n-th request: after a pause, a status and a body.
+        type Script = dyn Fn(usize) -> (Duration, u16, String) + Send + Sync;
+
+        /// The bodies of the requests received, in order.
+        type Seen = Arc<Mutex<Vec<String>>>;
+
+        fn serve(script: Arc<Script>) -> (SocketAddr, Seen) {
+            let listener = TcpListener::bind("127.0.0.1:0").expect("bind loopback");
+            let addr = listener.local_addr().expect("local addr");
+            let seen: Seen = Arc::default();
+            let log = seen.clone();
+            std::thread::spawn(move || {
+                for stream in listener.incoming().flatten() {
+                    let (script, log) = (script.clone(), log.clone());
+                    // One thread per connection: a slow answer must not hold up the retry.
+                    std::thread::spawn(move || answer(stream, &*script, &log));
+                }
+            });
+            (addr, seen)
+        }
+
+        fn answer(mut stream: TcpStream, script: &Script, log: &Seen) {
+            let mut buf = Vec::new();
+            let mut chunk = [0u8; 4096];
+            let head_end = loop {
+                let Ok(n) = stream.read(&mut chunk) else {
+                    return;
+                };
+                if n == 0 {
+                    return;
+                }
+                buf.extend_from_slice(&chunk[..n]);
+                if let Some(at) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                    break at + 4;
+                }
+            };
+            let head = String::from_utf8_lossy(&buf[..head_end]).to_lowercase();
+            let length: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0);
+            while buf.len() < head_end + length {
+                let Ok(n) = stream.read(&mut chunk) else {
+                    return;
+                };
+                if n == 0 {
+                    return;
+                }
+                buf.extend_from_slice(&chunk[..n]);
+            }
+            let body = String::from_utf8_lossy(&buf[head_end..head_end + length]).to_string();
+            let n = {
+                let mut log = log.lock().expect("log");
+                log.push(body);
+                log.len() - 1
+            };
+            let (pause, status, reply) = script(n);
+            std::thread::sleep(pause);
+            let _ = write!(
+                stream,
+                "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{reply}",
+                reply.len()
+            );
+        }
+
+        fn completion(content: &str) -> String {
+            serde_json::json!({"choices": [{"message": {"role": "assistant", "content": content}}]})
+                .to_string()
+        }
+
+        fn judge(addr: SocketAddr) -> ChatConflictJudge {
+            let mut config = OpenAiChatConfig::new(format!("http://{addr}"), "judge-model");
+            config.timeout = Duration::from_millis(400);
+            config.retry_backoff = Duration::from_millis(10);
+            ChatConflictJudge::new(config).expect("client")
+        }
+
+        fn always(status: u16, body: String) -> Arc<Script> {
+            Arc::new(move |_| (Duration::ZERO, status, body.clone()))
+        }
+
+        const A: Uuid = Uuid::from_u128(0xa);
+        const B: Uuid = Uuid::from_u128(0xb);
+
+        fn batch() -> [(Uuid, &'static str); 2] {
+            [
+                (A, "The user lives in Lisbon"),
+                (B, "The user works at Globex"),
+            ]
+        }
+
+        #[test]
+        fn the_model_decides_and_ids_outside_the_batch_are_ignored() {
+            let content = format!(
+                r#"{{"contradicts": ["{B}", "{}", "not-an-id", "{A}"], "duplicates": []}}"#,
+                Uuid::from_u128(0xc)
+            );
+            let (addr, seen) = serve(always(200, completion(&content)));
+            let got = judge(addr)
+                .resolve("I moved to Porto", &batch(), &|| false)
+                .expect("answer");
+            assert_eq!(
+                got,
+                Resolution {
+                    supersedes: vec![A, B],
+                    duplicate_of: None
+                }
+            );
+            let seen = seen.lock().expect("log");
+            assert_eq!(seen.len(), 1);
+            let sent: Value = serde_json::from_str(&seen[0]).expect("request is JSON");
+            assert_eq!(sent["model"], "judge-model");
+            assert_eq!(sent["response_format"]["type"], "json_object");
+            assert_eq!(sent["messages"][0]["content"], CONFLICT_PROMPT);
+            let user: Value = serde_json::from_str(
+                sent["messages"][1]["content"]
+                    .as_str()
+                    .expect("user content"),
+            )
+            .expect("user content is JSON");
+            assert_eq!(
+                user,
+                serde_json::json!({"new": "I moved to Porto", "existing": [
+                    {"id": A.to_string(), "content": "The user lives in Lisbon"},
+                    {"id": B.to_string(), "content": "The user works at Globex"}
+                ]})
+            );
+        }
+
+        #[test]
+        fn a_duplicate_wins_and_supersedes_nothing() {
+            let content =
+                format!("```json\n{{\"contradicts\": [\"{A}\"], \"duplicates\": [\"{B}\"]}}\n```");
+            let (addr, _) = serve(always(200, completion(&content)));
+            let got = judge(addr)
+                .resolve("I work at Globex", &batch(), &|| false)
+                .expect("answer");
+            assert_eq!(
+                got,
+                Resolution {
+                    supersedes: vec![],
+                    duplicate_of: Some(B)
+                }
+            );
+        }
+
+        #[test]
+        fn malformed_answers_are_provider_errors_without_retry() {
+            for content in [
+                "A contradicts it".to_string(),
+                r#"{"contradicts": []}"#.to_string(),
+                r#"{"contradicts": "all", "duplicates": []}"#.to_string(),
+                r#"{"contradicts": [1], "duplicates": []}"#.to_string(),
+            ] {
+                let (addr, seen) = serve(always(200, completion(&content)));
+                let got = judge(addr).resolve("I moved to Porto", &batch(), &|| false);
+                assert!(
+                    matches!(got, Err(ExtractError::Provider(_))),
+                    "{content}: {got:?}"
+                );
+                assert_eq!(seen.lock().expect("log").len(), 1, "{content}");
+            }
+            let (addr, _) = serve(always(200, "<html>".into()));
+            let got = judge(addr).resolve("I moved to Porto", &batch(), &|| false);
+            assert!(matches!(got, Err(ExtractError::Provider(_))), "{got:?}");
+        }
+
+        #[test]
+        fn a_timeout_is_retried_once_then_a_provider_error() {
+            let ok = completion(r#"{"contradicts": [], "duplicates": []}"#);
+            let (addr, seen) = serve(Arc::new(move |_| (Duration::from_secs(3), 200, ok.clone())));
+            let got = judge(addr).resolve("I moved to Porto", &batch(), &|| false);
+            match got {
+                Err(ExtractError::Provider(e)) => assert!(e.contains("after retry"), "{e}"),
+                other => panic!("{other:?}"),
+            }
+            assert_eq!(seen.lock().expect("log").len(), 2);
+        }
+
+        #[test]
+        fn a_slow_first_answer_then_a_good_one_succeeds() {
+            let content = format!(r#"{{"contradicts": ["{A}"], "duplicates": []}}"#);
+            let ok = completion(&content);
+            let (addr, seen) = serve(Arc::new(move |n| {
+                let pause = if n == 0 {
+                    Duration::from_secs(3)
+                } else {
+                    Duration::ZERO
+                };
+                (pause, 200, ok.clone())
+            }));
+            let got = judge(addr)
+                .resolve("I moved to Porto", &batch(), &|| false)
+                .expect("answer");
+            assert_eq!(got.supersedes, vec![A]);
+            assert_eq!(seen.lock().expect("log").len(), 2);
+        }
+
+        #[test]
+        fn no_candidates_no_call_and_a_caller_gone_gets_no_retry() {
+            let (addr, seen) = serve(always(500, "down".into()));
+            let j = judge(addr);
+            assert_eq!(
+                j.resolve("I moved to Porto", &[], &|| false)
+                    .expect("no call"),
+                Resolution::default()
+            );
+            assert_eq!(seen.lock().expect("log").len(), 0);
+            let got = j.resolve("I moved to Porto", &batch(), &|| true);
+            assert!(matches!(got, Err(ExtractError::Gone)), "{got:?}");
+            assert_eq!(seen.lock().expect("log").len(), 1);
+        }
+
+        #[test]
+        fn the_rule_resolver_is_resolve() {
+            assert_eq!(
+                RuleResolver
+                    .resolve("I moved to Porto", &batch(), &|| false)
+                    .expect("rules never fail"),
+                Resolution {
+                    supersedes: vec![A],
+                    duplicate_of: None
+                }
+            );
+        }
     }
 
     /// The rules measured on `tests/data/conflicts/pairs.jsonl` (docs/EXTRACTION.md,

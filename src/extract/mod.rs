@@ -16,7 +16,10 @@ mod rules;
 use auditmem_projections::MemoryType;
 use serde::{Deserialize, Serialize};
 
-pub use conflict::{relate, resolve, ConflictKind, Relation, Resolution};
+pub use conflict::{
+    relate, resolve, ChatConflictJudge, ConflictKind, Relation, Resolution, Resolver, RuleResolver,
+    CONFLICT_PROMPT,
+};
 pub use openai::{OpenAiChatConfig, OpenAiChatExtractor, SYSTEM_PROMPT};
 pub use rules::RuleExtractor;
 
