@@ -484,13 +484,14 @@ fn statement(s: &str) -> Option<Fact> {
         (" no longer ", " "),
     ] {
         if let Some(at) = folded.find(neg) {
-            // The patterns are ASCII, so up to `at` the folded text is as long as the
-            // original when the original is ASCII there; otherwise read the folded one.
-            let base = if orig.is_char_boundary(at) && orig[..at].is_ascii() {
-                orig
-            } else {
-                folded.as_str()
-            };
+            // The negations are ASCII: where the original holds the same bytes at the same
+            // place (ASCII before it), cut from the original to keep the value's case;
+            // otherwise read the folded text.
+            let same_place = orig.get(..at).is_some_and(str::is_ascii)
+                && orig
+                    .get(at..at + neg.len())
+                    .is_some_and(|x| x.eq_ignore_ascii_case(neg));
+            let base = if same_place { orig } else { folded.as_str() };
             let positive = format!("{}{pos}{}", &base[..at], &base[at + neg.len()..]);
             let mut f = positive_statement(&positive)?;
             f.negated = true;
@@ -1668,6 +1669,39 @@ mod tests {
                 "My name is Dana and I live in Lisbon"
             ),
             conflict(ConflictKind::Home)
+        );
+    }
+
+    #[test]
+    fn odd_text_never_panics() {
+        let texts = [
+            "The user ís not allergic to peanuts",
+            "The user is nót allergic to Straße",
+            "Ich wohne nicht mehr in Köln",
+            "The user works for a Ærø",
+            "The user ",
+            "the user is a",
+            "I prefer",
+            "",
+            "ß",
+            "The user is no longer ",
+        ];
+        for t in texts {
+            // Every char boundary of each text, with a multi-byte letter inserted there.
+            let mut cuts: Vec<usize> = t.char_indices().map(|(i, _)| i).collect();
+            cuts.push(t.len());
+            for at in cuts {
+                let odd = format!("{}ẞí{}", &t[..at], &t[at..]);
+                let _ = relate(&odd, "The user lives in Lisbon");
+                let _ = relate(t, &odd);
+            }
+        }
+        assert_eq!(
+            relate(
+                "The user ís not allergic to peanuts",
+                "The user is allergic to peanuts"
+            ),
+            conflict(ConflictKind::Allergy)
         );
     }
 
