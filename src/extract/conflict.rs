@@ -1336,9 +1336,13 @@ const GROUPS: &[Group] = &[
 fn preference(rest: &str, how: How) -> Option<Fact> {
     let rest = fold(rest);
     let words: Vec<&str> = rest
-        .split(|c: char| !(c.is_alphanumeric() || c == '-'))
+        .split(|c: char| !(c.is_alphanumeric() || c == '-' || c == '\''))
         .filter(|w| !w.is_empty())
         .collect();
+    // "wants the assistant not to use tabs" prefers nothing.
+    if negates(&words) {
+        return None;
+    }
     let mut best: Option<(usize, &'static str, &'static str)> = None;
     for (group, needs, alternatives) in GROUPS {
         if !needs.is_empty() && !needs.iter().any(|n| words.contains(&fold(n).as_str())) {
@@ -1360,38 +1364,49 @@ fn preference(rest: &str, how: How) -> Option<Fact> {
     Some(single(Slot::Pref(group), how, alt.to_string()))
 }
 
-/// Words that make a statement about the assistant's answers (folded stems).
+/// Words that make a statement about the assistant's answers: folded word starts, matched
+/// on whole words ("responsible" is not one: "respond" must start it).
 const ANSWER_WORDS: &[&str] = &[
     "answer",
-    "repl",
-    "respon",
+    "reply",
+    "replies",
+    "respond",
+    "response",
     "respuesta",
     "resposta",
-    "repon",
+    "responda",
+    "responde",
+    "repond",
+    "reponse",
     "antwort",
-    "write",
-    "escrib",
-    "escrev",
-    "ecri",
-    "schreib",
+    "escribeme",
+    "escreva",
+    "ecris-moi",
+    "ecrivez",
+];
+
+/// Phrases that do the same ("write to me in French").
+const ANSWER_PHRASES: &[&str] = &[
+    "write to me",
+    "write me",
     "speak to me",
     "talk to me",
+    "schreib mir",
+    "schreibe mir",
 ];
 
 /// The language answers are wanted in ("The user wants answers in Spanish", "... prefers
 /// respuestas en español"), unless the statement negates it.
 fn answer_language(s: &str) -> Option<&'static str> {
-    if !ANSWER_WORDS.iter().any(|w| s.contains(w)) {
-        return None;
-    }
     let words: Vec<&str> = s
-        .split(|c: char| !(c.is_alphanumeric() || c == '\''))
+        .split(|c: char| !(c.is_alphanumeric() || c == '\'' || c == '-'))
         .filter(|w| !w.is_empty())
         .collect();
-    if words
+    let about_answers = words
         .iter()
-        .any(|w| cues::NEGATIONS.iter().any(|n| fold(n) == *w))
-    {
+        .any(|w| ANSWER_WORDS.iter().any(|a| w.starts_with(a)))
+        || ANSWER_PHRASES.iter().any(|p| s.contains(p));
+    if !about_answers || negates(&words) {
         return None;
     }
     let mut found = cues::LANGUAGES
@@ -1401,6 +1416,13 @@ fn answer_language(s: &str) -> Option<&'static str> {
     let first = found.next()?;
     // "answers in English or Spanish" chooses neither.
     found.all(|l| l == first).then_some(first)
+}
+
+/// Whether one of the words is a negation of the five languages ("not", "nunca", "pas"...).
+fn negates(words: &[&str]) -> bool {
+    words
+        .iter()
+        .any(|w| cues::NEGATIONS.iter().any(|n| fold(n) == *w))
 }
 
 /// Lowercase, typographic apostrophes as `'`, the accents of the five languages dropped.
@@ -1624,6 +1646,26 @@ mod tests {
                 "The weather is nice",
                 "I live in Porto",
                 Relation::Unrelated,
+            ),
+            (
+                "The user is responsible for the German team",
+                "The user wants answers in English",
+                Relation::Unrelated,
+            ),
+            (
+                "The user writes in German at work",
+                "The user wants answers in English",
+                Relation::Unrelated,
+            ),
+            (
+                "Don't use tabs",
+                "The user prefers spaces",
+                Relation::Unrelated,
+            ),
+            (
+                "Antworte bitte immer auf Deutsch",
+                "The user wants answers in English",
+                conflict(AnswerLanguage),
             ),
         ];
         for (new, old, want) in cases {
