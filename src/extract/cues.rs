@@ -145,6 +145,8 @@ use Out::*;
 
 const LIVES: Out = Value("The user lives in {}");
 const WORKS_AT: Out = Value("The user works at {}");
+/// The cue holds the indefinite article ("trabalho numa startup"); the statement keeps it.
+const WORKS_AT_A: Out = Value("The user works at a {}");
 const WORKS_FOR: Out = Value("The user works for {}");
 const WORKS_AS: Out = Value("The user works as {}");
 const ALLERGIC: Out = Value("The user is allergic to {}");
@@ -468,8 +470,8 @@ static PT: &[Cue] = &[
     c("trabalho na", Work, WORKS_AT),
     c("trabalho no", Work, WORKS_AT),
     c("trabalho em", Work, WORKS_AT),
-    c("trabalho numa", Work, WORKS_AT),
-    c("trabalho num", Work, WORKS_AT),
+    c("trabalho numa", Work, WORKS_AT_A),
+    c("trabalho num", Work, WORKS_AT_A),
     c("trabalho para", Work, WORKS_FOR),
     c("trabalho como", Work, WORKS_AS),
     c("estou preparando", Project, PREPARING),

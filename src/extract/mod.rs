@@ -1,9 +1,11 @@
 //! Memory extraction: turning a conversation or a free text into candidate
 //! memories (rule / fact / context, with an importance). Owns the
 //! [`Extractor`] abstraction, the model-free [`RuleExtractor`] used by
-//! default, and [`OpenAiChatExtractor`] for an OpenAI-compatible chat model.
+//! default, and [`OpenAiChatExtractor`] for an OpenAI-compatible chat model; and deciding
+//! whether a new memory contradicts or duplicates existing ones ([`relate`], [`resolve`]).
 //! What each one catches is documented in docs/EXTRACTION.md.
 
+mod conflict;
 mod cues;
 #[cfg(test)]
 mod eval;
@@ -14,6 +16,10 @@ mod rules;
 use auditmem_projections::MemoryType;
 use serde::{Deserialize, Serialize};
 
+pub use conflict::{
+    relate, resolve, ChatConflictJudge, ConflictKind, Relation, Resolution, Resolver, RuleResolver,
+    CONFLICT_PROMPT,
+};
 pub use openai::{OpenAiChatConfig, OpenAiChatExtractor, SYSTEM_PROMPT};
 pub use rules::RuleExtractor;
 

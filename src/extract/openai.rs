@@ -204,12 +204,29 @@ impl Extractor for OpenAiChatExtractor {
             Some(c) => c,
             None => return Ok(Vec::new()),
         };
+        let text = self.complete(SYSTEM_PROMPT, user_content, gone)?;
+        parse_response(&text)
+    }
+}
+
+impl OpenAiChatExtractor {
+    /// One chat completion asking for a JSON object: the system prompt and one user message,
+    /// temperature 0, one retry (not for a caller that has gone) on a timeout, a connection
+    /// error or a 5xx. The completion's body as received; every failure is
+    /// [`ExtractError::Provider`] (or [`ExtractError::Gone`]). Shared by extraction and the
+    /// conflict judge (`super::conflict`), so both fail the same way.
+    pub(crate) fn complete(
+        &self,
+        system: &str,
+        user_content: String,
+        gone: &dyn Fn() -> bool,
+    ) -> Result<String, ExtractError> {
         let body = ChatRequest {
             model: &self.model,
             messages: vec![
                 ChatMessage {
                     role: "system".into(),
-                    content: SYSTEM_PROMPT.into(),
+                    content: system.into(),
                 },
                 ChatMessage {
                     role: "user".into(),
@@ -222,9 +239,9 @@ impl Extractor for OpenAiChatExtractor {
             // Extraction should be repeatable, not creative.
             temperature: 0.0,
         };
-        let text = match self.attempt(&body) {
-            Attempt::Done(t) => t,
-            Attempt::Fatal(e) => return Err(ExtractError::Provider(e)),
+        match self.attempt(&body) {
+            Attempt::Done(t) => Ok(t),
+            Attempt::Fatal(e) => Err(ExtractError::Provider(e)),
             Attempt::Retryable(first) => {
                 if gone() {
                     return Err(ExtractError::Gone);
@@ -235,16 +252,13 @@ impl Extractor for OpenAiChatExtractor {
                     return Err(ExtractError::Gone);
                 }
                 match self.attempt(&body) {
-                    Attempt::Done(t) => t,
-                    Attempt::Fatal(e) | Attempt::Retryable(e) => {
-                        return Err(ExtractError::Provider(format!(
-                            "{e} (after retry; first attempt: {first})"
-                        )))
-                    }
+                    Attempt::Done(t) => Ok(t),
+                    Attempt::Fatal(e) | Attempt::Retryable(e) => Err(ExtractError::Provider(
+                        format!("{e} (after retry; first attempt: {first})"),
+                    )),
                 }
             }
-        };
-        parse_response(&text)
+        }
     }
 }
 
@@ -271,20 +285,7 @@ fn render_input(input: &ExtractInput) -> Result<Option<String>, ExtractError> {
 /// (models occasionally invent a category); a body that is not a completion,
 /// or content that is not the `{"memories": [...]}` object, is an error.
 pub(crate) fn parse_response(body: &str) -> Result<Vec<Candidate>, ExtractError> {
-    let resp: ChatResponse = serde_json::from_str(body).map_err(|e| {
-        ExtractError::Provider(format!(
-            "response is not a chat completion: {e}; body: {}",
-            snippet(body)
-        ))
-    })?;
-    let content = resp
-        .choices
-        .into_iter()
-        .next()
-        .and_then(|c| c.message.content)
-        .ok_or_else(|| {
-            ExtractError::Provider("response has no choices[0].message.content".into())
-        })?;
+    let content = completion_content(body)?;
     let json = strip_fence(&content);
     let value: Value = serde_json::from_str(json).map_err(|e| {
         ExtractError::Provider(format!(
@@ -309,6 +310,21 @@ pub(crate) fn parse_response(body: &str) -> Result<Vec<Candidate>, ExtractError>
         }
     }
     Ok(out)
+}
+
+/// `choices[0].message.content` of a chat completion body.
+pub(crate) fn completion_content(body: &str) -> Result<String, ExtractError> {
+    let resp: ChatResponse = serde_json::from_str(body).map_err(|e| {
+        ExtractError::Provider(format!(
+            "response is not a chat completion: {e}; body: {}",
+            snippet(body)
+        ))
+    })?;
+    resp.choices
+        .into_iter()
+        .next()
+        .and_then(|c| c.message.content)
+        .ok_or_else(|| ExtractError::Provider("response has no choices[0].message.content".into()))
 }
 
 fn parse_item(item: &Value) -> Option<Candidate> {
@@ -346,7 +362,7 @@ fn default_importance(t: MemoryType) -> f32 {
 
 /// Accepts output wrapped in a Markdown code fence (```json ... ```), which
 /// some models emit despite `response_format`.
-fn strip_fence(s: &str) -> &str {
+pub(crate) fn strip_fence(s: &str) -> &str {
     let t = s.trim();
     let Some(rest) = t.strip_prefix("```") else {
         return t;
