@@ -15,6 +15,7 @@
 pub mod admin;
 pub mod audit;
 pub mod client_ip;
+pub mod console;
 pub mod envelope;
 pub mod error;
 pub mod export;
@@ -88,6 +89,8 @@ pub fn app_on(state: AppState, surface: Surface) -> Router {
         ));
     let request_id = HeaderName::from_static("x-request-id");
     operations
+        // The console's static pages (docs/CONSOLE.md), outside the API document too.
+        .merge(console::router())
         .merge(routes::router(&state))
         .route_layer(from_fn(metrics::track))
         .fallback(fallback)
