@@ -101,5 +101,10 @@ function route() {
   }
 }
 
+// The skip link moves the focus to the content; following its #main would leave the router.
+document.querySelector(".skip").addEventListener("click", (ev) => {
+  ev.preventDefault();
+  main.focus();
+});
 window.addEventListener("hashchange", route);
 route();

@@ -124,10 +124,19 @@ try {
   eq(await page.locator("table.entries tbody tr").count(), 2, "rows after the live update");
 
   // --- entry detail and proof --------------------------------------------------------------
+  // The keyboard: the first Tab stop of a fresh page is the skip link.
+  await page.reload();
+  await page.locator("#count").waitFor();
+  await page.keyboard.press("Tab");
+  eq(await page.evaluate(() => document.activeElement?.textContent), "Skip to content", "the first Tab stop");
+  await page.keyboard.press("Enter");
+  eq(await page.evaluate(() => `${document.activeElement?.id} ${location.hash}`), "main #/audit", "the skip link focuses the content, the route stays");
   await page.locator("#q").fill("action:gateway.chat status:429");
   await page.locator("#q").press("Enter");
   await page.waitForFunction(() => document.querySelector("#count")?.textContent.startsWith("1 of"));
-  await page.locator("table.entries tbody tr a").first().click();
+  // The keyboard: an entry opens with Enter.
+  await page.locator("table.entries tbody tr a").first().focus();
+  await page.keyboard.press("Enter");
   await page.locator("#entry").waitFor();
   const entryId = decodeURIComponent(page.url().split("#/audit/")[1]);
   const dd = async (k) => (await page.locator(`#entry dt:text-is("${k}") + dd`).innerText()).trim();
@@ -190,6 +199,8 @@ try {
   await page.waitForFunction(() => document.querySelector("#verdict")?.textContent.includes("key"));
   eq(await text("#verdict"), "Rejected: the verifier key's id does not match its key", "another key is refused");
   await page.locator("#verifier-key").fill(VKEY);
+  await page.locator("#verify").click();
+  await page.waitForFunction(() => document.querySelector("#verdict")?.dataset.ok === "true");
 
   // --- exports -------------------------------------------------------------------------------
   await page.goto(`${URL_}/console/#/exports`);
@@ -209,6 +220,14 @@ try {
   await page.locator("#manifest summary").click();
   eq(JSON.parse(await page.locator("#manifest pre").innerText()).records, records, "manifest records");
   await shot("exports");
+
+  // --- integrity: the public checkpoint's signature, checked against the pinned key ---------
+  await page.goto(`${URL_}/console/#/integrity`);
+  eq(await page.locator("#pin-key").inputValue(), VKEY, "the pinned key is remembered");
+  await page.locator("#check-note").click();
+  await page.locator("#checkpoint-verdict p").waitFor();
+  eq(await text("#checkpoint-verdict p"), `Signature valid: signed by the pinned key ${VKEY.split("+").slice(0, 2).join("+")}.`, "the checkpoint's signature");
+  await shot("integrity");
 
   // --- memories ------------------------------------------------------------------------------
   await page.goto(`${URL_}/console/#/memories`);
@@ -305,9 +324,20 @@ try {
   await signOut();
   await signIn(KEY_A);
   await page.locator("#count").waitFor();
-  const wide = await page.evaluate(() => document.documentElement.scrollWidth - document.documentElement.clientWidth);
-  eq(wide, 0, "horizontal overflow of the page at 360 px");
+  const overflow = () => page.evaluate(() => document.documentElement.scrollWidth - document.documentElement.clientWidth);
+  eq(await overflow(), 0, "horizontal overflow of the audit list at 360 px");
   await shot("narrow");
+  await page.goto(`${URL_}/console/#/audit/${entryId}`);
+  await page.locator("#get-proof").click();
+  await page.locator("#proof dl").waitFor();
+  eq(await overflow(), 0, "horizontal overflow of an entry and its proof at 360 px");
+  await page.goto(`${URL_}/console/#/memories`);
+  await page.locator("#memory-count").waitFor();
+  eq(await overflow(), 0, "horizontal overflow of the memories at 360 px");
+  await signOut();
+  await signIn(ADMIN);
+  await page.locator("#metric-figures").waitFor();
+  eq(await overflow(), 0, "horizontal overflow of the operator view at 360 px");
 
   ok(problems.length === 0, "no script error or CSP violation", problems);
   console.log(`console e2e: ${checks} checks passed in ${((Date.now() - started) / 1000).toFixed(1)} s`);
