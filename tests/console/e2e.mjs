@@ -47,7 +47,8 @@ page.on("pageerror", (e) => problems.push(`page error: ${e.message}`));
 page.on("console", (m) => {
   if (m.type() === "error" && !/the server responded with a status of 4\d\d/.test(m.text())) problems.push(`console: ${m.text()}`);
 });
-page.setDefaultTimeout(15000);
+// Generous: CI runs this beside other tests on two cores; an idle run takes about 12 s.
+page.setDefaultTimeout(30000);
 
 const text = async (sel) => (await page.locator(sel).innerText()).trim();
 async function shot(name) {
@@ -120,7 +121,7 @@ try {
     body: JSON.stringify({ entries: [{ tenant_id: process.env.TENANT_A, action: "rag.query", http_status: 200, rag_query: ["live"] }] }),
   });
   eq(r.status, 200, "ingest while the list is open");
-  await page.waitForFunction(() => document.querySelector("#count")?.textContent.startsWith("2 entries"), null, { timeout: 12000 });
+  await page.waitForFunction(() => document.querySelector("#count")?.textContent.startsWith("2 entries"), null, { timeout: 20000 });
   eq(await page.locator("table.entries tbody tr").count(), 2, "rows after the live update");
 
   // --- entry detail and proof --------------------------------------------------------------
@@ -206,7 +207,7 @@ try {
   await page.goto(`${URL_}/console/#/exports`);
   await page.locator("#export-format").selectOption("json");
   await page.locator("#export-create").click();
-  await page.waitForFunction(() => document.querySelector("#export-state")?.dataset.status === "completed", null, { timeout: 20000 });
+  await page.waitForFunction(() => document.querySelector("#export-state")?.dataset.status === "completed", null, { timeout: 30000 });
   const records = Number(await page.locator('#export-status dt:text-is("records") + dd').innerText());
   ok(records >= 6, "export records", records);
   const [download] = await Promise.all([page.waitForEvent("download"), page.locator("#export-download").click()]);
