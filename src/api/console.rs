@@ -22,9 +22,9 @@ use axum::Router;
 use super::error::ApiError;
 use super::state::AppState;
 
-/// The policy of every console answer. `img-src data:` admits the SVG chart's and the
-/// screenshots' inline images only; there is no inline script or style anywhere, so neither
-/// `'unsafe-inline'` nor a nonce is needed.
+/// The policy of every console answer. There is no inline script or style anywhere, so
+/// neither `'unsafe-inline'` nor a nonce is needed; `img-src data:` admits inline images (never
+/// a script), and the chart is SVG elements built in the page, which no `img-src` governs.
 pub const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
 img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; \
 form-action 'self'";

@@ -1,5 +1,6 @@
-//! The HTTP surface: [`app`] builds the whole router from the route table ([`routes`]);
-//! [`listener`] serves it (connection caps, the header-read timeout, graceful shutdown).
+//! The HTTP surface: [`app`] builds the whole router from the route table ([`routes`]) and
+//! the console's static pages ([`console`], outside the API document); [`listener`] serves
+//! it (connection caps, the header-read timeout, graceful shutdown).
 //!
 //! Layers, outermost first: request id (set, propagate), tracing, the limits of the request
 //! target and the headers ([`head_limits`]: 414, 431), the listener's [`Surface`] (the admin
