@@ -1,5 +1,6 @@
-//! The HTTP surface: [`app`] builds the whole router from the route table ([`routes`]);
-//! [`listener`] serves it (connection caps, the header-read timeout, graceful shutdown).
+//! The HTTP surface: [`app`] builds the whole router from the route table ([`routes`]) and
+//! the console's static pages ([`console`], outside the API document); [`listener`] serves
+//! it (connection caps, the header-read timeout, graceful shutdown).
 //!
 //! Layers, outermost first: request id (set, propagate), tracing, the limits of the request
 //! target and the headers ([`head_limits`]: 414, 431), the listener's [`Surface`] (the admin
@@ -15,6 +16,7 @@
 pub mod admin;
 pub mod audit;
 pub mod client_ip;
+pub mod console;
 pub mod envelope;
 pub mod error;
 pub mod export;
@@ -88,6 +90,8 @@ pub fn app_on(state: AppState, surface: Surface) -> Router {
         ));
     let request_id = HeaderName::from_static("x-request-id");
     operations
+        // The console's static pages (docs/CONSOLE.md), outside the API document too.
+        .merge(console::router())
         .merge(routes::router(&state))
         .route_layer(from_fn(metrics::track))
         .fallback(fallback)

@@ -13,6 +13,7 @@ mod audit_api;
 mod auth;
 mod cli_admin;
 mod cluster;
+mod console;
 mod crash;
 mod crash_cycles;
 mod disk_full;

@@ -1,0 +1,356 @@
+// The console end to end, in Debian's chromium through playwright-core, against a real server
+// that tests/it/console.rs started and seeded. Exits 0 when every check passed, 1 at the first
+// failed one (named), and prints one line a check.
+//
+// Env: CONSOLE_URL (the server's base URL), ADMIN_TOKEN, KEY_A (a business tenant "acme" with
+// every permission, three gateway.chat entries, one a 429 of gpt-4o-mini), KEY_B (a pro tenant
+// "globex"), MEMORY_A (a memory id of acme), VERIFIER_KEY (the log's C2SP verifier key),
+// SCREENSHOTS (a directory for the screenshots, optional), CHROMIUM (default /usr/bin/chromium).
+
+import { chromium } from "playwright-core";
+import fs from "node:fs";
+import path from "node:path";
+import os from "node:os";
+
+const env = (k) => {
+  const v = process.env[k];
+  if (!v) {
+    console.error(`missing env ${k}`);
+    process.exit(2);
+  }
+  return v;
+};
+const URL_ = env("CONSOLE_URL"), ADMIN = env("ADMIN_TOKEN"), KEY_A = env("KEY_A"), KEY_B = env("KEY_B");
+const VKEY = env("VERIFIER_KEY"), MEMORY_A = env("MEMORY_A");
+const SHOTS = process.env.SCREENSHOTS || "";
+const started = Date.now();
+let checks = 0;
+
+function ok(cond, what, detail) {
+  if (!cond) throw new Error(`FAILED: ${what}${detail === undefined ? "" : `: got ${JSON.stringify(detail)}`}`);
+  checks += 1;
+  console.log(`ok ${checks} ${what}`);
+}
+const eq = (got, want, what) => ok(got === want, `${what} = ${JSON.stringify(want)}`, got);
+
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
+  headless: true,
+  args: ["--no-sandbox", "--disable-dev-shm-usage"],
+});
+const problems = [];
+const context = await browser.newContext({ viewport: { width: 1280, height: 900 }, acceptDownloads: true });
+await context.grantPermissions(["clipboard-read", "clipboard-write"], { origin: URL_ });
+const page = await context.newPage();
+// Any script error or CSP violation fails the run: the policy must hold on every screen.
+page.on("pageerror", (e) => problems.push(`page error: ${e.message}`));
+page.on("console", (m) => {
+  if (m.type() === "error" && !/the server responded with a status of 4\d\d/.test(m.text())) problems.push(`console: ${m.text()}`);
+});
+// Generous: CI runs this beside other tests on two cores; an idle run takes about 12 s.
+page.setDefaultTimeout(30000);
+
+const text = async (sel) => (await page.locator(sel).innerText()).trim();
+async function shot(name) {
+  if (SHOTS) await page.screenshot({ path: path.join(SHOTS, `${name}.png`), fullPage: false });
+}
+async function signIn(token) {
+  await page.goto(`${URL_}/console/`);
+  await page.locator("input[name=token]").fill(token);
+  // The keyboard alone: Enter submits the form.
+  await page.locator("input[name=token]").press("Enter");
+}
+async function signOut() {
+  await page.locator("#signout").click();
+  await page.locator("input[name=token]").waitFor();
+  eq(await page.evaluate(() => sessionStorage.length), 0, "session storage after sign-out (the key is forgotten)");
+}
+
+try {
+  // --- sign in ---------------------------------------------------------------------------
+  await signIn("amk_not-a-key");
+  await page.locator(".error").waitFor();
+  eq(await text(".error"), "Error 401 · code 4010: unknown API key", "a wrong key's error");
+  await shot("sign-in");
+  await signIn(KEY_A);
+  await page.locator("#count").waitFor();
+  const cookies = await context.cookies();
+  eq(cookies.length, 0, "cookies set");
+  ok(await page.locator('nav a[href="#/operator"]').count() === 0, "no operator link for a tenant key");
+
+  // --- audit list: qualifiers --------------------------------------------------------------
+  await page.locator("#q").fill("action:gateway.chat status:4xx");
+  await page.locator("#q").press("Enter");
+  await page.waitForFunction(() => document.querySelector("#count")?.textContent.startsWith("1 of"));
+  eq(await text("#count"), "1 of the 3 entries on this page match status/model/other qualifiers (filtered in the browser; the API cannot filter them). 3 entries in the range.", "filtered count");
+  eq(await page.locator("table.entries tbody tr").count(), 1, "rows after status:4xx");
+  eq(await page.locator("table.entries tbody tr td:nth-child(4)").innerText(), "gpt-4o-mini", "the 429's model");
+  eq(await page.locator("table.entries tbody tr td:nth-child(3)").innerText(), "429", "its status");
+  ok((await page.locator("table.entries tbody tr td:nth-child(7)").innerText()).endsWith("…"), "the per-tenant hash shown (business plan)");
+  await page.locator("#q").fill("action:gateway.chat model:gpt-4o");
+  await page.locator("#q").press("Enter");
+  await page.waitForFunction(() => document.querySelector("#count")?.textContent.startsWith("2 of"));
+  eq(await page.locator("table.entries tbody tr").count(), 2, "rows of model:gpt-4o (exact)");
+  await page.locator("#q").fill("bogus:1");
+  await page.locator("#q").press("Enter");
+  await page.locator("#list-notes .error").waitFor();
+  ok((await text("#list-notes .error")).startsWith("unknown qualifier bogus:"), "an unknown qualifier is named");
+  await page.locator("#q").fill("action:gateway.chat");
+  await page.locator("#q").press("Enter");
+  await page.waitForFunction(() => document.querySelector("#count")?.textContent.startsWith("3 entries in the range"));
+  eq(await page.locator("table.entries tbody tr").count(), 3, "gateway.chat rows");
+  await page.waitForFunction(() => document.querySelector("#retention")?.textContent);
+  ok((await text("#retention")).startsWith("Retention window of your plan: 365 days (entries since "), "the business plan's retention window", await text("#retention"));
+  await shot("audit-list");
+
+  // cursor paging: two to a page
+  await page.locator("#page-size").selectOption("20");
+  await page.locator("#q").fill("");
+  await page.locator("#q").press("Enter");
+  await page.waitForFunction(() => /^(\d+) entries in the range/.exec(document.querySelector("#count")?.textContent || "")?.[1] > 3);
+  const total = Number((await text("#count")).split(" ")[0]);
+  ok(total >= 6, "the whole list counts the seeded entries and the console's own calls", total);
+
+  // live updates: an entry ingested now appears without a reload
+  await page.locator("#q").fill("action:rag.query");
+  await page.locator("#q").press("Enter");
+  await page.waitForFunction(() => document.querySelector("#count")?.textContent.startsWith("1 entries"));
+  const r = await fetch(`${URL_}/admin/v1/audit/logs`, {
+    method: "POST",
+    headers: { Authorization: `Bearer ${ADMIN}`, "Content-Type": "application/json" },
+    body: JSON.stringify({ entries: [{ tenant_id: process.env.TENANT_A, action: "rag.query", http_status: 200, rag_query: ["live"] }] }),
+  });
+  eq(r.status, 200, "ingest while the list is open");
+  await page.waitForFunction(() => document.querySelector("#count")?.textContent.startsWith("2 entries"), null, { timeout: 20000 });
+  eq(await page.locator("table.entries tbody tr").count(), 2, "rows after the live update");
+
+  // --- entry detail and proof --------------------------------------------------------------
+  // The keyboard: the first Tab stop of a fresh page is the skip link.
+  await page.reload();
+  await page.locator("#count").waitFor();
+  await page.keyboard.press("Tab");
+  eq(await page.evaluate(() => document.activeElement?.textContent), "Skip to content", "the first Tab stop");
+  await page.keyboard.press("Enter");
+  eq(await page.evaluate(() => `${document.activeElement?.id} ${location.hash}`), "main #/audit", "the skip link focuses the content, the route stays");
+  await page.locator("#q").fill("action:gateway.chat status:429");
+  await page.locator("#q").press("Enter");
+  await page.waitForFunction(() => document.querySelector("#count")?.textContent.startsWith("1 of"));
+  // The keyboard: an entry opens with Enter.
+  await page.locator("table.entries tbody tr a").first().focus();
+  await page.keyboard.press("Enter");
+  await page.locator("#entry").waitFor();
+  const entryId = decodeURIComponent(page.url().split("#/audit/")[1]);
+  const dd = async (k) => (await page.locator(`#entry dt:text-is("${k}") + dd`).innerText()).trim();
+  eq(await dd("id"), entryId, "detail id");
+  eq(await dd("http_status"), "429", "detail status");
+  eq(await dd("error_msg"), "rate limited", "detail error_msg");
+  eq((await dd("hash")).length, 64, "detail hash length");
+  eq(JSON.parse(await page.locator('details:has(summary:text-is("request_body")) pre').innerText()).model, "gpt-4o-mini", "request body, pretty-printed");
+
+  await page.locator("#verifier-key").fill(VKEY);
+  await page.locator("#get-proof").click();
+  await page.locator("#proof dl").waitFor();
+  await page.locator("#verify").click();
+  await page.locator("#verdict").waitFor();
+  await page.locator("#proof-section").scrollIntoViewIfNeeded();
+  ok(await page.locator("#verdict").getAttribute("data-ok") === "true", "the proof verifies in the browser", await text("#proof-result"));
+  const verdict = await text("#verdict");
+  ok(verdict.startsWith(`Verified. Proven: audit entry ${entryId}, with its exact content and time, is record `), "the verdict says what was proven", verdict);
+  eq(await page.locator("ol.steps li.ok").count(), 8, "checks passed");
+  await shot("verify-proof");
+
+  // A tampered audit path: the browser must refuse it.
+  await page.route("**/proof", async (route) => {
+    const resp = await route.fetch();
+    const body = await resp.json();
+    const h = Buffer.from(body.data.inclusion[0], "base64");
+    h[0] ^= 1;
+    body.data.inclusion[0] = h.toString("base64");
+    await route.fulfill({ response: resp, json: body });
+  });
+  await page.locator("#get-proof").click();
+  await page.waitForTimeout(200);
+  await page.locator("#verify").click();
+  await page.waitForFunction(() => document.querySelector("#verdict")?.dataset.ok === "false");
+  const leaf = await page.locator('#proof dt:text-is("leaf_index") + dd').innerText();
+  eq(await text("#verdict"), `Rejected: wrong root: the inclusion path from leaf ${leaf.trim()} does not lead to the signed root`, "a tampered path is rejected");
+  await page.locator("#proof-result").scrollIntoViewIfNeeded();
+  await shot("verify-tampered");
+  await page.unroute("**/proof");
+  // A tampered record (its last byte, inside the event): the BLAKE3 check refuses it.
+  await page.route("**/proof", async (route) => {
+    const resp = await route.fetch();
+    const body = await resp.json();
+    const rec = Buffer.from(body.data.record, "base64");
+    rec[rec.length - 1] ^= 1;
+    body.data.record = rec.toString("base64");
+    await route.fulfill({ response: resp, json: body });
+  });
+  await page.locator("#get-proof").click();
+  await page.waitForTimeout(200);
+  await page.locator("#verify").click();
+  await page.waitForFunction(() => document.querySelector("#verdict")?.dataset.ok === "false" && document.querySelector("#verdict").textContent.includes("record"));
+  eq(await text("#verdict"), "Rejected: the record does not match its hash", "a tampered record is rejected");
+  await page.unroute("**/proof");
+  // A checkpoint under another key: the pinned key refuses it.
+  await page.locator("#verifier-key").fill(VKEY.replace(/^[^+]+/, "other.example/log"));
+  await page.locator("#get-proof").click();
+  await page.waitForTimeout(200);
+  await page.locator("#verify").click();
+  await page.waitForFunction(() => document.querySelector("#verdict")?.textContent.includes("key"));
+  eq(await text("#verdict"), "Rejected: the verifier key's id does not match its key", "another key is refused");
+  await page.locator("#verifier-key").fill(VKEY);
+  await page.locator("#verify").click();
+  await page.waitForFunction(() => document.querySelector("#verdict")?.dataset.ok === "true");
+
+  // --- exports -------------------------------------------------------------------------------
+  await page.goto(`${URL_}/console/#/exports`);
+  await page.locator("#export-format").selectOption("json");
+  await page.locator("#export-create").click();
+  await page.waitForFunction(() => document.querySelector("#export-state")?.dataset.status === "completed", null, { timeout: 30000 });
+  const records = Number(await page.locator('#export-status dt:text-is("records") + dd').innerText());
+  ok(records >= 6, "export records", records);
+  const [download] = await Promise.all([page.waitForEvent("download"), page.locator("#export-download").click()]);
+  const file = path.join(os.tmpdir(), `console-e2e-${process.pid}.json`);
+  await download.saveAs(file);
+  const rows = JSON.parse(fs.readFileSync(file, "utf8"));
+  fs.rmSync(file);
+  eq(rows.length, records, "downloaded rows");
+  ok(/^audit-export-[0-9a-f-]{36}\.json$/.test(download.suggestedFilename()), "download file name", download.suggestedFilename());
+  eq(rows.every((row) => typeof row.hash === "string" && typeof row.chain_index === "number"), true, "rows carry the chain (business)");
+  await page.locator("#manifest summary").click();
+  eq(JSON.parse(await page.locator("#manifest pre").innerText()).records, records, "manifest records");
+  await shot("exports");
+
+  // --- integrity: the public checkpoint's signature, checked against the pinned key ---------
+  await page.goto(`${URL_}/console/#/integrity`);
+  eq(await page.locator("#pin-key").inputValue(), VKEY, "the pinned key is remembered");
+  await page.locator("#check-note").click();
+  await page.locator("#checkpoint-verdict p").waitFor();
+  eq(await text("#checkpoint-verdict p"), `Signature valid: signed by the pinned key ${VKEY.split("+").slice(0, 2).join("+")}.`, "the checkpoint's signature");
+  await shot("integrity");
+
+  // --- memories ------------------------------------------------------------------------------
+  await page.goto(`${URL_}/console/#/memories`);
+  await page.locator("#memory-count").waitFor();
+  await page.locator("#new-content").fill("The user is allergic to peanuts");
+  await page.locator("#new-type").selectOption("fact");
+  await page.locator("#new-importance").fill("2");
+  await page.locator("#create-memory").click();
+  await page.locator("#create-msg .error").waitFor();
+  eq(await text("#create-msg .error"), "Error 400 · code 4000: importance must be a number from 0.0 to 1.0", "the API's validation message");
+  await page.locator("#new-importance").fill("0.9");
+  await page.locator("#create-memory").click();
+  await page.locator("#created-link").waitFor();
+  await page.waitForFunction(() => document.querySelector("#memory-count")?.textContent.startsWith("2 memories"));
+  await shot("memories");
+  await page.locator("#search-query").fill("Which foods could make them ill?");
+  await page.locator("#search-top-k").fill("1");
+  await page.locator("#search-go").click();
+  await page.locator("#search-count").waitFor();
+  eq(await text("#search-count"), "1 result, in the API's order.", "search results");
+  eq(await page.locator("#search-results tbody tr:first-child td:nth-child(2)").innerText(), "The user is allergic to peanuts", "best match");
+  await shot("search");
+  await page.locator("#created-link").click();
+  await page.locator("#edit-content").waitFor();
+  await page.locator("#edit-content").fill("The user is severely allergic to peanuts");
+  await page.locator("#save-memory").click();
+  await page.waitForFunction(() => document.querySelector("#memory-content")?.textContent === "The user is severely allergic to peanuts");
+  await page.waitForFunction(() => document.querySelector("#history-summary")?.textContent === "2 versions.");
+  await page.locator("#edit-importance").fill("-1");
+  await page.locator("#save-memory").click();
+  await page.locator("#edit-msg .error").waitFor();
+  eq(await text("#edit-msg .error"), "Error 400 · code 4000: importance must be a number from 0.0 to 1.0", "an edit's validation message");
+  await shot("memory-history");
+  await page.locator("#delete-memory").click();
+  eq(await page.locator("#delete-memory").innerText(), "Confirm delete", "delete asks to confirm");
+  await page.locator("#delete-memory").click();
+  await page.waitForFunction(() => document.querySelector("#history-summary")?.textContent === "3 versions, deleted.");
+  eq(await page.locator("#history tbody tr td:first-child").allInnerTexts().then((t) => t.join(",")), "created,updated,deleted", "history changes");
+  ok((await text("main .error")).startsWith("Error 404 · code 4040"), "the deleted memory is gone");
+  await signOut();
+
+  // --- another tenant sees nothing of acme's --------------------------------------------------
+  await signIn(KEY_B);
+  await page.locator("#count").waitFor();
+  await page.locator("#q").fill("action:gateway.chat");
+  await page.locator("#q").press("Enter");
+  await page.waitForFunction(() => document.querySelector("#count")?.textContent.startsWith("1 entries"));
+  eq(await page.locator("table.entries tbody tr td:nth-child(4)").innerText(), "globex-model", "globex sees only its own entry");
+  await page.goto(`${URL_}/console/#/audit/${entryId}`);
+  await page.locator("main .error").waitFor();
+  ok((await text("main .error")).startsWith("Error 404 · code 4040"), "acme's entry is 404 for globex");
+  await page.goto(`${URL_}/console/#/memories/${MEMORY_A}`);
+  await page.locator("main .error").first().waitFor();
+  ok((await page.locator("main .error").first().innerText()).startsWith("Error 404 · code 4040"), "acme's memory is 404 for globex");
+  await page.goto(`${URL_}/console/#/operator`);
+  await page.locator("main .error").waitFor();
+  eq(await text("main .error"), "Error 403 · code -: the operator view needs the admin token; a tenant key cannot open it", "the operator view refuses a tenant key");
+  const adminWithKey = await page.evaluate(async (k) => (await fetch("/admin/v1/tenants", { headers: { Authorization: `Bearer ${k}` } })).status, KEY_B);
+  eq(adminWithKey, 401, "the admin API refuses a tenant key");
+  await signOut();
+
+  // --- operator --------------------------------------------------------------------------------
+  await signIn(ADMIN);
+  await page.locator("#tenant-count").waitFor();
+  eq(await text("#tenant-count"), "2 tenants", "tenants listed");
+  await page.locator("#metric-figures").waitFor();
+  await page.locator("#log-head dl").waitFor();
+  await shot("operator");
+  await page.locator('button[data-tenant="globex"]').click();
+  await page.locator("#perm-memory-write").uncheck();
+  await page.locator("#issue-key").click();
+  await page.locator("#new-api-key").waitFor();
+  const newKey = await page.locator("#new-api-key").inputValue();
+  ok(/^amk_[A-Za-z0-9_-]{43}$/.test(newKey), "a new key is shown once", newKey.slice(0, 4));
+  await page.locator("#copy-key").click();
+  await page.locator("#copy-msg:text-is('Copied.')").waitFor();
+  eq(await page.evaluate(() => navigator.clipboard.readText()), newKey, "the copy button copies the key");
+  const asKey = (k) => fetch(`${URL_}/v1/audit/logs?page_size=1`, { headers: { Authorization: `Bearer ${k}` } }).then((x) => x.status);
+  eq(await asKey(newKey), 200, "the new key works");
+  await page.locator("#metric-figures").waitFor();
+  ok(await page.locator("#metrics svg rect.chart-bar").count() >= 3, "the metrics chart has bars");
+  ok(/^\d+$/.test(await page.locator('#metric-figures dt:text-is("requests") + dd').innerText()), "request total shown");
+  await page.locator("#log-head dl").waitFor();
+  eq(await page.locator('#log-head dt:text-is("verifier key") + dd').innerText(), VKEY, "the verifier key shown");
+  await page.locator("#metrics").scrollIntoViewIfNeeded();
+  await shot("operator-metrics");
+  await page.locator("#issued button[data-key]").first().click();
+  await page.locator("#revoked").waitFor();
+  ok((await text("#revoked")).startsWith("Key "), "revoked message");
+  eq(await asKey(newKey), 401, "the revoked key is refused");
+
+  // --- a narrow window (and so 200% zoom of a 720 px one): nothing wider than the viewport ---
+  await page.setViewportSize({ width: 360, height: 780 });
+  await signOut();
+  await signIn(KEY_A);
+  await page.locator("#count").waitFor();
+  const overflow = () => page.evaluate(() => document.documentElement.scrollWidth - document.documentElement.clientWidth);
+  eq(await overflow(), 0, "horizontal overflow of the audit list at 360 px");
+  await shot("narrow");
+  await page.goto(`${URL_}/console/#/audit/${entryId}`);
+  await page.locator("#get-proof").click();
+  await page.locator("#proof dl").waitFor();
+  eq(await overflow(), 0, "horizontal overflow of an entry and its proof at 360 px");
+  await page.goto(`${URL_}/console/#/memories`);
+  await page.locator("#memory-count").waitFor();
+  eq(await overflow(), 0, "horizontal overflow of the memories at 360 px");
+  await signOut();
+  await signIn(ADMIN);
+  await page.locator("#metric-figures").waitFor();
+  eq(await overflow(), 0, "horizontal overflow of the operator view at 360 px");
+
+  ok(problems.length === 0, "no script error or CSP violation", problems);
+  console.log(`console e2e: ${checks} checks passed in ${((Date.now() - started) / 1000).toFixed(1)} s`);
+  await browser.close();
+} catch (e) {
+  console.error(e.message);
+  if (problems.length) console.error(problems.join("\n"));
+  try {
+    if (SHOTS) await page.screenshot({ path: path.join(os.tmpdir(), "console-e2e-failure.png") });
+  } catch {
+    /* best effort */
+  }
+  await browser.close();
+  process.exit(1);
+}

@@ -1,0 +1,266 @@
+//! The console (docs/CONSOLE.md): its answers' headers from the real server, and the whole
+//! console end to end in Debian's chromium (`tests/console/e2e.mjs`, playwright-core) against
+//! a real server this test starts and seeds.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use reqwest::Method;
+use serde_json::{json, Value};
+
+use crate::common::{Server, ADMIN_TOKEN};
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn fetch(s: &Server, path: &str) -> reqwest::blocking::Response {
+    s.raw()
+        .get(format!("{}{path}", s.url))
+        .send()
+        .expect("request")
+}
+
+fn header(r: &reqwest::blocking::Response, name: &str) -> String {
+    r.headers()
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string()
+}
+
+/// The headers every console answer carries, 404s included.
+fn assert_console_headers(r: &reqwest::blocking::Response, what: &str) {
+    assert_eq!(
+        header(r, "content-security-policy"),
+        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
+         connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'",
+        "{what}"
+    );
+    assert_eq!(header(r, "x-frame-options"), "DENY", "{what}");
+    assert_eq!(header(r, "x-content-type-options"), "nosniff", "{what}");
+    assert_eq!(header(r, "referrer-policy"), "no-referrer", "{what}");
+    assert!(
+        r.headers().get("set-cookie").is_none(),
+        "{what} sets a cookie"
+    );
+}
+
+#[test]
+fn console_assets_are_served_with_a_strict_policy_and_no_cookie() {
+    let s = Server::start();
+    let page = fetch(&s, "/console/");
+    assert_eq!(page.status().as_u16(), 200);
+    assert_eq!(header(&page, "content-type"), "text/html; charset=utf-8");
+    assert_console_headers(&page, "/console/");
+    let html = page.text().expect("body");
+    assert!(html.contains(r#"<script type="module" src="app.js"></script>"#));
+
+    let listed: Vec<(&str, &str)> = auditmem::api::console::assets().collect();
+    for (name, content_type) in &listed {
+        let r = fetch(&s, &format!("/console/{name}"));
+        assert_eq!(r.status().as_u16(), 200, "{name}");
+        assert_eq!(header(&r, "content-type"), *content_type, "{name}");
+        assert_console_headers(&r, name);
+        let text = r.text().expect("body");
+        // No inline script or style the policy would block, no code from text, no remote
+        // origin (the SVG namespace is a name, not a fetch).
+        assert!(
+            !text.contains(" style=") && !text.contains("setAttribute(\"style\""),
+            "{name}"
+        );
+        assert!(
+            !text.contains("innerHTML") && !text.contains("eval("),
+            "{name}"
+        );
+        let remote = text
+            .replace("http://www.w3.org/2000/svg", "")
+            .replace("http://127.0.0.1", "");
+        assert!(
+            !remote.contains("http://") && !remote.contains("https://"),
+            "{name}: {remote}"
+        );
+    }
+    // Every file of console/ is served, and nothing else is.
+    let mut on_disk: Vec<String> = std::fs::read_dir(repo().join("console"))
+        .expect("console/")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    on_disk.sort();
+    let mut served: Vec<String> = listed.iter().map(|(n, _)| n.to_string()).collect();
+    served.sort();
+    assert_eq!(served, on_disk);
+
+    for missing in [
+        "/console/nope.js",
+        "/console/..%2fCargo.toml",
+        "/console/a/b",
+    ] {
+        let r = fetch(&s, missing);
+        assert_eq!(r.status().as_u16(), 404, "{missing}");
+        assert_console_headers(&r, missing);
+        assert_eq!(header(&r, "content-type"), "application/json");
+        let v: Value = r.json().expect("json");
+        assert_eq!(v["code"], json!(4040), "{missing}");
+    }
+
+    let no_follow = reqwest::blocking::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .expect("client");
+    let r = no_follow
+        .get(format!("{}/console", s.url))
+        .send()
+        .expect("request");
+    assert_eq!(r.status().as_u16(), 308);
+    assert_eq!(header(&r, "location"), "/console/");
+}
+
+fn ingest(s: &Server, entries: Value) {
+    let (st, v) = s.admin(
+        Method::POST,
+        "/admin/v1/audit/logs",
+        Some(json!({ "entries": entries })),
+    );
+    assert_eq!(st, 200, "{v}");
+}
+
+fn tenant(s: &Server, name: &str, plan: &str) -> (String, String) {
+    let (st, v) = s.admin(
+        Method::POST,
+        "/admin/v1/tenants",
+        Some(json!({"name": name, "plan": plan})),
+    );
+    assert_eq!(st, 201, "{v}");
+    let id = v["data"]["id"].as_str().expect("id").to_string();
+    let key = s.create_key(
+        &id,
+        &["audit.read", "audit.export", "memory.read", "memory.write"],
+    );
+    (id, key)
+}
+
+fn require(path: &Path, what: &str) {
+    assert!(
+        path.exists(),
+        "{what} is missing ({}): run `bash .ci/setup` (apt-get install chromium; \
+         npm ci --prefix tests/console)",
+        path.display()
+    );
+}
+
+/// The console's BLAKE3 against the blake3 crate (the proof check recomputes record hashes
+/// with it), over inputs of one chunk, several and a partial tree; its qualifier parser and
+/// MessagePack reader: tests/console/unit.mjs, under node, no browser.
+#[test]
+fn console_modules_match_the_reference() {
+    let lengths = [
+        0usize, 1, 63, 64, 65, 1023, 1024, 1025, 2048, 2049, 3072, 3073, 4096, 5120, 8193, 31745,
+    ];
+    let vectors: serde_json::Map<String, Value> = lengths
+        .iter()
+        .map(|&n| {
+            let input: Vec<u8> = (0..n).map(|i| (i % 251) as u8).collect();
+            (
+                n.to_string(),
+                json!(blake3::hash(&input).to_hex().to_string()),
+            )
+        })
+        .collect();
+    let out = Command::new("node")
+        .arg(repo().join("tests/console/unit.mjs"))
+        .env("BLAKE3_VECTORS", Value::Object(vectors).to_string())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run node ({e}): install it with .ci/setup"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "unit.mjs failed:\n{stdout}\n{stderr}");
+    assert!(
+        stdout.trim().starts_with("console units: ") && stdout.trim().ends_with(" checks passed"),
+        "{stdout}"
+    );
+}
+
+/// Sign in, filter and open an entry, verify its proof (and refuse tampered ones), export and
+/// download, create/edit/search/delete a memory with its history, issue and revoke a key, and
+/// a tenant that sees nothing of another's nor the operator view: tests/console/e2e.mjs.
+#[test]
+fn console_end_to_end_in_chromium() {
+    let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
+    require(Path::new(&chromium), "chromium");
+    let tests = repo().join("tests/console");
+    require(
+        &tests.join("node_modules/playwright-core/package.json"),
+        "playwright-core",
+    );
+
+    let s = Server::start();
+    let (tenant_a, key_a) = tenant(&s, "acme", "business");
+    let (tenant_b, key_b) = tenant(&s, "globex", "pro");
+    ingest(
+        &s,
+        json!([
+            {"tenant_id": tenant_a, "action": "gateway.chat", "http_status": 200, "model_id": "gpt-4o",
+             "duration": 812, "request_body": {"model": "gpt-4o", "messages": [{"role": "user", "content": "hello"}]},
+             "response_body": {"id": "chatcmpl-1"}},
+            {"tenant_id": tenant_a, "action": "gateway.chat", "http_status": 200, "model_id": "gpt-4o", "duration": 640},
+            {"tenant_id": tenant_a, "action": "gateway.chat", "http_status": 429, "model_id": "gpt-4o-mini",
+             "error_code": 4290, "error_msg": "rate limited", "request_body": {"model": "gpt-4o-mini"}},
+            {"tenant_id": tenant_a, "action": "rag.query", "http_status": 200, "rag_query": ["refund policy"]},
+            {"tenant_id": tenant_b, "action": "gateway.chat", "http_status": 200, "model_id": "globex-model"}
+        ]),
+    );
+    let (st, m) = s.post(
+        "/v1/memories",
+        &key_a,
+        json!({"content": "The user prefers answers in metric units", "memory_type": "rule", "importance": 0.6}),
+    );
+    assert_eq!(st, 200, "{m}");
+    let memory_a = m["data"]["id"].as_str().expect("id").to_string();
+    let (_, pk) = s.admin(Method::GET, "/admin/v1/log/pubkey", None);
+    let verifier_key = pk["data"]["verifier_key"].as_str().expect("verifier_key");
+
+    // Screenshots land in docs/console/ when asked (to refresh the README's), else in a temp dir.
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let shots = match std::env::var("AUDITMEM_CONSOLE_SCREENSHOTS") {
+        Ok(v) if v == "1" => repo().join("docs/console"),
+        _ => tmp.path().to_path_buf(),
+    };
+    std::fs::create_dir_all(&shots).expect("screenshot dir");
+
+    let started = Instant::now();
+    let out = Command::new("node")
+        .arg(tests.join("e2e.mjs"))
+        .current_dir(&tests)
+        .env("CONSOLE_URL", &s.url)
+        .env("ADMIN_TOKEN", ADMIN_TOKEN)
+        .env("TENANT_A", &tenant_a)
+        .env("KEY_A", &key_a)
+        .env("KEY_B", &key_b)
+        .env("MEMORY_A", &memory_a)
+        .env("VERIFIER_KEY", verifier_key)
+        .env("SCREENSHOTS", &shots)
+        .env("CHROMIUM", &chromium)
+        .env("PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD", "1")
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run node ({e}): install it with .ci/setup"));
+    let elapsed = started.elapsed();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    println!("{stdout}");
+    assert!(
+        out.status.success(),
+        "e2e.mjs failed ({}):\n{stdout}\n{stderr}",
+        out.status
+    );
+    let last = stdout.lines().last().unwrap_or("");
+    assert!(
+        last.starts_with("console e2e: 65 checks passed"),
+        "last line: {last}"
+    );
+    assert!(
+        elapsed < Duration::from_secs(90),
+        "the browser run took {elapsed:?}"
+    );
+}
