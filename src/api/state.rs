@@ -55,6 +55,9 @@ pub struct Inner {
     pub metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
     pub embed: crate::embed::EmbedService,
     pub extractor: Arc<dyn crate::extract::Extractor>,
+    /// Decides what a new memory supersedes (`resolve: true`): the rules, or the chat model
+    /// when extraction uses one.
+    pub resolver: Arc<dyn crate::extract::Resolver>,
     pub memory: MemorySettings,
     pub rate_limiter: super::rate_limit::RateLimiter,
     /// Failed admin authentication per source.

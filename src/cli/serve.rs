@@ -175,9 +175,10 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
 
     // The HTTP providers hold blocking clients, which must be built (and dropped) off the runtime.
     let provider_args = args.clone();
-    let (embed, extractor) = tokio::task::spawn_blocking(move || providers(&provider_args))
-        .await
-        .context("starting the providers")??;
+    let (embed, extractor, resolver) =
+        tokio::task::spawn_blocking(move || providers(&provider_args))
+            .await
+            .context("starting the providers")??;
     let state = AppState(Arc::new(Inner {
         log,
         projections,
@@ -200,6 +201,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         metrics: Some(crate::api::metrics::install()?),
         embed,
         extractor,
+        resolver,
         memory: MemorySettings {
             credits_per_call: args.extract_credits_per_call,
             credits_per_1k_chars: args.extract_credits_per_1k_chars,
@@ -384,14 +386,16 @@ fn connection_limits(
     })
 }
 
-/// The embedder and extractor the configuration asks for; a missing model is an error that
-/// names the set-up command (nothing is fetched at run time).
-fn providers(
-    args: &ServeArgs,
-) -> anyhow::Result<(
+/// The providers `serve` runs with: the embedder, the extractor, and what decides conflicts.
+type Providers = (
     crate::embed::EmbedService,
     Arc<dyn crate::extract::Extractor>,
-)> {
+    Arc<dyn crate::extract::Resolver>,
+);
+
+/// The embedder and extractor the configuration asks for; a missing model is an error that
+/// names the set-up command (nothing is fetched at run time).
+fn providers(args: &ServeArgs) -> anyhow::Result<Providers> {
     use crate::config::{EmbedderKind, ExtractorKind};
     use crate::embed::EmbedServiceConfig;
     let timeout = Duration::from_secs(args.provider_timeout_secs.max(1));
@@ -423,8 +427,14 @@ fn providers(
     };
     let embed = crate::embed::EmbedService::with_config(embedder, batches)
         .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let extractor: Arc<dyn crate::extract::Extractor> = match args.extractor {
-        ExtractorKind::Rules => Arc::new(crate::extract::RuleExtractor::new()),
+    let (extractor, resolver): (
+        Arc<dyn crate::extract::Extractor>,
+        Arc<dyn crate::extract::Resolver>,
+    ) = match args.extractor {
+        ExtractorKind::Rules => (
+            Arc::new(crate::extract::RuleExtractor::new()),
+            Arc::new(crate::extract::RuleResolver),
+        ),
         ExtractorKind::Openai => {
             let url = args
                 .extract_url
@@ -434,13 +444,19 @@ fn providers(
             cfg.api_key = args.extract_api_key.clone();
             cfg.timeout = timeout;
             cfg.roots = roots;
-            Arc::new(
-                crate::extract::OpenAiChatExtractor::new(cfg)
-                    .map_err(|e| anyhow::anyhow!("{e}"))?,
+            (
+                Arc::new(
+                    crate::extract::OpenAiChatExtractor::new(cfg.clone())
+                        .map_err(|e| anyhow::anyhow!("{e}"))?,
+                ),
+                Arc::new(
+                    crate::extract::ChatConflictJudge::new(cfg)
+                        .map_err(|e| anyhow::anyhow!("{e}"))?,
+                ),
             )
         }
     };
-    Ok((embed, extractor))
+    Ok((embed, extractor, resolver))
 }
 
 async fn shutdown_signal() {

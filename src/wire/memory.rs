@@ -226,6 +226,7 @@ macro_rules! flag_field {
 
 flag_field!(IncludeSuperseded, "include_superseded");
 flag_field!(Explain, "explain");
+flag_field!(Resolve, "resolve");
 
 impl Check for SearchMode {
     type Raw = Value;
@@ -322,6 +323,11 @@ pub struct MemoryCreateRequest {
     /// ISO 8601, in the future: from then on the memory is gone from get, list and search.
     #[schema(value_type = Option<String>)]
     pub expires_at: Option<Field<ExpiresAt>>,
+    /// Default false. True: a stored memory of the same scope this one contradicts is
+    /// superseded by it, and if one equal in meaning is stored this one is not (see
+    /// `resolution` in the answer). Not taken by batches.
+    #[schema(value_type = Option<bool>)]
+    pub resolve: Option<Field<Resolve>>,
 }
 
 /// A memory to store, checked.
@@ -332,6 +338,8 @@ pub struct NewMemory {
     pub importance: f64,
     /// Scope, metadata and expiry (all empty when none was given).
     pub extra: MemoryExtra,
+    /// Whether contradictions and duplicates are resolved on create.
+    pub resolve: bool,
 }
 
 /// The importance of a memory created without one.
@@ -360,6 +368,7 @@ impl Body for MemoryCreateRequest {
                 self.metadata,
                 self.expires_at,
             )?,
+            resolve: optional(self.resolve)?.is_some_and(|r| r.0),
         })
     }
 }
@@ -564,7 +573,13 @@ impl Body for MemoryBatchCreateRequest {
     }
 
     fn check(self) -> Result<Vec<NewMemory>, Invalid> {
-        batch_items::<MemoryCreateRequest>(self.memories)
+        let items = batch_items::<MemoryCreateRequest>(self.memories)?;
+        if let Some(i) = items.iter().position(|m| m.resolve) {
+            return Err(Invalid(format!(
+                "memories[{i}]: resolve is taken by POST /v1/memories and extraction, not by a batch; nothing was stored"
+            )));
+        }
+        Ok(items)
     }
 }
 
@@ -1079,6 +1094,10 @@ pub struct ExtractRequest {
     pub session_id: Option<Field<SessionId>>,
     #[schema(value_type = Option<Object>)]
     pub metadata: Option<Field<Metadata>>,
+    /// Default false. True: each memory found supersedes the stored ones of its scope it
+    /// contradicts, and one equal in meaning to a stored one is skipped (`skipped`).
+    #[schema(value_type = Option<bool>)]
+    pub resolve: Option<Field<Resolve>>,
 }
 
 /// An extraction, checked: its input as the extractor takes it, as it is audited, and as text
@@ -1086,6 +1105,7 @@ pub struct ExtractRequest {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Extraction {
     pub deduplicate: bool,
+    pub resolve: bool,
     /// Scope and metadata every memory extracted is given.
     pub extra: MemoryExtra,
     pub input: ExtractInput,
@@ -1151,6 +1171,7 @@ impl Body for ExtractRequest {
         };
         Ok(Extraction {
             deduplicate,
+            resolve: optional(self.resolve)?.is_some_and(|r| r.0),
             extra,
             input,
             skipped_messages,
@@ -1253,6 +1274,22 @@ pub struct Memory {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<String>)]
     pub superseded_at: Option<Time>,
+    /// A create with `resolve: true`: what it superseded, or the stored memory it duplicates.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resolution: Option<MemoryResolution>,
+}
+
+/// What a create with `resolve: true` did beside storing (or not storing) the memory.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct MemoryResolution {
+    /// Whether the memory asked for was stored (false: it duplicates `duplicate_of`, and the
+    /// answer is that stored memory).
+    pub stored: bool,
+    /// The stored memories the new one superseded.
+    #[schema(value_type = Vec<String>)]
+    pub superseded: Vec<Uuid>,
+    #[schema(value_type = Option<String>)]
+    pub duplicate_of: Option<Uuid>,
 }
 
 impl From<MemoryView> for Memory {
@@ -1273,6 +1310,7 @@ impl From<MemoryView> for Memory {
             expires_at: x.expires_at.map(Time),
             superseded_by: x.superseded_by,
             superseded_at: x.superseded_at.map(Time),
+            resolution: None,
         }
     }
 }
@@ -1530,6 +1568,7 @@ mod tests {
                 memory_type: MemoryType::Fact,
                 importance: 0.5,
                 extra: MemoryExtra::default(),
+                resolve: false,
             })
         );
         for (body, message) in [

@@ -34,6 +34,8 @@ mod limits;
 mod list_bound;
 mod memory_api;
 mod memory_batch;
+mod memory_hybrid;
+mod memory_resolve;
 mod memory_scopes;
 mod old_data_dir;
 mod openapi;

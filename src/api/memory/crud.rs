@@ -9,7 +9,7 @@ use axum::extract::{Path, State};
 use axum::Extension;
 use uuid::Uuid;
 
-use super::{embed_one, owned, RequestId};
+use super::{embed_one, owned, resolve, RequestId};
 use crate::api::error::ApiError;
 use crate::api::extract::{Json, Query};
 use crate::api::gate::{Caller, PendingOps, Recorded};
@@ -18,7 +18,7 @@ use crate::wire::envelope::{Data, ErrorEnvelope};
 use crate::wire::memory::{
     BatchDelete, BatchDeleteRequest, BatchDeleted, Changes, DeletedMemory, Memory,
     MemoryCreateRequest, MemoryListQuery, MemoryListing, MemoryPage, MemoryQueryRequest,
-    MemoryQuerying, MemoryUpdateRequest, NewMemory,
+    MemoryQuerying, MemoryResolution, MemoryUpdateRequest, NewMemory,
 };
 use crate::wire::time::now_stored;
 
@@ -58,9 +58,38 @@ pub(crate) async fn create_memory(
     Json(new): Json<MemoryCreateRequest>,
 ) -> Result<Recorded<Data<Memory>>, ApiError> {
     let vector = embed_one(&state, &caller, &request, &new.content).await?;
-    let (event, memory) = created(&state, &caller, new, &vector, now_stored());
-    let content = memory.content.clone();
-    Ok(answered(memory, Some(vec![content]), vec![event]))
+    let content = new.content.clone();
+    if !new.resolve {
+        let (event, memory) = created(&state, &caller, new, &vector, now_stored());
+        return Ok(answered(memory, Some(vec![content]), vec![event]));
+    }
+    let resolution =
+        resolve::resolve(&state, &caller, &request, &content, &vector, &new.extra).await?;
+    if let Some(dup) = resolution.duplicate_of {
+        // Nothing is stored: the answer is the stored memory it duplicates.
+        let mut memory = Memory::from(owned(&state, &caller, &dup.to_string())?);
+        memory.resolution = Some(MemoryResolution {
+            stored: false,
+            superseded: Vec::new(),
+            duplicate_of: Some(dup),
+        });
+        return Ok(answered(memory, Some(vec![content]), Vec::new()));
+    }
+    let at = now_stored();
+    let (event, mut memory) = created(&state, &caller, new, &vector, at);
+    let mut events = vec![event];
+    events.extend(resolve::superseded_events(
+        &caller,
+        &resolution.supersedes,
+        memory.id,
+        at,
+    ));
+    memory.resolution = Some(MemoryResolution {
+        stored: true,
+        superseded: resolution.supersedes,
+        duplicate_of: None,
+    });
+    Ok(answered(memory, Some(vec![content]), events))
 }
 
 /// A new memory's creation event, with its vector, and the memory it answers.
@@ -76,6 +105,7 @@ pub(super) fn created(
         memory_type,
         importance,
         extra,
+        resolve: _,
     } = new;
     let id = Uuid::now_v7();
     let extra = extra.or_none();

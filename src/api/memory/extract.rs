@@ -31,7 +31,9 @@ use crate::extract::{Candidate, ExtractInput};
 use crate::log::appender::{Precondition, Rejection};
 use crate::registry::ErrorCode;
 use crate::wire::envelope::{Data, ErrorEnvelope};
-use crate::wire::memory::{ExtractRequest, Extracted, Extraction, Memory, SkippedMemory};
+use crate::wire::memory::{
+    ExtractRequest, Extracted, Extraction, Memory, MemoryResolution, SkippedMemory,
+};
 use crate::wire::time::now_stored;
 
 type ExtractEnvelope = Data<Extracted>;
@@ -62,6 +64,7 @@ pub(crate) async fn extract_memories(
 ) -> Result<Held<Recorded<Data<Extracted>>>, ApiError> {
     let Extraction {
         deduplicate,
+        resolve,
         extra,
         input,
         skipped_messages,
@@ -81,10 +84,36 @@ pub(crate) async fn extract_memories(
     let texts = candidates.iter().map(|c| c.content.clone()).collect();
     let vectors = embed_many(&state, &caller, &request, texts).await?;
     let at = now_stored();
-    let kept = sort(&state, &caller, &candidates, &vectors, deduplicate, &extra)?;
+    let mut kept = sort(&state, &caller, &candidates, &vectors, deduplicate, &extra)?;
     let mut events = Vec::with_capacity(kept.created.len() + 1);
     let mut memories = Vec::with_capacity(kept.created.len());
     for (c, id, vector) in kept.created {
+        let resolution = if resolve {
+            let r = super::resolve::resolve(&state, &caller, &request, &c.content, vector, &extra)
+                .await?;
+            if let Some(dup) = r.duplicate_of {
+                kept.skipped.push(SkippedMemory {
+                    content: c.content.clone(),
+                    memory_type: c.memory_type,
+                    reason: "duplicate",
+                    duplicate_of: dup,
+                });
+                continue;
+            }
+            events.extend(super::resolve::superseded_events(
+                &caller,
+                &r.supersedes,
+                id,
+                at,
+            ));
+            Some(MemoryResolution {
+                stored: true,
+                superseded: r.supersedes,
+                duplicate_of: None,
+            })
+        } else {
+            None
+        };
         let importance = (c.importance as f64 * 100.0).round() / 100.0;
         events.push(Event::MemoryCreated(MemoryCreated {
             memory_id: id,
@@ -97,7 +126,7 @@ pub(crate) async fn extract_memories(
             vector: vector_to_bytes(vector),
             extra: extra.clone().or_none(),
         }));
-        memories.push(Memory::from(MemoryView {
+        let mut memory = Memory::from(MemoryView {
             id,
             content: c.content.clone(),
             memory_type: c.memory_type,
@@ -105,7 +134,9 @@ pub(crate) async fn extract_memories(
             created_at: at,
             updated_at: at,
             extra: extra.clone().or_none().map(Extra::from),
-        }));
+        });
+        memory.resolution = resolution;
+        memories.push(memory);
     }
     events.push(Event::CreditsConsumed(CreditsConsumed {
         tenant_id: caller.tenant.id,

@@ -18,6 +18,7 @@ pub mod crud;
 pub mod expiry;
 pub mod extract;
 pub mod history;
+pub mod resolve;
 pub mod search;
 
 use auditmem_projections::memories::MemoryView;
