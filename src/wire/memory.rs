@@ -1644,7 +1644,7 @@ mod tests {
         };
         assert_eq!(
             refused(r#"{"query": "x", "z": 1}"#),
-            "unknown field 'z' (allowed: query, top_k, min_similarity, memory_type)"
+            "unknown field 'z' (allowed: query, top_k, min_similarity, memory_type, filters, include_superseded, search_mode, explain, rrf_k, semantic_weight, keyword_weight)"
         );
         assert_eq!(
             refused(r#"{"query": tru}"#),

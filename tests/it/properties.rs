@@ -12,8 +12,9 @@ use auditmem::log::verify::{verify_tree, Verifier};
 use auditmem::projections::audit_index::AuditRef;
 use auditmem::projections::{
     AuditDetail, AuditEntry, AuditRecorded, CreditsConsumed, Event, KeyIssued, KeyRevoked,
-    MemoriesDeletedByType, MemoryAmend, MemoryCreated, MemoryDeleted, MemoryExtra, MemoryType,
-    MemoryUpdated, Permission, Plan, TenantCreated, TenantUpdated, Tokens,
+    MemoriesDeleted, MemoriesDeletedByType, MemoriesExpired, MemoryAmend, MemoryCreated,
+    MemoryDeleted, MemoryExtra, MemorySuperseded, MemoryType, MemoryUpdated, Permission, Plan,
+    TenantCreated, TenantUpdated, Tokens,
 };
 use auditmem::registry::ErrorCode;
 use auditmem::wire::audit::{AuditListQuery, Cursor, ListQuery, ListedEntry};
@@ -382,6 +383,34 @@ fn event() -> impl Strategy<Value = Event> {
                 at,
             })
         }),
+        (uuid(), vec(uuid(), 0..5), any::<i64>()).prop_map(
+            |(tenant_id, memory_ids, deleted_at)| {
+                Event::MemoriesDeleted(MemoriesDeleted {
+                    tenant_id,
+                    memory_ids,
+                    deleted_at,
+                })
+            }
+        ),
+        (uuid(), vec(uuid(), 0..5), any::<i64>()).prop_map(
+            |(tenant_id, memory_ids, expired_at)| {
+                Event::MemoriesExpired(MemoriesExpired {
+                    tenant_id,
+                    memory_ids,
+                    expired_at,
+                })
+            }
+        ),
+        (uuid(), uuid(), uuid(), any::<i64>()).prop_map(
+            |(memory_id, tenant_id, superseded_by, superseded_at)| {
+                Event::MemorySuperseded(MemorySuperseded {
+                    memory_id,
+                    tenant_id,
+                    superseded_by,
+                    superseded_at,
+                })
+            }
+        ),
     ]
 }
 
