@@ -1295,6 +1295,7 @@ pub struct MemoryResolution {
 impl From<MemoryView> for Memory {
     fn from(m: MemoryView) -> Self {
         let x = m.extra.unwrap_or_default();
+        let metadata = x.metadata_value();
         Memory {
             id: m.id,
             content: m.content,
@@ -1305,8 +1306,7 @@ impl From<MemoryView> for Memory {
             user_id: x.user_id,
             agent_id: x.agent_id,
             session_id: x.session_id,
-            // Stored as the JSON text it was checked as.
-            metadata: x.metadata.and_then(|t| serde_json::from_str(&t).ok()),
+            metadata,
             expires_at: x.expires_at.map(Time),
             superseded_by: x.superseded_by,
             superseded_at: x.superseded_at.map(Time),

@@ -4,7 +4,7 @@
 use reqwest::Method;
 use serde_json::{json, Value};
 
-use crate::common::{assert_error, cli, copy_dir, path_str, Server};
+use crate::common::{assert_error, replayed_copy, Server};
 
 const MEMORIES: [&str; 6] = [
     "Error E1234 appears when the disk quota is exceeded",
@@ -223,9 +223,7 @@ fn keyword_and_hybrid_search_find_exact_terms_per_tenant() {
     s.stop();
     let tmp = tempfile::tempdir().expect("tempdir");
     let replayed = tmp.path().join("replayed");
-    copy_dir(&s.data_dir, &replayed);
-    let (code, out, err) = cli(&["replay", "--data-dir", path_str(&replayed)], &[]);
-    assert_eq!(code, 0, "{out}{err}");
+    replayed_copy(&s.data_dir, &replayed);
     let r = Server::start_on(&replayed);
     let after: Vec<Vec<Value>> = queries
         .iter()

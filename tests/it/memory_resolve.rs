@@ -3,7 +3,7 @@
 
 use serde_json::{json, Value};
 
-use crate::common::{assert_error, cli, copy_dir, path_str, Server};
+use crate::common::{assert_error, replayed_copy, Server};
 
 fn create(s: &Server, key: &str, body: Value) -> Value {
     let (status, v) = s.post("/v1/memories", key, body);
@@ -211,9 +211,7 @@ fn a_contradicting_memory_supersedes_the_old_one_within_its_scope() {
     s.stop();
     let tmp = tempfile::tempdir().expect("tempdir");
     let replayed = tmp.path().join("replayed");
-    copy_dir(&s.data_dir, &replayed);
-    let (code, out, err) = cli(&["replay", "--data-dir", path_str(&replayed)], &[]);
-    assert_eq!(code, 0, "{out}{err}");
+    replayed_copy(&s.data_dir, &replayed);
     let r = Server::start_on(&replayed);
     assert_eq!(reads(&r), before);
 }

@@ -4,7 +4,7 @@
 use reqwest::Method;
 use serde_json::{json, Value};
 
-use crate::common::{assert_error, cli, copy_dir, path_str, Server};
+use crate::common::{assert_error, replayed_copy, Server};
 
 fn message(resp: &(u16, Value)) -> String {
     resp.1["message"].as_str().unwrap_or_default().to_string()
@@ -414,9 +414,7 @@ fn scoped_memories_are_filtered_expire_and_survive_replay() {
     s.stop();
     let tmp = tempfile::tempdir().expect("tempdir");
     let replayed = tmp.path().join("replayed");
-    copy_dir(&s.data_dir, &replayed);
-    let (code, out, err) = cli(&["replay", "--data-dir", path_str(&replayed)], &[]);
-    assert_eq!(code, 0, "{out}{err}");
+    replayed_copy(&s.data_dir, &replayed);
     let r = Server::start_on(&replayed);
     assert_eq!(reads(&r, &key, &ids), before);
 }

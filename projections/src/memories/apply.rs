@@ -86,9 +86,7 @@ fn fold(
                 if let Some(i) = e.importance {
                     m.importance = i;
                 }
-                if let Some(amend) = &e.amend {
-                    m.extra = Extra::amended(m.extra.take(), amend);
-                }
+                m.extra = Extra::amended(m.extra.take(), e.amend.as_ref());
                 if let (Some(model), Some(_)) = (&e.model, &e.vector) {
                     m.model = model.clone();
                     m.vector = Vec::new();

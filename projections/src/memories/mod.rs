@@ -95,8 +95,14 @@ impl Extra {
         (self != Self::default()).then_some(self)
     }
 
-    /// `extra` with an update's metadata and expiry changes.
-    pub fn amended(extra: Option<Extra>, amend: &crate::event::MemoryAmend) -> Option<Extra> {
+    /// `extra` with an update's metadata and expiry changes, if it has any.
+    pub fn amended(
+        extra: Option<Extra>,
+        amend: Option<&crate::event::MemoryAmend>,
+    ) -> Option<Extra> {
+        let Some(amend) = amend else {
+            return extra;
+        };
         let mut x = extra.unwrap_or_default();
         if amend.set_metadata {
             x.metadata = amend.metadata.clone();
@@ -105,6 +111,13 @@ impl Extra {
             x.expires_at = amend.expires_at;
         }
         x.or_none()
+    }
+
+    /// The metadata object (stored as the JSON text it was checked as).
+    pub fn metadata_value(&self) -> Option<serde_json::Value> {
+        self.metadata
+            .as_deref()
+            .and_then(|t| serde_json::from_str(t).ok())
     }
 
     /// Whether the memory has expired at `now`.

@@ -149,10 +149,7 @@ pub(crate) async fn update_batch(
             amend: amend.clone(),
         }));
         written.extend(content);
-        let extra = match &amend {
-            Some(a) => Extra::amended(m.extra.clone(), a),
-            None => m.extra.clone(),
-        };
+        let extra = Extra::amended(m.extra.clone(), amend.as_ref());
         memories.push(Memory::from(MemoryView {
             content: changed.unwrap_or_else(|| m.content.clone()),
             importance: importance.unwrap_or(m.importance),

@@ -20,6 +20,7 @@ use crate::wire::memory::{
     MemoryCreateRequest, MemoryListQuery, MemoryListing, MemoryPage, MemoryQueryRequest,
     MemoryQuerying, MemoryResolution, MemoryUpdateRequest, NewMemory,
 };
+use crate::wire::query::Paging;
 use crate::wire::time::now_stored;
 
 type MemoryEnvelope = Data<Memory>;
@@ -145,19 +146,29 @@ pub(crate) async fn list_memories(
         memory_type,
         filter,
     } = q;
+    page(
+        &state,
+        &caller,
+        paging,
+        MemoryQuery {
+            memory_type,
+            filter: filter.as_ref(),
+            include_superseded: false,
+        },
+    )
+}
+
+/// A page of the caller's memories a query takes, newest first.
+fn page(
+    state: &AppState,
+    caller: &Caller,
+    paging: Paging,
+    query: MemoryQuery<'_>,
+) -> Result<Data<MemoryPage>, ApiError> {
     let (total, items) = state
         .projections
         .memories
-        .list(
-            &caller.tenant.id,
-            MemoryQuery {
-                memory_type,
-                filter: filter.as_ref(),
-                include_superseded: false,
-            },
-            paging.offset(),
-            paging.page_size,
-        )
+        .list(&caller.tenant.id, query, paging.offset(), paging.page_size)
         .map_err(ApiError::internal)?;
     Ok(Data(MemoryPage {
         memories: items.into_iter().map(Memory::from).collect(),
@@ -214,10 +225,7 @@ pub(crate) async fn update_memory(
         vector: vector.as_deref().map(vector_to_bytes),
         amend: amend.clone(),
     });
-    let extra = match &amend {
-        Some(a) => Extra::amended(m.extra.clone(), a),
-        None => m.extra.clone(),
-    };
+    let extra = Extra::amended(m.extra.clone(), amend.as_ref());
     let memory = Memory::from(MemoryView {
         content: changed.unwrap_or_else(|| m.content.clone()),
         importance: importance.unwrap_or(m.importance),
@@ -338,24 +346,14 @@ pub(crate) async fn query_memories(
         filter,
         include_superseded,
     } = q;
-    let (total, items) = state
-        .projections
-        .memories
-        .list(
-            &caller.tenant.id,
-            MemoryQuery {
-                memory_type,
-                filter: filter.as_ref(),
-                include_superseded,
-            },
-            paging.offset(),
-            paging.page_size,
-        )
-        .map_err(ApiError::internal)?;
-    Ok(Data(MemoryPage {
-        memories: items.into_iter().map(Memory::from).collect(),
-        total,
-        page: paging.page,
-        page_size: paging.page_size,
-    }))
+    page(
+        &state,
+        &caller,
+        paging,
+        MemoryQuery {
+            memory_type,
+            filter: filter.as_ref(),
+            include_superseded,
+        },
+    )
 }

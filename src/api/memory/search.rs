@@ -115,6 +115,7 @@ pub(crate) async fn search_memories(
             });
             let m = f.memory;
             let x = m.extra.unwrap_or_default();
+            let metadata = x.metadata_value();
             SearchResult {
                 id: m.id,
                 content: m.content,
@@ -127,7 +128,7 @@ pub(crate) async fn search_memories(
                 user_id: x.user_id,
                 agent_id: x.agent_id,
                 session_id: x.session_id,
-                metadata: x.metadata.and_then(|t| serde_json::from_str(&t).ok()),
+                metadata,
                 superseded_by: x.superseded_by,
             }
         })
