@@ -215,3 +215,99 @@ fn a_contradicting_memory_supersedes_the_old_one_within_its_scope() {
     let r = Server::start_on(&replayed);
     assert_eq!(reads(&r), before);
 }
+
+/// A chat provider that judges conflicts: it names as contradicted every candidate that
+/// mentions Lisbon, and fails while `failing` is set. Returns its base URL.
+fn start_judge(
+    calls: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    failing: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> String {
+    use axum::routing::post;
+    use std::sync::atomic::Ordering;
+    let app = axum::Router::new().route(
+        "/v1/chat/completions",
+        post(move |axum::Json(req): axum::Json<Value>| {
+            let (calls, failing) = (calls.clone(), failing.clone());
+            async move {
+                calls.fetch_add(1, Ordering::SeqCst);
+                if failing.load(Ordering::SeqCst) {
+                    return (
+                        axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+                        axum::Json(json!({"error": {"message": "down"}})),
+                    );
+                }
+                let user = req["messages"][1]["content"].as_str().unwrap_or_default();
+                let asked: Value = serde_json::from_str(user).unwrap_or(Value::Null);
+                let contradicts: Vec<Value> = asked["existing"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter(|c| c["content"].as_str().is_some_and(|t| t.contains("Lisbon")))
+                    .map(|c| c["id"].clone())
+                    .collect();
+                let content = json!({"contradicts": contradicts, "duplicates": []}).to_string();
+                (
+                    axum::http::StatusCode::OK,
+                    axum::Json(json!({"id": "x", "object": "chat.completion", "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}]})),
+                )
+            }
+        }),
+    );
+    format!("http://{}", crate::common::serve_in_background(app))
+}
+
+#[test]
+fn the_chat_model_decides_when_extraction_uses_one() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let calls = Arc::new(AtomicUsize::new(0));
+    let failing = Arc::new(AtomicBool::new(false));
+    let url = start_judge(calls.clone(), failing.clone());
+    let s = Server::start_with(&[
+        "--extractor",
+        "openai",
+        "--extract-url",
+        &url,
+        "--extract-model",
+        "judge",
+        "--provider-timeout-secs",
+        "2",
+    ]);
+    let (_, key) = s.tenant_with_key("pro");
+    let lisbon = create(
+        &s,
+        &key,
+        json!({"content": "I live in Lisbon", "memory_type": "fact", "user_id": "alice"}),
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 0, "no resolve, no call");
+
+    // A phrasing the rules do not read: the model decides, in one call
+    let porto = create(
+        &s,
+        &key,
+        json!({"content": "Home is Porto these days", "memory_type": "fact", "user_id": "alice", "resolve": true}),
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        porto["resolution"],
+        json!({"stored": true, "superseded": [id(&lisbon)], "duplicate_of": null})
+    );
+
+    // A failing model is the extraction's 502, and nothing is stored
+    failing.store(true, Ordering::SeqCst);
+    let resp = s.post(
+        "/v1/memories",
+        &key,
+        json!({"content": "Home is Braga these days", "memory_type": "fact", "user_id": "alice", "resolve": true}),
+    );
+    assert_error(&resp, 502, 5020);
+    assert!(
+        resp.1["message"].as_str().is_some_and(
+            |m| m.starts_with("the conflict resolution provider failed; nothing was stored")
+        ),
+        "{}",
+        resp.1
+    );
+    let (_, all) = s.get("/v1/memories?user_id=alice", &key);
+    assert_eq!(all["data"]["total"], json!(1), "{all}");
+}
