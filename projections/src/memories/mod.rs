@@ -288,27 +288,34 @@ impl Memories {
         };
         let memory_type = query.memory_type;
         let now = now_micros();
-        if !t.needs_check(&query, now) {
-            let total = match memory_type {
+        let check = t.needs_check(&query, now);
+        let of_type = |ty: &MemoryType| memory_type.is_none_or(|want| *ty == want);
+        if query.filter.is_none() {
+            // The total from the counts; the page walks only as far as it reaches, passing
+            // over the hidden memories it meets.
+            let all = match memory_type {
                 None => t.order.len(),
                 Some(ty) => t.per_type[ty as usize],
             };
+            let hidden = t.hidden(memory_type, query.include_superseded, now, |id| {
+                state.all.get(id).map(|k| k.memory_type)
+            });
             let page = t
                 .order
                 .iter()
                 .rev()
-                .filter(|(_, ty)| memory_type.is_none_or(|want| **ty == want))
+                .filter(|((_, id), ty)| of_type(ty) && (!check || state.admits(id, &query, now)))
                 .skip(offset)
                 .take(limit)
                 .filter_map(|((_, id), _)| state.live(tenant, id).map(|m| state.names.view(*id, m)))
                 .collect::<io::Result<_>>()?;
-            return Ok((total, page));
+            return Ok((all.saturating_sub(hidden), page));
         }
-        // A filter, a superseded or an expired memory: every memory is looked at for the total.
+        // A filter: every memory is looked at for the total.
         let mut total = 0;
         let mut page = Vec::new();
         for ((_, id), ty) in t.order.iter().rev() {
-            if memory_type.is_some_and(|want| *ty != want) || !state.admits(id, &query, now) {
+            if !of_type(ty) || !state.admits(id, &query, now) {
                 continue;
             }
             if total >= offset && page.len() < limit {

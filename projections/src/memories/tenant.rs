@@ -36,8 +36,8 @@ pub(super) struct TenantMemories {
     marks: BTreeMap<Uuid, Mark>,
     /// The live memories that expire, by when: the ones due are hidden until swept.
     pub(super) expiring: BTreeSet<(i64, Uuid)>,
-    /// Live memories superseded by another (hidden unless asked for).
-    superseded: usize,
+    /// Live memories superseded by another (hidden unless asked for), per type.
+    superseded: [usize; MemoryType::VARIANTS.len()],
 }
 
 /// What makes a live memory hidden from a list or search: its expiry, its supersession.
@@ -70,7 +70,7 @@ impl TenantMemories {
             keywords: KeywordIndex::default(),
             marks: BTreeMap::new(),
             expiring: BTreeSet::new(),
-            superseded: 0,
+            superseded: [0; MemoryType::VARIANTS.len()],
         })
     }
 
@@ -78,11 +78,38 @@ impl TenantMemories {
     /// over); when not, the order and counts answer it alone.
     pub(super) fn needs_check(&self, query: &MemoryQuery<'_>, now: i64) -> bool {
         query.filter.is_some()
-            || (!query.include_superseded && self.superseded > 0)
+            || (!query.include_superseded && self.superseded.iter().any(|n| *n > 0))
             || self.expiring.first().is_some_and(|(at, _)| *at <= now)
     }
 
-    fn set_mark(&mut self, id: Uuid, mark: Mark) {
+    /// How many of the memories a list without a filter would count (of `memory_type`, or
+    /// all) are hidden at `now`: the superseded ones unless they are asked for, and those
+    /// expired but not swept yet (`type_of` gives a memory's type).
+    pub(super) fn hidden(
+        &self,
+        memory_type: Option<MemoryType>,
+        include_superseded: bool,
+        now: i64,
+        type_of: impl Fn(&Uuid) -> Option<MemoryType>,
+    ) -> usize {
+        let mut n = match (include_superseded, memory_type) {
+            (true, _) => 0,
+            (false, None) => self.superseded.iter().sum(),
+            (false, Some(t)) => self.superseded[t as usize],
+        };
+        for (at, id) in &self.expiring {
+            if *at > now {
+                break;
+            }
+            let counted = !include_superseded && self.marks.get(id).is_some_and(|m| m.superseded);
+            if !counted && memory_type.is_none_or(|t| type_of(id) == Some(t)) {
+                n += 1;
+            }
+        }
+        n
+    }
+
+    fn set_mark(&mut self, id: Uuid, memory_type: MemoryType, mark: Mark) {
         let old = if mark == Mark::default() {
             self.marks.remove(&id)
         } else {
@@ -93,13 +120,14 @@ impl TenantMemories {
             self.expiring.remove(&(at, id));
         }
         if old.superseded {
-            self.superseded -= 1;
+            let n = &mut self.superseded[memory_type as usize];
+            *n = n.saturating_sub(1);
         }
         if let Some(at) = mark.expires_at {
             self.expiring.insert((at, id));
         }
         if mark.superseded {
-            self.superseded += 1;
+            self.superseded[memory_type as usize] += 1;
         }
     }
 
@@ -115,7 +143,7 @@ impl TenantMemories {
         text: Option<&str>,
         vector: Option<&[f32]>,
     ) -> std::io::Result<()> {
-        self.set_mark(id, mark);
+        self.set_mark(id, m.memory_type, mark);
         if let Some(text) = text {
             self.keywords.upsert(id, text);
         }
@@ -137,7 +165,7 @@ impl TenantMemories {
     }
 
     pub(super) fn drop_memory(&mut self, id: Uuid, m: &Kept) -> std::io::Result<()> {
-        self.set_mark(id, Mark::default());
+        self.set_mark(id, m.memory_type, Mark::default());
         if let Some(ty) = self.order.remove(&(m.created_at, id)) {
             self.per_type[ty as usize] = self.per_type[ty as usize].saturating_sub(1);
             self.vectors.remove(&id)?;

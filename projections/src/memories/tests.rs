@@ -397,3 +397,62 @@ fn records_of_an_older_build_are_read_and_replaced_when_changed() {
     let kept = p.stored(&c.memory_id).expect("read").expect("kept");
     assert_eq!((kept.deleted_at, kept.versions), (Some(20), vec![1, 2]));
 }
+
+#[test]
+fn superseded_and_expired_memories_leave_totals_pages_and_search() {
+    use crate::event::{MemoryExtra, MemorySuperseded};
+    use crate::memories::MemoryQuery;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = sled::open(dir.path()).expect("open");
+    let p = Memories::open(&db, &|_| Ok(None), None).expect("open");
+    let t = Uuid::from_u128(100);
+    // Five facts and a rule; fact 2 expired long ago (not swept), fact 3 superseded by 5.
+    let mut events: Vec<Event> = (1..=5)
+        .map(|i| created(t, i, MemoryType::Fact, [1.0, i as f32], i as i64))
+        .collect();
+    events.push(created(t, 6, MemoryType::Rule, [1.0, 0.0], 6));
+    if let Event::MemoryCreated(c) = &mut events[1] {
+        c.extra = Some(MemoryExtra {
+            expires_at: Some(1),
+            ..MemoryExtra::default()
+        });
+    }
+    events.push(Event::MemorySuperseded(MemorySuperseded {
+        memory_id: Uuid::from_u128(3),
+        tenant_id: t,
+        superseded_by: Uuid::from_u128(5),
+        superseded_at: 7,
+    }));
+    p.apply(&Applied::in_order(&events)).expect("apply");
+    let ids = |page: Vec<MemoryView>| page.iter().map(|m| m.id.as_u128()).collect::<Vec<_>>();
+    let listed = |q: MemoryQuery<'_>, offset| {
+        let (total, page) = p.list(&t, q, offset, 2).expect("list");
+        (total, ids(page))
+    };
+    let facts = MemoryQuery::from(Some(MemoryType::Fact));
+    assert_eq!(listed(facts, 0), (3, vec![5, 4]));
+    assert_eq!(listed(facts, 2), (3, vec![1]));
+    assert_eq!(listed(MemoryQuery::default(), 0), (4, vec![6, 5]));
+    let with_superseded = MemoryQuery {
+        include_superseded: true,
+        ..facts
+    };
+    assert_eq!(listed(with_superseded, 0), (4, vec![5, 4]));
+    assert_eq!(listed(with_superseded, 2), (4, vec![3, 1]));
+    // The rule's count is its own
+    assert_eq!(listed(Some(MemoryType::Rule).into(), 0), (1, vec![6]));
+    // Search and get agree: the expired one is gone, the superseded one only by id
+    let found: Vec<u128> = p
+        .search(&t, &[1.0, 0.0], None, -1.0, 10)
+        .expect("search")
+        .iter()
+        .map(|(m, _)| m.id.as_u128())
+        .collect();
+    assert!(
+        !found.contains(&2) && !found.contains(&3) && found.len() == 4,
+        "{found:?}"
+    );
+    assert_eq!(p.get(&t, &Uuid::from_u128(2)).expect("get"), None);
+    assert!(p.get(&t, &Uuid::from_u128(3)).expect("get").is_some());
+    assert_eq!(p.expired(i64::MAX, 10), vec![(t, vec![Uuid::from_u128(2)])]);
+}
