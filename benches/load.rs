@@ -36,6 +36,11 @@ enum Scenario {
     BatchCreate,
     /// `POST /v1/memories/search` over the seeded memories.
     Search,
+    /// The same searches with `search_mode: hybrid` (the query embedded, semantic and BM25
+    /// lists of 50 each fused by reciprocal rank).
+    HybridSearch,
+    /// The same searches with `search_mode: keyword` (BM25 alone: no embedding).
+    KeywordSearch,
     /// `GET /v1/audit/logs` on the 1,000,000-entry tenant: no filter, action, time range, both.
     List,
     /// 70% reads (audit list, memory list, search) / 30% writes (memory create, ingestion).
@@ -59,7 +64,10 @@ enum Scenario {
 
 impl Scenario {
     fn needs_memories(self) -> bool {
-        matches!(self, Scenario::Search | Scenario::Mixed)
+        matches!(
+            self,
+            Scenario::Search | Scenario::HybridSearch | Scenario::KeywordSearch | Scenario::Mixed
+        )
     }
 }
 
@@ -575,10 +583,10 @@ async fn seed_memories(admin: &Admin, seeded: &mut Seeded, want: u64, file: &Pat
     }
     let key = seeded.memory.as_ref().context("memory tenant")?.key.clone();
     let pb = indicatif::ProgressBar::new(want - seeded.memories);
-    pb.set_message("seeding memories (embedding each)");
+    pb.set_message("seeding memories (embedding each, batches of 100)");
     let next = Arc::new(AtomicU64::new(seeded.memories));
     let done = Arc::new(AtomicU64::new(seeded.memories));
-    // Seeding takes half an hour: record progress every 10 s, so an interrupted run resumes
+    // Seeding takes several minutes: record progress every 10 s, so an interrupted run resumes
     // about where it stopped (at most the requests in flight are sent twice).
     let ticker = {
         let (done, file, mut snapshot) = (done.clone(), file.to_path_buf(), seeded.clone());
@@ -593,29 +601,37 @@ async fn seed_memories(admin: &Admin, seeded: &mut Seeded, want: u64, file: &Pat
         })
     };
     let mut tasks = Vec::new();
-    for _ in 0..32 {
+    // Batches of 100 (`POST /v1/memories/batch`, the same memories as single creates would
+    // make): the embedder runs full slices, about twice the single creates' rate.
+    const SEED_BATCH: u64 = 100;
+    for _ in 0..4 {
         let (next, done, pb, key) = (next.clone(), done.clone(), pb.clone(), key.clone());
         let (client, url) = (admin.client.clone(), admin.url.clone());
         tasks.push(tokio::spawn(async move {
             loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                if i >= want {
+                let first = next.fetch_add(SEED_BATCH, Ordering::Relaxed);
+                if first >= want {
                     return Ok::<_, anyhow::Error>(());
                 }
-                let body = json!({"content": memory_text(i),
-                    "memory_type": MEMORY_TYPES[(i % 3) as usize],
-                    "importance": (i % 10) as f64 / 10.0});
+                let end = (first + SEED_BATCH).min(want);
+                let memories: Vec<Value> = (first..end)
+                    .map(|i| {
+                        json!({"content": memory_text(i),
+                            "memory_type": MEMORY_TYPES[(i % 3) as usize],
+                            "importance": (i % 10) as f64 / 10.0})
+                    })
+                    .collect();
                 let resp = client
-                    .post(format!("{url}/v1/memories"))
+                    .post(format!("{url}/v1/memories/batch"))
                     .bearer_auth(&key)
-                    .json(&body)
+                    .json(&json!({ "memories": memories }))
                     .send()
                     .await?;
                 if !resp.status().is_success() {
-                    bail!("seeding memory {i}: {}", resp.status());
+                    bail!("seeding memories {first}..{end}: {}", resp.status());
                 }
-                done.fetch_add(1, Ordering::Relaxed);
-                pb.inc(1);
+                done.fetch_add(end - first, Ordering::Relaxed);
+                pb.inc(end - first);
             }
         }));
     }
@@ -651,6 +667,8 @@ enum Op {
     Create,
     BatchCreate,
     Search,
+    HybridSearch,
+    KeywordSearch,
     List,
     ListAction,
     ListRange,
@@ -665,6 +683,8 @@ impl Op {
             Op::Create => "memory create",
             Op::BatchCreate => "memory batch create of 100 (memories/s)",
             Op::Search => "memory search",
+            Op::HybridSearch => "memory search, hybrid",
+            Op::KeywordSearch => "memory search, keyword",
             Op::List => "audit list",
             Op::ListAction => "audit list ?action",
             Op::ListRange => "audit list ?start_time&end_time",
@@ -680,6 +700,8 @@ impl Op {
             Scenario::Create => Op::Create,
             Scenario::BatchCreate => Op::BatchCreate,
             Scenario::Search => Op::Search,
+            Scenario::HybridSearch => Op::HybridSearch,
+            Scenario::KeywordSearch => Op::KeywordSearch,
             Scenario::List => {
                 [Op::List, Op::ListAction, Op::ListRange, Op::ListActionRange][(n % 4) as usize]
             }
@@ -749,17 +771,24 @@ async fn perform(ctx: &Ctx, op: Op, n: u64) -> Result<u64> {
                 .json(&json!({ "memories": memories }));
             (req, 100)
         }
-        Op::Search => {
+        Op::Search | Op::HybridSearch | Op::KeywordSearch => {
             // Queries vary so the embedder's cache does not answer them.
             let i = ctx.counter.fetch_add(1, Ordering::Relaxed);
             let q = format!(
                 "what does {} like? ({i})",
                 memory_text(i * 31).to_lowercase()
             );
+            let mut body = json!({"query": q, "top_k": 5});
+            match op {
+                Op::HybridSearch => body["search_mode"] = json!("hybrid"),
+                Op::KeywordSearch => body["search_mode"] = json!("keyword"),
+                // The semantic default: the body earlier figures were taken with.
+                _ => {}
+            }
             let req = c
                 .post(format!("{url}/v1/memories/search"))
                 .bearer_auth(key(&ctx.seeded.memory)?)
-                .json(&json!({"query": q, "top_k": 5}));
+                .json(&body);
             (req, 1)
         }
         Op::MemoryList => {
