@@ -8,6 +8,7 @@
 //! they agree to 1e-5 on every component.
 
 use std::path::Path;
+use std::sync::Mutex;
 
 use rayon::prelude::*;
 use safetensors::{Dtype, SafeTensors};
@@ -63,6 +64,71 @@ pub(crate) struct Bert {
     segment0: Vec<f32>,
     embed_norm: Norm,
     layers: Vec<Layer>,
+    /// The activation buffers of the passes not running: one per pass that ran at once (the
+    /// embedding service's workers), kept between passes ([`Scratch`]).
+    idle: Mutex<Vec<Scratch>>,
+}
+
+/// A scratch set keeps its memory between passes up to this many tokens' worth (15 x hidden
+/// floats a token: 22.5 MiB for MiniLM's 384 dimensions), more than a batch of the embedding
+/// service (16 texts or 2 KiB of text, ~500 tokens) or one text at the 256-token truncation
+/// needs. A larger pass (up to `TOKENS_PER_PASS`, 4,096, through `Embedder::embed_batch`
+/// called directly) frees what it grew past that when it ends, so a huge batch does not pin
+/// its memory.
+const KEEP_TOKENS: usize = 1024;
+
+/// The activations of one forward pass, kept across passes: `serve` has mimalloc hand freed
+/// pages back to the OS at once (`auditmem::purge_freed_pages_at_once`), so buffers allocated
+/// afresh each pass were faulted in and cleared again every batch, ~15% of the server's CPU
+/// under batch create (docs/PERFORMANCE.md, "Batch create"). Each buffer is sized per pass;
+/// what a pass reads it has written first, so leftovers of an earlier pass never matter.
+#[derive(Default)]
+struct Scratch {
+    /// The hidden states entering a layer (tokens x hidden).
+    x: Vec<f32>,
+    /// Stacked query, key and value projections (tokens x 3 hidden).
+    qkv: Vec<f32>,
+    /// Attention context (tokens x hidden).
+    context: Vec<f32>,
+    /// Attention output, normalised (tokens x hidden).
+    a: Vec<f32>,
+    /// The intermediate layer (tokens x intermediate).
+    up: Vec<f32>,
+    /// The layer's output (tokens x hidden); becomes `x` for the next layer.
+    out: Vec<f32>,
+    /// The dense layers' per-thread column blocks, and attention's per-head blocks (tokens x
+    /// the widest layer).
+    blocks: Vec<f32>,
+}
+
+/// `v` as `len` values, reallocated (without copying what it held) only when it is too small.
+fn sized(v: &mut Vec<f32>, len: usize) -> &mut [f32] {
+    if v.capacity() < len {
+        *v = Vec::with_capacity(len);
+    }
+    v.resize(len, 0.0);
+    &mut v[..]
+}
+
+impl Scratch {
+    /// Frees each buffer that holds more than `KEEP_TOKENS` tokens' worth of its width.
+    fn trim(&mut self, shape: &BertShape) {
+        let h = shape.hidden;
+        let widest = (3 * h).max(shape.intermediate);
+        for (v, width) in [
+            (&mut self.x, h),
+            (&mut self.qkv, 3 * h),
+            (&mut self.context, h),
+            (&mut self.a, h),
+            (&mut self.up, shape.intermediate),
+            (&mut self.out, h),
+            (&mut self.blocks, widest),
+        ] {
+            if v.capacity() > KEEP_TOKENS * width {
+                *v = Vec::new();
+            }
+        }
+    }
 }
 
 /// The safetensors file's tensors by name.
@@ -282,12 +348,27 @@ impl Bert {
             embed_norm,
             layers,
             shape,
+            idle: Mutex::new(Vec::new()),
         })
     }
 
     /// Mean-pooled (not yet normalised) last hidden states of each token-id sequence. Every
     /// sequence must be non-empty and at most `max_positions` long.
     pub fn pooled(&self, sequences: &[&[u32]]) -> Result<Vec<Vec<f32>>, String> {
+        // A pass that panics drops its scratch; the lock is never held across a pass.
+        let idle = || self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        let mut scratch = idle().pop().unwrap_or_default();
+        let result = self.pooled_with(sequences, &mut scratch);
+        scratch.trim(&self.shape);
+        idle().push(scratch);
+        result
+    }
+
+    fn pooled_with(
+        &self,
+        sequences: &[&[u32]],
+        scratch: &mut Scratch,
+    ) -> Result<Vec<Vec<f32>>, String> {
         let h = self.shape.hidden;
         let vocab = self.vocab;
         let mut spans = Vec::with_capacity(sequences.len());
@@ -304,7 +385,9 @@ impl Bert {
             total += s.len();
         }
 
-        let mut x = vec![0f32; total * h];
+        let widest = (3 * h).max(self.shape.intermediate);
+        sized(&mut scratch.blocks, total * widest);
+        let x = sized(&mut scratch.x, total * h);
         for (s, &(start, _)) in sequences.iter().zip(&spans) {
             for (pos, &id) in s.iter().enumerate() {
                 let id = id as usize;
@@ -321,38 +404,35 @@ impl Bert {
             }
         }
         let eps = self.shape.layer_norm_eps;
-        add_layer_norm(
-            &mut x,
-            &[],
-            &self.embed_norm.gamma,
-            &self.embed_norm.beta,
-            eps,
-        );
+        add_layer_norm(x, &[], &self.embed_norm.gamma, &self.embed_norm.beta, eps);
 
         for layer in &self.layers {
-            let qkv = layer.qkv.forward(&x, total);
-            let context = self.attention(&qkv, &spans, total);
-            let mut a = layer.attn_out.forward(&context, total);
-            add_layer_norm(
-                &mut a,
-                &x,
-                &layer.attn_norm.gamma,
-                &layer.attn_norm.beta,
-                eps,
-            );
-            let mut up = layer.up.forward(&a, total);
-            gelu(&mut up);
-            let mut out = layer.down.forward(&up, total);
-            add_layer_norm(
-                &mut out,
-                &a,
-                &layer.out_norm.gamma,
-                &layer.out_norm.beta,
-                eps,
-            );
-            x = out;
+            let Scratch {
+                x,
+                qkv,
+                context,
+                a,
+                up,
+                out,
+                blocks,
+            } = &mut *scratch;
+            let qkv = sized(qkv, total * 3 * h);
+            layer.qkv.forward_into(x, total, qkv, blocks);
+            let context = sized(context, total * h);
+            self.attention(qkv, &spans, context, blocks);
+            let a = sized(a, total * h);
+            layer.attn_out.forward_into(context, total, a, blocks);
+            add_layer_norm(a, x, &layer.attn_norm.gamma, &layer.attn_norm.beta, eps);
+            let up = sized(up, total * self.shape.intermediate);
+            layer.up.forward_into(a, total, up, blocks);
+            gelu(up);
+            let out = sized(out, total * h);
+            layer.down.forward_into(up, total, out, blocks);
+            add_layer_norm(out, a, &layer.out_norm.gamma, &layer.out_norm.beta, eps);
+            std::mem::swap(&mut scratch.x, &mut scratch.out);
         }
 
+        let x = &scratch.x;
         Ok(spans
             .iter()
             .map(|&(start, len)| {
@@ -370,44 +450,52 @@ impl Bert {
             .collect())
     }
 
-    /// Multi-head self-attention of every sequence: one task per (sequence, head), each
-    /// writing its own block, gathered into the `total x hidden` context.
-    fn attention(&self, qkv: &[f32], spans: &[(usize, usize)], total: usize) -> Vec<f32> {
+    /// Multi-head self-attention of every sequence into `context` (tokens x hidden): one task
+    /// per (sequence, head), each writing its own block of `blocks` (at least tokens x hidden),
+    /// gathered into the context.
+    fn attention(
+        &self,
+        qkv: &[f32],
+        spans: &[(usize, usize)],
+        context: &mut [f32],
+        blocks: &mut [f32],
+    ) {
         let h = self.shape.hidden;
         let heads = self.shape.heads;
         let d = h / heads;
         // Rows of the stacked query, key and value projections.
         let stride = 3 * h;
-        let tasks: Vec<(usize, usize)> = (0..spans.len())
-            .flat_map(|s| (0..heads).map(move |hd| (s, hd)))
-            .collect();
-        let blocks: Vec<Vec<f32>> = tasks
-            .par_iter()
-            .map(|&(s, hd)| {
-                let (start, len) = spans[s];
-                let base = start * stride + hd * d;
-                let mut out = vec![0f32; len * d];
-                let head = Head {
-                    stride,
-                    q: base,
-                    k: base + h,
-                    v: base + 2 * h,
-                    len,
-                    size: d,
-                };
-                attend(qkv, head, &mut out);
-                out
-            })
-            .collect();
-        let mut context = vec![0f32; total * h];
-        for (&(s, hd), block) in tasks.iter().zip(&blocks) {
-            let (start, _) = spans[s];
+        // Sequence s's heads' blocks (len x d each, in head order) fill its rows' share of
+        // `blocks`, start * h .. (start + len) * h.
+        let mut tasks: Vec<(usize, usize, &mut [f32])> = Vec::with_capacity(spans.len() * heads);
+        let mut rest = &mut blocks[..context.len()];
+        for (s, &(_, len)) in spans.iter().enumerate() {
+            for hd in 0..heads {
+                let (block, tail) = rest.split_at_mut(len * d);
+                rest = tail;
+                tasks.push((s, hd, block));
+            }
+        }
+        tasks.par_iter_mut().for_each(|(s, hd, out)| {
+            let (start, len) = spans[*s];
+            let base = start * stride + *hd * d;
+            let head = Head {
+                stride,
+                q: base,
+                k: base + h,
+                v: base + 2 * h,
+                len,
+                size: d,
+            };
+            attend(qkv, head, out);
+        });
+        for (s, hd, block) in &tasks {
+            let (start, _) = spans[*s];
             for (i, src) in block.chunks_exact(d).enumerate() {
                 let at = (start + i) * h + hd * d;
                 context[at..at + d].copy_from_slice(src);
             }
         }
-        context
     }
 }
 
@@ -479,6 +567,112 @@ mod tests {
             max_positions: 8,
             layer_norm_eps: 1e-12,
         }
+    }
+
+    /// A safetensors file of a random model of [`tiny_shape`] with `vocab` words.
+    fn tiny_model(vocab: usize) -> Vec<u8> {
+        let s = tiny_shape();
+        let (h, i) = (s.hidden, s.intermediate);
+        let mut tensors: Vec<(String, Vec<usize>)> = vec![
+            ("embeddings.word_embeddings.weight".into(), vec![vocab, h]),
+            (
+                "embeddings.position_embeddings.weight".into(),
+                vec![s.max_positions, h],
+            ),
+            ("embeddings.token_type_embeddings.weight".into(), vec![2, h]),
+            ("embeddings.LayerNorm.weight".into(), vec![h]),
+            ("embeddings.LayerNorm.bias".into(), vec![h]),
+        ];
+        for l in 0..s.layers {
+            let p = format!("encoder.layer.{l}");
+            for (name, shape) in [
+                ("attention.self.query", [h, h]),
+                ("attention.self.key", [h, h]),
+                ("attention.self.value", [h, h]),
+                ("attention.output.dense", [h, h]),
+                ("intermediate.dense", [i, h]),
+                ("output.dense", [h, i]),
+            ] {
+                tensors.push((format!("{p}.{name}.weight"), shape.to_vec()));
+                tensors.push((format!("{p}.{name}.bias"), vec![shape[0]]));
+            }
+            for name in ["attention.output.LayerNorm", "output.LayerNorm"] {
+                tensors.push((format!("{p}.{name}.weight"), vec![h]));
+                tensors.push((format!("{p}.{name}.bias"), vec![h]));
+            }
+        }
+        let (mut header, mut data) = (Vec::new(), Vec::new());
+        let mut seed = 7u64;
+        for (name, shape) in tensors {
+            let len: usize = shape.iter().product();
+            let begin = data.len();
+            for _ in 0..len {
+                seed = seed
+                    .wrapping_mul(6_364_136_223_846_793_005)
+                    .wrapping_add(1_442_695_040_888_963_407);
+                let v = ((seed >> 40) as f32 / (1u64 << 24) as f32) - 0.5;
+                data.extend_from_slice(&v.to_le_bytes());
+            }
+            header.push(format!(
+                r#""{name}":{{"dtype":"F32","shape":{shape:?},"data_offsets":[{begin},{}]}}"#,
+                data.len()
+            ));
+        }
+        file(&format!("{{{}}}", header.join(",")), &data)
+    }
+
+    #[test]
+    fn passes_reusing_scratch_give_the_bits_of_a_fresh_model() {
+        let weights = tiny_model(50);
+        let bits = |v: Vec<Vec<f32>>| -> Vec<Vec<u32>> {
+            v.into_iter()
+                .map(|r| r.into_iter().map(f32::to_bits).collect())
+                .collect()
+        };
+        let one: &[u32] = &[1, 7, 3, 2];
+        let long: &[u32] = &[4, 9, 9, 20, 31, 49, 0, 5];
+        let fresh = Bert::load(&weights, tiny_shape(), None).expect("load");
+        let want_one = bits(fresh.pooled(&[one]).expect("one"));
+        let want_long = bits(fresh.pooled(&[long]).expect("long"));
+
+        let model = Bert::load(&weights, tiny_shape(), None).expect("load");
+        // A larger batch first, then a smaller one, then a failing one: each leaves its
+        // values in the buffers the next pass reuses.
+        let batch = bits(model.pooled(&[long, one, long]).expect("batch"));
+        assert_eq!(
+            batch,
+            [want_long.clone(), want_one.clone(), want_long.clone()].concat()
+        );
+        assert_eq!(bits(model.pooled(&[one]).expect("one")), want_one);
+        let unknown: &[u32] = &[1, 50];
+        assert!(model.pooled(&[unknown]).is_err());
+        assert_eq!(bits(model.pooled(&[long]).expect("long")), want_long);
+        assert_eq!(model.idle.lock().expect("idle").len(), 1);
+    }
+
+    #[test]
+    fn a_huge_pass_does_not_keep_its_buffers() {
+        let model = Bert::load(&tiny_model(50), tiny_shape(), None).expect("load");
+        let long: &[u32] = &[4, 9, 9, 20, 31, 49, 0, 5];
+        let capacity = |m: &Bert| -> usize {
+            let idle = m.idle.lock().expect("idle");
+            idle.iter()
+                .map(|s| [&s.x, &s.qkv, &s.context, &s.a, &s.up, &s.out, &s.blocks])
+                .flat_map(|b| b.map(Vec::capacity))
+                .sum()
+        };
+        model.pooled(&[long; 16]).expect("normal");
+        let normal = capacity(&model);
+        // 128 tokens x (16 + 48 + 16 + 16 + 32 + 16 + 48) values.
+        assert!(normal >= 128 * 192, "{normal}");
+        // Past KEEP_TOKENS tokens: the pass frees its buffers when it ends ...
+        model
+            .pooled(&vec![long; 2 * KEEP_TOKENS / 8])
+            .expect("huge");
+        assert_eq!(capacity(&model), 0);
+        // ... and the next normal one grows them back once.
+        model.pooled(&[long; 16]).expect("normal");
+        assert_eq!(capacity(&model), normal);
     }
 
     #[test]

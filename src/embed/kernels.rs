@@ -68,40 +68,59 @@ impl PackedLinear {
     }
 
     /// Multiplies `m` rows of `x` (m x k, row-major) and returns the m x n result.
+    #[cfg(test)]
+    pub fn forward(&self, x: &[f32], m: usize) -> Vec<f32> {
+        let mut out = vec![0f32; m * self.n];
+        let mut blocks = vec![0f32; m * self.n];
+        self.forward_into(x, m, &mut out, &mut blocks);
+        out
+    }
+
+    /// Multiplies `m` rows of `x` (m x k, row-major) into `out` (m x n), with `blocks` (at
+    /// least m x n values, whatever they hold) as scratch: the caller keeps both across calls,
+    /// so a forward pass allocates nothing large (docs/PERFORMANCE.md, "Batch create").
     ///
     /// The panels are split between the threads (each reads only its share of the weights, and
     /// for a short query reading the weights is most of the cost); each thread fills its own
-    /// column block, which is then copied into place.
-    pub fn forward(&self, x: &[f32], m: usize) -> Vec<f32> {
+    /// column block, a contiguous part of `blocks`, which is then copied into place. Every
+    /// value of `out` is written.
+    pub fn forward_into(&self, x: &[f32], m: usize, out: &mut [f32], blocks: &mut [f32]) {
         assert_eq!(x.len(), m * self.k, "input rows do not match the layer");
-        let mut out = vec![0f32; m * self.n];
+        assert_eq!(out.len(), m * self.n, "output rows do not match the layer");
+        assert!(
+            blocks.len() >= m * self.n,
+            "scratch smaller than the output"
+        );
         if m == 0 {
-            return out;
+            return;
         }
         let panels = self.n / NR;
         let groups = rayon::current_num_threads().clamp(1, panels);
         let per = panels.div_ceil(groups);
-        let parts: Vec<(usize, usize, Vec<f32>)> = (0..groups)
-            .into_par_iter()
-            .map(|g| {
-                let (p0, p1) = (g * per, ((g + 1) * per).min(panels));
-                let width = (p1.saturating_sub(p0)) * NR;
-                let mut block = vec![0f32; m * width];
-                if width > 0 {
-                    self.column_block(x, m, p0, p1, &mut block);
-                }
-                (p0 * NR, width, block)
-            })
-            .collect();
-        for (col, width, block) in parts {
-            if width == 0 {
+        // Group g's block is m x its width, at m * (its first column) in `blocks`.
+        let mut parts: Vec<(usize, usize, &mut [f32])> = Vec::with_capacity(groups);
+        let mut rest = &mut blocks[..m * self.n];
+        for g in 0..groups {
+            let (p0, p1) = (g * per, ((g + 1) * per).min(panels));
+            let width = (p1.saturating_sub(p0)) * NR;
+            let (block, tail) = rest.split_at_mut(m * width);
+            rest = tail;
+            parts.push((p0, p1, block));
+        }
+        parts.par_iter_mut().for_each(|(p0, p1, block)| {
+            if p1 > p0 {
+                self.column_block(x, m, *p0, *p1, block);
+            }
+        });
+        for (p0, p1, block) in parts {
+            if p1 <= p0 {
                 continue;
             }
+            let (col, width) = (p0 * NR, (p1 - p0) * NR);
             for (row, src) in out.chunks_exact_mut(self.n).zip(block.chunks_exact(width)) {
                 row[col..col + width].copy_from_slice(src);
             }
         }
-        out
     }
 
     /// Columns `16*p0 .. 16*p1` of the result for all `m` rows, into `block` (m x width).
@@ -428,6 +447,26 @@ mod tests {
                     );
                 }
             }
+        }
+    }
+
+    #[test]
+    fn reused_buffers_give_the_same_bits_as_fresh_ones() {
+        let (n, k) = (64, 24);
+        let lin = PackedLinear::new(&values(n * k, 11), &values(n, 12), n, k).unwrap();
+        // Buffers left longer and full of another call's values.
+        let mut out = vec![f32::NAN; 13 * n];
+        let mut blocks = vec![f32::NAN; 20 * n];
+        for m in [13, 7, 1, 0] {
+            let x = values(m * k, 13 + m as u64);
+            out.truncate(m * n);
+            lin.forward_into(&x, m, &mut out, &mut blocks);
+            let fresh = lin.forward(&x, m);
+            assert_eq!(
+                out.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                fresh.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                "m={m}"
+            );
         }
     }
 
