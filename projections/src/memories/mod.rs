@@ -477,20 +477,17 @@ impl Memories {
             SearchMode::Semantic => Vec::new(),
             _ => t.keywords.search(text, depth, admit),
         };
-        let ranked: Vec<(Uuid, f32)> = match mode {
-            SearchMode::Semantic => semantic.iter().map(|h| (h.id, h.final_score)).collect(),
-            SearchMode::Keyword => keyword.clone(),
-            SearchMode::Hybrid => {
-                let sem: Vec<Uuid> = semantic.iter().map(|h| h.id).collect();
-                let kw = fusion.keyword_ranking(&keyword, t.keywords.query_weight(text));
-                let mut fused = fuse(&sem, &kw, fusion);
-                // A keyword hit the gate kept out counts as no keyword hit.
-                fused.retain(|(id, _)| sem.contains(id) || kw.contains(id));
-                fused
-            }
-        };
+        // The keyword hits a hybrid search fuses: those the gate lets through.
         let gated: Option<Vec<Uuid>> = (mode == SearchMode::Hybrid)
             .then(|| fusion.keyword_ranking(&keyword, t.keywords.query_weight(text)));
+        let ranked: Vec<(Uuid, f32)> = match (mode, &gated) {
+            (SearchMode::Semantic, _) => semantic.iter().map(|h| (h.id, h.final_score)).collect(),
+            (_, Some(kw)) => {
+                let sem: Vec<Uuid> = semantic.iter().map(|h| h.id).collect();
+                fuse(&sem, kw, fusion)
+            }
+            _ => keyword.clone(),
+        };
         let mut out = Vec::with_capacity(k.min(ranked.len()));
         for (id, final_score) in ranked.into_iter().take(k) {
             let Some(m) = state.live(tenant, &id) else {

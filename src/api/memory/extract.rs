@@ -92,12 +92,7 @@ pub(crate) async fn extract_memories(
             let r = super::resolve::resolve(&state, &caller, &request, &c.content, vector, &extra)
                 .await?;
             if let Some(dup) = r.duplicate_of {
-                kept.skipped.push(SkippedMemory {
-                    content: c.content.clone(),
-                    memory_type: c.memory_type,
-                    reason: "duplicate",
-                    duplicate_of: dup,
-                });
+                kept.skipped.push(duplicate_of(c, dup));
                 continue;
             }
             events.extend(super::resolve::superseded_events(
@@ -258,18 +253,23 @@ fn sort<'a>(
                 v,
                 threshold,
             )? {
-                sorted.skipped.push(SkippedMemory {
-                    content: c.content.clone(),
-                    memory_type: c.memory_type,
-                    reason: "duplicate",
-                    duplicate_of: dup,
-                });
+                sorted.skipped.push(duplicate_of(c, dup));
                 continue;
             }
         }
         sorted.created.push((c, Uuid::now_v7(), v));
     }
     Ok(sorted)
+}
+
+/// A candidate not stored because it duplicates the stored memory `dup`.
+fn duplicate_of(c: &Candidate, dup: Uuid) -> SkippedMemory {
+    SkippedMemory {
+        content: c.content.clone(),
+        memory_type: c.memory_type,
+        reason: "duplicate",
+        duplicate_of: dup,
+    }
 }
 
 /// The memories an extraction's duplicates are looked for among: those of the same end user
