@@ -76,6 +76,34 @@ fn user_filter(user: &str) -> Filter {
     }
 }
 
+/// The same memories as [`user_filter`] by their metadata `team`, under `importance >= 0`
+/// (which every memory passes but no index answers), so the filter is indexed only by its
+/// metadata part.
+fn team_filter(team: &str) -> Filter {
+    Filter::And(vec![
+        Filter::Cond {
+            field: FilterField::Importance,
+            op: FilterOp::Gte,
+            operand: Operand::One(0.into()),
+        },
+        Filter::Cond {
+            field: FilterField::Metadata("team".into()),
+            op: FilterOp::Eq,
+            operand: Operand::One(serde_json::Value::String(team.into())),
+        },
+    ])
+}
+
+/// A filter no index narrows (`NOT` of the other teams), matching the same 1% of memories:
+/// the scan asking the filter about every row that would enter its best.
+fn unindexed_filter() -> Filter {
+    Filter::Not(Box::new(Filter::Cond {
+        field: FilterField::Metadata("team".into()),
+        op: FilterOp::In,
+        operand: Operand::Many(vec!["half".into(), "other".into()]),
+    }))
+}
+
 /// Creates `n` memories in `tenant`, seqs from `*seq + 1` on.
 fn feed(m: &Memories, tenant: Uuid, n: usize, seq: &mut u64, rng: &mut Rng) {
     let base = tenant.as_u128() << 32;
@@ -94,6 +122,7 @@ fn feed(m: &Memories, tenant: Uuid, n: usize, seq: &mut u64, rng: &mut Rng) {
                     vector: vector_to_bytes(&rng.unit()),
                     extra: Some(MemoryExtra {
                         user_id: Some(user_of(i).into()),
+                        metadata: Some(format!(r#"{{"team":"{}"}}"#, user_of(i))),
                         ..MemoryExtra::default()
                     }),
                 })
@@ -144,10 +173,24 @@ fn search(c: &mut Criterion) {
     assert_eq!((m.count(&big), m.count(&small)), (100_000, 10_000));
 
     let (rare, half) = (user_filter("rare"), user_filter("half"));
-    let cases: [(&str, Option<&Filter>, usize); 3] = [
-        ("no_filter", None, 100_000),
-        ("filter_1pct", Some(&rare), 1_000),
-        ("filter_50pct", Some(&half), 50_000),
+    let (rare_team, unindexed) = (team_filter("rare"), unindexed_filter());
+    // Name, filter, memories it matches of 100,000, the user of every one of them.
+    let cases: [(&str, Option<&Filter>, usize, Option<&str>); 5] = [
+        ("no_filter", None, 100_000, None),
+        ("filter_1pct", Some(&rare), 1_000, Some("rare")),
+        ("filter_50pct", Some(&half), 50_000, Some("half")),
+        (
+            "filter_1pct_metadata",
+            Some(&rare_team),
+            1_000,
+            Some("rare"),
+        ),
+        (
+            "filter_1pct_unindexed",
+            Some(&unindexed),
+            1_000,
+            Some("rare"),
+        ),
     ];
     fn query(filter: Option<&Filter>) -> MemoryQuery<'_> {
         MemoryQuery {
@@ -159,25 +202,19 @@ fn search(c: &mut Criterion) {
     // The filters match what they should, and every hit of a filtered search is one of them.
     let q = rng.unit();
     for (tenant, n) in [(big, 100_000), (small, 10_000)] {
-        for (name, filter, matching) in cases {
+        for (name, filter, matching, user) in cases {
             let (total, _) = m.list(&tenant, query(filter), 0, 1).expect("list");
             assert_eq!(total, matching * n / 100_000, "{name}");
             let hits = m
                 .search(&tenant, &q, query(filter), 0.0, 5)
                 .expect("search");
             assert_eq!(hits.len(), 5, "{name}");
-            if let Some(f) = filter {
-                let Filter::Cond {
-                    operand: Operand::One(serde_json::Value::String(user)),
-                    ..
-                } = f
-                else {
-                    unreachable!()
-                };
+            if let Some(user) = user {
                 for (v, _) in &hits {
                     assert_eq!(
-                        v.extra.as_ref().and_then(|x| x.user_id.as_ref()),
-                        Some(user)
+                        v.extra.as_ref().and_then(|x| x.user_id.as_deref()),
+                        Some(user),
+                        "{name}"
                     );
                 }
             }
@@ -188,7 +225,7 @@ fn search(c: &mut Criterion) {
         let mut g = c.benchmark_group(group);
         g.measurement_time(Duration::from_secs(3));
         g.warm_up_time(Duration::from_secs(1));
-        for (name, filter, _) in cases {
+        for (name, filter, _, _) in cases {
             g.bench_function(format!("top5_{name}"), |b| {
                 b.iter(|| m.search(&tenant, &q, query(filter), 0.0, 5))
             });
@@ -207,7 +244,7 @@ fn search(c: &mut Criterion) {
         })
         .collect();
     for (tenant, label) in [(big, "100k"), (small, "10k")] {
-        for (name, filter, _) in cases {
+        for (name, filter, _, _) in cases {
             let mut ms: Vec<f64> = queries
                 .iter()
                 .map(|q| {

@@ -12,7 +12,7 @@ use uuid::Uuid;
 
 use super::block::plan;
 use super::state::{Home, State};
-use super::tenant::{Mark, TenantMemories};
+use super::tenant::TenantMemories;
 use super::{Extra, Memories, StoredMemory, TREE};
 use crate::event::{vector_from_bytes, Event};
 use crate::overlay::fold_new;
@@ -181,17 +181,26 @@ impl Projection for Memories {
                 .map(|k| k.text());
             // A new or changed content is indexed again for keyword search.
             let content = (text.is_none() && m.deleted_at.is_none()).then(|| m.content.clone());
+            // What the memory was indexed under by its scopes and metadata, if it was live.
+            let indexed = state.names.take_held(&id);
             let kept = state.names.keep(m, home, text);
-            let mark = Mark::of(state.names.extra(&id));
+            let held = state.names.held(&id);
             let t = TenantMemories::of(&mut state.tenants, state.spill.as_ref(), tenant);
             if kept.is_deleted() {
-                t.drop_memory(id, &kept)?;
+                t.drop_memory(id, &kept, indexed.as_deref())?;
             } else {
                 let vector = new_vectors
                     .get(&id)
                     .and_then(|seq| vector_in(events, *seq))
                     .map(vector_from_bytes);
-                t.put(id, &kept, mark, content.as_deref(), vector.as_deref())?;
+                t.put(
+                    id,
+                    &kept,
+                    indexed.as_deref(),
+                    held,
+                    content.as_deref(),
+                    vector.as_deref(),
+                )?;
             }
             state.all.insert(id, kept);
         }

@@ -28,11 +28,14 @@ use uuid::Uuid;
 use crate::event::MemoryType;
 use crate::keyword::{fuse, Fusion};
 use crate::projection::Result;
-use crate::vector_table::{Hit, RowFilter, Spill, IMPORTANCE_WEIGHT, SIMILARITY_WEIGHT};
+use crate::vector_table::{
+    candidates_for, Hit, RowFilter, Spill, IMPORTANCE_WEIGHT, SIMILARITY_WEIGHT,
+};
 
 mod apply;
 mod block;
 pub mod filter;
+mod scopes;
 mod state;
 mod tenant;
 #[cfg(test)]
@@ -422,8 +425,7 @@ impl Memories {
                 .needs_check(&which, now)
                 .then_some(&admit as &(dyn Fn(&Uuid) -> bool + Sync)),
         };
-        t.vectors
-            .search_fast(query, filter, min_similarity, k)?
+        t.semantic(query, &which, filter, min_similarity, k, None)?
             .into_iter()
             .filter_map(|h| {
                 state
@@ -469,8 +471,10 @@ impl Memories {
                         .needs_check(&which, now)
                         .then_some(&admit as &(dyn Fn(&Uuid) -> bool + Sync)),
                 };
-                t.vectors
-                    .search_fast(vector, filter, min_similarity, depth)?
+                // Ranked `depth` deep, but only the best `k` are shown: rescored as many
+                // candidates as a search for `k` rescores (the rest only give ranks to fuse).
+                let candidates = (mode == SearchMode::Hybrid).then(|| candidates_for(k));
+                t.semantic(vector, &which, filter, min_similarity, depth, candidates)?
             }
         };
         let keyword = match mode {

@@ -164,6 +164,11 @@ impl Names {
         self.extras.get(id).map(|h| &**h)
     }
 
+    /// Takes out what `id` holds beyond its packed state (`keep` puts the new one back).
+    pub(super) fn take_held(&mut self, id: &Uuid) -> Option<Box<Held>> {
+        self.extras.remove(id)
+    }
+
     pub(super) fn extra(&self, id: &Uuid) -> Option<&Extra> {
         self.held(id).map(|h| &h.extra)
     }

@@ -13,12 +13,13 @@ use strum::VariantArray as _;
 use rayon::prelude::*;
 use uuid::Uuid;
 
-use super::state::{Kept, State};
+use super::scopes::ScopeIndex;
+use super::state::{Held, Kept, State};
 use super::{Extra, MemoryQuery, VectorSource, TREE};
 use crate::event::{vector_from_bytes, MemoryType};
 use crate::keyword::KeywordIndex;
 use crate::projection::{corrupt, Result};
-use crate::vector_table::{Spill, VectorTable};
+use crate::vector_table::{FastSearch, Hit, RowFilter, Spill, VectorTable};
 
 /// One tenant's live memories: their order, counts per type, and vectors.
 pub(super) struct TenantMemories {
@@ -38,6 +39,8 @@ pub(super) struct TenantMemories {
     pub(super) expiring: BTreeSet<(i64, Uuid)>,
     /// Live memories superseded by another (hidden unless asked for), per type.
     superseded: [usize; MemoryType::VARIANTS.len()],
+    /// The live memories of each scope value, which a search filtered by scope scores alone.
+    pub(super) scopes: ScopeIndex,
 }
 
 /// What makes a live memory hidden from a list or search: its expiry, its supersession.
@@ -71,6 +74,7 @@ impl TenantMemories {
             marks: BTreeMap::new(),
             expiring: BTreeSet::new(),
             superseded: [0; MemoryType::VARIANTS.len()],
+            scopes: ScopeIndex::default(),
         })
     }
 
@@ -139,11 +143,13 @@ impl TenantMemories {
         &mut self,
         id: Uuid,
         m: &Kept,
-        mark: Mark,
+        indexed: Option<&Held>,
+        held: Option<&Held>,
         text: Option<&str>,
         vector: Option<&[f32]>,
     ) -> std::io::Result<()> {
-        self.set_mark(id, m.memory_type, mark);
+        self.set_mark(id, m.memory_type, Mark::of(held.map(|h| &h.extra)));
+        self.scopes.replace(id, indexed, held);
         if let Some(text) = text {
             self.keywords.upsert(id, text);
         }
@@ -164,9 +170,44 @@ impl TenantMemories {
         Ok(())
     }
 
-    pub(super) fn drop_memory(&mut self, id: Uuid, m: &Kept) -> std::io::Result<()> {
+    /// The semantic part of a search: among the memories its filter's indexed conditions
+    /// narrow it to when they are at most a sixteenth of the table (see [`ScopeIndex`]), else
+    /// over the whole table, over-fetching for the share they narrow to (scoring each
+    /// candidate is a lookup of its row; above a sixteenth the scan of every row is faster).
+    pub(super) fn semantic(
+        &self,
+        query: &[f32],
+        which: &MemoryQuery<'_>,
+        filter: RowFilter<'_>,
+        min_similarity: f32,
+        k: usize,
+        candidates: Option<usize>,
+    ) -> std::io::Result<Vec<Hit>> {
+        let narrowed = which.filter.and_then(|f| self.scopes.candidates(f));
+        if let Some(c) = &narrowed {
+            if c.bound() <= self.vectors.len() / 16 {
+                return self
+                    .vectors
+                    .search_among(query, c.ids(), filter, min_similarity, k);
+            }
+        }
+        let how = FastSearch {
+            passing: narrowed.map(|c| c.bound()),
+            candidates,
+        };
+        self.vectors
+            .search_fast_with(query, filter, min_similarity, k, how)
+    }
+
+    pub(super) fn drop_memory(
+        &mut self,
+        id: Uuid,
+        m: &Kept,
+        indexed: Option<&Held>,
+    ) -> std::io::Result<()> {
         self.set_mark(id, m.memory_type, Mark::default());
         if let Some(ty) = self.order.remove(&(m.created_at, id)) {
+            self.scopes.replace(id, indexed, None);
             self.per_type[ty as usize] = self.per_type[ty as usize].saturating_sub(1);
             self.vectors.remove(&id)?;
             self.keywords.remove(&id);
@@ -224,7 +265,8 @@ pub(super) fn read_tenants(
         .put(
             *id,
             m,
-            Mark::of(state.names.extra(id)),
+            None,
+            state.names.held(id),
             Some(&state.names.texts.read(m.text())?),
             Some(&v?),
         )?;

@@ -456,3 +456,101 @@ fn superseded_and_expired_memories_leave_totals_pages_and_search() {
     assert!(p.get(&t, &Uuid::from_u128(3)).expect("get").is_some());
     assert_eq!(p.expired(i64::MAX, 10), vec![(t, vec![Uuid::from_u128(2)])]);
 }
+
+#[test]
+fn a_scope_filtered_search_follows_deletes_expiry_metadata_and_reopening() {
+    use crate::event::{MemoriesDeleted, MemoriesExpired, MemoryAmend, MemoryExtra};
+    use crate::memories::filter::{FilterField, FilterOp, Operand};
+    use crate::memories::MemoryQuery;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = sled::open(dir.path()).expect("open");
+    let p = Memories::open(&db, &|_| Ok(None), None).expect("open");
+    let t = Uuid::from_u128(100);
+    // Ten memories of user "ana" (ids 1-10, team "red") among thirty of "ben".
+    let mut events: Vec<Event> = (1..=40)
+        .map(|i| {
+            let mut e = created(t, i, MemoryType::Fact, [1.0, i as f32 / 10.0], i as i64);
+            if let Event::MemoryCreated(c) = &mut e {
+                c.extra = Some(MemoryExtra {
+                    user_id: Some(if i <= 10 { "ana" } else { "ben" }.into()),
+                    metadata: (i <= 10).then(|| r#"{"team":"red"}"#.into()),
+                    ..MemoryExtra::default()
+                });
+            }
+            e
+        })
+        .collect();
+    events.push(Event::MemoryDeleted(MemoryDeleted {
+        memory_id: Uuid::from_u128(1),
+        tenant_id: t,
+        deleted_at: 50,
+    }));
+    events.push(Event::MemoriesDeleted(MemoriesDeleted {
+        tenant_id: t,
+        memory_ids: vec![Uuid::from_u128(2), Uuid::from_u128(11)],
+        deleted_at: 51,
+    }));
+    events.push(Event::MemoriesExpired(MemoriesExpired {
+        tenant_id: t,
+        memory_ids: vec![Uuid::from_u128(3)],
+        expired_at: 52,
+    }));
+    // Memory 4 moves to team "blue".
+    events.push(Event::MemoryUpdated(MemoryUpdated {
+        memory_id: Uuid::from_u128(4),
+        tenant_id: t,
+        content: None,
+        importance: None,
+        updated_at: 53,
+        model: None,
+        vector: None,
+        amend: Some(MemoryAmend {
+            set_metadata: true,
+            metadata: Some(r#"{"team":"blue"}"#.into()),
+            ..MemoryAmend::default()
+        }),
+    }));
+    p.apply(&Applied::in_order(&events)).expect("apply");
+    let red = Filter::Cond {
+        field: FilterField::Metadata("team".into()),
+        op: FilterOp::Eq,
+        operand: Operand::One("red".into()),
+    };
+    let ana = Filter::Cond {
+        field: FilterField::UserId,
+        op: FilterOp::Eq,
+        operand: Operand::One("ana".into()),
+    };
+    let found = |p: &Memories, filter| -> Vec<u128> {
+        let query = MemoryQuery {
+            filter: Some(filter),
+            ..MemoryQuery::default()
+        };
+        p.search(&t, &[1.0, 0.0], query, -1.0, 5)
+            .expect("search")
+            .iter()
+            .map(|(m, _)| m.id.as_u128())
+            .collect()
+    };
+    // Through the index (ana's 10 of 40): the deleted and expired ones are gone from it.
+    assert_eq!(found(&p, &ana), vec![4, 5, 6, 7, 8]);
+    assert_eq!(found(&p, &red), vec![5, 6, 7, 8, 9]);
+    let bound = |p: &Memories, f| {
+        p.state().tenants[&t]
+            .scopes
+            .candidates(f)
+            .map(|c| c.bound())
+    };
+    assert_eq!((bound(&p, &ana), bound(&p, &red)), (Some(7), Some(6)));
+    drop(p);
+    let p = Memories::open(&db, &log_of(&events), None).expect("reopen");
+    assert_eq!(found(&p, &ana), vec![4, 5, 6, 7, 8]);
+    assert_eq!(found(&p, &red), vec![5, 6, 7, 8, 9]);
+    let bound = |p: &Memories, f| {
+        p.state().tenants[&t]
+            .scopes
+            .candidates(f)
+            .map(|c| c.bound())
+    };
+    assert_eq!((bound(&p, &ana), bound(&p, &red)), (Some(7), Some(6)));
+}

@@ -54,7 +54,7 @@ impl VectorTable {
     #[target_feature(enable = "avx2")]
     pub(super) fn scan_quantized_avx2(
         &self,
-        rows: std::ops::Range<usize>,
+        rows: impl Iterator<Item = usize>,
         query: &[i16],
         query_scale: f32,
         filter: RowFilter<'_>,

@@ -41,7 +41,9 @@ mod search;
 use quantize::quantize;
 use rows::Rows;
 pub use scalar::dot;
-pub use search::{Hit, RowFilter, FAST_MIN_ROWS, IMPORTANCE_WEIGHT, SIMILARITY_WEIGHT};
+pub use search::{
+    candidates_for, FastSearch, Hit, RowFilter, FAST_MIN_ROWS, IMPORTANCE_WEIGHT, SIMILARITY_WEIGHT,
+};
 
 /// From this many rows a table with a spill directory keeps its f32 rows in a file by default:
 /// the size from which [`VectorTable::search_fast`] reads only its candidates' rows.

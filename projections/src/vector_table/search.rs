@@ -63,8 +63,29 @@ const MIN_CANDIDATES: usize = 100;
 /// the exact score would keep.
 const MIN_SIMILARITY_SLACK: f32 = 0.02;
 /// With an `admit` filter, the first pass first takes this many times its candidates by score
-/// alone and asks `admit` about them best first (see [`VectorTable::first_pass_admitting`]).
+/// alone and asks `admit` about them best first (see [`VectorTable::first_pass_admitting`]);
+/// more when the caller knows the filter passes fewer rows, up to [`MAX_OVERFETCH`].
 const OVERFETCH: usize = 4;
+const MAX_OVERFETCH: usize = 32;
+
+/// First-pass candidates that [`VectorTable::search_fast`] rescores exactly for a top `k`.
+pub fn candidates_for(k: usize) -> usize {
+    (k * CANDIDATES_PER_HIT).max(MIN_CANDIDATES)
+}
+
+/// What a caller of [`VectorTable::search_fast_with`] knows beyond the query.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct FastSearch {
+    /// `filter.admit` passes at most about this many rows: the first pass over-fetches enough
+    /// of the best rows by score for that share (twice what the share needs, 4x to 32x), so
+    /// a filter passing an eighth of the rows still finds its candidates without the scan
+    /// that asks `admit` about every row.
+    pub passing: Option<usize>,
+    /// Candidates to rescore instead of [`candidates_for`]`(k)` (at least `k`): a hybrid
+    /// search ranks 50 rows by similarity but shows few, so it takes the candidates of the
+    /// few it shows.
+    pub candidates: Option<usize>,
+}
 
 /// Which rows a search may return: those of a type (any without one) that `admit` (when
 /// given) accepts. The type is checked before a row is scored (it is a column of the table);
@@ -208,7 +229,7 @@ impl VectorTable {
     #[inline(always)]
     pub(super) fn scan_quantized_with(
         &self,
-        rows: std::ops::Range<usize>,
+        rows: impl Iterator<Item = usize>,
         dot: impl Fn(&[i8]) -> i32,
         query_scale: f32,
         filter: RowFilter<'_>,
@@ -237,7 +258,7 @@ impl VectorTable {
     /// [`Self::scan_quantized_with`] with the fastest integer dot product this CPU runs.
     fn scan_quantized(
         &self,
-        rows: std::ops::Range<usize>,
+        rows: impl Iterator<Item = usize>,
         query: &[i16],
         query_scale: f32,
         filter: RowFilter<'_>,
@@ -285,6 +306,7 @@ impl VectorTable {
         filter: RowFilter<'_>,
         min: f32,
         n: usize,
+        overfetch: usize,
     ) -> BinaryHeap<Hit> {
         let Some(admit) = filter.admit else {
             return self.first_pass(query, filter, min, n);
@@ -293,8 +315,8 @@ impl VectorTable {
             memory_type: filter.memory_type,
             admit: None,
         };
-        let fetched = self.first_pass(query, by_score, min, n * OVERFETCH);
-        let more_rows = fetched.len() == n * OVERFETCH;
+        let fetched = self.first_pass(query, by_score, min, n * overfetch);
+        let more_rows = fetched.len() == n * overfetch;
         let mut kept = BinaryHeap::with_capacity(n + 1);
         // Min-heap order sorted ascending is best first.
         for hit in fetched.into_sorted_vec() {
@@ -325,20 +347,48 @@ impl VectorTable {
         min_similarity: f32,
         k: usize,
     ) -> io::Result<Vec<Hit>> {
+        self.search_fast_with(query, filter, min_similarity, k, FastSearch::default())
+    }
+
+    /// [`Self::search_fast`] tuned by what the caller knows ([`FastSearch`]).
+    pub fn search_fast_with<'a>(
+        &self,
+        query: &[f32],
+        filter: impl Into<RowFilter<'a>>,
+        min_similarity: f32,
+        k: usize,
+        how: FastSearch,
+    ) -> io::Result<Vec<Hit>> {
         let filter = filter.into();
         if self.ids.len() < FAST_MIN_ROWS || k == 0 || query.len() != self.dim {
             return self.search(query, filter, min_similarity, k);
         }
-        let want = (k * CANDIDATES_PER_HIT).max(MIN_CANDIDATES);
+        let want = how.candidates.unwrap_or_else(|| candidates_for(k)).max(k);
         let min = min_similarity - MIN_SIMILARITY_SLACK;
-        let mut heap = BinaryHeap::with_capacity(k + 1);
+        let overfetch = how.passing.map_or(OVERFETCH, |p| {
+            (2 * self.ids.len())
+                .div_ceil(p.max(1))
+                .clamp(OVERFETCH, MAX_OVERFETCH)
+        });
+        let first = self.first_pass_admitting(query, filter, min, want, overfetch);
+        self.rescore(first, query, min_similarity, k)
+    }
+
+    /// The best `k` of a first pass's `candidates` by their exact scores.
+    fn rescore(
+        &self,
+        candidates: BinaryHeap<Hit>,
+        query: &[f32],
+        min_similarity: f32,
+        k: usize,
+    ) -> io::Result<Vec<Hit>> {
         // Rescored in row order: neighbouring rows of a spilled table share pages.
-        let mut candidates: Vec<(usize, Uuid)> = self
-            .first_pass_admitting(query, filter, min, want)
+        let mut candidates: Vec<(usize, Uuid)> = candidates
             .into_iter()
             .filter_map(|c| self.pos.get(&c.id).map(|&r| (r, c.id)))
             .collect();
         candidates.sort_unstable_by_key(|c| c.0);
+        let mut heap = BinaryHeap::with_capacity(k + 1);
         let mut row = vec![0f32; self.dim];
         for (r, id) in candidates {
             self.rows.read_into(r, &mut row, self.dim)?;
@@ -349,6 +399,64 @@ impl VectorTable {
             keep_best(&mut heap, self.hit(r, id, score), k);
         }
         Ok(heap.into_sorted_vec())
+    }
+
+    /// Top-k like [`Self::search_fast`] among the rows of `ids` alone (ids without a row are
+    /// passed over): the memories an index narrowed a filtered search to, which the filter
+    /// then decides on as in a scan. A few candidates (up to the first pass's candidate count,
+    /// or any number in a table searched exactly) are scored exactly; more go through the
+    /// int8 first pass over those rows only, in [`PAR_ROWS`] / 4 pieces on all cores.
+    pub fn search_among<'a, 'b>(
+        &self,
+        query: &[f32],
+        ids: impl Iterator<Item = &'b Uuid>,
+        filter: impl Into<RowFilter<'a>>,
+        min_similarity: f32,
+        k: usize,
+    ) -> io::Result<Vec<Hit>> {
+        let filter = filter.into();
+        if k == 0 || query.len() != self.dim {
+            return Ok(Vec::new());
+        }
+        // In row order: neighbouring rows of a spilled table share pages.
+        let mut rows: Vec<usize> = ids.filter_map(|id| self.pos.get(id).copied()).collect();
+        rows.sort_unstable();
+        rows.dedup();
+        let want = (k * CANDIDATES_PER_HIT).max(MIN_CANDIDATES);
+        if self.ids.len() < FAST_MIN_ROWS || rows.len() <= want {
+            let mut heap = BinaryHeap::with_capacity(k + 1);
+            let mut row = vec![0f32; self.dim];
+            for r in rows {
+                if !self.admits(r, filter) {
+                    continue;
+                }
+                self.rows.read_into(r, &mut row, self.dim)?;
+                let score = dot(&row, query);
+                if score < min_similarity {
+                    continue;
+                }
+                let hit = self.hit(r, self.ids[r], score);
+                if filter.keeps(&heap, &hit, &self.ids[r], k) {
+                    keep_best(&mut heap, hit, k);
+                }
+            }
+            return Ok(heap.into_sorted_vec());
+        }
+        let mut q = vec![0i8; self.dim];
+        let q_scale = quantize(query, &mut q);
+        let wide: Vec<i16> = q.iter().map(|&v| i16::from(v)).collect();
+        let min = min_similarity - MIN_SIMILARITY_SLACK;
+        let heaps: Vec<BinaryHeap<Hit>> = rows
+            .par_chunks(PAR_ROWS / 4)
+            .map(|piece| {
+                self.scan_quantized(piece.iter().copied(), &wide, q_scale, filter, min, want)
+            })
+            .collect();
+        let mut first = BinaryHeap::with_capacity(want + 1);
+        for item in heaps.into_iter().flatten() {
+            keep_best(&mut first, item, want);
+        }
+        self.rescore(first, query, min_similarity, k)
     }
 
     /// The row most similar to `query` (by cosine alone) and its score.
@@ -515,8 +623,8 @@ mod tests {
             t.upsert(Uuid::from_u128(i), &v, ty, (i % 10) as f32 / 10.0)
                 .expect("upsert");
         }
-        // Passing half, a tenth (both over-fetched), a hundredth (the scan's fallback), and
-        // none (fallback, nothing found).
+        // Passing half (over-fetched), a tenth (over-fetched at 20x, the scan's fallback at
+        // 4x), a hundredth (fallback), and none (fallback, nothing found).
         let half = |id: &Uuid| id.as_u128() % 4 < 2;
         let tenth = |id: &Uuid| id.as_u128() % 10 == 3;
         let rare = |id: &Uuid| id.as_u128() % 100 == 7;
@@ -530,9 +638,10 @@ mod tests {
                         memory_type,
                         admit: Some(admit),
                     };
-                    for min in [-1.0, 0.05] {
+                    for (min, overfetch) in [(-1.0, OVERFETCH), (0.05, OVERFETCH), (-1.0, 20)] {
                         let scanned = t.first_pass(&q, filter, min, MIN_CANDIDATES);
-                        let fetched = t.first_pass_admitting(&q, filter, min, MIN_CANDIDATES);
+                        let fetched =
+                            t.first_pass_admitting(&q, filter, min, MIN_CANDIDATES, overfetch);
                         assert!(fetched.iter().all(|h| admit(&h.id)));
                         assert_eq!(fetched.into_sorted_vec(), scanned.into_sorted_vec());
                     }
@@ -542,6 +651,83 @@ mod tests {
                 }
             }
         }
+    }
+
+    type Admit<'a> = &'a (dyn Fn(&Uuid) -> bool + Sync);
+
+    #[test]
+    fn a_search_among_candidates_finds_the_filtered_exact_top_k() {
+        let mut t = VectorTable::default();
+        let mut x: u64 = 13;
+        let mut next = || {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((x >> 40) as f32 / (1u64 << 24) as f32) - 0.5
+        };
+        let n = FAST_MIN_ROWS + 2 * PAR_ROWS;
+        for i in 0..n as u128 {
+            let v = unit(&(0..384).map(|_| next()).collect::<Vec<_>>());
+            let ty = [MemoryType::Rule, MemoryType::Fact][i as usize % 2];
+            t.upsert(Uuid::from_u128(i), &v, ty, (i % 10) as f32 / 10.0)
+                .expect("upsert");
+        }
+        t.remove(&Uuid::from_u128(300)).expect("remove");
+        // Candidates: 59 rows (scored exactly), ~520 (the first pass over them) and 10,000 (in
+        // three parallel pieces); an id without a row and repeated ids are passed over.
+        let (mut found, mut total) = (0, 0);
+        for (every, exact) in [(901u128, true), (101, false), (5, false)] {
+            let mut ids: Vec<Uuid> = (0..n as u128)
+                .filter(|i| i.is_multiple_of(every))
+                .map(Uuid::from_u128)
+                .collect();
+            ids.extend_from_within(..10);
+            ids.push(Uuid::from_u128(u128::MAX));
+            let among = |id: &Uuid| id.as_u128().is_multiple_of(every);
+            let odd = |id: &Uuid| id.as_u128() % 3 != 1;
+            for _ in 0..4 {
+                let q = unit(&(0..384).map(|_| next()).collect::<Vec<_>>());
+                for memory_type in [None, Some(MemoryType::Fact)] {
+                    // Without `admit` the candidates decide alone; with one, it decides too.
+                    let both = |id: &Uuid| among(id) && odd(id);
+                    let cases: [(Option<Admit<'_>>, Admit<'_>); 2] =
+                        [(None, &among), (Some(&odd), &both)];
+                    for (admit, truth) in cases {
+                        let filter = RowFilter { memory_type, admit };
+                        let got = t
+                            .search_among(&q, ids.iter(), filter, -1.0, 5)
+                            .expect("search");
+                        let want = t
+                            .search(
+                                &q,
+                                RowFilter {
+                                    memory_type,
+                                    admit: Some(truth),
+                                },
+                                -1.0,
+                                5,
+                            )
+                            .expect("search");
+                        assert_eq!(want.len(), 5);
+                        assert!(got.iter().all(|h| truth(&h.id)
+                            && memory_type.is_none_or(|ty| t.types[t.pos[&h.id]] == ty)));
+                        if exact {
+                            assert_eq!(got, want);
+                        }
+                        total += want.len();
+                        found += want.iter().filter(|h| got.contains(h)).count();
+                    }
+                }
+            }
+        }
+        assert!(
+            found as f64 / total as f64 >= 0.99,
+            "recall {found}/{total}"
+        );
+        assert!(t
+            .search_among(&unit(&[1.0; 384]), std::iter::empty(), None, 0.0, 5)
+            .expect("search")
+            .is_empty());
     }
 
     #[test]
