@@ -25,11 +25,17 @@ fn created(tenant: Uuid, id: u128, ty: MemoryType, v: [f32; 2], at: i64) -> Even
     })
 }
 
-#[test]
-fn given_memory_events_then_lists_search_and_history_follow() {
+/// An empty projection on a new database (whose directory goes with the `TempDir`).
+fn fresh() -> (tempfile::TempDir, sled::Db, Memories) {
     let dir = tempfile::tempdir().expect("tempdir");
     let db = sled::open(dir.path()).expect("open");
     let p = Memories::open(&db, &|_| Ok(None), None).expect("open");
+    (dir, db, p)
+}
+
+#[test]
+fn given_memory_events_then_lists_search_and_history_follow() {
+    let (_dir, db, p) = fresh();
     let (t, other) = (Uuid::from_u128(100), Uuid::from_u128(200));
     let events = [
         created(t, 1, MemoryType::Rule, [1.0, 0.0], 10),
@@ -120,9 +126,7 @@ fn given_memory_events_then_lists_search_and_history_follow() {
 
 #[test]
 fn state_detached_and_attached_to_the_reopened_database_answers_and_takes_writes() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let db = sled::open(dir.path()).expect("open");
-    let p = Memories::open(&db, &|_| Ok(None), None).expect("open");
+    let (dir, db, p) = fresh();
     let t = Uuid::from_u128(100);
     let events = [
         created(t, 1, MemoryType::Rule, [1.0, 0.0], 10),
@@ -307,9 +311,7 @@ fn a_content_is_written_to_the_texts_once_until_it_changes() {
 
 #[test]
 fn a_typed_list_pages_through_its_type_only_with_its_own_total() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let db = sled::open(dir.path()).expect("open");
-    let p = Memories::open(&db, &|_| Ok(None), None).expect("open");
+    let (_dir, _db, p) = fresh();
     let t = Uuid::from_u128(100);
     // Ids 0..9 created at times 0..9; every third a rule, the rest facts.
     let ty = |i: u128| match i % 3 {
@@ -402,9 +404,7 @@ fn records_of_an_older_build_are_read_and_replaced_when_changed() {
 fn superseded_and_expired_memories_leave_totals_pages_and_search() {
     use crate::event::{MemoryExtra, MemorySuperseded};
     use crate::memories::MemoryQuery;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let db = sled::open(dir.path()).expect("open");
-    let p = Memories::open(&db, &|_| Ok(None), None).expect("open");
+    let (_dir, _db, p) = fresh();
     let t = Uuid::from_u128(100);
     // Five facts and a rule; fact 2 expired long ago (not swept), fact 3 superseded by 5.
     let mut events: Vec<Event> = (1..=5)
@@ -462,9 +462,7 @@ fn a_scope_filtered_search_follows_deletes_expiry_metadata_and_reopening() {
     use crate::event::{MemoriesDeleted, MemoriesExpired, MemoryAmend, MemoryExtra};
     use crate::memories::filter::{FilterField, FilterOp, Operand};
     use crate::memories::MemoryQuery;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let db = sled::open(dir.path()).expect("open");
-    let p = Memories::open(&db, &|_| Ok(None), None).expect("open");
+    let (_dir, db, p) = fresh();
     let t = Uuid::from_u128(100);
     // Ten memories of user "ana" (ids 1-10, team "red") among thirty of "ben".
     let mut events: Vec<Event> = (1..=40)
@@ -532,25 +530,20 @@ fn a_scope_filtered_search_follows_deletes_expiry_metadata_and_reopening() {
             .map(|(m, _)| m.id.as_u128())
             .collect()
     };
-    // Through the index (ana's 10 of 40): the deleted and expired ones are gone from it.
-    assert_eq!(found(&p, &ana), vec![4, 5, 6, 7, 8]);
-    assert_eq!(found(&p, &red), vec![5, 6, 7, 8, 9]);
     let bound = |p: &Memories, f| {
         p.state().tenants[&t]
             .scopes
             .candidates(f)
             .map(|c| c.bound())
     };
-    assert_eq!((bound(&p, &ana), bound(&p, &red)), (Some(7), Some(6)));
+    // Through the index (ana's 10 of 40): the deleted and expired ones are gone from it, and
+    // memory 4 from team "red"; the same once rebuilt at open.
+    let check = |p: &Memories| {
+        assert_eq!(found(p, &ana), vec![4, 5, 6, 7, 8]);
+        assert_eq!(found(p, &red), vec![5, 6, 7, 8, 9]);
+        assert_eq!((bound(p, &ana), bound(p, &red)), (Some(7), Some(6)));
+    };
+    check(&p);
     drop(p);
-    let p = Memories::open(&db, &log_of(&events), None).expect("reopen");
-    assert_eq!(found(&p, &ana), vec![4, 5, 6, 7, 8]);
-    assert_eq!(found(&p, &red), vec![5, 6, 7, 8, 9]);
-    let bound = |p: &Memories, f| {
-        p.state().tenants[&t]
-            .scopes
-            .candidates(f)
-            .map(|c| c.bound())
-    };
-    assert_eq!((bound(&p, &ana), bound(&p, &red)), (Some(7), Some(6)));
+    check(&Memories::open(&db, &log_of(&events), None).expect("reopen"));
 }

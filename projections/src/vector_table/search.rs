@@ -494,6 +494,29 @@ mod tests {
     use super::super::unit;
     use super::*;
 
+    /// Values in [-0.5, 0.5) from `seed`, by a 64-bit LCG (the tests need no better).
+    fn values(seed: u64) -> impl FnMut() -> f32 {
+        let mut x = seed;
+        move || {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((x >> 40) as f32 / (1u64 << 24) as f32) - 0.5
+        }
+    }
+
+    /// `n` random unit 384-d rows, ids `0..n`, rules and facts in turn, importance `(i % 10) / 10`.
+    fn random_table(n: usize, next: &mut impl FnMut() -> f32) -> VectorTable {
+        let mut t = VectorTable::default();
+        for i in 0..n as u128 {
+            let v = unit(&(0..384).map(|_| next()).collect::<Vec<_>>());
+            let ty = [MemoryType::Rule, MemoryType::Fact][i as usize % 2];
+            t.upsert(Uuid::from_u128(i), &v, ty, (i % 10) as f32 / 10.0)
+                .expect("upsert");
+        }
+        t
+    }
+
     #[test]
     fn search_ranks_by_final_score_and_filters() {
         let mut t = VectorTable::default();
@@ -528,13 +551,7 @@ mod tests {
         // Random 384-d rows (harder than real embeddings: their top scores crowd together),
         // with updates and removals applied to both copies.
         let mut t = VectorTable::default();
-        let mut x: u64 = 11;
-        let mut next = || {
-            x = x
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((x >> 40) as f32 / (1u64 << 24) as f32) - 0.5
-        };
+        let mut next = values(11);
         let n = FAST_MIN_ROWS + 5_000;
         let mut queries = Vec::new();
         for i in 0..n as u128 {
@@ -608,21 +625,8 @@ mod tests {
 
     #[test]
     fn an_admit_filter_keeps_the_same_first_pass_candidates_as_the_scan_asking_it() {
-        let mut t = VectorTable::default();
-        let mut x: u64 = 5;
-        let mut next = || {
-            x = x
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((x >> 40) as f32 / (1u64 << 24) as f32) - 0.5
-        };
-        let n = FAST_MIN_ROWS + PAR_ROWS;
-        for i in 0..n as u128 {
-            let v = unit(&(0..384).map(|_| next()).collect::<Vec<_>>());
-            let ty = [MemoryType::Rule, MemoryType::Fact][i as usize % 2];
-            t.upsert(Uuid::from_u128(i), &v, ty, (i % 10) as f32 / 10.0)
-                .expect("upsert");
-        }
+        let mut next = values(5);
+        let t = random_table(FAST_MIN_ROWS + PAR_ROWS, &mut next);
         // Passing half (over-fetched), a tenth (over-fetched at 20x, the scan's fallback at
         // 4x), a hundredth (fallback), and none (fallback, nothing found).
         let half = |id: &Uuid| id.as_u128() % 4 < 2;
@@ -657,21 +661,9 @@ mod tests {
 
     #[test]
     fn a_search_among_candidates_finds_the_filtered_exact_top_k() {
-        let mut t = VectorTable::default();
-        let mut x: u64 = 13;
-        let mut next = || {
-            x = x
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((x >> 40) as f32 / (1u64 << 24) as f32) - 0.5
-        };
+        let mut next = values(13);
         let n = FAST_MIN_ROWS + 2 * PAR_ROWS;
-        for i in 0..n as u128 {
-            let v = unit(&(0..384).map(|_| next()).collect::<Vec<_>>());
-            let ty = [MemoryType::Rule, MemoryType::Fact][i as usize % 2];
-            t.upsert(Uuid::from_u128(i), &v, ty, (i % 10) as f32 / 10.0)
-                .expect("upsert");
-        }
+        let mut t = random_table(n, &mut next);
         t.remove(&Uuid::from_u128(300)).expect("remove");
         // Candidates: 59 rows (scored exactly), ~520 (the first pass over them) and 10,000 (in
         // three parallel pieces); an id without a row and repeated ids are passed over.
@@ -733,18 +725,10 @@ mod tests {
     #[test]
     fn parallel_scan_equals_a_brute_force_ranking() {
         let mut t = VectorTable::default();
-        let mut x: u64 = 7;
+        let mut next = values(7);
         let mut rows = Vec::new();
         for i in 0..(3 * PAR_ROWS as u128 + 17) {
-            let v: Vec<f32> = (0..16)
-                .map(|_| {
-                    x = x
-                        .wrapping_mul(6364136223846793005)
-                        .wrapping_add(1442695040888963407);
-                    ((x >> 40) as f32 / (1u64 << 24) as f32) - 0.5
-                })
-                .collect();
-            let v = unit(&v);
+            let v = unit(&(0..16).map(|_| next()).collect::<Vec<_>>());
             let imp = (i % 10) as f32 / 10.0;
             t.upsert(
                 Uuid::from_u128(i),
