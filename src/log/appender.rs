@@ -1156,6 +1156,7 @@ impl Worker {
             .unwrap_or_else(Instant::now);
         let deadline = (oldest + timeout).max(Instant::now() + Duration::from_millis(250));
         self.give_way();
+        let mut lost = false;
         loop {
             if group.is_empty() {
                 return;
@@ -1198,11 +1199,17 @@ impl Worker {
                     }
                     metrics::histogram!("auditmem_cluster_publish_seconds")
                         .record(publish_us as f64 / 1e6);
+                    if lost {
+                        if let Some(c) = self.cluster.as_ref() {
+                            handle.block_on(c.log.say_done());
+                        }
+                    }
                     self.stats.cluster_down.store(false, Ordering::Relaxed);
                     self.committed(group, sealed, publish_us);
                     return;
                 }
                 Published::Conflict => {
+                    lost = true;
                     metrics::counter!("auditmem_cluster_publish_conflicts_total").increment(1);
                     if let Some(c) = self.cluster.as_ref() {
                         handle.block_on(c.log.say_waiting());
@@ -1242,14 +1249,16 @@ impl Worker {
     }
 
     /// When another node lost a race lately, folds what arrives for up to `nats::YIELD` (until
-    /// a message of another node is folded) before publishing, so that node gets its turn.
+    /// a message of another node is folded) before publishing, so that node gets its turn:
+    /// once per signal (a node that loses again signals again).
     fn give_way(&mut self) {
         let Some(c) = self.cluster.as_ref() else {
             return;
         };
-        if !c.log.others_waiting() {
+        let Some(signal) = c.log.others_waiting() else {
             return;
-        }
+        };
+        c.log.turn_given(signal);
         let handle = c.handle.clone();
         let until = Instant::now() + nats::YIELD;
         let start = c.stream_seq;

@@ -67,9 +67,40 @@ pub struct NatsLog {
     /// This process's name among the nodes (for the waiting signal).
     node: String,
     /// When another node last said it lost a race for the stream (ms since the epoch).
-    others_waiting_at: Arc<AtomicU64>,
+    others_waiting: Arc<Waiting>,
 }
 
+/// The other nodes' waiting signal as this node heard it: the time of the latest, or 0.
+#[derive(Default)]
+struct Waiting(AtomicU64);
+
+impl Waiting {
+    /// A message on the waiting subject, heard at `now`: another node's signal, or its `done`
+    /// that clears it; this node's own are ignored.
+    fn heard(&self, payload: &[u8], me: &str, now: u64) {
+        if payload.starts_with(me.as_bytes()) {
+            return;
+        }
+        let done = payload.ends_with(DONE_SUFFIX.as_bytes());
+        self.0.store(if done { 0 } else { now }, Ordering::Relaxed);
+    }
+
+    /// The time of a signal still fresh at `now`.
+    fn at(&self, now: u64) -> Option<u64> {
+        let at = self.0.load(Ordering::Relaxed);
+        (at > 0 && now.saturating_sub(at) < WAITING_FRESH_MS).then_some(at)
+    }
+
+    /// Clears the signal of time `at`, unless a newer one came in since.
+    fn turn_given(&self, at: u64) {
+        let _ = self
+            .0
+            .compare_exchange(at, 0, Ordering::Relaxed, Ordering::Relaxed);
+    }
+}
+
+/// Ends the waiting signal of a node that got its turn (see [`NatsLog::say_done`]).
+const DONE_SUFFIX: &str = " done";
 /// How long a node that lost a race counts as waiting, ms.
 const WAITING_FRESH_MS: u64 = 200;
 /// How long a node that may publish at once gives a waiting node to publish first.
@@ -100,7 +131,7 @@ impl NatsLog {
             .timeout(config.timeout)
             .build(client.clone());
         let node = client.new_inbox();
-        let others_waiting_at = Arc::new(AtomicU64::new(0));
+        let others_waiting = Arc::new(Waiting::default());
         // Fairness, not correctness: a node that keeps winning the race for the stream's next
         // sequence (its next group is ready the moment its last is acknowledged) would starve
         // the others, whose retries always arrive one message late. A node that lost says so on
@@ -109,12 +140,10 @@ impl NatsLog {
             .subscribe(waiting_subject(&config.stream))
             .await
             .map_err(|e| anyhow::anyhow!("subscribing to the waiting signal: {e}"))?;
-        let (me, at) = (node.clone(), others_waiting_at.clone());
+        let (me, heard) = (node.clone(), others_waiting.clone());
         tokio::spawn(async move {
             while let Some(m) = waiting.next().await {
-                if m.payload.as_ref() != me.as_bytes() {
-                    at.store(now_ms(), Ordering::Relaxed);
-                }
+                heard.heard(m.payload.as_ref(), &me, now_ms());
             }
         });
         let log = NatsLog {
@@ -122,7 +151,7 @@ impl NatsLog {
             js,
             config,
             node,
-            others_waiting_at,
+            others_waiting,
         };
         log.ensure_stream().await?;
         Ok(log)
@@ -203,9 +232,31 @@ impl NatsLog {
             .await;
     }
 
-    /// Whether another node lost a race lately (and should get a turn).
-    pub fn others_waiting(&self) -> bool {
-        now_ms().saturating_sub(self.others_waiting_at.load(Ordering::Relaxed)) < WAITING_FRESH_MS
+    /// This node, having lost a race, has now published: the others stop giving it turns (else
+    /// each would wait up to [`YIELD`] for a message it no longer has to send).
+    pub async fn say_done(&self) {
+        let _ = self
+            .client
+            .publish(
+                waiting_subject(&self.config.stream),
+                bytes::Bytes::from(format!("{}{DONE_SUFFIX}", self.node)),
+            )
+            .await;
+    }
+
+    /// When another node lost a race lately (and should get a turn): the time of its signal,
+    /// to hand to [`Self::turn_given`].
+    pub fn others_waiting(&self) -> Option<u64> {
+        self.others_waiting.at(now_ms())
+    }
+
+    /// The turn asked for by the signal of time `at` was given: that signal asks for no more.
+    /// A node that lost the race holds one group and publishes it on its next try; yielding
+    /// again for the same signal would only wait out [`YIELD`] (a ~25 ms stall of every write
+    /// for 200 ms after each lost race, which one client spread over the nodes showed). A
+    /// signal that came in since stays.
+    pub fn turn_given(&self, at: u64) {
+        self.others_waiting.turn_given(at);
     }
 
     /// The stream's last sequence.
@@ -297,4 +348,32 @@ fn waiting_subject(stream: &str) -> String {
 /// The next message of `feed`, or `None` when it ended.
 pub async fn next_message(feed: &mut Feed) -> Option<Result<jetstream::Message, String>> {
     feed.next().await.map(|r| r.map_err(|e| e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_waiting_signal_buys_one_turn_and_ends_when_its_node_published() {
+        let w = Waiting::default();
+        assert_eq!(w.at(1_000), None);
+        // This node's own signal and its own `done` are not the others'.
+        w.heard(b"_INBOX.me", "_INBOX.me", 1_000);
+        assert_eq!(w.at(1_000), None);
+        // Another node's signal is fresh for WAITING_FRESH_MS.
+        w.heard(b"_INBOX.other", "_INBOX.me", 1_000);
+        assert_eq!(w.at(1_000 + WAITING_FRESH_MS - 1), Some(1_000));
+        assert_eq!(w.at(1_000 + WAITING_FRESH_MS), None);
+        // Given its turn once, it asks for no more.
+        w.turn_given(1_000);
+        assert_eq!(w.at(1_001), None);
+        // A turn given for an older signal leaves a newer one.
+        w.heard(b"_INBOX.other", "_INBOX.me", 1_050);
+        w.turn_given(1_000);
+        assert_eq!(w.at(1_060), Some(1_050));
+        // The waiting node said it published: nobody waits for it.
+        w.heard(b"_INBOX.other done", "_INBOX.me", 1_070);
+        assert_eq!(w.at(1_071), None);
+    }
 }
