@@ -32,6 +32,12 @@ api=(18301 18302 18303)
 pids=()
 stop() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; }
 trap stop EXIT
+# Polls URL until it answers 2xx, for at most TRIES times 0.2 s.
+wait_ok() {
+  for _ in $(seq "$2"); do curl -fs "$1" >/dev/null && return; sleep 0.2; done
+  echo "no answer from $1" >&2
+  exit 1
+}
 
 routes=""
 for i in 0 1 2; do routes+="nats-route://127.0.0.1:${route[$i]}, "; done
@@ -60,12 +66,7 @@ EOF
   nats-server -c "$dir/$n/nats.conf" &
   pids+=($!)
 done
-for i in 0 1 2; do
-  for _ in $(seq 100); do
-    curl -fs "http://127.0.0.1:${mon[$i]}/healthz?js-enabled-only=true" >/dev/null && break
-    sleep 0.2
-  done
-done
+for i in 0 1 2; do wait_ok "http://127.0.0.1:${mon[$i]}/healthz?js-enabled-only=true" 100; done
 
 cargo build --release --bin auditmem -q
 log="nats://127.0.0.1:${client[0]},127.0.0.1:${client[1]},127.0.0.1:${client[2]}"
@@ -76,12 +77,7 @@ for i in 0 1 2; do
     > "$dir/api$((i + 1))/serve.log" 2>&1 &
   pids+=($!)
 done
-for i in 0 1 2; do
-  for _ in $(seq 300); do
-    curl -fs "http://127.0.0.1:${api[$i]}/healthz" >/dev/null && break
-    sleep 0.2
-  done
-done
+for i in 0 1 2; do wait_ok "http://127.0.0.1:${api[$i]}/healthz" 300; done
 
 also=()
 if [ "$nodes" = 3 ]; then also=(--also-url "http://127.0.0.1:${api[1]},http://127.0.0.1:${api[2]}"); fi
