@@ -297,18 +297,20 @@ fn verify_nats(
         .chain(expect_head.map(|h| h.seq));
     let mut v = Verifier::new(anchors);
     rt.block_on(async {
-        let client = async_nats::ConnectOptions::new()
-            .name("auditmem-verify")
-            .connection_timeout(std::time::Duration::from_secs(10))
-            .connect(servers.to_vec())
-            .await
-            .with_context(|| format!("connecting to {}", servers.join(",")))?;
-        let js = async_nats::jetstream::new(client.clone());
         // Right after a server or leader change the stream may not answer yet: retried for a
-        // while, as the nodes do.
+        // while, as the nodes do, each time on a new connection (the client picks a server at
+        // random), so a server whose JetStream side is still recovering is not asked again and
+        // again.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-        let (last, mut messages) = loop {
+        let (_client, last, mut messages) = loop {
             let attempt = async {
+                let client = async_nats::ConnectOptions::new()
+                    .name("auditmem-verify")
+                    .connection_timeout(std::time::Duration::from_secs(10))
+                    .connect(servers.to_vec())
+                    .await
+                    .with_context(|| format!("connecting to {}", servers.join(",")))?;
+                let js = async_nats::jetstream::new(client.clone());
                 let mut s = js
                     .get_stream(stream)
                     .await
@@ -328,7 +330,7 @@ fn verify_nats(
                     .await
                     .context("following the stream")?;
                 let messages = consumer.messages().await.context("following the stream")?;
-                anyhow::Ok((last, messages))
+                anyhow::Ok((client, last, messages))
             };
             match attempt.await {
                 Ok(found) => break found,
