@@ -1255,10 +1255,9 @@ impl Worker {
         let Some(c) = self.cluster.as_ref() else {
             return;
         };
-        let Some(signal) = c.log.others_waiting() else {
+        if !c.log.take_waiting_turn() {
             return;
-        };
-        c.log.turn_given(signal);
+        }
         let handle = c.handle.clone();
         let until = Instant::now() + nats::YIELD;
         let start = c.stream_seq;

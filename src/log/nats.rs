@@ -244,19 +244,16 @@ impl NatsLog {
             .await;
     }
 
-    /// When another node lost a race lately (and should get a turn): the time of its signal,
-    /// to hand to [`Self::turn_given`].
-    pub fn others_waiting(&self) -> Option<u64> {
-        self.others_waiting.at(now_ms())
-    }
-
-    /// The turn asked for by the signal of time `at` was given: that signal asks for no more.
-    /// A node that lost the race holds one group and publishes it on its next try; yielding
-    /// again for the same signal would only wait out [`YIELD`] (a ~25 ms stall of every write
-    /// for 200 ms after each lost race, which one client spread over the nodes showed). A
-    /// signal that came in since stays.
-    pub fn turn_given(&self, at: u64) {
+    /// Whether another node lost a race lately and should get a turn; a signal answers yes
+    /// once ([`Waiting::turn_given`]): a node that lost the race holds one group and publishes
+    /// it on its next try, so yielding again for the same signal would only wait out
+    /// [`YIELD`] (a ~25 ms stall of every write for 200 ms after each lost race).
+    pub fn take_waiting_turn(&self) -> bool {
+        let Some(at) = self.others_waiting.at(now_ms()) else {
+            return false;
+        };
         self.others_waiting.turn_given(at);
+        true
     }
 
     /// The stream's last sequence.

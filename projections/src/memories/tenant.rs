@@ -13,7 +13,7 @@ use strum::VariantArray as _;
 use rayon::prelude::*;
 use uuid::Uuid;
 
-use super::scopes::ScopeIndex;
+use super::scopes::{Candidates, ScopeIndex};
 use super::state::{Held, Kept, State};
 use super::{Extra, MemoryQuery, VectorSource, TREE};
 use crate::event::{vector_from_bytes, MemoryType};
@@ -184,15 +184,16 @@ impl TenantMemories {
         candidates: Option<usize>,
     ) -> std::io::Result<Vec<Hit>> {
         let narrowed = which.filter.and_then(|f| self.scopes.candidates(f));
-        if let Some(c) = &narrowed {
-            if c.bound() <= self.vectors.len() / 16 {
+        let passing = narrowed.as_ref().map(Candidates::bound);
+        if let (Some(c), Some(bound)) = (&narrowed, passing) {
+            if bound <= self.vectors.len() / 16 {
                 return self
                     .vectors
                     .search_among(query, c.ids(), filter, min_similarity, k);
             }
         }
         let how = FastSearch {
-            passing: narrowed.map(|c| c.bound()),
+            passing,
             candidates,
         };
         self.vectors

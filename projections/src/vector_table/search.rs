@@ -148,13 +148,16 @@ fn best_of_rows<T: Ord + Send>(
         .par_iter()
         .map(|&s| scan(s..(s + PAR_ROWS).min(n)))
         .collect::<io::Result<_>>()?;
-    let mut best = BinaryHeap::new();
-    for h in heaps {
-        for item in h {
-            keep_best(&mut best, item, k);
-        }
+    Ok(merge_best(heaps, k))
+}
+
+/// The best `k` of several scans' heaps.
+fn merge_best<T: Ord>(heaps: Vec<BinaryHeap<T>>, k: usize) -> BinaryHeap<T> {
+    let mut best = BinaryHeap::with_capacity(k + 1);
+    for item in heaps.into_iter().flatten() {
+        keep_best(&mut best, item, k);
     }
-    Ok(best)
+    best
 }
 
 impl VectorTable {
@@ -224,6 +227,13 @@ impl VectorTable {
         Ok(heap.into_sorted_vec())
     }
 
+    /// The query quantised as the int8 first pass takes it (widened to i16) and its scale.
+    fn quantized_query(&self, query: &[f32]) -> (Vec<i16>, f32) {
+        let mut q = vec![0i8; self.dim];
+        let q_scale = quantize(query, &mut q);
+        (q.iter().map(|&v| i16::from(v)).collect(), q_scale)
+    }
+
     /// First pass over the int8 rows: the best `n` rows as hits with approximate scores, with
     /// `dot` the integer dot product of a row with the quantised query.
     #[inline(always)]
@@ -282,9 +292,7 @@ impl VectorTable {
         min: f32,
         n: usize,
     ) -> BinaryHeap<Hit> {
-        let mut q = vec![0i8; self.dim];
-        let q_scale = quantize(query, &mut q);
-        let wide: Vec<i16> = q.iter().map(|&v| i16::from(v)).collect();
+        let (wide, q_scale) = self.quantized_query(query);
         // The int8 rows are in memory: this scan cannot fail.
         best_of_rows(self.ids.len(), n, |rows| {
             Ok(self.scan_quantized(rows, &wide, q_scale, filter, min, n))
@@ -442,9 +450,7 @@ impl VectorTable {
             }
             return Ok(heap.into_sorted_vec());
         }
-        let mut q = vec![0i8; self.dim];
-        let q_scale = quantize(query, &mut q);
-        let wide: Vec<i16> = q.iter().map(|&v| i16::from(v)).collect();
+        let (wide, q_scale) = self.quantized_query(query);
         let min = min_similarity - MIN_SIMILARITY_SLACK;
         let heaps: Vec<BinaryHeap<Hit>> = rows
             .par_chunks(PAR_ROWS / 4)
@@ -452,11 +458,7 @@ impl VectorTable {
                 self.scan_quantized(piece.iter().copied(), &wide, q_scale, filter, min, want)
             })
             .collect();
-        let mut first = BinaryHeap::with_capacity(want + 1);
-        for item in heaps.into_iter().flatten() {
-            keep_best(&mut first, item, want);
-        }
-        self.rescore(first, query, min_similarity, k)
+        self.rescore(merge_best(heaps, want), query, min_similarity, k)
     }
 
     /// The row most similar to `query` (by cosine alone) and its score.
