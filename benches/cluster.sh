@@ -68,11 +68,16 @@ EOF
 done
 for i in 0 1 2; do wait_ok "http://127.0.0.1:${mon[$i]}/healthz?js-enabled-only=true" 100; done
 
-cargo build --release --bin auditmem -q
+# The driver's bench build also builds the binary (the bench profile: release with line tables).
+# The nodes run a copy, so a later build does not delete the file under them and a profiler
+# still finds its symbols.
+# AUDITMEM_BIN runs another build of the nodes instead (an A/B in the same hour).
+cargo bench --bench load --no-run -q
+cp "${AUDITMEM_BIN:-target/release/auditmem}" "$dir/auditmem"
 log="nats://127.0.0.1:${client[0]},127.0.0.1:${client[1]},127.0.0.1:${client[2]}"
 for i in 0 1 2; do
   mkdir -p "$dir/api$((i + 1))"
-  AUDITMEM_ADMIN_TOKEN=$token target/release/auditmem serve --log "$log" \
+  AUDITMEM_ADMIN_TOKEN=$token "$dir/auditmem" serve --log "$log" \
     --data-dir "$dir/api$((i + 1))/data" --listen "127.0.0.1:${api[$i]}" \
     > "$dir/api$((i + 1))/serve.log" 2>&1 &
   pids+=($!)

@@ -575,6 +575,18 @@ struct Cluster {
     timeout: Duration,
 }
 
+/// A record of another node's message, checked against its own hash and decoded.
+struct Folded<'a> {
+    seq: u64,
+    ts_micros: i64,
+    prev: &'a [u8],
+    hash: [u8; 32],
+    /// Its bytes in the message.
+    range: std::ops::Range<usize>,
+    /// `None` for a record the mirror holds already.
+    event: Option<(Event, Prepared)>,
+}
+
 /// A group's records sealed on a head, not yet stored.
 struct Sealed {
     outcomes: Vec<Committed>,
@@ -751,7 +763,17 @@ impl Worker {
                 })
             };
             match next {
-                Next::Fed(Some(Ok(message))) => self.fold_message(&message),
+                Next::Fed(Some(Ok(message))) => {
+                    self.fold_message(&message);
+                    // The turn after another node's message may be this node's: with nothing
+                    // to publish, it hands the turn on at once instead of making the others
+                    // wait it out.
+                    if rx.is_empty() {
+                        if let Some(c) = self.cluster.as_ref() {
+                            handle.block_on(c.log.pass_if_mine(c.stream_seq));
+                        }
+                    }
+                }
                 Next::Fed(Some(Err(e))) => {
                     if e != "no feed" {
                         tracing::warn!(error = %e, "following the log stream; following it anew");
@@ -766,6 +788,13 @@ impl Worker {
                 }
                 Next::Submitted(None) => break,
                 Next::Submitted(Some(first)) => {
+                    // Waiting for the turn before gathering: what arrives meanwhile joins
+                    // this group rather than waiting a whole round for the next.
+                    if let Msg::Append(sub) = &first {
+                        let deadline =
+                            sub.at + self.cluster.as_ref().map_or(Duration::ZERO, |c| c.timeout);
+                        self.await_turn(deadline);
+                    }
                     if self.take(first, &mut rx) {
                         break;
                     }
@@ -843,18 +872,34 @@ impl Worker {
         if let Err(why) = self.fold_records(stream_seq, &message.payload) {
             tracing::error!(error = %why, stream_seq, "the log stream does not continue this node's chain; the appender refuses further writes");
             self.fail(why, Vec::new());
+            return;
+        }
+        if let Some(c) = self.cluster.as_ref() {
+            c.log.published(stream_seq, NatsLog::publisher(message));
         }
     }
 
     fn fold_records(&mut self, stream_seq: u64, payload: &[u8]) -> Result<(), String> {
+        use rayon::prelude::*;
         let mut chunks = Chunker::default();
         let mut subs = Vec::new();
         let mut outcomes: Vec<Committed> = Vec::new();
         let mut leaves = Vec::new();
         let mut head = self.head;
         let mut last_ts = self.last_ts;
-        if !payload.is_empty() {
-            for piece in super::record::pieces(payload) {
+        let pieces: Vec<_> = if payload.is_empty() {
+            Vec::new()
+        } else {
+            super::record::pieces(payload).collect()
+        };
+        // Each record's own checks and decoding on every core: the next node to publish waits
+        // for this fold (the turn order), while the others mostly wait for their turn. Only
+        // the linking below is sequential.
+        let known = head.seq;
+        let decoded: Vec<Result<Folded, String>> = pieces
+            .into_par_iter()
+            .with_min_len(32)
+            .map(|piece| {
                 let r = piece
                     .record
                     .map_err(|e| format!("stream message {stream_seq}: {e}"))?;
@@ -865,44 +910,71 @@ impl Worker {
                         r.seq
                     ));
                 }
-                if r.seq <= head.seq {
-                    // Already in the mirror: it must be the same record.
-                    let mine = self.log.get(r.seq).map_err(|e| e.to_string())?;
-                    if mine.map(|m| m.hash) != Some(hash) {
-                        return Err(format!(
-                            "stream message {stream_seq}: record {} differs from the mirror's",
-                            r.seq
-                        ));
-                    }
-                    continue;
-                }
-                if r.seq != head.seq + 1 || r.prev != head.hash.as_slice() {
+                let event = if r.seq <= known {
+                    None
+                } else {
+                    let event = Event::decode(r.event).map_err(|e| {
+                        format!("stream message {stream_seq}: record {}: {e}", r.seq)
+                    })?;
+                    let prepared = Projections::prepare(&event);
+                    Some((event, prepared))
+                };
+                Ok(Folded {
+                    seq: r.seq,
+                    ts_micros: r.ts_micros,
+                    prev: r.prev,
+                    hash,
+                    range: piece.range,
+                    event,
+                })
+            })
+            .collect();
+        for f in decoded {
+            let f = f?;
+            if f.seq <= head.seq {
+                // Already in the mirror: it must be the same record.
+                let mine = self.log.get(f.seq).map_err(|e| e.to_string())?;
+                if mine.map(|m| m.hash) != Some(f.hash) {
                     return Err(format!(
-                        "stream message {stream_seq}: record {} does not follow record {}",
-                        r.seq, head.seq
+                        "stream message {stream_seq}: record {} differs from the mirror's",
+                        f.seq
                     ));
                 }
-                let event = Event::decode(r.event)
-                    .map_err(|e| format!("stream message {stream_seq}: record {}: {e}", r.seq))?;
-                let prepared = Projections::prepare(&event);
-                chunks.push(r.seq, payload[piece.range.clone()].to_vec());
-                let (reply, _) = oneshot::channel();
-                subs.push(Submission {
-                    at: Instant::now(),
-                    events: vec![(event, Vec::new(), prepared)],
-                    check: None,
-                    // Nobody on this node waits for another node's records.
-                    reply,
-                });
-                outcomes.push(Committed {
-                    first_seq: r.seq,
-                    last_seq: r.seq,
-                    ts_micros: r.ts_micros,
-                });
-                head = Head { seq: r.seq, hash };
-                leaves.push(hash);
-                last_ts = last_ts.max(r.ts_micros);
+                continue;
             }
+            if f.seq != head.seq + 1 || f.prev != head.hash.as_slice() {
+                return Err(format!(
+                    "stream message {stream_seq}: record {} does not follow record {}",
+                    f.seq, head.seq
+                ));
+            }
+            let Some((event, prepared)) = f.event else {
+                // Decoded above unless at or before the mirror's head, handled above.
+                return Err(format!(
+                    "stream message {stream_seq}: record {} was not decoded",
+                    f.seq
+                ));
+            };
+            chunks.push(f.seq, payload[f.range].to_vec());
+            let (reply, _) = oneshot::channel();
+            subs.push(Submission {
+                at: Instant::now(),
+                events: vec![(event, Vec::new(), prepared)],
+                check: None,
+                // Nobody on this node waits for another node's records.
+                reply,
+            });
+            outcomes.push(Committed {
+                first_seq: f.seq,
+                last_seq: f.seq,
+                ts_micros: f.ts_micros,
+            });
+            head = Head {
+                seq: f.seq,
+                hash: f.hash,
+            };
+            leaves.push(f.hash);
+            last_ts = last_ts.max(f.ts_micros);
         }
         self.mirror(chunks, stream_seq)?;
         self.head = head;
@@ -1155,11 +1227,31 @@ impl Worker {
             .min()
             .unwrap_or_else(Instant::now);
         let deadline = (oldest + timeout).max(Instant::now() + Duration::from_millis(250));
-        self.give_way();
-        let mut lost = false;
+        // The group's precondition (only its first submission can have one, see `process`)
+        // was evaluated with everything up to here folded.
+        let mut checked_at = self.cluster.as_ref().map_or(0, |c| c.stream_seq);
         loop {
             if group.is_empty() {
                 return;
+            }
+            self.await_turn(deadline);
+            if self.failed.is_some() {
+                return self.commit(group);
+            }
+            // Other nodes' writes folded since (waiting for the turn, or after a lost race)
+            // may have changed what the precondition decides (credits, one export at a time
+            // across nodes: 2203): evaluate it again on the head the group is sealed on.
+            let at = self.cluster.as_ref().map_or(0, |c| c.stream_seq);
+            if at != checked_at {
+                checked_at = at;
+                if let Some(check) = group.first().and_then(|s| s.check.as_ref()) {
+                    self.wait_applied();
+                    if let Err(r) = check(&self.projections) {
+                        let s = group.remove(0);
+                        let _ = s.reply.send(Err(AppendError::Rejected(r)));
+                        continue;
+                    }
+                }
             }
             let mut sealed = self.seal(&group);
             let Some(c) = self.cluster.as_ref() else {
@@ -1199,21 +1291,15 @@ impl Worker {
                     }
                     metrics::histogram!("auditmem_cluster_publish_seconds")
                         .record(publish_us as f64 / 1e6);
-                    if lost {
-                        if let Some(c) = self.cluster.as_ref() {
-                            handle.block_on(c.log.say_done());
-                        }
+                    if let Some(c) = self.cluster.as_ref() {
+                        c.log.published(stream_seq, Some(c.log.node()));
                     }
                     self.stats.cluster_down.store(false, Ordering::Relaxed);
                     self.committed(group, sealed, publish_us);
                     return;
                 }
                 Published::Conflict => {
-                    lost = true;
                     metrics::counter!("auditmem_cluster_publish_conflicts_total").increment(1);
-                    if let Some(c) = self.cluster.as_ref() {
-                        handle.block_on(c.log.say_waiting());
-                    }
                     if let Err(why) = self.catch_up(deadline) {
                         return self.unavailable(why, group);
                     }
@@ -1224,14 +1310,6 @@ impl Worker {
                         // A retried publish whose first attempt was stored after all: the
                         // group is in the stream (folded as if another node's); answer it.
                         return self.answer_landed(group, sealed.outcomes);
-                    }
-                    // Only a group's first submission carries a precondition (`process`).
-                    if let Some(check) = group.first().and_then(|s| s.check.as_ref()) {
-                        self.wait_applied();
-                        if let Err(r) = check(&self.projections) {
-                            let s = group.remove(0);
-                            let _ = s.reply.send(Err(AppendError::Rejected(r)));
-                        }
                     }
                 }
                 Published::Unavailable(why) => {
@@ -1248,42 +1326,53 @@ impl Worker {
         }
     }
 
-    /// When another node lost a race lately, folds what arrives for up to `nats::YIELD` (until
-    /// a message of another node is folded) before publishing, so that node gets its turn:
-    /// once per signal (a node that loses again signals again).
-    fn give_way(&mut self) {
+    /// While the turn to publish is another node's ([`nats::Turn`]), folds what arrives,
+    /// until the turn is this node's or open, that node passes, or [`nats::TURN_WAIT`] (or
+    /// `deadline`) ran out: then this node publishes anyway and at worst loses one race.
+    fn await_turn(&mut self, deadline: Instant) {
         let Some(c) = self.cluster.as_ref() else {
             return;
         };
-        if !c.log.take_waiting_turn() {
-            return;
-        }
         let handle = c.handle.clone();
-        let until = Instant::now() + nats::YIELD;
-        let start = c.stream_seq;
+        let until = (Instant::now() + nats::TURN_WAIT).min(deadline);
+        let mut passes = c.log.passes();
         loop {
+            if self
+                .cluster
+                .as_ref()
+                .is_none_or(|c| c.log.turn() != nats::Turn::Theirs)
+            {
+                return;
+            }
             self.ensure_feed();
             let left = until.saturating_duration_since(Instant::now());
             let Some(feed) = self.cluster.as_mut().and_then(|c| c.feed.as_mut()) else {
                 return;
             };
             if left.is_zero() {
+                metrics::counter!("auditmem_cluster_turn_waits_expired_total").increment(1);
                 return;
             }
-            match handle
-                .block_on(async { tokio::time::timeout(left, nats::next_message(feed)).await })
-            {
-                Ok(Some(Ok(message))) => self.fold_message(&message),
-                Ok(Some(Err(_))) => {}
-                Ok(None) => {
+            let next = handle.block_on(async {
+                tokio::select! {
+                    m = tokio::time::timeout(left, nats::next_message(feed)) => Some(m),
+                    // Another node passed: whose turn it is may have changed.
+                    _ = passes.changed() => None,
+                }
+            });
+            match next {
+                None => {}
+                Some(Ok(Some(Ok(message)))) => self.fold_message(&message),
+                Some(Ok(Some(Err(_)))) => {}
+                Some(Ok(None)) => {
                     if let Some(c) = self.cluster.as_mut() {
                         c.feed = None;
                     }
                 }
-                Err(_) => return,
-            }
-            if self.cluster.as_ref().is_none_or(|c| c.stream_seq > start) {
-                return;
+                Some(Err(_)) => {
+                    metrics::counter!("auditmem_cluster_turn_waits_expired_total").increment(1);
+                    return;
+                }
             }
         }
     }

@@ -6,19 +6,20 @@
 //! folded, so a message lands only on the head its records were sealed on, and with
 //! `Nats-Msg-Id` = the hex of its last record's hash, so a publish retried after a lost
 //! acknowledgement is stored once. Every node follows the stream with an ordered consumer and
-//! folds what others published into its own `log` tree (the mirror) and projections.
+//! folds what others published into its own `log` tree (the mirror) and projections. The nodes
+//! take turns at publishing ([`Turns`]), so under load they do not race for each sequence.
 //!
 //! The stream's first message is an empty genesis message: JetStream skips the
 //! expected-last-sequence check when the expected value is 0, so without it two nodes could
 //! both store a first group on an empty stream.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream::message::PublishMessage;
 use async_nats::jetstream::{self, consumer, context::PublishErrorKind, stream};
 use futures_util::StreamExt;
+use tokio::sync::watch;
 
 /// The header naming the first and last log seq a message holds (for people reading the
 /// stream; folding and verifying read the records themselves).
@@ -64,47 +65,121 @@ pub struct NatsLog {
     pub client: async_nats::Client,
     pub js: jetstream::Context,
     pub config: NatsConfig,
-    /// This process's name among the nodes (for the waiting signal).
+    /// This process's name among the nodes (the `Auditmem-Node` header of what it publishes).
     node: String,
-    /// When another node last said it lost a race for the stream (ms since the epoch).
-    others_waiting: Arc<Waiting>,
+    /// Whose turn it is to publish next, as this node sees the stream.
+    turns: Arc<Turns>,
+    /// Moves whenever a pass is heard, so a node waiting for its turn looks again.
+    passes: watch::Sender<u64>,
 }
 
-/// The other nodes' waiting signal as this node heard it: the time of the latest, or 0.
-#[derive(Default)]
-struct Waiting(AtomicU64);
+/// The header naming the node that published a message: the stream's own record of who wrote
+/// when, from which every node derives the same turn order.
+pub const NODE_HEADER: &str = "Auditmem-Node";
+/// How long a node counts as publishing after its last message, ms.
+const ACTIVE_MS: u64 = 500;
+/// How long a node with something to publish waits for the node whose turn it is before it
+/// publishes anyway (racing for the sequence, as when nodes disagree on the turn).
+pub const TURN_WAIT: Duration = Duration::from_millis(50);
 
-impl Waiting {
-    /// A message on the waiting subject, heard at `now`: another node's signal, or its `done`
-    /// that clears it; this node's own are ignored.
-    fn heard(&self, payload: &[u8], me: &str, now: u64) {
-        if payload.starts_with(me.as_bytes()) {
+/// Whose turn it is to publish on the stream's next sequence.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Turn {
+    /// This node's: publish now.
+    Mine,
+    /// Nobody's in particular (nothing is known of who published last): publish now.
+    Open,
+    /// Another node's: wait until the stream moves, the node passes, or [`TURN_WAIT`].
+    Theirs,
+}
+
+/// The turn order: after a message published by node X, the turn goes to the next node after X,
+/// in name order, among the nodes that published in the last [`ACTIVE_MS`] (and this one), then
+/// around. A node whose turn it is with nothing to publish passes it on (a plain, not stored
+/// message). Under load every node always has a group ready, so the nodes take the stream in
+/// rounds instead of racing for each sequence (a lost race costs a round trip, a catch-up, a
+/// second seal and a second publish). It is advice, not safety: a publish still lands only on
+/// the sequence it was sealed on, and a node that disagrees (its view of who is active differs)
+/// or a turn held by a node that died costs one race, as before.
+#[derive(Default)]
+struct Turns(std::sync::Mutex<TurnState>);
+
+#[derive(Default)]
+struct TurnState {
+    /// Each publishing node and when its last message was folded here (ms since the epoch).
+    active: std::collections::HashMap<String, u64>,
+    /// The stream's last message as folded here, and who published it.
+    last: Option<(u64, String)>,
+    /// The nodes that passed the turn after the last message.
+    passed: Vec<String>,
+}
+
+impl Turns {
+    fn state(&self) -> std::sync::MutexGuard<'_, TurnState> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Message `seq` of the stream, published by `node` (`None`: a message without the header),
+    /// folded or acknowledged here at `now`.
+    fn published(&self, seq: u64, node: Option<&str>, now: u64) {
+        let mut s = self.state();
+        if s.last.as_ref().is_some_and(|(last, _)| *last >= seq) {
             return;
         }
-        let done = payload.ends_with(DONE_SUFFIX.as_bytes());
-        self.0.store(if done { 0 } else { now }, Ordering::Relaxed);
+        s.passed.clear();
+        match node {
+            Some(n) => {
+                s.active.insert(n.to_string(), now);
+                s.last = Some((seq, n.to_string()));
+            }
+            None => s.last = None,
+        }
+        s.active.retain(|_, at| now.saturating_sub(*at) < ACTIVE_MS);
     }
 
-    /// The time of a signal still fresh at `now`.
-    fn at(&self, now: u64) -> Option<u64> {
-        let at = self.0.load(Ordering::Relaxed);
-        (at > 0 && now.saturating_sub(at) < WAITING_FRESH_MS).then_some(at)
+    /// `node` passed the turn after message `seq`.
+    fn pass(&self, seq: u64, node: &str) {
+        let mut s = self.state();
+        if s.last.as_ref().is_some_and(|(last, _)| *last == seq)
+            && !s.passed.iter().any(|p| p == node)
+        {
+            s.passed.push(node.to_string());
+        }
     }
 
-    /// Clears the signal of time `at`, unless a newer one came in since.
-    fn turn_given(&self, at: u64) {
-        let _ = self
-            .0
-            .compare_exchange(at, 0, Ordering::Relaxed, Ordering::Relaxed);
+    /// Whose turn it is, for node `me` at `now`, after the last message folded here.
+    fn turn(&self, me: &str, now: u64) -> Turn {
+        let s = self.state();
+        let Some((_, publisher)) = &s.last else {
+            return Turn::Open;
+        };
+        let mut order: Vec<&str> = s
+            .active
+            .iter()
+            .filter(|(_, at)| now.saturating_sub(**at) < ACTIVE_MS)
+            .map(|(n, _)| n.as_str())
+            .collect();
+        for n in [me, publisher.as_str()] {
+            if !order.contains(&n) {
+                order.push(n);
+            }
+        }
+        order.sort_unstable();
+        let Some(from) = order.iter().position(|n| *n == publisher.as_str()) else {
+            return Turn::Open;
+        };
+        for i in 1..=order.len() {
+            let n = order[(from + i) % order.len()];
+            if n == me {
+                return Turn::Mine;
+            }
+            if !s.passed.iter().any(|p| p == n) {
+                return Turn::Theirs;
+            }
+        }
+        Turn::Open
     }
 }
-
-/// Ends the waiting signal of a node that got its turn (see [`NatsLog::say_done`]).
-const DONE_SUFFIX: &str = " done";
-/// How long a node that lost a race counts as waiting, ms.
-const WAITING_FRESH_MS: u64 = 200;
-/// How long a node that may publish at once gives a waiting node to publish first.
-pub const YIELD: Duration = Duration::from_millis(25);
 
 fn now_ms() -> u64 {
     std::time::SystemTime::now()
@@ -131,19 +206,21 @@ impl NatsLog {
             .timeout(config.timeout)
             .build(client.clone());
         let node = client.new_inbox();
-        let others_waiting = Arc::new(Waiting::default());
-        // Fairness, not correctness: a node that keeps winning the race for the stream's next
-        // sequence (its next group is ready the moment its last is acknowledged) would starve
-        // the others, whose retries always arrive one message late. A node that lost says so on
-        // a plain (not stored) subject, and the others give it one turn (`YIELD`).
-        let mut waiting = client
-            .subscribe(waiting_subject(&config.stream))
+        let turns = Arc::new(Turns::default());
+        let (passes, _) = watch::channel(0u64);
+        let mut heard = client
+            .subscribe(turns_subject(&config.stream))
             .await
-            .map_err(|e| anyhow::anyhow!("subscribing to the waiting signal: {e}"))?;
-        let (me, heard) = (node.clone(), others_waiting.clone());
+            .map_err(|e| anyhow::anyhow!("subscribing to the turn signal: {e}"))?;
+        let (me, t, p) = (node.clone(), turns.clone(), passes.clone());
         tokio::spawn(async move {
-            while let Some(m) = waiting.next().await {
-                heard.heard(m.payload.as_ref(), &me, now_ms());
+            while let Some(m) = heard.next().await {
+                if let Some((from, seq)) = parse_pass(m.payload.as_ref()) {
+                    if from != me {
+                        t.pass(seq, from);
+                        p.send_modify(|n| *n += 1);
+                    }
+                }
             }
         });
         let log = NatsLog {
@@ -151,7 +228,8 @@ impl NatsLog {
             js,
             config,
             node,
-            others_waiting,
+            turns,
+            passes,
         };
         log.ensure_stream().await?;
         Ok(log)
@@ -221,39 +299,49 @@ impl NatsLog {
             .max(64 * 1024)
     }
 
-    /// Tells the other nodes this one lost a race for the stream's next sequence.
-    pub async fn say_waiting(&self) {
+    /// This node's name (the `Auditmem-Node` header of what it publishes).
+    pub fn node(&self) -> &str {
+        &self.node
+    }
+
+    /// Message `seq` of the stream was published by `node` (its `Auditmem-Node` header).
+    pub fn published(&self, seq: u64, node: Option<&str>) {
+        self.turns.published(seq, node, now_ms());
+    }
+
+    /// The header value of a stream message's publisher.
+    pub fn publisher(message: &jetstream::Message) -> Option<&str> {
+        message
+            .headers
+            .as_ref()
+            .and_then(|h| h.get(NODE_HEADER))
+            .map(|v| v.as_str())
+    }
+
+    /// Whose turn it is to publish next, as this node sees it.
+    pub fn turn(&self) -> Turn {
+        self.turns.turn(&self.node, now_ms())
+    }
+
+    /// Whether the turn after message `seq` is this node's; then it passes it on, having
+    /// nothing to publish.
+    pub async fn pass_if_mine(&self, seq: u64) {
+        if self.turn() != Turn::Mine {
+            return;
+        }
+        self.turns.pass(seq, &self.node);
         let _ = self
             .client
             .publish(
-                waiting_subject(&self.config.stream),
-                bytes::Bytes::from(self.node.clone()),
+                turns_subject(&self.config.stream),
+                bytes::Bytes::from(format!("{} {PASS} {seq}", self.node)),
             )
             .await;
     }
 
-    /// This node, having lost a race, has now published: the others stop giving it turns (else
-    /// each would wait up to [`YIELD`] for a message it no longer has to send).
-    pub async fn say_done(&self) {
-        let _ = self
-            .client
-            .publish(
-                waiting_subject(&self.config.stream),
-                bytes::Bytes::from(format!("{}{DONE_SUFFIX}", self.node)),
-            )
-            .await;
-    }
-
-    /// Whether another node lost a race lately and should get a turn; a signal answers yes
-    /// once ([`Waiting::turn_given`]): a node that lost the race holds one group and publishes
-    /// it on its next try, so yielding again for the same signal would only wait out
-    /// [`YIELD`] (a ~25 ms stall of every write for 200 ms after each lost race).
-    pub fn take_waiting_turn(&self) -> bool {
-        let Some(at) = self.others_waiting.at(now_ms()) else {
-            return false;
-        };
-        self.others_waiting.turn_given(at);
-        true
+    /// Changes whenever another node passes a turn.
+    pub fn passes(&self) -> watch::Receiver<u64> {
+        self.passes.subscribe()
     }
 
     /// The stream's last sequence.
@@ -310,6 +398,7 @@ impl NatsLog {
                 .payload(payload.clone())
                 .message_id(&id)
                 .expected_last_sequence(expected)
+                .header(NODE_HEADER, self.node.as_str())
                 .header(FIRST_SEQ_HEADER, seqs.0.to_string().as_str())
                 .header(LAST_SEQ_HEADER, seqs.1.to_string().as_str());
             let left = deadline.saturating_duration_since(Instant::now());
@@ -338,8 +427,22 @@ impl NatsLog {
     }
 }
 
-fn waiting_subject(stream: &str) -> String {
-    format!("_AUDITMEM.{stream}.waiting")
+fn turns_subject(stream: &str) -> String {
+    format!("_AUDITMEM.{stream}.turns")
+}
+
+/// The word of a pass signal: `<node> pass <seq>`.
+const PASS: &str = "pass";
+
+/// `(node, seq)` of a pass signal.
+fn parse_pass(payload: &[u8]) -> Option<(&str, u64)> {
+    let text = std::str::from_utf8(payload).ok()?;
+    let mut words = text.split(' ');
+    let (node, word, seq) = (words.next()?, words.next()?, words.next()?);
+    if word != PASS || words.next().is_some() {
+        return None;
+    }
+    Some((node, seq.parse().ok()?))
 }
 
 /// The next message of `feed`, or `None` when it ended.
@@ -352,25 +455,48 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_waiting_signal_buys_one_turn_and_ends_when_its_node_published() {
-        let w = Waiting::default();
-        assert_eq!(w.at(1_000), None);
-        // This node's own signal and its own `done` are not the others'.
-        w.heard(b"_INBOX.me", "_INBOX.me", 1_000);
-        assert_eq!(w.at(1_000), None);
-        // Another node's signal is fresh for WAITING_FRESH_MS.
-        w.heard(b"_INBOX.other", "_INBOX.me", 1_000);
-        assert_eq!(w.at(1_000 + WAITING_FRESH_MS - 1), Some(1_000));
-        assert_eq!(w.at(1_000 + WAITING_FRESH_MS), None);
-        // Given its turn once, it asks for no more.
-        w.turn_given(1_000);
-        assert_eq!(w.at(1_001), None);
-        // A turn given for an older signal leaves a newer one.
-        w.heard(b"_INBOX.other", "_INBOX.me", 1_050);
-        w.turn_given(1_000);
-        assert_eq!(w.at(1_060), Some(1_050));
-        // The waiting node said it published: nobody waits for it.
-        w.heard(b"_INBOX.other done", "_INBOX.me", 1_070);
-        assert_eq!(w.at(1_071), None);
+    fn nodes_take_the_stream_in_turns_in_name_order_skipping_passes_and_the_idle() {
+        let t = Turns::default();
+        // Nothing known of who published last: anyone may.
+        assert_eq!(t.turn("b", 1_000), Turn::Open);
+        t.published(10, Some("a"), 1_000);
+        t.published(11, Some("b"), 1_001);
+        t.published(12, Some("c"), 1_002);
+        // After c, around to a.
+        assert_eq!(t.turn("a", 1_003), Turn::Mine);
+        assert_eq!(t.turn("b", 1_003), Turn::Theirs);
+        assert_eq!(t.turn("c", 1_003), Turn::Theirs);
+        // a passes: b's turn; a pass for another message counts for nothing.
+        t.pass(11, "a");
+        assert_eq!(t.turn("b", 1_003), Turn::Theirs);
+        t.pass(12, "a");
+        assert_eq!(t.turn("b", 1_003), Turn::Mine);
+        // Both others passed: the publisher goes again.
+        t.pass(12, "b");
+        assert_eq!(t.turn("c", 1_003), Turn::Mine);
+        // A new message clears the passes; an older one changes nothing.
+        t.published(13, Some("a"), 1_004);
+        t.published(12, Some("c"), 1_004);
+        assert_eq!(t.turn("b", 1_005), Turn::Mine);
+        assert_eq!(t.turn("c", 1_005), Turn::Theirs);
+        // A node that has not published for ACTIVE_MS is out of the order (b, c idle)...
+        t.published(14, Some("a"), 1_004 + ACTIVE_MS);
+        assert_eq!(t.turn("a", 1_004 + ACTIVE_MS), Turn::Mine);
+        // ...but the asking node always counts itself in.
+        assert_eq!(t.turn("c", 1_004 + ACTIVE_MS), Turn::Mine);
+        assert_eq!(t.turn("d", 1_004 + ACTIVE_MS), Turn::Mine);
+        assert_eq!(t.turn("0", 1_004 + ACTIVE_MS), Turn::Mine);
+        // A message without a publisher opens the turn.
+        t.published(15, None, 1_600);
+        assert_eq!(t.turn("a", 1_600), Turn::Open);
+    }
+
+    #[test]
+    fn pass_signals_parse_exactly() {
+        assert_eq!(parse_pass(b"_INBOX.x pass 42"), Some(("_INBOX.x", 42)));
+        assert_eq!(parse_pass(b"_INBOX.x pass"), None);
+        assert_eq!(parse_pass(b"_INBOX.x done 42"), None);
+        assert_eq!(parse_pass(b"_INBOX.x pass 42 1"), None);
+        assert_eq!(parse_pass(b"_INBOX.x pass -1"), None);
     }
 }

@@ -5,7 +5,7 @@
 //! chain links every one of its entries, the same on every node.
 
 use super::harness::{
-    api_node, clean_report, env_u64, request, tenant_with_key, verify_mirror, verify_nats,
+    api_node, clean_report, env_u64, poll, request, tenant_with_key, verify_mirror, verify_nats,
     wait_same_head, NatsCluster,
 };
 use crate::common::{blake3_hex, now_end_time, Server, ADMIN_TOKEN};
@@ -166,6 +166,75 @@ fn link_tenant_chain(listed: &[Value]) -> usize {
     items.len()
 }
 
+/// Rounds of three export requests for the tenant at the same moment, one to each node: each
+/// node decides "another export is processing" (2203) on its own folded log, so exactly one
+/// starts and the others are refused, whichever node's turn came first. The tenant's thousands
+/// of entries keep the started export processing well past the round.
+fn exports_one_at_a_time_across_nodes(nodes: &[Server], key: &str, after: u64) {
+    const ROUNDS: usize = 4;
+    let mut min = after;
+    for round in 0..ROUNDS {
+        let barrier = std::sync::Barrier::new(nodes.len());
+        let answers: Vec<(u16, Value, u64)> = std::thread::scope(|scope| {
+            let handles: Vec<_> = nodes
+                .iter()
+                .map(|n| {
+                    let barrier = &barrier;
+                    scope.spawn(move || {
+                        barrier.wait();
+                        let r = request(
+                            n,
+                            Method::POST,
+                            "/v1/audit/logs/export",
+                            key,
+                            Some(&json!({"format": "csv"})),
+                            Some(min),
+                        );
+                        (r.status, r.body.clone(), r.pos())
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("export thread"))
+                .collect()
+        });
+        let started: Vec<&(u16, Value, u64)> = answers
+            .iter()
+            .filter(|(status, _, _)| *status == 200)
+            .collect();
+        let busy = answers
+            .iter()
+            .filter(|(status, body, _)| *status == 409 && body["code"] == json!(2203))
+            .count();
+        assert_eq!(
+            (started.len(), busy),
+            (1, nodes.len() - 1),
+            "round {round}: one export starts, the others are 2203: {answers:?}"
+        );
+        let (_, body, pos) = started[0];
+        let id = body["data"]["export_id"].as_str().expect("export_id");
+        min = answers.iter().map(|(_, _, p)| *p).max().unwrap_or(*pos);
+        for (i, n) in nodes.iter().enumerate() {
+            poll(Duration::from_secs(60), "the export completed", || {
+                let r = request(
+                    n,
+                    Method::GET,
+                    &format!("/v1/audit/logs/export/{id}"),
+                    key,
+                    None,
+                    Some(*pos),
+                );
+                match (r.status, r.body["data"]["status"].as_str()) {
+                    (200, Some("completed")) => Ok(()),
+                    (200, Some("processing")) => Err(format!("node {i}: still processing")),
+                    _ => panic!("node {i}: export {id}: {} {}", r.status, r.body),
+                }
+            });
+        }
+    }
+}
+
 #[test]
 fn three_nodes_writing_one_tenant_agree_on_its_total_and_its_chains() {
     let secs = env_u64("AUDITMEM_CONTENTION_SECS").unwrap_or(15).max(1);
@@ -252,6 +321,7 @@ fn three_nodes_writing_one_tenant_agree_on_its_total_and_its_chains() {
         assert_eq!(e["action"], json!("gateway.chat"));
     }
     assert_eq!(link_tenant_chain(&listed[0]) as u64, want);
+    exports_one_at_a_time_across_nodes(&nodes, &key, head);
 
     let (code, out, err) = verify_nats(&nats, None);
     assert_eq!(code, 0, "{out}{err}");
