@@ -5,9 +5,11 @@
 import { ApiError, get, qs } from "./api.js";
 import { errorBox, fill, fmtTime, h, jsonBlock, table, field } from "./dom.js";
 import { matches, parse } from "./qualifiers.js";
-import { parseNote, verifyNote, verifyProof } from "./verify.js";
+import { checkCosignatures, parseNote, verifyNote, verifyProof } from "./verify.js";
 
 const PIN = "auditmem.console.verifier_key";
+const WITNESS_KEYS = "auditmem.console.witness_keys";
+const WITNESS_QUORUM = "auditmem.console.witness_quorum";
 const VERIFIED = "auditmem.console.last_verified";
 const POLL_MS = 5000;
 const PRESETS = [["1h", 3600e3], ["24h", 86400e3], ["7d", 7 * 86400e3], ["30d", 30 * 86400e3], ["all", null]];
@@ -17,6 +19,41 @@ export const pinned = {
   get: () => localStorage.getItem(PIN) || "",
   set: (v) => (v ? localStorage.setItem(PIN, v.trim()) : localStorage.removeItem(PIN)),
 };
+
+// Witness verifier keys (one a line) and the quorum K ("" for all pinned): public too, kept
+// across tabs like the log's key; typed or pasted by the person, never fetched.
+export const pinnedWitnesses = {
+  get: () => ({ keys: localStorage.getItem(WITNESS_KEYS) || "", quorum: localStorage.getItem(WITNESS_QUORUM) || "" }),
+  set: ({ keys, quorum }) => {
+    const k = keys.split("\n").map((l) => l.trim()).filter(Boolean).join("\n");
+    if (k) localStorage.setItem(WITNESS_KEYS, k);
+    else localStorage.removeItem(WITNESS_KEYS);
+    if (quorum.trim()) localStorage.setItem(WITNESS_QUORUM, quorum.trim());
+    else localStorage.removeItem(WITNESS_QUORUM);
+  },
+};
+
+/** The pinned witness keys and quorum fields: {el, value(), save()}. */
+function witnessFields() {
+  const saved = pinnedWitnesses.get();
+  const keys = h("textarea#witness-keys", { rows: "2", spellcheck: "false", placeholder: "witness.example/w1+keyid+base64 (one a line)", value: saved.keys });
+  const quorum = h("input#witness-quorum", { type: "number", min: "0", step: "1", placeholder: "all pinned", value: saved.quorum });
+  const value = () => ({ keys: keys.value, quorum: quorum.value });
+  return {
+    el: h("div.row.witness-pins",
+      field("Pinned witness keys", keys, "C2SP cosignature verifier keys (name+keyid+base64), one a line, from the witnesses' operators (auditmem witness pubkey), obtained out of band. Kept in this browser's local storage; they are public."),
+      field("Quorum K", quorum, "How many pinned witnesses must have cosigned; empty: all of them.")),
+    value,
+    save: () => pinnedWitnesses.set(value()),
+  };
+}
+
+/** A cosignature check's per-witness lines. */
+function witnessList(items, id) {
+  if (!items || !items.length) return null;
+  return h(`ul.witnesses#${id}`, items.map((i) => h("li", { class: i.ok === true ? "ok" : i.ok === false ? "bad" : "muted", "data-witness": i.name },
+    h("code", i.name), `: ${i.text}`)));
+}
 
 export function render(main, params) {
   if (params[0]) return renderDetail(main, params[0]);
@@ -195,19 +232,26 @@ function proofSection(id) {
       fill(proofBox, errorBox(e));
     }
   });
+  const wit = witnessFields();
   verifyBtn.addEventListener("click", async () => {
     pinned.set(keyInput.value);
+    wit.save();
     fill(result, h("p.muted", "Verifying…"));
-    const r = await verifyProof(proof, keyInput.value);
+    const r = await verifyProof(proof, keyInput.value, wit.value());
     if (r.ok) localStorage.setItem(VERIFIED, new Date().toISOString());
+    const notProven = r.witnesses && r.witnesses.length
+      ? "Not proven: that the pinned witnesses are independent of the log's operator (that is your choice of keys), that the content is true (only that it is what was recorded), or that you hold all your entries (an export's signed manifest and the per-tenant chain prove a complete range)."
+      : "Not proven: that every reader sees the same log (pin witness keys you trust to check their cosignatures), that the content is true (only that it is what was recorded), or that you hold all your entries (an export's signed manifest and the per-tenant chain prove a complete range).";
     fill(result,
       h("p#verdict", { class: r.ok ? "verdict ok" : "verdict bad", "data-ok": String(r.ok), role: "status" },
         r.ok ? "Verified. " : "Rejected: ", r.ok ? r.proven : r.failure),
-      h("ol.steps", r.steps.map((s) => h("li", { class: s.ok ? "ok" : "bad" }, h("span.mark", { "aria-hidden": "true" }, s.ok ? "✓ " : "✗ "), h("strong", s.name), ": ", s.detail))),
-      r.ok ? h("p.muted", "Not proven: that every reader sees the same log (check witness cosignatures with keys you trust), that the content is true (only that it is what was recorded), or that you hold all your entries (an export's signed manifest and the per-tenant chain prove a complete range).") : null);
+      h("ol.steps", r.steps.map((s) => h("li", { class: s.ok ? "ok" : "bad", "data-step": s.name }, h("span.mark", { "aria-hidden": "true" }, s.ok ? "✓ " : "✗ "), h("strong", s.name), ": ", s.detail,
+        witnessList(s.items, "proof-witnesses")))),
+      r.ok ? h("p.muted#not-proven", notProven) : null);
   });
   return h("section.card#proof-section", h("h2", "Inclusion proof"),
     field("Pinned verifier key", keyInput, "The log's C2SP verifier key, from your operator (auditmem admin pubkey → verifier_key), obtained out of band. Kept in this browser's local storage; it is public."),
+    wit.el,
     h("div.row", fetchBtn, verifyBtn), proofBox, result);
 }
 
@@ -230,19 +274,40 @@ export function renderIntegrity(main, role) {
       return null;
     }
   }
+  const wit = witnessFields();
   const check = h("button#check-note", { type: "button" }, "Check the signature in the browser");
   check.addEventListener("click", async () => {
     pinned.set(keyInput.value);
+    wit.save();
     const note = await load();
     if (!note) return;
-    const r = await verifyNote(note, keyInput.value);
-    fill(verdict, h("p", { class: r.ok ? "verdict ok" : "verdict bad", role: "status" }, r.ok ? `Signature valid: ${r.detail}.` : `Rejected: ${r.detail}.`));
+    const r = await verifyNote(note, keyInput.value, wit.value());
+    const co = r.cosignatures;
+    fill(listed);
+    fill(verdict,
+      h("p#note-verdict", { class: r.ok ? "verdict ok" : "verdict bad", role: "status" }, r.ok ? `Signature valid: ${r.detail}.` : `Rejected: ${r.detail}.`),
+      co ? h("p#cosign-verdict", { class: co.ok ? "verdict ok" : "verdict bad", "data-ok": String(co.ok) },
+        co.ok ? `Cosignatures: ${co.detail}.` : `Cosignatures rejected: ${co.detail}.`) : null,
+      co ? witnessList(co.items, "checkpoint-witnesses") : null);
   });
+  // Listed as soon as the note is loaded: unchecked until the button above is pressed.
+  const listed = h("div#cosignatures");
+  const loadAndList = async () => {
+    const note = await load();
+    if (!note) return;
+    try {
+      const n = parseNote(note);
+      const co = await checkCosignatures(n, "", "", n.sigs.find((x) => x.name === n.origin));
+      fill(listed, h("p.muted", `Cosignatures: ${co.detail}. Pin witness keys and press the button to check them.`));
+    } catch {
+      fill(listed);
+    }
+  };
   fill(main, h("section", h("h1", "Integrity"),
-    h("p", "The latest signed tree head of the transparency log (GET /log/checkpoint, public) and the witnesses that cosigned it. Cosignatures are listed, not checked: the console pins no witness key."),
+    h("p", "The latest signed tree head of the transparency log (GET /log/checkpoint, public) and the witnesses that cosigned it. The log's signature is checked against the pinned verifier key; each cosignature whose witness name and key id match a pinned witness key is checked (Ed25519 cosignature/v1, C2SP tlog-cosignature) and at least K of the pinned witnesses must have cosigned; the others are listed, not checked."),
     h("p.muted", `Last proof verified in this browser: ${last ? fmtTime(last) : "never"}. The service does not publish when an auditor last ran auditmem verify; run it yourself (docs/VERIFYING.md).`),
     role === "tenant" ? h("p.muted", "Your plan's retention window is shown on the audit log; business and custom plans show each entry's per-tenant chain hash.") : null,
-    field("Pinned verifier key", keyInput), check, verdict, out));
-  load();
+    field("Pinned verifier key", keyInput), wit.el, check, verdict, listed, out));
+  loadAndList();
   return null;
 }

@@ -1,6 +1,7 @@
 // Memories: browse by type (and by user, agent and session where the API has them), a
 // memory's versions, create/edit/delete with the API's own validation messages, and the
-// search playground. Optional fields (user_id, agent_id, session_id, metadata, expires_at,
+// search playground with its scope fields and `filters` JSON (docs/API.md, "Scopes, metadata
+// and filters"). Optional fields (user_id, agent_id, session_id, metadata, expires_at,
 // final_score, keyword_score) are shown when responses carry them and sent only when filled,
 // so the console works with servers before and after they were added.
 
@@ -76,12 +77,12 @@ function createForm(onDone) {
     if (importance.value !== "") body.importance = Number(importance.value);
     for (const k of SCOPES) if (scopes[k].value.trim()) body[k] = scopes[k].value.trim();
     if (metadata.value.trim()) {
-      try {
-        body.metadata = JSON.parse(metadata.value);
-      } catch (err) {
-        fill(msg, h("div.error", { role: "alert" }, `metadata is not JSON: ${err.message}`));
+      const p = parseJson(metadata.value, "metadata");
+      if (p.error) {
+        fill(msg, h("div.error", { role: "alert" }, p.error));
         return;
       }
+      body.metadata = p.value;
     }
     if (expires.value) body.expires_at = `${expires.value}:00Z`;
     try {
@@ -96,16 +97,32 @@ function createForm(onDone) {
   return form;
 }
 
+/** `text` parsed as JSON, or {error} naming what: the console's own check before any call. */
+function parseJson(text, what) {
+  try {
+    return { value: JSON.parse(text) };
+  } catch (e) {
+    return { error: `${what} is not JSON (${e.message})` };
+  }
+}
+
+const compact = (v) => (v === undefined || v === null ? "—" : JSON.stringify(v));
+
 function playground() {
   const query = h("input#search-query", { type: "search" });
   const topK = h("input#search-top-k", { type: "number", value: "5", min: "1", max: "100" });
   const minSim = h("input#search-min", { type: "number", step: "0.05", placeholder: "0" });
   const type = typeSelect("search-type", "any type");
   const mode = h("select#search-mode", h("option", { value: "" }, "server default"), ["semantic", "keyword", "hybrid"].map((m) => h("option", { value: m }, m)));
+  const scopes = Object.fromEntries(SCOPES.map((k) => [k, h(`input#search-${k}`, { type: "text", spellcheck: "false" })]));
+  const filters = h("textarea#search-filters.filter-json", { rows: "3", spellcheck: "false", placeholder: "{\"metadata.topic\": {\"in\": [\"billing\", \"eu\"]}, \"importance\": {\"gte\": 0.5}}", "aria-describedby": "search-filters-help" });
   const out = h("div#search-results");
   const form = h("form.card", { role: "search", "aria-label": "Search playground" }, h("h2", "Search playground"),
     field("Query", query),
     h("div.row", field("top_k", topK), field("min_similarity", minSim), field("Type", type), field("search_mode", mode, "sent only when chosen")),
+    h("div.row", SCOPES.map((k) => field(k, scopes[k], "an eq condition of filters, sent only when filled"))),
+    field("filters (JSON)", filters),
+    h("small#search-filters-help.hint", "mem0's v2 filters (docs/API.md, Scopes, metadata and filters): fields user_id, agent_id, session_id, memory_type, importance, created_at, updated_at, metadata.<key>; AND, OR, NOT. Sent only when filled, ANDed with the scope fields; the API names any malformed part."),
     h("button#search-go", { type: "submit" }, "Search"), out);
   form.addEventListener("submit", async (e) => {
     e.preventDefault();
@@ -114,6 +131,19 @@ function playground() {
     if (minSim.value !== "") body.min_similarity = Number(minSim.value);
     if (type.value) body.memory_type = type.value;
     if (mode.value) body.search_mode = mode.value;
+    // The scope fields are eq conditions; the JSON is sent as typed, for the API to judge.
+    const parts = [];
+    const scoped = Object.fromEntries(SCOPES.filter((k) => scopes[k].value.trim()).map((k) => [k, scopes[k].value.trim()]));
+    if (Object.keys(scoped).length) parts.push(scoped);
+    if (filters.value.trim()) {
+      const p = parseJson(filters.value, "filters");
+      if (p.error) {
+        fill(out, h("div.error", { role: "alert" }, p.error));
+        return;
+      }
+      parts.push(p.value);
+    }
+    if (parts.length) body.filters = parts.length === 1 ? parts[0] : { AND: parts };
     try {
       const d = await post("/v1/memories/search", body);
       const rows = d.results || [];
@@ -126,7 +156,10 @@ function playground() {
       ];
       if (has(rows, "keyword_score")) cols.push(["keyword_score", (r) => num(r.keyword_score, 6)]);
       if (has(rows, "final_score")) cols.push(["final_score", (r) => num(r.final_score, 6)]);
+      for (const k of SCOPES) if (has(rows, k)) cols.push([k, (r) => r[k] ?? "—"]);
+      if (has(rows, "metadata")) cols.push(["metadata", (r) => h("code", compact(r.metadata))]);
       fill(out,
+        body.filters ? h("p#search-sent.muted", "filters sent: ", h("code", JSON.stringify(body.filters))) : null,
         h("p#search-count", `${rows.length} ${rows.length === 1 ? "result" : "results"}, in the API's order.`),
         has(rows, "final_score") ? null : h("p.muted", "This server does not return final_score; it ranks by 0.85 × score + 0.15 × importance (docs/API.md)."),
         rows.length ? table(cols, rows, { label: "Search results" }) : h("p.empty", "No results."));
@@ -151,14 +184,32 @@ function renderOne(main, id) {
     }
     const content = h("textarea#edit-content", { rows: "3", value: m.content });
     const importance = h("input#edit-importance", { type: "number", step: "0.05", value: String(m.importance) });
+    const metaText = m.metadata === undefined || m.metadata === null ? "" : JSON.stringify(m.metadata, null, 2);
+    const metadata = h("textarea#edit-metadata.filter-json", { rows: "3", spellcheck: "false", value: metaText });
+    const scoped = SCOPES.filter((k) => m[k] !== undefined && m[k] !== null);
     const msg = h("div#edit-msg");
     const edit = h("form.card", { "aria-label": "Edit" }, h("h2", "Edit"), field("Content", content), field("Importance", importance),
+      field("metadata (JSON object)", metadata, "Replaces the memory's metadata; emptied, it clears it (null). Sent only when changed."),
+      h("p.muted#edit-scopes", scoped.length
+        ? `Scope: ${scoped.map((k) => `${k} ${m[k]}`).join(", ")}. The API sets scopes at creation only (PATCH takes content, importance, metadata, expires_at).`
+        : "No scope. The API sets scopes at creation only (PATCH takes content, importance, metadata, expires_at)."),
       h("button#save-memory", { type: "submit" }, "Save"), msg);
     edit.addEventListener("submit", async (e) => {
       e.preventDefault();
       const body = {};
       if (content.value !== m.content) body.content = content.value;
       if (importance.value !== String(m.importance)) body.importance = importance.value === "" ? null : Number(importance.value);
+      if (metadata.value !== metaText) {
+        if (!metadata.value.trim()) body.metadata = null;
+        else {
+          const p = parseJson(metadata.value, "metadata");
+          if (p.error) {
+            fill(msg, h("div.error", { role: "alert" }, p.error));
+            return;
+          }
+          body.metadata = p.value;
+        }
+      }
       try {
         await patch(`/v1/memories/${m.id}`, body);
         load();

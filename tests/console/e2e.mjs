@@ -5,7 +5,9 @@
 // Env: CONSOLE_URL (the server's base URL), ADMIN_TOKEN, KEY_A (a business tenant "acme" with
 // every permission, three gateway.chat entries, one a 429 of gpt-4o-mini), KEY_B (a pro tenant
 // "globex"), MEMORY_A (a memory id of acme), VERIFIER_KEY (the log's C2SP verifier key),
-// SCREENSHOTS (a directory for the screenshots, optional), CHROMIUM (default /usr/bin/chromium).
+// WITNESS_KEY (the cosignature verifier key of a real witness that cosigned the latest
+// checkpoint), WRONG_WITNESS_KEY (another key under the witness's name), SCREENSHOTS (a
+// directory for the screenshots, optional), CHROMIUM (default /usr/bin/chromium).
 
 import { chromium } from "playwright-core";
 import fs from "node:fs";
@@ -22,6 +24,16 @@ const env = (k) => {
 };
 const URL_ = env("CONSOLE_URL"), ADMIN = env("ADMIN_TOKEN"), KEY_A = env("KEY_A"), KEY_B = env("KEY_B");
 const VKEY = env("VERIFIER_KEY"), MEMORY_A = env("MEMORY_A");
+const WKEY = env("WITNESS_KEY"), WRONG_WKEY = env("WRONG_WITNESS_KEY");
+const [WNAME, WID] = WKEY.split("+");
+// The time a note's cosignature line by the witness carries (its first 8 bytes after the key
+// id), read here independently of the console, as RFC 3339.
+function cosignedAt(note) {
+  const line = note.split("\n").find((l) => l.startsWith(`\u2014 ${WNAME} `));
+  if (!line) throw new Error(`FAILED: no cosignature line by ${WNAME} in ${note}`);
+  const t = Buffer.from(line.split(" ")[2], "base64").readBigUInt64BE(4);
+  return new Date(Number(t) * 1000).toISOString().replace(".000Z", "Z");
+}
 const SHOTS = process.env.SCREENSHOTS || "";
 const started = Date.now();
 let checks = 0;
@@ -152,12 +164,60 @@ try {
   await page.locator("#proof dl").waitFor();
   await page.locator("#verify").click();
   await page.locator("#verdict").waitFor();
-  await page.locator("#proof-section").scrollIntoViewIfNeeded();
   ok(await page.locator("#verdict").getAttribute("data-ok") === "true", "the proof verifies in the browser", await text("#proof-result"));
   const verdict = await text("#verdict");
   ok(verdict.startsWith(`Verified. Proven: audit entry ${entryId}, with its exact content and time, is record `), "the verdict says what was proven", verdict);
-  eq(await page.locator("ol.steps li.ok").count(), 8, "checks passed");
+  eq(await page.locator("ol.steps > li.ok").count(), 8, "checks passed");
+  // No witness key pinned: the witness's cosignature is listed, not checked.
+  const step2 = () => text('ol.steps > li[data-step="cosignatures"]');
+  eq(await step2(), `✓ cosignatures: cosigned by ${WNAME} (not checked: no witness key is pinned)\n${WNAME}: not checked: no witness key of this name and key id is pinned`, "an unpinned cosignature is listed, not checked");
+
+  // The witness's key pinned: its cosignature is checked in the browser.
+  const proofNote = await page.locator("#proof pre").textContent();
+  const at = cosignedAt(proofNote);
+  const pd = async (k) => (await page.locator(`#proof dt:text-is("${k}") + dd`).innerText()).trim();
+  await page.locator("#witness-keys").fill(WKEY);
+  await page.locator("#verify").click();
+  await page.waitForFunction(() => document.querySelector("#verdict")?.dataset.ok === "true" && document.querySelector("#proof-witnesses"));
+  eq(await step2(), `✓ cosignatures: 1 of the 1 pinned witnesses verified, 1 required\n${WNAME}+${WID}: verified (cosigned at ${at})`, "the pinned witness's cosignature verifies");
+  eq(await text("#verdict"), `Verified. Proven: audit entry ${entryId}, with its exact content and time, is record ${await pd("seq")} of the log ${VKEY.split("+")[0]}, whose tree of size ${await pd("tree_size")} (root ${await pd("root_hash")}) is signed by the pinned key. It is cosigned by the pinned witness ${WNAME} (at ${at}): each stated at that time that this tree head is consistent with every earlier one of this log it had cosigned. A log that later drops or changes this record cannot be consistent with this checkpoint.`, "the verdict names the witness and what it stated");
+  eq(await page.evaluate(() => localStorage.getItem("auditmem.console.witness_keys")), WKEY, "the witness key is kept in local storage");
+  await page.locator("#proof-section").scrollIntoViewIfNeeded();
   await shot("verify-proof");
+  // Another key under the witness's name: no cosignature from it, the step fails.
+  await page.locator("#witness-keys").fill(WRONG_WKEY);
+  await page.locator("#verify").click();
+  await page.waitForFunction(() => document.querySelector("#verdict")?.dataset.ok === "false");
+  eq(await text("#verdict"), "Rejected: missing cosignatures: 0 of the 1 pinned witnesses verified, 1 required", "a wrong witness key is refused");
+  eq(await step2(), `✗ cosignatures: missing cosignatures: 0 of the 1 pinned witnesses verified, 1 required\n${WNAME}+${WRONG_WKEY.split("+")[1]}: no cosignature from ${WNAME} under this key (its line under key id ${WID} is not this key's)\n${WNAME}: not checked: no witness key of this name and key id is pinned`, "the wrong key's step names the missing cosignature");
+  // The right key, a quorum of 2 with one witness pinned: refused.
+  await page.locator("#witness-keys").fill(WKEY);
+  await page.locator("#witness-quorum").fill("2");
+  await page.locator("#verify").click();
+  await page.waitForFunction(() => document.querySelector("#verdict")?.textContent.includes("2 required"));
+  eq(await text("#verdict"), "Rejected: missing cosignatures: 1 of the 1 pinned witnesses verified, 2 required", "a quorum above the witnesses that cosigned");
+  await page.locator("#witness-quorum").fill("");
+  // The witness's cosignature with one signature byte changed: a bad cosignature.
+  await page.route("**/proof", async (route) => {
+    const resp = await route.fetch();
+    const body = await resp.json();
+    const line = body.data.checkpoint.split("\n").find((l) => l.startsWith(`\u2014 ${WNAME} `));
+    const sig = Buffer.from(line.split(" ")[2], "base64");
+    sig[sig.length - 1] ^= 1;
+    body.data.checkpoint = body.data.checkpoint.replace(line, `\u2014 ${WNAME} ${sig.toString("base64")}`);
+    await route.fulfill({ response: resp, json: body });
+  });
+  await page.locator("#get-proof").click();
+  await page.waitForTimeout(200);
+  await page.locator("#verify").click();
+  await page.waitForFunction(() => document.querySelector("#verdict")?.textContent.includes("bad cosignature"));
+  eq(await text("#verdict"), `Rejected: bad cosignature: the cosignature by ${WNAME} does not verify`, "a tampered cosignature is refused");
+  eq(await text("#proof-witnesses"), `${WNAME}+${WID}: bad cosignature: it does not verify with this key`, "the tampered cosignature's line");
+  await page.unroute("**/proof");
+  await page.locator("#get-proof").click();
+  await page.waitForTimeout(200);
+  await page.locator("#verify").click();
+  await page.waitForFunction(() => document.querySelector("#verdict")?.dataset.ok === "true");
 
   // A tampered audit path: the browser must refuse it.
   await page.route("**/proof", async (route) => {
@@ -226,9 +286,19 @@ try {
   await page.goto(`${URL_}/console/#/integrity`);
   eq(await page.locator("#pin-key").inputValue(), VKEY, "the pinned key is remembered");
   await page.locator("#check-note").click();
-  await page.locator("#checkpoint-verdict p").waitFor();
-  eq(await text("#checkpoint-verdict p"), `Signature valid: signed by the pinned key ${VKEY.split("+").slice(0, 2).join("+")}.`, "the checkpoint's signature");
+  await page.locator("#note-verdict").waitFor();
+  eq(await text("#note-verdict"), `Signature valid: signed by the pinned key ${VKEY.split("+").slice(0, 2).join("+")}.`, "the checkpoint's signature");
+  eq(await page.locator("#witness-keys").inputValue(), WKEY, "the pinned witness key is remembered");
+  eq(await text("#cosign-verdict"), "Cosignatures: 1 of the 1 pinned witnesses verified, 1 required.", "the checkpoint's cosignatures");
+  eq(await text("#checkpoint-witnesses"), `${WNAME}+${WID}: verified (cosigned at ${cosignedAt(await page.locator("#checkpoint pre").textContent())})`, "the witness's cosignature on the Integrity screen");
   await shot("integrity");
+  await page.locator("#witness-keys").fill(WRONG_WKEY);
+  await page.locator("#check-note").click();
+  await page.waitForFunction(() => document.querySelector("#cosign-verdict")?.dataset.ok === "false");
+  eq(await text("#cosign-verdict"), "Cosignatures rejected: missing cosignatures: 0 of the 1 pinned witnesses verified, 1 required.", "the Integrity screen refuses a wrong witness key");
+  await page.locator("#witness-keys").fill(WKEY);
+  await page.locator("#check-note").click();
+  await page.waitForFunction(() => document.querySelector("#cosign-verdict")?.dataset.ok === "true");
 
   // --- memories ------------------------------------------------------------------------------
   await page.goto(`${URL_}/console/#/memories`);
@@ -268,6 +338,79 @@ try {
   await page.waitForFunction(() => document.querySelector("#history-summary")?.textContent === "3 versions, deleted.");
   eq(await page.locator("#history tbody tr td:first-child").allInnerTexts().then((t) => t.join(",")), "created,updated,deleted", "history changes");
   ok((await text("main .error")).startsWith("Error 404 · code 4040"), "the deleted memory is gone");
+
+  // Scopes, metadata and the search filter: two memories of two users, one filter that
+  // selects one of them.
+  await page.goto(`${URL_}/console/#/memories`);
+  await page.locator("#memory-count").waitFor();
+  await page.locator('form[aria-label="Create a memory"] summary').click();
+  for (const [content, user, meta] of [
+    ["Alice prefers answers in Spanish", "alice", '{"topic": "language", "tier": "gold"}'],
+    ["Bob prefers answers in French", "bob", '{"topic": "language", "tier": "silver"}'],
+  ]) {
+    await page.locator("#new-content").fill(content);
+    await page.locator("#new-type").selectOption("rule");
+    await page.locator("#new-importance").fill("0.5");
+    await page.locator("#new-user_id").fill(user);
+    await page.locator("#new-metadata").fill(meta);
+    const before = await page.locator("#created-link").count() ? await page.locator("#created-link").innerText() : "";
+    await page.locator("#create-memory").click();
+    await page.waitForFunction((b) => document.querySelector("#created-link") && document.querySelector("#created-link").textContent !== b, before);
+  }
+  const bobId = await page.locator("#created-link").innerText();
+  await page.locator("#search-query").fill("Which language should answers be in?");
+  await page.locator("#search-top-k").fill("5");
+  await page.locator("#search-min").fill("-1");
+  await page.locator("#search-filters").fill('{"metadata.tier": "gold"}');
+  await page.locator("#search-go").click();
+  await page.waitForFunction(() => document.querySelector("#search-sent")?.textContent.includes("gold"));
+  eq(await text("#search-sent"), 'filters sent: {"metadata.tier":"gold"}', "the filter sent");
+  eq(await text("#search-count"), "1 result, in the API's order.", "the filter selects one memory");
+  const cell = async (name) => {
+    const heads = await page.locator("#search-results thead th").allInnerTexts();
+    return page.locator(`#search-results tbody tr:first-child td:nth-child(${heads.indexOf(name) + 1})`).innerText();
+  };
+  eq(await cell("Content"), "Alice prefers answers in Spanish", "the filtered result");
+  eq(await cell("user_id"), "alice", "its user_id");
+  eq(await cell("metadata"), '{"tier":"gold","topic":"language"}', "its metadata, as the API returns it (keys sorted)");
+  // A scope field alone: Bob's.
+  await page.locator("#search-filters").fill("");
+  await page.locator("#search-user_id").fill("bob");
+  await page.locator("#search-go").click();
+  await page.waitForFunction(() => document.querySelector("#search-sent")?.textContent.includes("bob"));
+  eq(await text("#search-sent"), 'filters sent: {"user_id":"bob"}', "the scope field as a filter");
+  eq(await page.locator("#search-results tbody tr td:nth-child(2)").allInnerTexts().then((t) => t.join("|")), "Bob prefers answers in French", "the scope selects Bob's memory");
+  // Both, ANDed: none matches.
+  await page.locator("#search-filters").fill('{"metadata.tier": "gold"}');
+  await page.locator("#search-go").click();
+  await page.waitForFunction(() => document.querySelector("#search-sent")?.textContent.includes("AND"));
+  eq(await text("#search-sent"), 'filters sent: {"AND":[{"user_id":"bob"},{"metadata.tier":"gold"}]}', "scope and filter ANDed");
+  eq(await text("#search-count"), "0 results, in the API's order.", "bob has no gold memory");
+  await page.locator("#search-user_id").fill("");
+  // A malformed filter: the API's 400, its code and message.
+  await page.locator("#search-filters").fill('{"owner": "alice"}');
+  await page.locator("#search-go").click();
+  await page.locator("#search-results .error").waitFor();
+  eq(await text("#search-results .error"), "Error 400 · code 4000: filters.owner: unknown field; filter on user_id, agent_id, session_id, memory_type, importance, created_at, updated_at or metadata.<key>, or AND, OR, NOT", "a malformed filter's API error");
+  // Not JSON: said here, nothing sent.
+  const notJson = '{"user_id": ';
+  await page.locator("#search-filters").fill(notJson);
+  await page.locator("#search-go").click();
+  await page.waitForFunction(() => document.querySelector("#search-results .error")?.textContent.startsWith("filters is not JSON"));
+  const parseMsg = await page.evaluate((t) => { try { JSON.parse(t); return ""; } catch (e) { return e.message; } }, notJson);
+  eq(await text("#search-results .error"), `filters is not JSON (${parseMsg})`, "a filter that is not JSON");
+  // Edit Bob's metadata: PATCH replaces it.
+  await page.goto(`${URL_}/console/#/memories/${bobId}`);
+  await page.locator("#edit-metadata").waitFor();
+  eq(await text("#edit-scopes"), "Scope: user_id bob. The API sets scopes at creation only (PATCH takes content, importance, metadata, expires_at).", "the scope shown on edit");
+  await page.locator("#edit-metadata").fill('{"topic": "language", "tier": "gold"}');
+  await page.locator("#save-memory").click();
+  await page.waitForFunction(() => document.querySelector("#history-summary")?.textContent === "2 versions.");
+  eq(JSON.parse(await page.locator('dt:text-is("metadata") + dd pre').innerText()).tier, "gold", "the edited metadata");
+  await page.locator("#edit-metadata").fill("[1]");
+  await page.locator("#save-memory").click();
+  await page.locator("#edit-msg .error").waitFor();
+  eq(await text("#edit-msg .error"), "Error 400 · code 4000: metadata must be a JSON object", "metadata that is not an object");
   await signOut();
 
   // --- another tenant sees nothing of acme's --------------------------------------------------

@@ -150,6 +150,61 @@ fn require(path: &Path, what: &str) {
     );
 }
 
+/// A checkpoint signed by a log key and cosigned by a witness with the crate's own
+/// `CosignatureSigner` (the code `auditmem witness` signs with), at a fixed time, for the
+/// console's cosignature check (console/verify.js) to verify under node: the note, the log's
+/// and the witness's verifier keys, another key of the same witness name, and a witness key
+/// of small order with a signature that plain Ed25519 accepts and `verify_strict` refuses.
+fn cosignature_vector() -> Value {
+    use auditmem::tlog::cosignature::{CosignatureSigner, CosignatureVerifier};
+    use base64::prelude::{Engine as _, BASE64_STANDARD};
+    use ed25519_dalek::{SigningKey, VerifyingKey};
+    use signed_note::{Note, Signer, Verifier};
+
+    const TIME: u64 = 1_700_000_000;
+    let log = SigningKey::from_bytes(&[21; 32]);
+    let origin = "console.test/log";
+    let signer = auditmem::tlog::note::signer(origin, &log).expect("log signer");
+    let note = auditmem::tlog::note::sign(&signer, 7, &tlog_tiles::Hash([5; 32])).expect("sign");
+    let witness = CosignatureSigner::new("witness.test/w1", SigningKey::from_bytes(&[22; 32]))
+        .expect("witness")
+        .with_clock(|| TIME);
+    let mut cosigned = Note::from_bytes(note.as_bytes()).expect("note");
+    cosigned
+        .add_sigs(&[&witness as &dyn Signer])
+        .expect("cosign");
+    let cosigned = String::from_utf8(cosigned.to_bytes()).expect("utf8");
+    // The Rust side verifies what it hands over.
+    let v = CosignatureVerifier::new(&witness.verifier_key()).expect("vkey");
+    let body = note.split_once("\n\n").expect("note").0.to_string() + "\n";
+    let sig = witness.sign_at(TIME, body.as_bytes()).expect("sign");
+    assert!(v.verify(body.as_bytes(), &sig));
+    let other = CosignatureSigner::new("witness.test/w1", SigningKey::from_bytes(&[23; 32]))
+        .expect("other");
+    // The identity point as a witness key, with R the identity and S = 0: a signature of
+    // every message under plain Ed25519, refused by verify_strict (a small-order key).
+    let mut identity = [0u8; 32];
+    identity[0] = 1;
+    let weak = CosignatureVerifier::from_key(
+        "weak.test/w",
+        VerifyingKey::from_bytes(&identity).expect("a point"),
+    )
+    .expect("weak");
+    let mut weak_sig = TIME.to_be_bytes().to_vec();
+    weak_sig.extend_from_slice(&identity);
+    weak_sig.extend_from_slice(&[0; 32]);
+    assert!(!weak.verify(body.as_bytes(), &weak_sig));
+    json!({
+        "note": cosigned,
+        "log_key": auditmem::tlog::note::verifier_key(origin, &log.verifying_key()),
+        "witness_key": witness.verifier_key(),
+        "other_key": other.verifier_key(),
+        "weak_key": auditmem::tlog::cosignature::verifier_key("weak.test/w", &VerifyingKey::from_bytes(&identity).expect("a point")),
+        "weak_line": format!("\u{2014} weak.test/w {}", BASE64_STANDARD.encode([&Verifier::key_id(&weak).to_be_bytes()[..], &weak_sig].concat())),
+        "time": TIME,
+    })
+}
+
 /// The console's BLAKE3 against the blake3 crate (the proof check recomputes record hashes
 /// with it), over inputs of one chunk, several and a partial tree; its qualifier parser and
 /// MessagePack reader: tests/console/unit.mjs, under node, no browser.
@@ -171,6 +226,7 @@ fn console_modules_match_the_reference() {
     let out = Command::new("node")
         .arg(repo().join("tests/console/unit.mjs"))
         .env("BLAKE3_VECTORS", Value::Object(vectors).to_string())
+        .env("COSIGNATURE_VECTOR", cosignature_vector().to_string())
         .output()
         .unwrap_or_else(|e| panic!("cannot run node ({e}): install it with .ci/setup"));
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -180,6 +236,24 @@ fn console_modules_match_the_reference() {
         stdout.trim().starts_with("console units: ") && stdout.trim().ends_with(" checks passed"),
         "{stdout}"
     );
+}
+
+/// Signs a checkpoint of the seeded log now and waits until `GET /log/checkpoint` carries it
+/// with the witness `name`'s cosignature; returns that note.
+fn sign_and_wait_cosigned(s: &Server, name: &str) -> String {
+    let (st, v) = s.admin(Method::POST, "/admin/v1/log/checkpoint", None);
+    assert_eq!(st, 200, "{v}");
+    let size = v["data"]["seq"].as_u64().expect("seq");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let note = fetch(s, "/log/checkpoint").text().expect("note");
+        let at = note.lines().nth(1).and_then(|l| l.parse::<u64>().ok());
+        if at == Some(size) && note.contains(&format!("\n\u{2014} {name} ")) {
+            return note;
+        }
+        assert!(Instant::now() < deadline, "not cosigned in time: {note}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 /// Sign in, filter and open an entry, verify its proof (and refuse tampered ones), export and
@@ -195,7 +269,34 @@ fn console_end_to_end_in_chromium() {
         "playwright-core",
     );
 
-    let s = Server::start();
+    // Checkpoints only when asked (no 60 s timer during the run), so the one cosigned below
+    // is the one the browser's proofs and the Integrity screen carry.
+    let mut s = Server::start_with(&["--checkpoint-interval-secs", "3600"]);
+    // A real witness of this log (`auditmem witness serve`), which the server pushes each new
+    // checkpoint to; its cosignature is what the browser checks.
+    let (_, pk) = s.admin(Method::GET, "/admin/v1/log/pubkey", None);
+    let verifier_key = pk["data"]["verifier_key"]
+        .as_str()
+        .expect("verifier_key")
+        .to_string();
+    let origin = pk["data"]["origin"].as_str().expect("origin").to_string();
+    let witness_dir = tempfile::tempdir().expect("tempdir");
+    let witness = crate::witness::Witness::start(
+        &witness_dir.path().join("w1"),
+        &[format!("{origin}={verifier_key}")],
+    );
+    s.extra
+        .extend(["--witness".to_string(), witness.url.clone()]);
+    s.restart();
+    let witness_name = witness.vkey.split('+').next().expect("name").to_string();
+    // Another key under the witness's name: pinned, it must not verify the witness's line.
+    let wrong_witness_key = auditmem::tlog::cosignature::CosignatureSigner::new(
+        &witness_name,
+        ed25519_dalek::SigningKey::from_bytes(&[9; 32]),
+    )
+    .expect("signer")
+    .verifier_key();
+
     let (tenant_a, key_a) = tenant(&s, "acme", "business");
     let (tenant_b, key_b) = tenant(&s, "globex", "pro");
     ingest(
@@ -218,8 +319,8 @@ fn console_end_to_end_in_chromium() {
     );
     assert_eq!(st, 200, "{m}");
     let memory_a = m["data"]["id"].as_str().expect("id").to_string();
-    let (_, pk) = s.admin(Method::GET, "/admin/v1/log/pubkey", None);
-    let verifier_key = pk["data"]["verifier_key"].as_str().expect("verifier_key");
+    let cosigned = sign_and_wait_cosigned(&s, &witness_name);
+    assert!(cosigned.starts_with(&format!("{origin}\n")), "{cosigned}");
 
     // Screenshots land in docs/console/ when asked (to refresh the README's), else in a temp dir.
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -239,7 +340,9 @@ fn console_end_to_end_in_chromium() {
         .env("KEY_A", &key_a)
         .env("KEY_B", &key_b)
         .env("MEMORY_A", &memory_a)
-        .env("VERIFIER_KEY", verifier_key)
+        .env("VERIFIER_KEY", &verifier_key)
+        .env("WITNESS_KEY", &witness.vkey)
+        .env("WRONG_WITNESS_KEY", &wrong_witness_key)
         .env("SCREENSHOTS", &shots)
         .env("CHROMIUM", &chromium)
         .env("PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD", "1")
@@ -256,7 +359,7 @@ fn console_end_to_end_in_chromium() {
     );
     let last = stdout.lines().last().unwrap_or("");
     assert!(
-        last.starts_with("console e2e: 65 checks passed"),
+        last.starts_with("console e2e: 92 checks passed"),
         "last line: {last}"
     );
     assert!(
