@@ -763,17 +763,7 @@ impl Worker {
                 })
             };
             match next {
-                Next::Fed(Some(Ok(message))) => {
-                    self.fold_message(&message);
-                    // The turn after another node's message may be this node's: with nothing
-                    // to publish, it hands the turn on at once instead of making the others
-                    // wait it out.
-                    if rx.is_empty() {
-                        if let Some(c) = self.cluster.as_ref() {
-                            handle.block_on(c.log.pass_if_mine(c.stream_seq));
-                        }
-                    }
-                }
+                Next::Fed(Some(Ok(message))) => self.fold_message(&message),
                 Next::Fed(Some(Err(e))) => {
                     if e != "no feed" {
                         tracing::warn!(error = %e, "following the log stream; following it anew");
@@ -793,10 +783,19 @@ impl Worker {
                     if let Msg::Append(sub) = &first {
                         let deadline =
                             sub.at + self.cluster.as_ref().map_or(Duration::ZERO, |c| c.timeout);
+                        if let Some(c) = self.cluster.as_ref() {
+                            handle.block_on(c.log.say_idle(false));
+                        }
                         self.await_turn(deadline);
                     }
                     if self.take(first, &mut rx) {
                         break;
+                    }
+                    // With nothing queued, the others need not wait for this node's turn.
+                    if rx.is_empty() {
+                        if let Some(c) = self.cluster.as_ref() {
+                            handle.block_on(c.log.say_idle(true));
+                        }
                     }
                 }
             }
@@ -1327,7 +1326,7 @@ impl Worker {
     }
 
     /// While the turn to publish is another node's ([`nats::Turn`]), folds what arrives,
-    /// until the turn is this node's or open, that node passes, or [`nats::TURN_WAIT`] (or
+    /// until the turn is this node's or open, that node says it is idle, or [`nats::TURN_WAIT`] (or
     /// `deadline`) ran out: then this node publishes anyway and at worst loses one race.
     fn await_turn(&mut self, deadline: Instant) {
         let Some(c) = self.cluster.as_ref() else {
@@ -1335,7 +1334,7 @@ impl Worker {
         };
         let handle = c.handle.clone();
         let until = (Instant::now() + nats::TURN_WAIT).min(deadline);
-        let mut passes = c.log.passes();
+        let mut signals = c.log.signals();
         loop {
             if self
                 .cluster
@@ -1356,8 +1355,8 @@ impl Worker {
             let next = handle.block_on(async {
                 tokio::select! {
                     m = tokio::time::timeout(left, nats::next_message(feed)) => Some(m),
-                    // Another node passed: whose turn it is may have changed.
-                    _ = passes.changed() => None,
+                    // Another node said it is idle or busy: whose turn it is may have changed.
+                    _ = signals.changed() => None,
                 }
             });
             match next {

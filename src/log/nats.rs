@@ -18,6 +18,8 @@ use std::time::{Duration, Instant};
 
 use async_nats::jetstream::message::PublishMessage;
 use async_nats::jetstream::{self, consumer, context::PublishErrorKind, stream};
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use futures_util::StreamExt;
 use tokio::sync::watch;
 
@@ -69,8 +71,11 @@ pub struct NatsLog {
     node: String,
     /// Whose turn it is to publish next, as this node sees the stream.
     turns: Arc<Turns>,
-    /// Moves whenever a pass is heard, so a node waiting for its turn looks again.
-    passes: watch::Sender<u64>,
+    /// Moves whenever another node says it is idle or busy, so a node waiting for its turn
+    /// looks again.
+    heard: watch::Sender<u64>,
+    /// Whether this node last said it is idle.
+    said_idle: Arc<AtomicBool>,
 }
 
 /// The header naming the node that published a message: the stream's own record of who wrote
@@ -89,18 +94,19 @@ pub enum Turn {
     Mine,
     /// Nobody's in particular (nothing is known of who published last): publish now.
     Open,
-    /// Another node's: wait until the stream moves, the node passes, or [`TURN_WAIT`].
+    /// Another node's: wait until the stream moves, that node goes idle, or [`TURN_WAIT`].
     Theirs,
 }
 
 /// The turn order: after a message published by node X, the turn goes to the next node after X,
-/// in name order, among the nodes that published in the last [`ACTIVE_MS`] (and this one), then
-/// around. A node whose turn it is with nothing to publish passes it on (a plain, not stored
-/// message). Under load every node always has a group ready, so the nodes take the stream in
-/// rounds instead of racing for each sequence (a lost race costs a round trip, a catch-up, a
-/// second seal and a second publish). It is advice, not safety: a publish still lands only on
-/// the sequence it was sealed on, and a node that disagrees (its view of who is active differs)
-/// or a turn held by a node that died costs one race, as before.
+/// in name order, among the busy nodes that published in the last [`ACTIVE_MS`] (and this one),
+/// then around. A node says on a plain (not stored) subject when its queue runs empty (`idle`)
+/// and when a write arrives again (`busy`); idle nodes are skipped. Under load every node always
+/// has a group ready, so the nodes take the stream in rounds instead of racing for each
+/// sequence (a lost race costs a round trip, a catch-up, a second seal and a second publish);
+/// under light load the others are idle and a write is published at once. It is advice, not
+/// safety: a publish still lands only on the sequence it was sealed on, and a node that
+/// disagrees (a signal not yet heard) or a turn held by a node that died costs one race.
 #[derive(Default)]
 struct Turns(std::sync::Mutex<TurnState>);
 
@@ -110,8 +116,8 @@ struct TurnState {
     active: std::collections::HashMap<String, u64>,
     /// The stream's last message as folded here, and who published it.
     last: Option<(u64, String)>,
-    /// The nodes that passed the turn after the last message.
-    passed: Vec<String>,
+    /// The nodes that last said they are idle.
+    idle: std::collections::HashSet<String>,
 }
 
 impl Turns {
@@ -126,7 +132,6 @@ impl Turns {
         if s.last.as_ref().is_some_and(|(last, _)| *last >= seq) {
             return;
         }
-        s.passed.clear();
         match node {
             Some(n) => {
                 s.active.insert(n.to_string(), now);
@@ -135,15 +140,17 @@ impl Turns {
             None => s.last = None,
         }
         s.active.retain(|_, at| now.saturating_sub(*at) < ACTIVE_MS);
+        let TurnState { active, idle, .. } = &mut *s;
+        idle.retain(|n| active.contains_key(n));
     }
 
-    /// `node` passed the turn after message `seq`.
-    fn pass(&self, seq: u64, node: &str) {
+    /// `node` said it is idle (its queue ran empty) or busy (a write arrived).
+    fn said(&self, node: &str, is_idle: bool) {
         let mut s = self.state();
-        if s.last.as_ref().is_some_and(|(last, _)| *last == seq)
-            && !s.passed.iter().any(|p| p == node)
-        {
-            s.passed.push(node.to_string());
+        if is_idle {
+            s.idle.insert(node.to_string());
+        } else {
+            s.idle.remove(node);
         }
     }
 
@@ -173,7 +180,7 @@ impl Turns {
             if n == me {
                 return Turn::Mine;
             }
-            if !s.passed.iter().any(|p| p == n) {
+            if !s.idle.contains(n) {
                 return Turn::Theirs;
             }
         }
@@ -207,18 +214,18 @@ impl NatsLog {
             .build(client.clone());
         let node = client.new_inbox();
         let turns = Arc::new(Turns::default());
-        let (passes, _) = watch::channel(0u64);
-        let mut heard = client
+        let (heard, _) = watch::channel(0u64);
+        let mut subscription = client
             .subscribe(turns_subject(&config.stream))
             .await
             .map_err(|e| anyhow::anyhow!("subscribing to the turn signal: {e}"))?;
-        let (me, t, p) = (node.clone(), turns.clone(), passes.clone());
+        let (me, t, h) = (node.clone(), turns.clone(), heard.clone());
         tokio::spawn(async move {
-            while let Some(m) = heard.next().await {
-                if let Some((from, seq)) = parse_pass(m.payload.as_ref()) {
+            while let Some(m) = subscription.next().await {
+                if let Some((from, is_idle)) = parse_signal(m.payload.as_ref()) {
                     if from != me {
-                        t.pass(seq, from);
-                        p.send_modify(|n| *n += 1);
+                        t.said(from, is_idle);
+                        h.send_modify(|n| *n += 1);
                     }
                 }
             }
@@ -229,7 +236,8 @@ impl NatsLog {
             config,
             node,
             turns,
-            passes,
+            heard,
+            said_idle: Arc::new(AtomicBool::new(false)),
         };
         log.ensure_stream().await?;
         Ok(log)
@@ -323,25 +331,25 @@ impl NatsLog {
         self.turns.turn(&self.node, now_ms())
     }
 
-    /// Whether the turn after message `seq` is this node's; then it passes it on, having
-    /// nothing to publish.
-    pub async fn pass_if_mine(&self, seq: u64) {
-        if self.turn() != Turn::Mine {
+    /// Tells the other nodes this one's queue ran empty (`true`) or a write arrived
+    /// (`false`); only a change is said.
+    pub async fn say_idle(&self, is_idle: bool) {
+        if self.said_idle.swap(is_idle, Ordering::Relaxed) == is_idle {
             return;
         }
-        self.turns.pass(seq, &self.node);
+        let word = if is_idle { IDLE } else { BUSY };
         let _ = self
             .client
             .publish(
                 turns_subject(&self.config.stream),
-                bytes::Bytes::from(format!("{} {PASS} {seq}", self.node)),
+                bytes::Bytes::from(format!("{} {word}", self.node)),
             )
             .await;
     }
 
-    /// Changes whenever another node passes a turn.
-    pub fn passes(&self) -> watch::Receiver<u64> {
-        self.passes.subscribe()
+    /// Changes whenever another node says it is idle or busy.
+    pub fn signals(&self) -> watch::Receiver<u64> {
+        self.heard.subscribe()
     }
 
     /// The stream's last sequence.
@@ -431,18 +439,19 @@ fn turns_subject(stream: &str) -> String {
     format!("_AUDITMEM.{stream}.turns")
 }
 
-/// The word of a pass signal: `<node> pass <seq>`.
-const PASS: &str = "pass";
+/// The words of the turn signals: `<node> idle`, `<node> busy`.
+const IDLE: &str = "idle";
+const BUSY: &str = "busy";
 
-/// `(node, seq)` of a pass signal.
-fn parse_pass(payload: &[u8]) -> Option<(&str, u64)> {
+/// `(node, idle)` of a turn signal.
+fn parse_signal(payload: &[u8]) -> Option<(&str, bool)> {
     let text = std::str::from_utf8(payload).ok()?;
-    let mut words = text.split(' ');
-    let (node, word, seq) = (words.next()?, words.next()?, words.next()?);
-    if word != PASS || words.next().is_some() {
-        return None;
+    let (node, word) = text.split_once(' ')?;
+    match word {
+        IDLE => Some((node, true)),
+        BUSY => Some((node, false)),
+        _ => None,
     }
-    Some((node, seq.parse().ok()?))
 }
 
 /// The next message of `feed`, or `None` when it ended.
@@ -455,7 +464,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn nodes_take_the_stream_in_turns_in_name_order_skipping_passes_and_the_idle() {
+    fn nodes_take_the_stream_in_turns_in_name_order_skipping_the_idle() {
         let t = Turns::default();
         // Nothing known of who published last: anyone may.
         assert_eq!(t.turn("b", 1_000), Turn::Open);
@@ -466,37 +475,47 @@ mod tests {
         assert_eq!(t.turn("a", 1_003), Turn::Mine);
         assert_eq!(t.turn("b", 1_003), Turn::Theirs);
         assert_eq!(t.turn("c", 1_003), Turn::Theirs);
-        // a passes: b's turn; a pass for another message counts for nothing.
-        t.pass(11, "a");
-        assert_eq!(t.turn("b", 1_003), Turn::Theirs);
-        t.pass(12, "a");
+        // a is idle: b's turn; busy again: a's.
+        t.said("a", true);
         assert_eq!(t.turn("b", 1_003), Turn::Mine);
-        // Both others passed: the publisher goes again.
-        t.pass(12, "b");
+        assert_eq!(t.turn("c", 1_003), Turn::Theirs);
+        t.said("a", false);
+        assert_eq!(t.turn("b", 1_003), Turn::Theirs);
+        // Both others idle: the publisher goes again.
+        t.said("a", true);
+        t.said("b", true);
         assert_eq!(t.turn("c", 1_003), Turn::Mine);
-        // A new message clears the passes; an older one changes nothing.
+        t.said("a", false);
+        t.said("b", false);
+        // A newer message moves the turn; an older one changes nothing.
         t.published(13, Some("a"), 1_004);
         t.published(12, Some("c"), 1_004);
         assert_eq!(t.turn("b", 1_005), Turn::Mine);
         assert_eq!(t.turn("c", 1_005), Turn::Theirs);
-        // A node that has not published for ACTIVE_MS is out of the order (b, c idle)...
+        // A node that has not published for ACTIVE_MS is out of the order (b, c)...
+        t.said("c", true);
         t.published(14, Some("a"), 1_004 + ACTIVE_MS);
         assert_eq!(t.turn("a", 1_004 + ACTIVE_MS), Turn::Mine);
-        // ...but the asking node always counts itself in.
+        // ...but the asking node always counts itself in, busy or not.
         assert_eq!(t.turn("c", 1_004 + ACTIVE_MS), Turn::Mine);
         assert_eq!(t.turn("d", 1_004 + ACTIVE_MS), Turn::Mine);
         assert_eq!(t.turn("0", 1_004 + ACTIVE_MS), Turn::Mine);
+        // What a node said is forgotten with it: back in the order, c is busy until it says.
+        t.published(15, Some("c"), 1_600);
+        t.published(16, Some("a"), 1_601);
+        assert_eq!(t.turn("a", 1_601), Turn::Theirs);
+        assert_eq!(t.turn("c", 1_601), Turn::Mine);
         // A message without a publisher opens the turn.
-        t.published(15, None, 1_600);
-        assert_eq!(t.turn("a", 1_600), Turn::Open);
+        t.published(17, None, 1_700);
+        assert_eq!(t.turn("a", 1_700), Turn::Open);
     }
 
     #[test]
-    fn pass_signals_parse_exactly() {
-        assert_eq!(parse_pass(b"_INBOX.x pass 42"), Some(("_INBOX.x", 42)));
-        assert_eq!(parse_pass(b"_INBOX.x pass"), None);
-        assert_eq!(parse_pass(b"_INBOX.x done 42"), None);
-        assert_eq!(parse_pass(b"_INBOX.x pass 42 1"), None);
-        assert_eq!(parse_pass(b"_INBOX.x pass -1"), None);
+    fn turn_signals_parse_exactly() {
+        assert_eq!(parse_signal(b"_INBOX.x idle"), Some(("_INBOX.x", true)));
+        assert_eq!(parse_signal(b"_INBOX.x busy"), Some(("_INBOX.x", false)));
+        assert_eq!(parse_signal(b"_INBOX.x"), None);
+        assert_eq!(parse_signal(b"_INBOX.x pass 42"), None);
+        assert_eq!(parse_signal(b"_INBOX.x idle 1"), None);
     }
 }
