@@ -239,9 +239,10 @@ function proofSection(id) {
     fill(result, h("p.muted", "Verifying…"));
     const r = await verifyProof(proof, keyInput.value, wit.value());
     if (r.ok) localStorage.setItem(VERIFIED, new Date().toISOString());
-    const notProven = r.witnesses && r.witnesses.length
-      ? "Not proven: that the pinned witnesses are independent of the log's operator (that is your choice of keys), that the content is true (only that it is what was recorded), or that you hold all your entries (an export's signed manifest and the per-tenant chain prove a complete range)."
-      : "Not proven: that every reader sees the same log (pin witness keys you trust to check their cosignatures), that the content is true (only that it is what was recorded), or that you hold all your entries (an export's signed manifest and the per-tenant chain prove a complete range).";
+    const unproven = r.witnesses && r.witnesses.length
+      ? "that the pinned witnesses are independent of the log's operator (that is your choice of keys)"
+      : "that every reader sees the same log (pin witness keys you trust to check their cosignatures)";
+    const notProven = `Not proven: ${unproven}, that the content is true (only that it is what was recorded), or that you hold all your entries (an export's signed manifest and the per-tenant chain prove a complete range).`;
     fill(result,
       h("p#verdict", { class: r.ok ? "verdict ok" : "verdict bad", "data-ok": String(r.ok), role: "status" },
         r.ok ? "Verified. " : "Rejected: ", r.ok ? r.proven : r.failure),

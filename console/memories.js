@@ -190,9 +190,7 @@ function renderOne(main, id) {
     const msg = h("div#edit-msg");
     const edit = h("form.card", { "aria-label": "Edit" }, h("h2", "Edit"), field("Content", content), field("Importance", importance),
       field("metadata (JSON object)", metadata, "Replaces the memory's metadata; emptied, it clears it (null). Sent only when changed."),
-      h("p.muted#edit-scopes", scoped.length
-        ? `Scope: ${scoped.map((k) => `${k} ${m[k]}`).join(", ")}. The API sets scopes at creation only (PATCH takes content, importance, metadata, expires_at).`
-        : "No scope. The API sets scopes at creation only (PATCH takes content, importance, metadata, expires_at)."),
+      h("p.muted#edit-scopes", `${scoped.length ? `Scope: ${scoped.map((k) => `${k} ${m[k]}`).join(", ")}.` : "No scope."} The API sets scopes at creation only (PATCH takes content, importance, metadata, expires_at).`),
       h("button#save-memory", { type: "submit" }, "Save"), msg);
     edit.addEventListener("submit", async (e) => {
       e.preventDefault();

@@ -583,8 +583,8 @@ struct Folded<'a> {
     hash: [u8; 32],
     /// Its bytes in the message.
     range: std::ops::Range<usize>,
-    /// `None` for a record the mirror holds already.
-    event: Option<(Event, Prepared)>,
+    event: Event,
+    prepared: Prepared,
 }
 
 /// A group's records sealed on a head, not yet stored.
@@ -780,12 +780,14 @@ impl Worker {
                 Next::Submitted(Some(first)) => {
                     // Waiting for the turn before gathering: what arrives meanwhile joins
                     // this group rather than waiting a whole round for the next.
-                    if let Msg::Append(sub) = &first {
-                        let deadline =
-                            sub.at + self.cluster.as_ref().map_or(Duration::ZERO, |c| c.timeout);
-                        if let Some(c) = self.cluster.as_ref() {
+                    let deadline = match (&first, self.cluster.as_ref()) {
+                        (Msg::Append(sub), Some(c)) => {
                             handle.block_on(c.log.say_idle(false));
+                            Some(sub.at + c.timeout)
                         }
+                        _ => None,
+                    };
+                    if let Some(deadline) = deadline {
                         self.await_turn(deadline);
                     }
                     if self.take(first, &mut rx) {
@@ -894,7 +896,6 @@ impl Worker {
         // Each record's own checks and decoding on every core: the next node to publish waits
         // for this fold (the turn order), while the others mostly wait for their turn. Only
         // the linking below is sequential.
-        let known = head.seq;
         let decoded: Vec<Result<Folded, String>> = pieces
             .into_par_iter()
             .with_min_len(32)
@@ -909,21 +910,17 @@ impl Worker {
                         r.seq
                     ));
                 }
-                let event = if r.seq <= known {
-                    None
-                } else {
-                    let event = Event::decode(r.event).map_err(|e| {
-                        format!("stream message {stream_seq}: record {}: {e}", r.seq)
-                    })?;
-                    let prepared = Projections::prepare(&event);
-                    Some((event, prepared))
-                };
+                // Also for a record the mirror holds already (after a restart between the
+                // mirror's write and its position): rare, and its bytes are the mirror's.
+                let event = Event::decode(r.event)
+                    .map_err(|e| format!("stream message {stream_seq}: record {}: {e}", r.seq))?;
                 Ok(Folded {
                     seq: r.seq,
                     ts_micros: r.ts_micros,
                     prev: r.prev,
                     hash,
                     range: piece.range,
+                    prepared: Projections::prepare(&event),
                     event,
                 })
             })
@@ -947,18 +944,11 @@ impl Worker {
                     f.seq, head.seq
                 ));
             }
-            let Some((event, prepared)) = f.event else {
-                // Decoded above unless at or before the mirror's head, handled above.
-                return Err(format!(
-                    "stream message {stream_seq}: record {} was not decoded",
-                    f.seq
-                ));
-            };
             chunks.push(f.seq, payload[f.range].to_vec());
             let (reply, _) = oneshot::channel();
             subs.push(Submission {
                 at: Instant::now(),
-                events: vec![(event, Vec::new(), prepared)],
+                events: vec![(f.event, Vec::new(), f.prepared)],
                 check: None,
                 // Nobody on this node waits for another node's records.
                 reply,
@@ -1291,7 +1281,7 @@ impl Worker {
                     metrics::histogram!("auditmem_cluster_publish_seconds")
                         .record(publish_us as f64 / 1e6);
                     if let Some(c) = self.cluster.as_ref() {
-                        c.log.published(stream_seq, Some(c.log.node()));
+                        c.log.stored_mine(stream_seq);
                     }
                     self.stats.cluster_down.store(false, Ordering::Relaxed);
                     self.committed(group, sealed, publish_us);

@@ -13,13 +13,12 @@
 //! expected-last-sequence check when the expected value is 0, so without it two nodes could
 //! both store a first group on an empty stream.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream::message::PublishMessage;
 use async_nats::jetstream::{self, consumer, context::PublishErrorKind, stream};
-use std::sync::atomic::{AtomicBool, Ordering};
-
 use futures_util::StreamExt;
 use tokio::sync::watch;
 
@@ -172,19 +171,20 @@ impl Turns {
             }
         }
         order.sort_unstable();
-        let Some(from) = order.iter().position(|n| *n == publisher.as_str()) else {
-            return Turn::Open;
-        };
-        for i in 1..=order.len() {
-            let n = order[(from + i) % order.len()];
-            if n == me {
-                return Turn::Mine;
-            }
-            if !s.idle.contains(n) {
-                return Turn::Theirs;
-            }
+        let from = order
+            .iter()
+            .position(|n| *n == publisher.as_str())
+            .unwrap_or(0);
+        // The first node after the publisher, around, that is this one or busy: this one is in
+        // the order, so the walk ends at it at the latest.
+        let next = (1..=order.len())
+            .map(|i| order[(from + i) % order.len()])
+            .find(|n| *n == me || !s.idle.contains(*n));
+        if next == Some(me) {
+            Turn::Mine
+        } else {
+            Turn::Theirs
         }
-        Turn::Open
     }
 }
 
@@ -307,14 +307,14 @@ impl NatsLog {
             .max(64 * 1024)
     }
 
-    /// This node's name (the `Auditmem-Node` header of what it publishes).
-    pub fn node(&self) -> &str {
-        &self.node
-    }
-
     /// Message `seq` of the stream was published by `node` (its `Auditmem-Node` header).
     pub fn published(&self, seq: u64, node: Option<&str>) {
         self.turns.published(seq, node, now_ms());
+    }
+
+    /// This node's own message was stored at `seq`.
+    pub fn stored_mine(&self, seq: u64) {
+        self.turns.published(seq, Some(&self.node), now_ms());
     }
 
     /// The header value of a stream message's publisher.

@@ -185,11 +185,8 @@ fn cosignature_vector() -> Value {
     // every message under plain Ed25519, refused by verify_strict (a small-order key).
     let mut identity = [0u8; 32];
     identity[0] = 1;
-    let weak = CosignatureVerifier::from_key(
-        "weak.test/w",
-        VerifyingKey::from_bytes(&identity).expect("a point"),
-    )
-    .expect("weak");
+    let weak_point = VerifyingKey::from_bytes(&identity).expect("a point");
+    let weak = CosignatureVerifier::from_key("weak.test/w", weak_point).expect("weak");
     let mut weak_sig = TIME.to_be_bytes().to_vec();
     weak_sig.extend_from_slice(&identity);
     weak_sig.extend_from_slice(&[0; 32]);
@@ -199,7 +196,7 @@ fn cosignature_vector() -> Value {
         "log_key": auditmem::tlog::note::verifier_key(origin, &log.verifying_key()),
         "witness_key": witness.verifier_key(),
         "other_key": other.verifier_key(),
-        "weak_key": auditmem::tlog::cosignature::verifier_key("weak.test/w", &VerifyingKey::from_bytes(&identity).expect("a point")),
+        "weak_key": auditmem::tlog::cosignature::verifier_key("weak.test/w", &weak_point),
         "weak_line": format!("\u{2014} weak.test/w {}", BASE64_STANDARD.encode([&Verifier::key_id(&weak).to_be_bytes()[..], &weak_sig].concat())),
         "time": TIME,
     })
