@@ -14,7 +14,7 @@ use ed25519_dalek::VerifyingKey;
 
 use crate::config::{LogBackend, VerifyArgs};
 use crate::export::manifest::Manifest;
-use crate::log::checkpoint::{self, parse_public_key, Checkpoint};
+use crate::log::checkpoint::{self, Checkpoint};
 use crate::log::verify::{verify_tree, Report, Verifier};
 use crate::log::{Head, LOG_TREE};
 
@@ -28,12 +28,7 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
         Some(p) => checkpoint::read_file(p).map_err(anyhow::Error::msg)?,
         None => Vec::new(),
     };
-    let pinned = args
-        .pubkey
-        .as_deref()
-        .map(parse_public_key)
-        .transpose()
-        .map_err(anyhow::Error::msg)?;
+    let pinned = args.pubkey.as_ref().map(|p| p.key);
     if let Some(file) = &args.export {
         return verify_export(file, args.manifest.as_deref(), pinned.as_ref(), args.json);
     }
