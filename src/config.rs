@@ -438,7 +438,7 @@ pub struct VerifyArgs {
     /// manifests must be signed by it. Without it each checkpoint is checked against the key
     /// it names, which the output says.
     #[arg(long)]
-    pub pubkey: Option<crate::log::checkpoint::PinnedKey>,
+    pub pubkey: Option<String>,
     /// Admin token for --url.
     #[arg(long, env = "AUDITMEM_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,

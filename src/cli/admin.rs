@@ -43,7 +43,8 @@ pub enum AdminCommand {
     /// Print the checkpoint signer's public key (from the server, or from a local key file):
     /// hex, and with the server's or `--origin`'s name as a signed-note verifier key.
     Pubkey {
-        /// Read the key from this signing key file instead of asking the server.
+        /// Read the key from this signing key file (created when missing) instead of asking
+        /// the server.
         #[arg(long)]
         signing_key: Option<std::path::PathBuf>,
         /// With --signing-key: print the key as the signed-note verifier key of this
@@ -126,7 +127,7 @@ pub fn run(args: AdminArgs) -> anyhow::Result<ExitCode> {
         origin,
     } = &args.command
     {
-        let key = crate::log::checkpoint::load_key(path)
+        let key = crate::log::checkpoint::load_or_create_key(path)
             .with_context(|| format!("reading {}", path.display()))?;
         match origin {
             Some(o) if !crate::tlog::note::origin_is_valid(o) => {

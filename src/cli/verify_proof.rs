@@ -23,19 +23,19 @@ pub fn run(args: &VerifyArgs) -> anyhow::Result<ExitCode> {
             bail!("{flag} does not apply to --proof, --consistency or --export-proofs (check an export against its manifest with a separate `verify --export FILE --manifest M`)");
         }
     }
-    let Some(pubkey) = args.pubkey.as_ref() else {
+    let Some(pubkey) = super::verify::pinned_key(args)? else {
         bail!("--proof, --consistency and --export-proofs need --pubkey: the log's key (`auditmem admin pubkey` prints it), so that a checkpoint signed by anyone else is refused");
     };
     let outcome = if let Some(file) = &args.export_proofs {
         if args.consistency_proof.is_some() {
             bail!("--consistency-proof applies only to --consistency");
         }
-        export_proofs(file, args.export.as_deref(), pubkey, args)?
+        export_proofs(file, args.export.as_deref(), &pubkey, args)?
     } else if let Some(file) = &args.proof {
         if args.consistency_proof.is_some() {
             bail!("--consistency-proof applies only to --consistency");
         }
-        inclusion(file, pubkey, args)?
+        inclusion(file, &pubkey, args)?
     } else if let Some(files) = &args.consistency {
         if !args.witness_keys.is_empty() || args.witness_quorum > 0 {
             bail!("--witness-key and --witnesses apply only to --proof FILE");
@@ -46,7 +46,7 @@ pub fn run(args: &VerifyArgs) -> anyhow::Result<ExitCode> {
         let Some(proof_file) = &args.consistency_proof else {
             bail!("--consistency needs --consistency-proof FILE: the answer of GET /v1/audit/consistency?from=OLD&to=NEW");
         };
-        consistency(old, new, proof_file, pubkey)?
+        consistency(old, new, proof_file, &pubkey)?
     } else {
         bail!("give --proof FILE or --consistency OLD NEW");
     };
