@@ -59,20 +59,16 @@ pub struct ServeArgs {
     /// Flush period in batch-interval mode.
     #[arg(long, env = "AUDITMEM_BATCH_INTERVAL_MS", default_value_t = 10)]
     pub batch_interval_ms: u64,
-    /// ed25519 key that signs checkpoints; created at first start. Keep it outside the data dir.
-    #[arg(
-        long,
-        env = "AUDITMEM_SIGNING_KEY",
-        default_value = ".auditmem/signing.key"
-    )]
-    pub signing_key: PathBuf,
-    /// File the signed checkpoints are appended to (JSON lines).
-    #[arg(
-        long,
-        env = "AUDITMEM_CHECKPOINTS_FILE",
-        default_value = ".auditmem/checkpoints.ndjson"
-    )]
-    pub checkpoints_file: PathBuf,
+    /// ed25519 key that signs checkpoints; created at first start. Default: `signing.key` in
+    /// the data dir. In production keep it outside the data dir: whoever can rewrite the log
+    /// and read the key can re-sign the rewritten log.
+    #[arg(long, env = "AUDITMEM_SIGNING_KEY")]
+    pub signing_key: Option<PathBuf>,
+    /// File the signed checkpoints are appended to (JSON lines). Default: `checkpoints.ndjson`
+    /// in the data dir. It belongs to one log: a start refuses a file whose checkpoints this
+    /// data dir's log does not reproduce.
+    #[arg(long, env = "AUDITMEM_CHECKPOINTS_FILE")]
+    pub checkpoints_file: Option<PathBuf>,
     /// Sign a checkpoint after this many new records.
     #[arg(long, env = "AUDITMEM_CHECKPOINT_EVERY", default_value_t = 10_000)]
     pub checkpoint_every: u64,
@@ -153,6 +149,15 @@ pub struct ServeArgs {
     /// Requests an idle API key may make at once before the sustained rate applies.
     #[arg(long, env = "AUDITMEM_RATE_LIMIT_BURST", default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..))]
     pub rate_limit_burst: u32,
+    /// Sustained requests per second one source (an IPv4 address, an IPv6 /64) may make to the
+    /// public transparency routes (`/log/checkpoint`, `/log/tile/...`), which need no key;
+    /// above it: 429 with Retry-After. 0 disables the limit.
+    #[arg(long, env = "AUDITMEM_LOG_RATE_LIMIT_PER_SEC", default_value_t = 200.0, value_parser = rate)]
+    pub log_rate_limit_per_sec: f64,
+    /// Requests an idle source may make at once to `/log/*` before the sustained rate applies:
+    /// room for a monitor that fetches a run of new tiles.
+    #[arg(long, env = "AUDITMEM_LOG_RATE_LIMIT_BURST", default_value_t = 2_000, value_parser = clap::value_parser!(u32).range(1..))]
+    pub log_rate_limit_burst: u32,
     /// Request and response bodies larger than this are stored truncated in audit entries.
     #[arg(long, env = "AUDITMEM_AUDIT_BODY_LIMIT", default_value_t = 64 * 1024)]
     pub audit_body_limit: usize,
@@ -270,6 +275,27 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub cluster: ClusterArgs,
 }
+
+impl ServeArgs {
+    /// The checkpoint signing key's file: `--signing-key`, or `signing.key` in the data dir.
+    pub fn signing_key_path(&self) -> PathBuf {
+        self.signing_key
+            .clone()
+            .unwrap_or_else(|| self.data_dir.join(DEFAULT_SIGNING_KEY))
+    }
+
+    /// The checkpoints file: `--checkpoints-file`, or `checkpoints.ndjson` in the data dir.
+    pub fn checkpoints_path(&self) -> PathBuf {
+        self.checkpoints_file
+            .clone()
+            .unwrap_or_else(|| self.data_dir.join(DEFAULT_CHECKPOINTS_FILE))
+    }
+}
+
+/// The signing key's and the checkpoints file's names in the data dir when no path is given:
+/// inside it, so that a new data dir never meets another log's checkpoints or key.
+pub const DEFAULT_SIGNING_KEY: &str = "signing.key";
+pub const DEFAULT_CHECKPOINTS_FILE: &str = "checkpoints.ndjson";
 
 /// Where the log of record lives: `sled` (the data dir, one node) or a NATS JetStream stream
 /// that every node mirrors into its data dir (`nats://HOST:PORT[,HOST:PORT...]`).
@@ -407,9 +433,10 @@ pub struct VerifyArgs {
     /// A checkpoints file (JSON lines) whose signed heads the log must still have.
     #[arg(long)]
     pub checkpoints: Option<PathBuf>,
-    /// Pin the service's public key (hex, `auditmem admin pubkey`): checkpoints and manifests
-    /// must be signed by it. Without it each is checked against the key it names, which the
-    /// output says.
+    /// Pin the service's public key, in either form `auditmem admin pubkey` prints: its hex
+    /// (`public_key`) or its signed-note verifier key (`verifier_key`). Checkpoints, notes and
+    /// manifests must be signed by it. Without it each checkpoint is checked against the key
+    /// it names, which the output says.
     #[arg(long)]
     pub pubkey: Option<String>,
     /// Admin token for --url.
@@ -459,6 +486,7 @@ pub struct VerifyArgs {
 
 #[derive(Args, Debug)]
 pub struct ReplayArgs {
+    /// The data dir whose projections are rebuilt (the server must be stopped).
     #[arg(long, env = "AUDITMEM_DATA_DIR", default_value = "data")]
     pub data_dir: PathBuf,
 }

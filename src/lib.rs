@@ -22,6 +22,7 @@ mod openai_compat;
 pub mod registry;
 #[cfg(test)]
 mod search_eval;
+pub mod service;
 pub mod tlog;
 pub mod wire;
 pub mod witness;

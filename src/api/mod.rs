@@ -64,7 +64,8 @@ pub enum Surface {
     All,
     /// Every route but the admin API, which is 404 here (`--admin-listen` serves it).
     Public,
-    /// The admin API alone; every other route is 404.
+    /// The admin API, with the console and `/metrics` that its operator view reads; every
+    /// other route is 404.
     Admin,
 }
 
@@ -75,14 +76,21 @@ pub fn app(state: AppState) -> Router {
 
 /// The routes of `surface`.
 pub fn app_on(state: AppState, surface: Surface) -> Router {
+    // The C2SP tlog-tiles read API: hashes and signed tree heads, nobody's data, and no key
+    // to limit by: limited per source instead.
+    let tlog = Router::new()
+        .route("/log/checkpoint", get(transparency::checkpoint))
+        .route("/log/tile/{*path}", get(transparency::tile))
+        .route_layer(from_fn_with_state(
+            state.clone(),
+            transparency::limit_per_source,
+        ));
     // The operational routes, outside the API document.
     let operations = Router::new()
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics::render))
         .route("/openapi.json", get(openapi::serve_document))
-        // The C2SP tlog-tiles read API: hashes and signed tree heads, nobody's data.
-        .route("/log/checkpoint", get(transparency::checkpoint))
-        .route("/log/tile/{*path}", get(transparency::tile))
+        .merge(tlog)
         .layer(RequestBodyLimitLayer::new(state.settings.max_body_bytes))
         .layer(TimeoutLayer::with_status_code(
             StatusCode::REQUEST_TIMEOUT,
@@ -138,19 +146,23 @@ async fn head_limits(req: Request, next: Next) -> Response {
     next.run(req).await
 }
 
-/// 404 for a route of the other surface, exactly as for a route that does not exist. Decided
-/// by the route the router matched, not by the path's text, so no spelling of a path reaches
-/// a route of the other listener.
+/// 404 for a route of the other surface, saying which listener serves it. Decided by the
+/// route the router matched, not by the path's text, so no spelling of a path reaches a route
+/// of the other listener.
 async fn surface_guard(State(surface): State<Surface>, req: Request, next: Next) -> Response {
     if let Some(route) = req.extensions().get::<MatchedPath>() {
-        let admin = route.as_str().starts_with("/admin/");
+        let route = route.as_str();
+        let admin = route.starts_with("/admin/");
+        // The console's operator view calls the admin API and `/metrics` on its own origin:
+        // served on the admin listener too, it reaches them there.
+        let operator = admin || route.starts_with("/console") || route == "/metrics";
         let refused = match surface {
-            Surface::All => false,
-            Surface::Public => admin,
-            Surface::Admin => !admin,
+            Surface::All => None,
+            Surface::Public => admin.then_some(admin::ADMIN_ELSEWHERE),
+            Surface::Admin => (!operator).then_some(admin::ADMIN_ONLY),
         };
-        if refused {
-            return fallback().await.into_response();
+        if let Some(why) = refused {
+            return ApiError::not_found(why).into_response();
         }
     }
     next.run(req).await

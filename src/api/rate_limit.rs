@@ -1,23 +1,36 @@
-//! Per-API-key rate limiting: one token bucket per key id, consulted by the `/v1` gate once per
-//! authenticated request.
+//! Rate limiting by token buckets: one per API key id, consulted by the `/v1` gate once per
+//! authenticated request, and one per source address on the public transparency routes
+//! (`/log/*`), which need no key.
 //!
 //! A bucket holds at most `burst` tokens and refills at `per_sec` tokens a second; a request
 //! takes one token or is refused with the time until one is there (the `Retry-After`).
 //!
 //! Hand-written rather than `governor`: what we need is a few float operations under a lock
-//! and the exact wait for the `Retry-After` header, and one mutex over a `HashMap` is not a
-//! bottleneck here, since every admitted request then waits for a group commit with an fsync
-//! (hundreds of microseconds) while the critical section takes tens of nanoseconds. The map
-//! only ever holds keys that passed authentication, so it is bounded by the keys the operator
-//! issued; an unknown bearer string never gets a bucket.
+//! and the exact wait for the `Retry-After` header, and one mutex over a map is not a
+//! bottleneck here, since every admitted `/v1` request then waits for a group commit with an
+//! fsync (hundreds of microseconds) while the critical section takes tens of nanoseconds.
+//! Memory is bounded: the map keeps at most `capacity` buckets, the least recently used one
+//! forgotten first (it starts again full, as a new key or source would). For keys the map
+//! only ever holds keys that passed authentication, so an unknown bearer string never gets a
+//! bucket; for sources, an address is grouped as [`client_ip::source`] groups it.
+//!
+//! [`client_ip::source`]: crate::api::client_ip::source
 
-use std::collections::HashMap;
+use std::hash::Hash;
+use std::net::IpAddr;
+use std::num::NonZeroUsize;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use lru::LruCache;
 use uuid::Uuid;
 
-/// The per-key bucket settings.
+/// Key buckets kept at most: far more keys than any deployment issues, a few MB at most.
+pub const KEYS: usize = 1 << 20;
+/// Source buckets kept at most on the public routes.
+pub const SOURCES: usize = 16_384;
+
+/// The per-bucket settings.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Quota {
     /// Sustained requests per second.
@@ -31,21 +44,38 @@ struct Bucket {
     at: Instant,
 }
 
-pub struct RateLimiter {
+/// Token buckets by `K`: API key ids by default.
+pub struct RateLimiter<K: Hash + Eq = Uuid> {
     quota: Option<Quota>,
-    buckets: Mutex<HashMap<Uuid, Bucket>>,
+    buckets: Mutex<LruCache<K, Bucket>>,
 }
 
-impl RateLimiter {
-    /// `per_sec` of 0 (or anything not a positive finite number) disables the limit.
+impl RateLimiter<Uuid> {
+    /// Per API key. `per_sec` of 0 (or anything not a positive finite number) disables the
+    /// limit.
     pub fn new(per_sec: f64, burst: u32) -> Self {
+        Self::with_capacity(per_sec, burst, KEYS)
+    }
+}
+
+impl RateLimiter<IpAddr> {
+    /// Per source address (see the module's documentation); 0 disables the limit.
+    pub fn per_source(per_sec: f64, burst: u32) -> Self {
+        Self::with_capacity(per_sec, burst, SOURCES)
+    }
+}
+
+impl<K: Hash + Eq> RateLimiter<K> {
+    fn with_capacity(per_sec: f64, burst: u32, capacity: usize) -> Self {
         let quota = (per_sec.is_finite() && per_sec > 0.0).then_some(Quota {
             per_sec,
             burst: burst.max(1),
         });
         Self {
             quota,
-            buckets: Mutex::new(HashMap::new()),
+            buckets: Mutex::new(LruCache::new(
+                NonZeroUsize::new(capacity).unwrap_or(NonZeroUsize::MIN),
+            )),
         }
     }
 
@@ -54,11 +84,11 @@ impl RateLimiter {
     }
 
     /// Takes a token of `key`'s bucket, or says how long until one is there.
-    pub fn check(&self, key: Uuid) -> Result<(), Duration> {
+    pub fn check(&self, key: K) -> Result<(), Duration> {
         self.check_at(key, Instant::now())
     }
 
-    fn check_at(&self, key: Uuid, now: Instant) -> Result<(), Duration> {
+    fn check_at(&self, key: K, now: Instant) -> Result<(), Duration> {
         let Some(q) = self.quota else {
             return Ok(());
         };
@@ -66,7 +96,7 @@ impl RateLimiter {
         // A poisoned lock only means another request panicked mid-update of plain numbers;
         // the map is still usable.
         let mut buckets = self.buckets.lock().unwrap_or_else(|p| p.into_inner());
-        let bucket = buckets.entry(key).or_insert(Bucket {
+        let bucket = buckets.get_or_insert_mut(key, || Bucket {
             tokens: burst,
             at: now,
         });
@@ -139,6 +169,19 @@ mod tests {
         assert_eq!(limiter.check_at(a, t0), Ok(()));
         assert!(limiter.check_at(a, t0).is_err());
         assert_eq!(limiter.check_at(b, t0), Ok(()));
+    }
+
+    #[test]
+    fn the_least_recently_used_bucket_is_forgotten_at_capacity() {
+        let limiter = RateLimiter::<u8>::with_capacity(1.0, 1, 2);
+        let t0 = Instant::now();
+        assert_eq!(limiter.check_at(1, t0), Ok(()));
+        assert_eq!(limiter.check_at(2, t0), Ok(()));
+        assert!(limiter.check_at(1, t0).is_err());
+        // A third source pushes out the least recently used one (2): it starts full again.
+        assert_eq!(limiter.check_at(3, t0), Ok(()));
+        assert_eq!(limiter.check_at(2, t0), Ok(()));
+        assert!(limiter.check_at(3, t0).is_err());
     }
 
     #[test]

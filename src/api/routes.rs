@@ -25,7 +25,7 @@ pub enum Access {
     /// A tenant's API key with the policy's permission, through the `/v1` gate: every call is
     /// one of the tenant's audit entries.
     Tenant(Policy),
-    /// The operator, with the admin token (mounted only when one is set).
+    /// The operator, with the admin token (off, 404, while none is set).
     Admin,
 }
 
@@ -207,7 +207,6 @@ pub fn router(state: &AppState) -> Router<AppState> {
                 },
                 gate::v1_gate,
             )),
-            Access::Admin if state.settings.admin_token.is_none() => continue,
             Access::Admin => method_router
                 .route_layer(from_fn_with_state(state.clone(), admin::require_admin))
                 .layer::<_, std::convert::Infallible>(RequestBodyLimitLayer::new(

@@ -13,7 +13,7 @@ use crate::log::LogReader;
 /// Settings the handlers consult.
 #[derive(Clone, Debug)]
 pub struct Settings {
-    /// Opens every admin route; the admin API is not mounted without it.
+    /// Opens every admin route; without it the admin API is off (404, `admin::ADMIN_OFF`).
     pub admin_token: Option<String>,
     /// Opens `POST /admin/v1/audit/logs` only: the gateway's token (`api::admin`).
     pub ingest_token: Option<String>,
@@ -60,6 +60,8 @@ pub struct Inner {
     pub resolver: Arc<dyn crate::extract::Resolver>,
     pub memory: MemorySettings,
     pub rate_limiter: super::rate_limit::RateLimiter,
+    /// Per source on the public transparency routes (`/log/*`).
+    pub log_rate_limiter: super::rate_limit::RateLimiter<std::net::IpAddr>,
     /// Failed admin authentication per source.
     pub admin_throttle: super::admin::throttle::AuthThrottle,
 }

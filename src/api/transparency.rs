@@ -147,6 +147,30 @@ pub(crate) async fn admin_consistency_proof(
     consistency(&state, q).map(Data)
 }
 
+/// 429 (4290) with `Retry-After` for a source past `--log-rate-limit-per-sec` on `/log/*`.
+pub(crate) async fn limit_per_source(
+    State(state): State<AppState>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let source = crate::api::client_ip::of_request(&state.settings.proxy_trust, &req)
+        .map(crate::api::client_ip::source);
+    if let Some(source) = source {
+        if let Err(wait) = state.log_rate_limiter.check(source) {
+            let secs = crate::api::rate_limit::retry_after_secs(wait);
+            let mut resp = ApiError::new(
+                crate::registry::ErrorCode::RateLimited,
+                format!("too many requests to /log from this address; retry after {secs} s"),
+            )
+            .into_response();
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, axum::http::HeaderValue::from(secs));
+            return resp;
+        }
+    }
+    next.run(req).await
+}
+
 /// `GET /log/checkpoint`: the latest signed checkpoint note, with the cosignatures witnesses
 /// returned for it (C2SP tlog-tiles' `<prefix>/checkpoint`).
 pub(crate) async fn checkpoint(State(state): State<AppState>) -> Response {

@@ -43,6 +43,8 @@ pub enum AdminCommand {
     /// Print the checkpoint signer's public key (from the server, or from a local key file):
     /// hex, and with the server's or `--origin`'s name as a signed-note verifier key.
     Pubkey {
+        /// Read the key from this signing key file (created when missing) instead of asking
+        /// the server.
         #[arg(long)]
         signing_key: Option<std::path::PathBuf>,
         /// With --signing-key: print the key as the signed-note verifier key of this
@@ -58,29 +60,42 @@ pub enum AdminCommand {
 
 #[derive(Subcommand, Debug)]
 pub enum TenantCommand {
+    /// Create a tenant and print it (with its id).
     Create {
+        /// The tenant's display name.
         #[arg(long)]
         name: String,
+        /// Its plan: free, basic, pro, business or custom.
         #[arg(long)]
         plan: String,
+        /// Its starting credit balance (extraction spends credits).
         #[arg(long, default_value_t = 0.0)]
         credits: f64,
         /// Create with an inactive subscription.
         #[arg(long)]
         inactive: bool,
     },
+    /// List every tenant.
     List,
+    /// Print one tenant.
     Get {
+        /// The tenant's id.
         id: String,
     },
+    /// Change a tenant: only the fields given change.
     Update {
+        /// The tenant's id.
         id: String,
+        /// A new display name.
         #[arg(long)]
         name: Option<String>,
+        /// A new plan: free, basic, pro, business or custom.
         #[arg(long)]
         plan: Option<String>,
+        /// A new credit balance (replaces the balance).
         #[arg(long)]
         credits: Option<f64>,
+        /// Turn the subscription on (true) or off (false): audit routes answer 2200 while off.
         #[arg(long)]
         subscription_active: Option<bool>,
     },
@@ -88,15 +103,20 @@ pub enum TenantCommand {
 
 #[derive(Subcommand, Debug)]
 pub enum KeyCommand {
+    /// Issue an API key for a tenant and print it (the key is shown this once).
     Create {
+        /// The tenant the key acts for.
         tenant_id: String,
         /// Comma-separated: audit.read,audit.export,memory.read,memory.write
         #[arg(long, value_delimiter = ',')]
         permissions: Vec<String>,
+        /// A label for the key.
         #[arg(long)]
         name: Option<String>,
     },
+    /// Revoke a key: it is refused from the next request on.
     Revoke {
+        /// The key's id (not the key itself).
         key_id: String,
     },
 }

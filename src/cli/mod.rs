@@ -56,8 +56,13 @@ pub fn init_tracing(format: LogFormat) {
         None => tracing_subscriber::EnvFilter::try_from_env("AUDITMEM_LOG").ok(),
     }
     .unwrap_or_else(|| tracing_subscriber::EnvFilter::new("info,tower_http=warn"));
+    // Colours only on a terminal: a log written to a file or a pipe stays plain text.
+    // `NO_COLOR` (no-color.org) turns them off on a terminal too.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr())
+        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(ansi)
         .with_writer(std::io::stderr);
     let _ = match format {
         LogFormat::Json => builder.json().try_init(),
@@ -93,4 +98,36 @@ pub fn progress(len: u64, what: &str) -> indicatif::ProgressBar {
     pb.set_style(style);
     pb.set_message(what.to_string());
     pb
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    /// Every command, subcommand and argument of the command line says what it is for in
+    /// `--help` (clap takes the doc comments), so none is listed with an empty line.
+    #[test]
+    fn every_command_and_argument_has_help() {
+        fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            let here = format!("{path} {}", cmd.get_name());
+            for arg in cmd.get_arguments() {
+                let builtin = matches!(arg.get_id().as_str(), "help" | "version");
+                if !builtin && !arg.is_hide_set() && arg.get_help().is_none() {
+                    missing.push(format!("{here} {}", arg.get_id()));
+                }
+            }
+            for sub in cmd.get_subcommands() {
+                if sub.get_name() == "help" {
+                    continue;
+                }
+                if sub.get_about().is_none() {
+                    missing.push(format!("{here} {}", sub.get_name()));
+                }
+                walk(sub, &here, missing);
+            }
+        }
+        let mut missing = Vec::new();
+        walk(&super::Cli::command(), "", &mut missing);
+        assert_eq!(missing, Vec::<String>::new());
+    }
 }

@@ -14,7 +14,7 @@ use ed25519_dalek::VerifyingKey;
 
 use crate::config::{LogBackend, VerifyArgs};
 use crate::export::manifest::Manifest;
-use crate::log::checkpoint::{self, parse_public_key, Checkpoint};
+use crate::log::checkpoint::{self, Checkpoint, PinnedKey};
 use crate::log::verify::{verify_tree, Report, Verifier};
 use crate::log::{Head, LOG_TREE};
 
@@ -23,17 +23,13 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
         return super::verify_proof::run(&args);
     }
     refuse_misplaced(&args)?;
+    let pinned = pinned_key(&args)?;
     let expect_head = args.expect_head.as_deref().map(parse_head).transpose()?;
     let checkpoints = match &args.checkpoints {
         Some(p) => checkpoint::read_file(p).map_err(anyhow::Error::msg)?,
         None => Vec::new(),
     };
-    let pinned = args
-        .pubkey
-        .as_deref()
-        .map(parse_public_key)
-        .transpose()
-        .map_err(anyhow::Error::msg)?;
+    let pinned = pinned.map(|p| p.key);
     if let Some(file) = &args.export {
         return verify_export(file, args.manifest.as_deref(), pinned.as_ref(), args.json);
     }
@@ -90,6 +86,16 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::from(1)
     })
+}
+
+/// `--pubkey`, read once the options were checked against the mode (a key given where it has
+/// nothing to check is refused as such, not for its form).
+pub(super) fn pinned_key(args: &VerifyArgs) -> anyhow::Result<Option<PinnedKey>> {
+    args.pubkey
+        .as_deref()
+        .map(str::parse::<PinnedKey>)
+        .transpose()
+        .map_err(|e| anyhow::anyhow!("--pubkey: {e}"))
 }
 
 /// Refuses options that do not apply to the mode asked for (exit 2), naming them: an option

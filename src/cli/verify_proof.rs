@@ -9,6 +9,7 @@ use anyhow::{bail, Context};
 use serde::de::DeserializeOwned;
 
 use crate::config::VerifyArgs;
+use crate::log::checkpoint::PinnedKey;
 use crate::tlog::proof::{self, ConsistencyProof, ExportProofsHead, InclusionProof, ProofError};
 
 pub fn run(args: &VerifyArgs) -> anyhow::Result<ExitCode> {
@@ -22,19 +23,19 @@ pub fn run(args: &VerifyArgs) -> anyhow::Result<ExitCode> {
             bail!("{flag} does not apply to --proof, --consistency or --export-proofs (check an export against its manifest with a separate `verify --export FILE --manifest M`)");
         }
     }
-    let Some(pubkey) = args.pubkey.as_deref() else {
+    let Some(pubkey) = super::verify::pinned_key(args)? else {
         bail!("--proof, --consistency and --export-proofs need --pubkey: the log's key (`auditmem admin pubkey` prints it), so that a checkpoint signed by anyone else is refused");
     };
     let outcome = if let Some(file) = &args.export_proofs {
         if args.consistency_proof.is_some() {
             bail!("--consistency-proof applies only to --consistency");
         }
-        export_proofs(file, args.export.as_deref(), pubkey, args)?
+        export_proofs(file, args.export.as_deref(), &pubkey, args)?
     } else if let Some(file) = &args.proof {
         if args.consistency_proof.is_some() {
             bail!("--consistency-proof applies only to --consistency");
         }
-        inclusion(file, pubkey, args)?
+        inclusion(file, &pubkey, args)?
     } else if let Some(files) = &args.consistency {
         if !args.witness_keys.is_empty() || args.witness_quorum > 0 {
             bail!("--witness-key and --witnesses apply only to --proof FILE");
@@ -45,7 +46,7 @@ pub fn run(args: &VerifyArgs) -> anyhow::Result<ExitCode> {
         let Some(proof_file) = &args.consistency_proof else {
             bail!("--consistency needs --consistency-proof FILE: the answer of GET /v1/audit/consistency?from=OLD&to=NEW");
         };
-        consistency(old, new, proof_file, pubkey)?
+        consistency(old, new, proof_file, &pubkey)?
     } else {
         bail!("give --proof FILE or --consistency OLD NEW");
     };
@@ -82,16 +83,10 @@ fn read_json<T: DeserializeOwned>(path: &Path) -> anyhow::Result<T> {
     serde_json::from_value(v).with_context(|| format!("{} is not a proof", path.display()))
 }
 
-/// The log's signed-note verifier key from `--pubkey`: a verifier key as is
-/// (`<origin>+<id>+<base64>`), or the hex public key under the origin the note names.
-fn log_key(pubkey: &str, note: &str) -> anyhow::Result<String> {
-    let pubkey = pubkey.trim();
-    if pubkey.contains('+') {
-        return Ok(pubkey.to_string());
-    }
-    let key = crate::log::checkpoint::parse_public_key(pubkey).map_err(anyhow::Error::msg)?;
-    let origin = note.lines().next().unwrap_or_default();
-    Ok(crate::tlog::note::verifier_key(origin, &key))
+/// The log's signed-note verifier key from `--pubkey`: as given when it was given as a
+/// verifier key, or the hex key under the origin the note names.
+fn log_key(pubkey: &PinnedKey, note: &str) -> String {
+    pubkey.verifier_key(note.lines().next().unwrap_or_default())
 }
 
 fn witness_verifiers(keys: &[String]) -> anyhow::Result<Vec<Box<dyn signed_note::Verifier>>> {
@@ -108,7 +103,7 @@ fn witness_verifiers(keys: &[String]) -> anyhow::Result<Vec<Box<dyn signed_note:
 fn export_proofs(
     file: &Path,
     export: Option<&Path>,
-    pubkey: &str,
+    pubkey: &PinnedKey,
     args: &VerifyArgs,
 ) -> anyhow::Result<Result<String, ProofError>> {
     let text =
@@ -122,7 +117,7 @@ fn export_proofs(
     };
     let head: ExportProofsHead = serde_json::from_str(first)
         .with_context(|| format!("line 1 of {} is not an export proofs head", file.display()))?;
-    let key = log_key(pubkey, &head.checkpoint)?;
+    let key = log_key(pubkey, &head.checkpoint);
     let witnesses = witness_verifiers(&args.witness_keys)?;
     check_quorum(args)?;
     let opened = match crate::tlog::note::open(
@@ -232,11 +227,11 @@ fn check_quorum(args: &VerifyArgs) -> anyhow::Result<()> {
 
 fn inclusion(
     file: &Path,
-    pubkey: &str,
+    pubkey: &PinnedKey,
     args: &VerifyArgs,
 ) -> anyhow::Result<Result<String, ProofError>> {
     let p: InclusionProof = read_json(file)?;
-    let key = log_key(pubkey, p.checkpoint.as_deref().unwrap_or_default())?;
+    let key = log_key(pubkey, p.checkpoint.as_deref().unwrap_or_default());
     let witnesses = witness_verifiers(&args.witness_keys)?;
     check_quorum(args)?;
     Ok(
@@ -262,13 +257,13 @@ fn consistency(
     old: &Path,
     new: &Path,
     proof_file: &Path,
-    pubkey: &str,
+    pubkey: &PinnedKey,
 ) -> anyhow::Result<Result<String, ProofError>> {
     let read =
         |p: &Path| std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()));
     let (old_note, new_note) = (read(old)?, read(new)?);
     let p: ConsistencyProof = read_json(proof_file)?;
-    let key = log_key(pubkey, &new_note)?;
+    let key = log_key(pubkey, &new_note);
     Ok(
         proof::check_consistency(old_note.as_bytes(), new_note.as_bytes(), &p.proof, &key)
             .and_then(|(a, b)| {

@@ -285,8 +285,15 @@ impl Appender {
         // in a crash since it is written without a sync) is folded from the log here.
         let tlog = Arc::new(MerkleTree::open(&db, data_dir).map_err(tlog_error)?);
         let missing = tlog.catch_up(&log, None).map_err(tlog_error)?;
-        if missing > 0 {
+        // The leaves past the last complete tile are folded again at every open: not news.
+        // A larger gap was built by `serve` before, with its progress shown.
+        if missing > crate::tlog::TILE_WIDTH as u64 {
             tracing::info!(records = missing, "Merkle tree caught up from the log");
+        } else if missing > 0 {
+            tracing::debug!(
+                records = missing,
+                "Merkle tree's unsynced tail folded again"
+            );
         }
         // The applier writes tiles without a sync; a restart keeps what was synced.
         MerkleTree::sync_every(&tlog, TLOG_SYNC_EVERY)?;

@@ -107,20 +107,81 @@ pub fn parse_public_key(hex_key: &str) -> Result<VerifyingKey, String> {
     VerifyingKey::from_bytes(&bytes).map_err(|e| format!("invalid public key: {e}"))
 }
 
+/// The log's public key as an auditor pins it (`verify --pubkey`), in either form the service
+/// prints it (`auditmem admin pubkey`, `GET /admin/v1/log/pubkey`): the lowercase hex of the
+/// ed25519 key (`public_key`), or the key as a C2SP signed-note verifier key
+/// `<origin>+<key id>+<base64>` (`verifier_key`), which also names the checkpoint origin.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PinnedKey {
+    pub key: VerifyingKey,
+    /// The origin, when the key was given as a verifier key.
+    pub origin: Option<String>,
+}
+
+impl PinnedKey {
+    /// The signed-note verifier key, under the origin the key was given with or else `origin`.
+    pub fn verifier_key(&self, origin: &str) -> String {
+        match &self.origin {
+            Some(o) => crate::tlog::note::verifier_key(o, &self.key),
+            None => crate::tlog::note::verifier_key(origin, &self.key),
+        }
+    }
+}
+
+impl std::str::FromStr for PinnedKey {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let s = s.trim();
+        const FORMS: &str = "a public key is 64 hex characters (`public_key`) or a signed-note verifier key <origin>+<key id>+<base64> (`verifier_key`), as `auditmem admin pubkey` prints them";
+        if !s.contains('+') {
+            let key = parse_public_key(s).map_err(|e| format!("{e}: {FORMS}"))?;
+            return Ok(PinnedKey { key, origin: None });
+        }
+        // The verifier key's own checks (its key id against its name and key) first.
+        signed_note::StandardVerifier::new(s).map_err(|e| format!("{e}: {FORMS}"))?;
+        let mut parts = s.splitn(3, '+');
+        let (Some(origin), Some(_), Some(encoded)) = (parts.next(), parts.next(), parts.next())
+        else {
+            return Err(FORMS.into());
+        };
+        use base64::Engine;
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(encoded)
+            .map_err(|e| format!("the verifier key's key is not base64 ({e}): {FORMS}"))?;
+        let key: [u8; 32] = match bytes.split_first() {
+            Some((&crate::tlog::note::ALG_ED25519, rest)) => rest
+                .try_into()
+                .map_err(|_| format!("the verifier key's key is not 32 bytes: {FORMS}"))?,
+            _ => return Err(format!("the verifier key is not an ed25519 key: {FORMS}")),
+        };
+        let key = VerifyingKey::from_bytes(&key).map_err(|e| format!("invalid public key: {e}"))?;
+        Ok(PinnedKey {
+            key,
+            origin: Some(origin.to_string()),
+        })
+    }
+}
+
+/// Loads an existing signing key file.
+pub fn load_key(path: &Path) -> std::io::Result<SigningKey> {
+    let text = std::fs::read_to_string(path)?;
+    let bytes: [u8; 32] = hex::decode(text.trim())
+        .ok()
+        .and_then(|b| b.try_into().ok())
+        .ok_or_else(|| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "signing key file is not 32 hex bytes",
+            )
+        })?;
+    Ok(SigningKey::from_bytes(&bytes))
+}
+
 /// Loads the signing key, creating it (mode 0600) at first start.
 pub fn load_or_create_key(path: &Path) -> std::io::Result<SigningKey> {
     if path.exists() {
-        let text = std::fs::read_to_string(path)?;
-        let bytes: [u8; 32] = hex::decode(text.trim())
-            .ok()
-            .and_then(|b| b.try_into().ok())
-            .ok_or_else(|| {
-                std::io::Error::new(
-                    std::io::ErrorKind::InvalidData,
-                    "signing key file is not 32 hex bytes",
-                )
-            })?;
-        return Ok(SigningKey::from_bytes(&bytes));
+        return load_key(path);
     }
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
@@ -174,6 +235,70 @@ pub fn parse(reader: impl BufRead, name: &str) -> Result<Vec<Checkpoint>, String
     Ok(out)
 }
 
+/// Why checkpoint `cp` is not one the log (head `head`) signed with `key` as `origin`.
+fn check_bound(
+    cp: &Checkpoint,
+    key: &SigningKey,
+    origin: &str,
+    tlog: &crate::tlog::MerkleTree,
+    log: &super::LogReader,
+    head: Head,
+) -> Result<(), String> {
+    let public = key.verifying_key();
+    cp.check_signature(None)
+        .map_err(|e| format!("the checkpoint of size {}: {e}", cp.seq))?;
+    if cp.public_key != hex::encode(public.as_bytes()) {
+        return Err(format!(
+            "the checkpoint of size {} is signed by the key {}, not this server's signing key {}",
+            cp.seq,
+            cp.public_key,
+            hex::encode(public.as_bytes())
+        ));
+    }
+    if cp.seq > head.seq {
+        return Err(format!(
+            "it holds a checkpoint of size {}, but this log holds {} records",
+            cp.seq, head.seq
+        ));
+    }
+    let record = log
+        .get(cp.seq)
+        .map_err(|e| format!("reading record {}: {e}", cp.seq))?;
+    if record.map(|r| hex::encode(r.hash)) != Some(cp.hash.clone()) {
+        return Err(format!(
+            "its checkpoint of size {} names the record hash {}, which is not this log's record {}",
+            cp.seq, cp.hash, cp.seq
+        ));
+    }
+    if let Some(root) = &cp.root {
+        let ours = tlog
+            .root(cp.seq)
+            .map_err(|e| format!("the Merkle tree of size {}: {e}", cp.seq))?;
+        if ours.to_string() != *root {
+            return Err(format!(
+                "its checkpoint of size {} has the root {root}, but this log's tree of that size has the root {ours}",
+                cp.seq
+            ));
+        }
+    }
+    if let Some(note) = &cp.note {
+        let opened = crate::tlog::note::open(
+            note.as_bytes(),
+            &crate::tlog::note::verifier_key(origin, &public),
+            Vec::new(),
+            0,
+        )
+        .map_err(|e| format!("the note of the checkpoint of size {}: {e}", cp.seq))?;
+        if opened.size != cp.seq || Some(opened.root.to_string()) != cp.root {
+            return Err(format!(
+                "the note of the checkpoint of size {} signs another tree (size {})",
+                cp.seq, opened.size
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Signs checkpoints and keeps the latest.
 pub struct CheckpointSigner {
     key: SigningKey,
@@ -200,8 +325,15 @@ struct TreeSigning {
 const NOTES_KEPT: usize = 4096;
 
 impl CheckpointSigner {
+    /// A signer whose checkpoints file is not checked against a log (tests and tools that
+    /// sign statements, not heads); a file that cannot be read counts as empty. The service
+    /// uses [`open`](Self::open).
     pub fn new(key: SigningKey, file: PathBuf) -> Self {
         let checkpoints = read_file(&file).unwrap_or_default();
+        Self::with_checkpoints(key, file, checkpoints)
+    }
+
+    fn with_checkpoints(key: SigningKey, file: PathBuf, checkpoints: Vec<Checkpoint>) -> Self {
         let mut notes: std::collections::BTreeMap<u64, String> = checkpoints
             .iter()
             .filter_map(|cp| Some((cp.seq, cp.note.clone()?)))
@@ -218,6 +350,45 @@ impl CheckpointSigner {
             on_demand: Mutex::new(None),
             signed: tokio::sync::watch::Sender::new(0),
         }
+    }
+
+    /// The signer of the log `log` (head `head`, Merkle tree `tlog`) with the checkpoints file
+    /// `file`, whose checkpoints must be this log's: every checkpoint it would serve (the
+    /// latest, and the notes it keeps for proofs) is checked against the log's own records
+    /// and tree, and one that the log does not reproduce refuses the start. A checkpoints file
+    /// of another data dir (one left behind by a log that was deleted, say) would otherwise be
+    /// served as this log's signed head, and every proof against it would fail.
+    pub fn open(
+        key: SigningKey,
+        file: PathBuf,
+        origin: &str,
+        tlog: std::sync::Arc<crate::tlog::MerkleTree>,
+        log: &super::LogReader,
+        head: Head,
+    ) -> Result<Self, String> {
+        let checkpoints = match read_file(&file) {
+            Ok(c) => c,
+            Err(_) if !file.exists() => Vec::new(),
+            Err(e) => return Err(format!("the checkpoints file {e}")),
+        };
+        let from = checkpoints.len().saturating_sub(NOTES_KEPT);
+        for (i, cp) in checkpoints.iter().enumerate().skip(from) {
+            check_bound(cp, &key, origin, &tlog, log, head).map_err(|why| {
+                format!(
+                    "the checkpoints file {} does not belong to this log: line {}: {why}; move it away, or name this log's own with --checkpoints-file",
+                    file.display(),
+                    i + 1
+                )
+            })?;
+        }
+        let mut signer = Self::with_checkpoints(key, file, checkpoints);
+        let tree_signer = crate::tlog::note::signer(origin, &signer.key)
+            .map_err(|e| format!("--log-origin: {e}"))?;
+        signer.tree = Some(TreeSigning {
+            tlog,
+            signer: tree_signer,
+        });
+        Ok(signer)
     }
 
     /// Also signs the Merkle tree's root in each checkpoint, as a C2SP signed note of the

@@ -43,7 +43,9 @@ const SYNCED_KEY: &[u8] = b"synced";
 const LEGACY_TREE: &str = "tlog";
 /// Hash tiles are C2SP tlog-tiles' height: 256 hashes.
 pub const TILE_HEIGHT: u8 = 8;
-const TILE_WIDTH: usize = 1 << TILE_HEIGHT;
+/// Leaves (and hashes) a complete tile holds; the tree stores only complete tiles, so the
+/// leaves past the last one are folded again from the log at every open.
+pub const TILE_WIDTH: usize = 1 << TILE_HEIGHT;
 const HASH: usize = tlog_tiles::HASH_SIZE;
 const TILE_BYTES: u64 = (TILE_WIDTH * HASH) as u64;
 /// Tile levels: level L holds tree level 8L, and a tree of at most 2^64 leaves has tree

@@ -11,8 +11,8 @@ use ed25519_dalek::{SigningKey, VerifyingKey};
 use signed_note::{Note, NoteError, Signer, StandardSigner, StandardVerifier, VerifierList};
 use tlog_tiles::Hash;
 
-/// The signed-note algorithm byte of Ed25519 keys.
-const ALG_ED25519: u8 = 1;
+/// The signed-note algorithm byte of an ed25519 key.
+pub const ALG_ED25519: u8 = 1;
 
 /// Why a checkpoint note was refused; each names what an auditor must look at.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -364,3 +364,68 @@ fn console_end_to_end_in_chromium() {
         "the browser run took {elapsed:?}"
     );
 }
+
+/// With `--admin-listen` the console is served on the admin listener too, where its operator
+/// view reaches the admin API on its own origin (tests/console/operator_listener.mjs, in
+/// chromium); the console on the main listener names the admin listener.
+#[test]
+fn the_operator_console_works_on_a_split_admin_listener() {
+    let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
+    require(Path::new(&chromium), "chromium");
+    let tests = repo().join("tests/console");
+    require(
+        &tests.join("node_modules/playwright-core/package.json"),
+        "playwright-core",
+    );
+    let s = Server::launch(
+        &[],
+        crate::common::Launch {
+            envs: &[("AUDITMEM_ADMIN_LISTEN", "0")],
+            ..Default::default()
+        },
+    );
+    let admin = s.admin_url.clone().expect("the admin listener's line");
+    for name in ["acme", "globex"] {
+        let (status, v) = s
+            .raw()
+            .post(format!("{admin}/admin/v1/tenants"))
+            .bearer_auth(ADMIN_TOKEN)
+            .json(&json!({"name": name, "plan": "pro"}))
+            .send()
+            .map(|r| (r.status().as_u16(), r.text().unwrap_or_default()))
+            .expect("create a tenant");
+        assert_eq!(status, 201, "{v}");
+    }
+    // The console's pages and its operator view's metrics on the admin listener.
+    for path in ["/console/", "/console/app.js", "/metrics"] {
+        let r = s
+            .raw()
+            .get(format!("{admin}{path}"))
+            .send()
+            .expect("request");
+        assert_eq!(r.status().as_u16(), 200, "{path} on the admin listener");
+    }
+    let out = Command::new("node")
+        .arg(tests.join("operator_listener.mjs"))
+        .current_dir(&tests)
+        .env("PUBLIC_URL", &s.url)
+        .env("ADMIN_URL", &admin)
+        .env("ADMIN_TOKEN", ADMIN_TOKEN)
+        .env("CHROMIUM", &chromium)
+        .env("PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD", "1")
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run node ({e}): install it with .ci/setup"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    println!("{stdout}");
+    assert!(
+        out.status.success(),
+        "operator_listener.mjs failed ({}):\n{stdout}\n{stderr}",
+        out.status
+    );
+    assert_eq!(
+        stdout.lines().last().unwrap_or(""),
+        "all 5 checks passed",
+        "{stdout}"
+    );
+}

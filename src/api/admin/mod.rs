@@ -1,7 +1,8 @@
 //! The admin API under `/admin/v1`: tenants ([`tenants`]), keys ([`keys`]), the gateway's audit
 //! ingestion ([`ingest`]), and the raw log with its head, checkpoints and key ([`log`]).
 //!
-//! Mounted only when `AUDITMEM_ADMIN_TOKEN` is set; on its own listener with `--admin-listen`
+//! Off unless `AUDITMEM_ADMIN_TOKEN` is set (every admin route then answers 404 saying so and how
+//! to turn it on, [`ADMIN_OFF`]); on its own listener with `--admin-listen`
 //! (`api::Surface`). Two tokens open it, both compared in constant time: the admin token opens
 //! every route; the ingest token (`AUDITMEM_INGEST_TOKEN`) only `POST /admin/v1/audit/logs`, so
 //! the gateway that forwards entries does not hold the key that mints API keys and reads every
@@ -25,6 +26,19 @@ use super::error::ApiError;
 use super::state::AppState;
 use crate::registry::ErrorCode;
 
+/// The answer of every admin route while the admin API is off (404, 4040), saying how to turn
+/// it on.
+pub const ADMIN_OFF: &str = "the admin API is off: start the server with AUDITMEM_ADMIN_TOKEN (or --admin-token) set to a token of at least 32 bytes to turn it on";
+
+/// The answer of an admin route on the public listener when `--admin-listen` serves the admin
+/// API (404, 4040).
+pub const ADMIN_ELSEWHERE: &str =
+    "the admin API is served on the admin listener (--admin-listen), not on this one";
+
+/// The answer of a non-admin route on the admin listener (404, 4040).
+pub const ADMIN_ONLY: &str =
+    "this listener serves the admin API only (--admin-listen); the rest of the API is on --listen";
+
 /// The one route the ingest token opens.
 pub const INGEST_ROUTE: &str = "/admin/v1/audit/logs";
 
@@ -34,7 +48,7 @@ pub const MIN_TOKEN_BYTES: usize = 32;
 
 pub async fn require_admin(State(state): State<AppState>, req: Request, next: Next) -> Response {
     let Some(admin_token) = state.settings.admin_token.as_deref() else {
-        return ApiError::not_found("no such route").into_response();
+        return ApiError::not_found(ADMIN_OFF).into_response();
     };
     let source = super::client_ip::of_request(&state.settings.proxy_trust, &req)
         .map(super::client_ip::source);
