@@ -197,3 +197,102 @@ fn query(path: &str, input: &[u8]) -> Result<HashMap<String, String>, ApiError> 
         .map(|axum::extract::Query(q)| q)
         .map_err(|e| ApiError::bad_request(e.body_text()))
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use auditmem_projections::{ExportFormat, ExportRequested, KeyIssued, Permission};
+
+    use super::*;
+    use crate::registry::ErrorCode;
+
+    /// A fuzz target's seed, run as the target runs it: the first byte picks the request.
+    fn seed(target: &str, name: &str, pick: &[Request]) -> Result<Vec<Event>, ApiError> {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fuzz/seeds")
+            .join(target)
+            .join(name);
+        let bytes = std::fs::read(&path).expect("a seed");
+        let (&p, input) = bytes.split_first().expect("a pick byte");
+        request(pick[p as usize % pick.len()], input)
+    }
+
+    #[test]
+    fn the_seeds_are_decided_by_the_commands_against_the_fuzzing_tenant() {
+        assert_eq!(
+            seed("admin_bodies", "create_tenant.json", &ADMIN).expect("decided"),
+            vec![Event::TenantCreated(TenantCreated {
+                tenant_id: Uuid::nil(),
+                name: "acme".into(),
+                plan: Plan::Pro,
+                subscription_active: true,
+                credits: 12.5,
+                created_at: NOW_MICROS,
+            })]
+        );
+        assert_eq!(
+            seed("admin_bodies", "create_key.json", &ADMIN).expect("decided"),
+            vec![Event::KeyIssued(KeyIssued {
+                key_id: Uuid::nil(),
+                tenant_id: TENANT,
+                key_hash: [0; 32],
+                permissions: vec![Permission::AuditRead, Permission::MemoryWrite],
+                name: Some("ci".into()),
+                created_at: NOW_MICROS,
+            })]
+        );
+        // "enterprise" is no plan: refused once the tenant was found.
+        assert_eq!(
+            seed("admin_bodies", "update_tenant.json", &ADMIN).map_err(|e| e.code),
+            Err(ErrorCode::BadRequest)
+        );
+        assert_eq!(
+            seed("admin_bodies", "ingest.json", &ADMIN),
+            Err(ApiError::bad_request(
+                "entries[0]: response_body must be a JSON object or null"
+            ))
+        );
+        let events = seed("admin_bodies", "ingest_error.json", &ADMIN).expect("decided");
+        let recorded: Vec<(Uuid, Uuid, Option<i64>)> = events
+            .iter()
+            .map(|e| match e {
+                Event::AuditRecorded(r) => (r.tenant_id, r.entry.id, r.entry.error_code),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(recorded, vec![(TENANT, Uuid::nil(), Some(4290))]);
+        // 2026-11-01T00:00:00Z to 2026-11-22T12:00:00.5Z, within Pro's 90 days.
+        assert_eq!(
+            seed("v1_requests", "export.json", &V1).expect("decided"),
+            vec![Event::ExportRequested(ExportRequested {
+                export_id: Uuid::nil(),
+                tenant_id: TENANT,
+                format: ExportFormat::Json,
+                start_time: 1_793_491_200_000_000,
+                end_time: 1_795_348_800_500_000,
+                estimated_records: 0,
+                with_chain: false,
+                requested_at: NOW_MICROS,
+            })]
+        );
+        assert_eq!(
+            seed("v1_requests", "export_empty.json", &V1).expect("decided"),
+            vec![Event::ExportRequested(ExportRequested {
+                export_id: Uuid::nil(),
+                tenant_id: TENANT,
+                format: ExportFormat::Csv,
+                start_time: NOW_MICROS - 90 * 86_400_000_000,
+                end_time: NOW_MICROS,
+                estimated_records: 0,
+                with_chain: false,
+                requested_at: NOW_MICROS,
+            })]
+        );
+        // A request decided by a provider's answer is read and checked only.
+        assert_eq!(
+            seed("v1_requests", "create_memory.json", &V1).expect("read"),
+            Vec::new()
+        );
+    }
+}
