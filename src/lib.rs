@@ -1,14 +1,16 @@
 //! auditmem: a tamper-evident audit log and memory store.
 //!
 //! Every operation is an event appended to one blake3-hash-chained log ([`log`]); the read
-//! models ([`auditmem_projections`]) are folded from it; the HTTP API ([`api`]) decides, the
-//! appender commits, the projections answer.
+//! models ([`auditmem_projections`]) are folded from it; the HTTP API ([`api`]) reads requests
+//! and hands them to the commands ([`command`]), which decide; the appender commits, the
+//! projections answer.
 
 // Every `unsafe` says why it is sound.
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod api;
 pub mod cli;
+pub mod command;
 pub mod config;
 pub mod embed;
 pub mod export;

@@ -63,6 +63,22 @@ impl From<Invalid> for ApiError {
     }
 }
 
+impl From<crate::command::Refusal> for ApiError {
+    fn from(r: crate::command::Refusal) -> Self {
+        match r {
+            crate::command::Refusal::Rule { code, message } => Self::new(code, message),
+            crate::command::Refusal::Internal(detail) => Self::internal(detail),
+        }
+    }
+}
+
+/// A refusal the edge decided (reading a body) handed to a command that decides first.
+impl From<ApiError> for crate::command::Refusal {
+    fn from(e: ApiError) -> Self {
+        crate::command::Refusal::new(e.code, e.message)
+    }
+}
+
 impl From<Rejection> for ApiError {
     fn from(r: Rejection) -> Self {
         Self::new(r.code, r.message)

@@ -1,8 +1,8 @@
-//! Audit exports: `POST /v1/audit/logs/export`, its status, and the file download.
+//! Audit exports: `POST /v1/audit/logs/export` (decided by `crate::command::export`), its
+//! status, and the file download.
 
-use auditmem_projections::audit_index::Filter;
 use auditmem_projections::exports::{ExportStatus, ExportView};
-use auditmem_projections::{Event, ExportFormat, ExportRequested, Named};
+use auditmem_projections::{ExportFormat, Named};
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap};
@@ -14,13 +14,12 @@ use super::error::ApiError;
 use super::extract::{is_json, read};
 use super::gate::{Caller, PendingOps, Recorded};
 use super::state::AppState;
-use crate::log::appender::Rejection;
+use crate::command::export::{self, ExportRules};
+use crate::command::{Context, Refusal};
 use crate::registry::ErrorCode;
 use crate::wire::envelope::{AuditOk, ErrorEnvelope};
-use crate::wire::export::{
-    ExportAsked, ExportCreated, ExportRequest, ExportTask, Manifest, PROCESSING,
-};
-use crate::wire::time::{now, CLOCK_SKEW_MICROS};
+use crate::wire::export::{ExportCreated, ExportRequest, ExportTask, Manifest};
+use crate::wire::time::now;
 
 type ExportCreatedEnvelope = AuditOk<ExportCreated>;
 type ExportTaskEnvelope = AuditOk<ExportTask>;
@@ -35,98 +34,16 @@ pub(crate) async fn create_export(
     body: Bytes,
 ) -> Result<Recorded<AuditOk<ExportCreated>>, ApiError> {
     let tenant = &caller.tenant;
-    // The plan decides before the body is looked at.
-    if !tenant.plan.can_export() {
-        return Err(ApiError::new(
-            ErrorCode::ExportNeedsPro,
-            ErrorCode::ExportNeedsPro.label(),
-        ));
-    }
-    let ExportAsked { format, start, end } = read::<ExportRequest>(is_json(&headers), &body)?;
-    let window = state.settings.retention_start(tenant.plan);
-    let now = now();
-    let beyond = |field: &str| {
-        let days = state.settings.retention_days(tenant.plan);
-        ApiError::new(
-            ErrorCode::ExportRangeExceedsRetention,
-            format!("export time range exceeds the plan retention days: {field} is more than {days} days ago"),
-        )
+    // Read when the command asks: after the plan allowed exports.
+    let asked = || read::<ExportRequest>(is_json(&headers), &body).map_err(Refusal::from);
+    let rules = ExportRules {
+        retention_days: state.settings.retention_days(tenant.plan),
+        quota: state.exports.quota,
+        ttl: state.exports.ttl,
     };
-    // A start at most a clock's skew before the window is the window: a client asking for
-    // exactly "the last 90 days" by its own clock is not refused for the milliseconds its
-    // request took to arrive.
-    let earliest = window - CLOCK_SKEW_MICROS;
-    if start.is_some_and(|s| s < earliest) {
-        return Err(beyond("start_time"));
-    }
-    if end.is_some_and(|e| e < earliest) {
-        return Err(beyond("end_time"));
-    }
-    let (start, end) = (start.unwrap_or(window).max(window), end.unwrap_or(now));
-    if end < start {
-        return Err(ApiError::bad_request("end_time is before start_time"));
-    }
-    let estimated = state.projections.audit.count(&Filter {
-        tenant_id: tenant.id,
-        action: None,
-        from: start,
-        to: end,
-    })? as u64;
-    let export_id = Uuid::now_v7();
-    let event = Event::ExportRequested(ExportRequested {
-        export_id,
-        tenant_id: tenant.id,
-        format,
-        start_time: start,
-        end_time: end,
-        estimated_records: estimated,
-        with_chain: tenant.plan.shows_hash(),
-        requested_at: now,
-    });
-    let tenant_id = tenant.id;
-    let (quota, ttl) = (state.exports.quota, state.exports.ttl);
-    // Decided by the appender against the applied state, so two racing requests cannot both
-    // pass: one export in progress, then the quotas (src/export/quota.rs).
-    let check = Box::new(move |p: &auditmem_projections::Projections| {
-        match p.exports.processing_of(&tenant_id) {
-            Ok(None) => {}
-            Ok(Some(_)) => {
-                return Err(Rejection {
-                    code: ErrorCode::ExportInProgress,
-                    message: ErrorCode::ExportInProgress.label().into(),
-                    retry_after: None,
-                })
-            }
-            Err(e) => {
-                return Err(Rejection {
-                    code: ErrorCode::Internal,
-                    message: format!("reading exports: {e}"),
-                    retry_after: None,
-                })
-            }
-        }
-        let at = crate::wire::time::now();
-        quota
-            .check(&p.exports.usage_of(&tenant_id, at), at, ttl)
-            .map_err(|e| Rejection {
-                code: ErrorCode::ExportQuotaExceeded,
-                message: e.message,
-                retry_after: Some(e.retry_after.as_secs()),
-            })
-    });
-    Ok(Recorded::new(
-        AuditOk(ExportCreated {
-            export_id,
-            status: PROCESSING,
-            estimated_records: estimated,
-            download_url: None,
-        }),
-        PendingOps {
-            events: vec![event],
-            check: Some(check),
-            ..Default::default()
-        },
-    ))
+    let ctx = Context::service(&state.projections);
+    let decision = export::create(&ctx, tenant, asked, &rules)?;
+    Ok(Recorded::decided(decision, AuditOk))
 }
 
 pub(crate) fn owned_export(

@@ -1,8 +1,8 @@
 //! The `/v1` gate: authentication, the per-key rate limit, permissions, and the audit entry of
 //! every request.
 //!
-//! Handlers decide; the gate commits. A handler returns its response together with the events
-//! of the operation ([`Recorded`]); the gate adds the request's `AuditRecorded` and appends them
+//! Handlers decide (through `crate::command`); the gate commits. A handler returns its response
+//! together with the events of the operation ([`Recorded`]); the gate adds the request's `AuditRecorded` and appends them
 //! all as one atomic submission, so an operation never lands without its audit entry nor an
 //! audit entry without its operation. Requests refused before a tenant is known (401) are not
 //! tenant entries; they are traced.
@@ -42,6 +42,7 @@ use super::error::{error_body, ApiError, ErrorInfo};
 use super::position::with_position;
 use super::rate_limit;
 use super::state::AppState;
+use crate::command::Decision;
 use crate::log::appender::{AppendError, Precondition};
 use crate::registry::ErrorCode;
 use crate::wire::audit::bounds;
@@ -92,6 +93,25 @@ pub struct Recorded<R> {
 impl<R> Recorded<R> {
     pub fn new(response: R, ops: PendingOps) -> Self {
         Recorded { response, ops }
+    }
+
+    /// A command's decision, its answer as the route answers it (`wrap`).
+    pub fn decided<A>(decision: Decision<A>, wrap: impl FnOnce(A) -> R) -> Self {
+        let Decision {
+            answer,
+            events,
+            check,
+            audit,
+        } = decision;
+        let ops = PendingOps {
+            events,
+            check,
+            detail: audit.detail,
+            credits: audit.credits,
+            usd: audit.usd,
+            streamed: false,
+        };
+        Recorded::new(wrap(answer), ops)
     }
 }
 

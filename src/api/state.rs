@@ -81,6 +81,17 @@ pub struct MemorySettings {
     pub reservations: super::memory::credits::Reservations,
 }
 
+impl MemorySettings {
+    /// What extraction costs, as the extraction command prices it.
+    pub fn pricing(&self) -> crate::command::memory::extract::Pricing {
+        crate::command::memory::extract::Pricing {
+            credits_per_call: self.credits_per_call,
+            credits_per_1k_chars: self.credits_per_1k_chars,
+            usd_per_credit: self.usd_per_credit,
+        }
+    }
+}
+
 #[derive(Clone)]
 pub struct AppState(pub Arc<Inner>);
 

@@ -374,6 +374,16 @@ impl Memories {
         out
     }
 
+    /// Whether every one of `ids` is a live memory of the tenant whose `expires_at` is at or
+    /// before `now`: what the sweeper's precondition asks right before its event is sealed.
+    pub fn all_expired(&self, tenant: &Uuid, ids: &[Uuid], now: i64) -> bool {
+        let state = self.state();
+        ids.iter().all(|id| {
+            state.live(tenant, id).is_some()
+                && state.names.extra(id).is_some_and(|e| e.expired(now))
+        })
+    }
+
     /// Ids of the tenant's live memories of a type (superseded ones too; not expired ones).
     pub fn ids_of_type(&self, tenant: &Uuid, memory_type: MemoryType) -> Vec<Uuid> {
         self.ids_matching(

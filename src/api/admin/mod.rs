@@ -8,7 +8,7 @@
 //! the gateway that forwards entries does not hold the key that mints API keys and reads every
 //! tenant's raw log. Failed authentication is throttled per source ([`throttle`]). Admin calls
 //! are operator actions, not tenant operations: they append their own events (tenants, keys,
-//! ingested entries) but no tenant audit entry.
+//! ingested entries, decided by `crate::command::admin`) but no tenant audit entry.
 
 pub mod ingest;
 pub mod keys;
@@ -23,7 +23,9 @@ use axum::response::{IntoResponse, Response};
 use subtle::ConstantTimeEq;
 
 use super::error::ApiError;
+use super::position::Position;
 use super::state::AppState;
+use crate::command::{Context, Decision};
 use crate::registry::ErrorCode;
 
 /// The answer of every admin route while the admin API is off (404, 4040), saying how to turn
@@ -92,6 +94,28 @@ pub async fn require_admin(State(state): State<AppState>, req: Request, next: Ne
         tracing::warn!(source = ?source, "wrong admin token refused");
     }
     ApiError::unauthorized("missing or wrong admin token").into_response()
+}
+
+/// The service's context for an admin command.
+fn context(state: &AppState) -> Context<'_> {
+    Context::service(&state.projections)
+}
+
+/// Appends an admin command's events (nothing when it has none) and gives its answer with the
+/// log position it stands at.
+async fn record<A>(state: &AppState, decision: Decision<A>) -> Result<(Position, A), ApiError> {
+    let Decision {
+        answer,
+        events,
+        check,
+        ..
+    } = decision;
+    let position = match (events.is_empty(), check) {
+        (true, _) => state.appender.head().seq,
+        (false, Some(check)) => state.appender.append_checked(events, check).await?.last_seq,
+        (false, None) => state.appender.append(events).await?.last_seq,
+    };
+    Ok((Position(position), answer))
 }
 
 fn is_ingest_route(req: &Request) -> bool {

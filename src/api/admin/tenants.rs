@@ -1,29 +1,24 @@
 //! Tenants: create, list, read, change.
 
-use crate::api::position::Position;
 use auditmem_projections::tenants::Tenant as TenantState;
-use auditmem_projections::{Event, TenantCreated, TenantUpdated};
 use axum::extract::{Path, State};
-use uuid::Uuid;
 
+use super::{context, record};
 use crate::api::envelope::Created;
 use crate::api::error::ApiError;
 use crate::api::extract::Json;
+use crate::api::position::Position;
 use crate::api::state::AppState;
-use crate::wire::admin::{
-    CreateTenantRequest, NewTenant, Tenant, TenantChanges, TenantList, UpdateTenantRequest,
-};
+use crate::command::admin;
+use crate::wire::admin::{CreateTenantRequest, Tenant, TenantList, UpdateTenantRequest};
 use crate::wire::envelope::{Data, ErrorEnvelope};
-use crate::wire::time::now_stored;
 
 type TenantEnvelope = Data<Tenant>;
 type TenantListEnvelope = Data<TenantList>;
 
 /// The tenant `id` names in a path; an id that is no id is a tenant that does not exist.
-pub(super) fn tenant_by_path(state: &AppState, id: &str) -> Result<TenantState, ApiError> {
-    let not_found = || ApiError::not_found("tenant not found");
-    let id = Uuid::parse_str(id).map_err(|_| not_found())?;
-    state.projections.tenants.tenant(&id)?.ok_or_else(not_found)
+fn tenant_by_path(state: &AppState, id: &str) -> Result<TenantState, ApiError> {
+    Ok(admin::tenant_by_path(&context(state), id)?)
 }
 
 #[utoipa::path(post, path = "/admin/v1/tenants", tag = "admin", security(("admin_token" = [])), request_body = CreateTenantRequest,
@@ -32,25 +27,9 @@ pub(crate) async fn create_tenant(
     State(state): State<AppState>,
     Json(new): Json<CreateTenantRequest>,
 ) -> Result<(Position, Created<Tenant>), ApiError> {
-    let NewTenant {
-        name,
-        plan,
-        subscription_active,
-        credits,
-    } = new;
-    let id = Uuid::now_v7();
-    let event = Event::TenantCreated(TenantCreated {
-        tenant_id: id,
-        name,
-        plan,
-        subscription_active,
-        credits,
-        created_at: now_stored(),
-    });
-    let c = state.appender.append(vec![event]).await?;
-    let t = tenant_by_path(&state, &id.to_string())
-        .map_err(|_| ApiError::internal("tenant missing after create"))?;
-    Ok((Position(c.last_seq), Created(Tenant::from(&t))))
+    let decision = admin::create_tenant(&context(&state), new);
+    let (position, tenant) = record(&state, decision).await?;
+    Ok((position, Created(tenant)))
 }
 
 #[utoipa::path(get, path = "/admin/v1/tenants", tag = "admin", security(("admin_token" = [])),
@@ -87,24 +66,7 @@ pub(crate) async fn update_tenant(
     Path(id): Path<String>,
     Json(update): Json<UpdateTenantRequest>,
 ) -> Result<(Position, Data<Tenant>), ApiError> {
-    let t = tenant_by_path(&state, &id)?;
-    let TenantChanges {
-        name,
-        plan,
-        subscription_active,
-        credits,
-    } = update.changes()?;
-    let event = Event::TenantUpdated(TenantUpdated {
-        tenant_id: t.id,
-        name,
-        plan,
-        subscription_active,
-        credits,
-        updated_at: now_stored(),
-    });
-    let c = state.appender.append(vec![event]).await?;
-    Ok((
-        Position(c.last_seq),
-        Data(Tenant::from(&tenant_by_path(&state, &id)?)),
-    ))
+    let decision = admin::update_tenant(&context(&state), &id, update)?;
+    let (position, tenant) = record(&state, decision).await?;
+    Ok((position, Data(tenant)))
 }

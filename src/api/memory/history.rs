@@ -4,10 +4,10 @@ use auditmem_projections::Event;
 use axum::extract::{Path, State};
 use axum::Extension;
 
-use super::{not_found, parse_id};
 use crate::api::error::ApiError;
 use crate::api::gate::Caller;
 use crate::api::state::AppState;
+use crate::command::memory::{not_found, parse_id};
 use crate::wire::envelope::{Data, ErrorEnvelope};
 use crate::wire::memory::{MemoryHistory, MemoryVersion};
 use crate::wire::time::Time;

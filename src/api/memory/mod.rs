@@ -3,10 +3,12 @@
 //! ([`search`]), extraction from a conversation or a text ([`extract`]), and a memory's every
 //! version from the log ([`history`]).
 //!
-//! Every mutation is an event appended with the request's audit entry; every read comes from
-//! the memories projection. Vectors are computed here (the embedder runs on its own worker,
-//! where each tenant's texts take their turn with the other tenants') and stored in the events,
-//! so replay never calls a model.
+//! Each handler reads its request, embeds what needs a vector (the embedder runs on its own
+//! worker, where each tenant's texts take their turn with the other tenants'), asks the
+//! extractor or the resolver when the request needs them, and hands the rest to its command
+//! (`crate::command::memory`), which decides the events, the answer and what the audit entry
+//! records; the gate appends them with the request's audit entry. Every read comes from the
+//! memories projection; vectors travel in the events, so replay never calls a model.
 //!
 //! A provider's failure reaches the caller, and so the audit entry, as a generic message naming
 //! the request id; its detail (the endpoint without credentials, the status, the start of the
@@ -24,11 +26,11 @@ pub mod search;
 use auditmem_projections::memories::MemoryView;
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
-use uuid::Uuid;
 
 use super::error::ApiError;
 use super::gate::Caller;
 use super::state::AppState;
+use crate::command::{self, Context};
 use crate::registry::ErrorCode;
 
 /// The request's id: the `x-request-id` header, which the outermost layer sets on every request
@@ -108,22 +110,11 @@ fn provider_failed(
     )
 }
 
-/// A memory id from the path; one that is no id is a memory that does not exist.
-fn parse_id(id: &str) -> Result<Uuid, ApiError> {
-    Uuid::parse_str(id.trim()).map_err(|_| not_found())
-}
-
-fn not_found() -> ApiError {
-    ApiError::not_found("memory not found")
-}
-
 /// The caller's memory `id`; another tenant's is as missing as one that never existed.
 fn owned(state: &AppState, caller: &Caller, id: &str) -> Result<MemoryView, ApiError> {
-    let id = parse_id(id)?;
-    state
-        .projections
-        .memories
-        .get(&caller.tenant.id, &id)
-        .map_err(ApiError::internal)?
-        .ok_or_else(not_found)
+    Ok(command::memory::owned(
+        &Context::service(&state.projections),
+        caller.tenant.id,
+        id,
+    )?)
 }

@@ -1,7 +1,8 @@
 //! The admin API's request bodies: tenant create and update, key create, audit ingestion.
 //! The first byte picks the request (modulo 4: '0' create tenant, '1' update tenant, '2'
 //! create key, '3' ingest), the rest is the body, run through `auditmem::fuzzing::request`:
-//! the handler's extractor and checks. The events a valid body yields must survive the log's
+//! the handler's extractor and checks, then its command (`auditmem::command::admin`) against
+//! projections holding one tenant. The events a valid body yields must survive the log's
 //! codec, since replay decodes exactly those bytes.
 #![no_main]
 

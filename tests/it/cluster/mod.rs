@@ -8,6 +8,7 @@ pub mod harness;
 
 mod contention;
 mod crash_cycles;
+mod expiry_once;
 mod node_joins_empty;
 mod quorum_loss;
 mod read_your_writes;

@@ -1,0 +1,384 @@
+//! `POST /v1/memories` and `POST /v1/memories/batch`: memories created, each with its vector.
+//!
+//! With `resolve: true` a create is decided by its resolution ([`super::resolve`]): a
+//! duplicate stores nothing and answers the stored memory it duplicates; otherwise the memory
+//! is stored and supersedes what the resolution names, in the same append.
+
+use auditmem_projections::{AuditDetail, Event};
+use uuid::Uuid;
+
+use super::{new_memory, owned, resolve, Embedding, Fresh};
+use crate::command::{Context, Decision, Refusal};
+use crate::extract::Resolution;
+use crate::wire::memory::{Memory, MemoryBatch, MemoryResolution, NewMemory};
+
+impl From<NewMemory> for Fresh {
+    fn from(m: NewMemory) -> Self {
+        Fresh {
+            content: m.content,
+            memory_type: m.memory_type,
+            importance: m.importance,
+            extra: m.extra,
+        }
+    }
+}
+
+/// The answer of one memory, which its audit entry records in `memory_results`, with the
+/// content written in `memory_query`.
+fn answered(memory: Memory, content: String, events: Vec<Event>) -> Decision<Memory> {
+    let detail = AuditDetail {
+        memory_query: Some(vec![content]),
+        memory_results: Some(vec![memory.audited()]),
+        ..Default::default()
+    };
+    Decision::new(memory, events).recording(detail)
+}
+
+/// Stores `new`, embedded as `embedding`. When `new.resolve`, `resolution` is what
+/// [`resolve::decide`] found for it (none: nothing stored was near it).
+pub fn create(
+    ctx: &Context<'_>,
+    tenant: Uuid,
+    new: NewMemory,
+    embedding: Embedding<'_>,
+    resolution: Option<Resolution>,
+) -> Result<Decision<Memory>, Refusal> {
+    let content = new.content.clone();
+    let at = ctx.now_stored();
+    if !new.resolve {
+        let (event, memory) = new_memory(tenant, ctx.id(), at, new.into(), embedding);
+        return Ok(answered(memory, content, vec![event]));
+    }
+    let resolution = resolution.unwrap_or_default();
+    if let Some(dup) = resolution.duplicate_of {
+        // Nothing is stored: the answer is the stored memory it duplicates.
+        let mut memory = Memory::from(owned(ctx, tenant, &dup.to_string())?);
+        memory.resolution = Some(MemoryResolution {
+            stored: false,
+            superseded: Vec::new(),
+            duplicate_of: Some(dup),
+        });
+        return Ok(answered(memory, content, Vec::new()));
+    }
+    let (event, mut memory) = new_memory(tenant, ctx.id(), at, new.into(), embedding);
+    let mut events = vec![event];
+    events.extend(resolve::superseded(
+        tenant,
+        &resolution.supersedes,
+        memory.id,
+        at,
+    ));
+    memory.resolution = Some(MemoryResolution {
+        stored: true,
+        superseded: resolution.supersedes,
+        duplicate_of: None,
+    });
+    Ok(answered(memory, content, events))
+}
+
+/// Stores every memory of a batch, each with its vector (in the same order), in one append.
+pub fn create_batch(
+    ctx: &Context<'_>,
+    tenant: Uuid,
+    batch: Vec<NewMemory>,
+    model: &str,
+    vectors: &[Vec<f32>],
+) -> Result<Decision<MemoryBatch>, Refusal> {
+    if vectors.len() != batch.len() {
+        return Err(Refusal::internal(format!(
+            "{} vectors for {} memories",
+            vectors.len(),
+            batch.len()
+        )));
+    }
+    let at = ctx.now_stored();
+    let mut events = Vec::with_capacity(batch.len());
+    let mut memories = Vec::with_capacity(batch.len());
+    let mut written = Vec::with_capacity(batch.len());
+    for (new, vector) in batch.into_iter().zip(vectors) {
+        let embedding = Embedding { model, vector };
+        let (event, memory) = new_memory(tenant, ctx.id(), at, new.into(), embedding);
+        written.push(memory.content.clone());
+        events.push(event);
+        memories.push(memory);
+    }
+    Ok(batch_answer(memories, written, events))
+}
+
+/// A batch's answer, which its audit entry records in `memory_results` (and the contents
+/// written in `memory_query`).
+pub(super) fn batch_answer(
+    memories: Vec<Memory>,
+    written: Vec<String>,
+    events: Vec<Event>,
+) -> Decision<MemoryBatch> {
+    let detail = AuditDetail {
+        memory_query: (!written.is_empty()).then_some(written),
+        memory_results: Some(memories.iter().map(Memory::audited).collect()),
+        ..Default::default()
+    };
+    Decision::new(MemoryBatch { memories }, events).recording(detail)
+}
+
+#[cfg(test)]
+mod tests {
+    use auditmem_projections::{
+        vector_to_bytes, Event, MemoryCreated, MemoryExtra, MemorySuperseded, MemoryType, Plan,
+    };
+    use serde_json::json;
+    use uuid::Uuid;
+
+    use super::*;
+    use crate::command::given::{Counter, Given, NOON};
+    use crate::command::memory::cases::{memory, tenant, unit, MODEL, TENANT};
+
+    fn new(content: &str, resolve: bool) -> NewMemory {
+        NewMemory {
+            content: content.into(),
+            memory_type: MemoryType::Fact,
+            importance: 0.8,
+            extra: MemoryExtra {
+                user_id: Some("u1".into()),
+                ..Default::default()
+            },
+            resolve,
+        }
+    }
+
+    #[test]
+    fn given_a_tenant_when_a_memory_is_created_then_one_event_carries_it_and_its_vector() {
+        let given = Given::with(&[tenant(TENANT, Plan::Pro, 0.0)]).expect("given");
+        let ids = Counter::new();
+        let ctx = given.at(NOON + 123, &ids);
+        let v = unit(0, 0.0);
+        let d = create(
+            &ctx,
+            TENANT,
+            new("lives in Porto", false),
+            Embedding {
+                model: MODEL,
+                vector: &v,
+            },
+            None,
+        )
+        .expect("decided");
+        let at = NOON; // now_stored: whole milliseconds
+        assert_eq!(
+            d.events,
+            vec![Event::MemoryCreated(MemoryCreated {
+                memory_id: Uuid::from_u128(1),
+                tenant_id: TENANT,
+                content: "lives in Porto".into(),
+                memory_type: MemoryType::Fact,
+                importance: 0.8,
+                created_at: at,
+                model: MODEL.into(),
+                vector: vector_to_bytes(&v),
+                extra: Some(MemoryExtra {
+                    user_id: Some("u1".into()),
+                    ..Default::default()
+                }),
+            })]
+        );
+        assert!(d.check.is_none());
+        assert_eq!(d.answer.id, Uuid::from_u128(1));
+        assert!(d.answer.resolution.is_none());
+        assert_eq!(
+            d.audit.detail.memory_query,
+            Some(vec!["lives in Porto".to_string()])
+        );
+        let results = d.audit.detail.memory_results.expect("results");
+        assert_eq!(results.len(), 1);
+        assert_eq!(results[0]["user_id"], json!("u1"));
+        assert_eq!(results[0]["created_at"], json!("2026-11-23T12:00:00.000Z"));
+
+        // Applied, the memory reads back as the answer showed it.
+        let mut given = given;
+        given.apply(&d.events).expect("apply");
+        let stored = given
+            .projections
+            .memories
+            .get(&TENANT, &Uuid::from_u128(1))
+            .expect("read")
+            .expect("stored");
+        assert_eq!(
+            serde_json::to_value(Memory::from(stored)).expect("json"),
+            serde_json::to_value(&d.answer).expect("json")
+        );
+    }
+
+    #[test]
+    fn given_a_duplicate_resolution_when_created_then_nothing_is_stored_and_the_stored_one_answers()
+    {
+        let dup = Uuid::from_u128(0xD);
+        let v = unit(0, 0.0);
+        let given = Given::with(&[
+            tenant(TENANT, Plan::Pro, 0.0),
+            memory(
+                TENANT,
+                dup,
+                "lives in Porto",
+                MemoryType::Fact,
+                &v,
+                MemoryExtra::default(),
+                NOON - 5_000,
+            ),
+        ])
+        .expect("given");
+        let ids = Counter::new();
+        let ctx = given.at(NOON, &ids);
+        let d = create(
+            &ctx,
+            TENANT,
+            new("lives in Porto.", true),
+            Embedding {
+                model: MODEL,
+                vector: &v,
+            },
+            Some(Resolution {
+                supersedes: Vec::new(),
+                duplicate_of: Some(dup),
+            }),
+        )
+        .expect("decided");
+        assert!(d.events.is_empty(), "a duplicate stores nothing");
+        assert_eq!(d.answer.id, dup);
+        assert_eq!(d.answer.content, "lives in Porto");
+        let r = d.answer.resolution.as_ref().expect("resolution");
+        assert_eq!(
+            (r.stored, r.superseded.clone(), r.duplicate_of),
+            (false, Vec::new(), Some(dup))
+        );
+        // No id was taken for a memory that was not stored.
+        assert_eq!(ids.next(), Uuid::from_u128(1));
+    }
+
+    #[test]
+    fn given_a_supersede_resolution_when_created_then_the_new_memory_supersedes_exactly_those() {
+        let (old1, old2) = (Uuid::from_u128(0xE1), Uuid::from_u128(0xE2));
+        let given = Given::with(&[tenant(TENANT, Plan::Pro, 0.0)]).expect("given");
+        let ids = Counter::new();
+        let ctx = given.at(NOON, &ids);
+        let v = unit(1, 0.0);
+        let d = create(
+            &ctx,
+            TENANT,
+            new("lives in Lisbon", true),
+            Embedding {
+                model: MODEL,
+                vector: &v,
+            },
+            Some(Resolution {
+                supersedes: vec![old1, old2],
+                duplicate_of: None,
+            }),
+        )
+        .expect("decided");
+        let new_id = Uuid::from_u128(1);
+        assert!(matches!(&d.events[0], Event::MemoryCreated(c) if c.memory_id == new_id));
+        assert_eq!(
+            d.events[1..],
+            [old1, old2].map(|id| Event::MemorySuperseded(MemorySuperseded {
+                memory_id: id,
+                tenant_id: TENANT,
+                superseded_by: new_id,
+                superseded_at: NOON,
+            }))
+        );
+        let r = d.answer.resolution.as_ref().expect("resolution");
+        assert_eq!(
+            (r.stored, r.superseded.clone(), r.duplicate_of),
+            (true, vec![old1, old2], None)
+        );
+    }
+
+    #[test]
+    fn given_a_duplicate_of_another_tenants_memory_when_created_then_404() {
+        let foreign = Uuid::from_u128(0xF);
+        let v = unit(0, 0.0);
+        let given = Given::with(&[
+            tenant(TENANT, Plan::Pro, 0.0),
+            memory(
+                crate::command::memory::cases::OTHER,
+                foreign,
+                "x",
+                MemoryType::Fact,
+                &v,
+                MemoryExtra::default(),
+                NOON,
+            ),
+        ])
+        .expect("given");
+        let ids = Counter::new();
+        let ctx = given.at(NOON, &ids);
+        let refused = create(
+            &ctx,
+            TENANT,
+            new("x", true),
+            Embedding {
+                model: MODEL,
+                vector: &v,
+            },
+            Some(Resolution {
+                supersedes: Vec::new(),
+                duplicate_of: Some(foreign),
+            }),
+        )
+        .err();
+        assert_eq!(refused, Some(Refusal::not_found("memory not found")));
+    }
+
+    #[test]
+    fn given_a_batch_when_created_then_one_event_each_in_order_at_one_time() {
+        let given = Given::with(&[tenant(TENANT, Plan::Pro, 0.0)]).expect("given");
+        let ids = Counter::new();
+        let ctx = given.at(NOON, &ids);
+        let vectors = vec![unit(0, 0.0), unit(1, 0.0)];
+        let d = create_batch(
+            &ctx,
+            TENANT,
+            vec![new("a", false), new("b", false)],
+            MODEL,
+            &vectors,
+        )
+        .expect("decided");
+        let created: Vec<(Uuid, String, i64, Vec<u8>)> = d
+            .events
+            .iter()
+            .map(|e| match e {
+                Event::MemoryCreated(c) => (
+                    c.memory_id,
+                    c.content.clone(),
+                    c.created_at,
+                    c.vector.clone(),
+                ),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            created,
+            vec![
+                (
+                    Uuid::from_u128(1),
+                    "a".into(),
+                    NOON,
+                    vector_to_bytes(&vectors[0])
+                ),
+                (
+                    Uuid::from_u128(2),
+                    "b".into(),
+                    NOON,
+                    vector_to_bytes(&vectors[1])
+                ),
+            ]
+        );
+        assert_eq!(
+            d.audit.detail.memory_query,
+            Some(vec!["a".to_string(), "b".to_string()])
+        );
+        assert_eq!(d.answer.memories.len(), 2);
+        // A vector short is an internal failure, never a memory without one.
+        let short = create_batch(&ctx, TENANT, vec![new("a", false)], MODEL, &[]);
+        assert!(matches!(short, Err(Refusal::Internal(_))));
+    }
+}
