@@ -9,19 +9,11 @@
 // checkpoint), WRONG_WITNESS_KEY (another key under the witness's name), SCREENSHOTS (a
 // directory for the screenshots, optional), CHROMIUM (default /usr/bin/chromium).
 
-import { chromium } from "playwright-core";
+import { env, ok, eq, checks, launch } from "./harness.mjs";
 import fs from "node:fs";
 import path from "node:path";
 import os from "node:os";
 
-const env = (k) => {
-  const v = process.env[k];
-  if (!v) {
-    console.error(`missing env ${k}`);
-    process.exit(2);
-  }
-  return v;
-};
 const URL_ = env("CONSOLE_URL"), ADMIN = env("ADMIN_TOKEN"), KEY_A = env("KEY_A"), KEY_B = env("KEY_B");
 const VKEY = env("VERIFIER_KEY"), MEMORY_A = env("MEMORY_A");
 const WKEY = env("WITNESS_KEY"), WRONG_WKEY = env("WRONG_WITNESS_KEY");
@@ -36,20 +28,8 @@ function cosignedAt(note) {
 }
 const SHOTS = process.env.SCREENSHOTS || "";
 const started = Date.now();
-let checks = 0;
 
-function ok(cond, what, detail) {
-  if (!cond) throw new Error(`FAILED: ${what}${detail === undefined ? "" : `: got ${JSON.stringify(detail)}`}`);
-  checks += 1;
-  console.log(`ok ${checks} ${what}`);
-}
-const eq = (got, want, what) => ok(got === want, `${what} = ${JSON.stringify(want)}`, got);
-
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-  headless: true,
-  args: ["--no-sandbox", "--disable-dev-shm-usage"],
-});
+const browser = await launch();
 const problems = [];
 const context = await browser.newContext({ viewport: { width: 1280, height: 900 }, acceptDownloads: true });
 await context.grantPermissions(["clipboard-read", "clipboard-write"], { origin: URL_ });
@@ -484,7 +464,7 @@ try {
   eq(await overflow(), 0, "horizontal overflow of the operator view at 360 px");
 
   ok(problems.length === 0, "no script error or CSP violation", problems);
-  console.log(`console e2e: ${checks} checks passed in ${((Date.now() - started) / 1000).toFixed(1)} s`);
+  console.log(`console e2e: ${checks()} checks passed in ${((Date.now() - started) / 1000).toFixed(1)} s`);
   await browser.close();
 } catch (e) {
   console.error(e.message);

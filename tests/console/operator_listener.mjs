@@ -7,30 +7,10 @@
 // Env: PUBLIC_URL (the main listener), ADMIN_URL (the admin listener), ADMIN_TOKEN, CHROMIUM
 // (default /usr/bin/chromium).
 
-import { chromium } from "playwright-core";
+import { env, ok, eq, checks, launch } from "./harness.mjs";
 
-const env = (k) => {
-  const v = process.env[k];
-  if (!v) {
-    console.error(`missing env ${k}`);
-    process.exit(2);
-  }
-  return v;
-};
 const PUBLIC = env("PUBLIC_URL"), ADMIN_URL = env("ADMIN_URL"), ADMIN = env("ADMIN_TOKEN");
-let checks = 0;
-function ok(cond, what, detail) {
-  if (!cond) throw new Error(`FAILED: ${what}${detail === undefined ? "" : `: got ${JSON.stringify(detail)}`}`);
-  checks += 1;
-  console.log(`ok ${checks} ${what}`);
-}
-const eq = (got, want, what) => ok(got === want, `${what} = ${JSON.stringify(want)}`, got);
-
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-  headless: true,
-  args: ["--no-sandbox", "--disable-dev-shm-usage"],
-});
+const browser = await launch();
 const problems = [];
 try {
   const page = await browser.newPage();
@@ -60,7 +40,7 @@ try {
   await page.locator("#metric-figures").waitFor();
   ok(/^\d+$/.test(await page.locator('#metric-figures dt:text-is("requests") + dd').innerText()), "the metrics shown");
   eq(problems.length, 0, "no page error");
-  console.log(`all ${checks} checks passed`);
+  console.log(`all ${checks()} checks passed`);
 } catch (e) {
   console.error(e.message);
   for (const p of problems) console.error(p);

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use reqwest::Method;
 use serde_json::{json, Value};
 
-use crate::common::{Server, ADMIN_TOKEN};
+use crate::common::{path_str, Server, ADMIN_TOKEN};
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -141,6 +141,35 @@ fn tenant(s: &Server, name: &str, plan: &str) -> (String, String) {
     (id, key)
 }
 
+/// Runs the browser script `script` of tests/console under node with `envs`, in Debian's
+/// chromium (CHROMIUM overrides it): its stdout, once it exited 0.
+fn run_in_chromium(script: &str, envs: &[(&str, &str)]) -> String {
+    let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
+    require(Path::new(&chromium), "chromium");
+    let tests = repo().join("tests/console");
+    require(
+        &tests.join("node_modules/playwright-core/package.json"),
+        "playwright-core",
+    );
+    let out = Command::new("node")
+        .arg(tests.join(script))
+        .current_dir(&tests)
+        .envs(envs.iter().copied())
+        .env("CHROMIUM", &chromium)
+        .env("PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD", "1")
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run node ({e}): install it with .ci/setup"));
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    println!("{stdout}");
+    assert!(
+        out.status.success(),
+        "{script} failed ({}):\n{stdout}\n{stderr}",
+        out.status
+    );
+    stdout
+}
+
 fn require(path: &Path, what: &str) {
     assert!(
         path.exists(),
@@ -258,14 +287,6 @@ fn sign_and_wait_cosigned(s: &Server, name: &str) -> String {
 /// a tenant that sees nothing of another's nor the operator view: tests/console/e2e.mjs.
 #[test]
 fn console_end_to_end_in_chromium() {
-    let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
-    require(Path::new(&chromium), "chromium");
-    let tests = repo().join("tests/console");
-    require(
-        &tests.join("node_modules/playwright-core/package.json"),
-        "playwright-core",
-    );
-
     // Checkpoints only when asked (no 60 s timer during the run), so the one cosigned below
     // is the one the browser's proofs and the Integrity screen carry.
     let mut s = Server::start_with(&["--checkpoint-interval-secs", "3600"]);
@@ -328,32 +349,22 @@ fn console_end_to_end_in_chromium() {
     std::fs::create_dir_all(&shots).expect("screenshot dir");
 
     let started = Instant::now();
-    let out = Command::new("node")
-        .arg(tests.join("e2e.mjs"))
-        .current_dir(&tests)
-        .env("CONSOLE_URL", &s.url)
-        .env("ADMIN_TOKEN", ADMIN_TOKEN)
-        .env("TENANT_A", &tenant_a)
-        .env("KEY_A", &key_a)
-        .env("KEY_B", &key_b)
-        .env("MEMORY_A", &memory_a)
-        .env("VERIFIER_KEY", &verifier_key)
-        .env("WITNESS_KEY", &witness.vkey)
-        .env("WRONG_WITNESS_KEY", &wrong_witness_key)
-        .env("SCREENSHOTS", &shots)
-        .env("CHROMIUM", &chromium)
-        .env("PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD", "1")
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run node ({e}): install it with .ci/setup"));
-    let elapsed = started.elapsed();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    println!("{stdout}");
-    assert!(
-        out.status.success(),
-        "e2e.mjs failed ({}):\n{stdout}\n{stderr}",
-        out.status
+    let stdout = run_in_chromium(
+        "e2e.mjs",
+        &[
+            ("CONSOLE_URL", &s.url),
+            ("ADMIN_TOKEN", ADMIN_TOKEN),
+            ("TENANT_A", &tenant_a),
+            ("KEY_A", &key_a),
+            ("KEY_B", &key_b),
+            ("MEMORY_A", &memory_a),
+            ("VERIFIER_KEY", &verifier_key),
+            ("WITNESS_KEY", &witness.vkey),
+            ("WRONG_WITNESS_KEY", &wrong_witness_key),
+            ("SCREENSHOTS", path_str(&shots)),
+        ],
     );
+    let elapsed = started.elapsed();
     let last = stdout.lines().last().unwrap_or("");
     assert!(
         last.starts_with("console e2e: 92 checks passed"),
@@ -370,13 +381,6 @@ fn console_end_to_end_in_chromium() {
 /// chromium); the console on the main listener names the admin listener.
 #[test]
 fn the_operator_console_works_on_a_split_admin_listener() {
-    let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
-    require(Path::new(&chromium), "chromium");
-    let tests = repo().join("tests/console");
-    require(
-        &tests.join("node_modules/playwright-core/package.json"),
-        "playwright-core",
-    );
     let s = Server::launch(
         &[],
         crate::common::Launch {
@@ -405,23 +409,13 @@ fn the_operator_console_works_on_a_split_admin_listener() {
             .expect("request");
         assert_eq!(r.status().as_u16(), 200, "{path} on the admin listener");
     }
-    let out = Command::new("node")
-        .arg(tests.join("operator_listener.mjs"))
-        .current_dir(&tests)
-        .env("PUBLIC_URL", &s.url)
-        .env("ADMIN_URL", &admin)
-        .env("ADMIN_TOKEN", ADMIN_TOKEN)
-        .env("CHROMIUM", &chromium)
-        .env("PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD", "1")
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run node ({e}): install it with .ci/setup"));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    println!("{stdout}");
-    assert!(
-        out.status.success(),
-        "operator_listener.mjs failed ({}):\n{stdout}\n{stderr}",
-        out.status
+    let stdout = run_in_chromium(
+        "operator_listener.mjs",
+        &[
+            ("PUBLIC_URL", &s.url),
+            ("ADMIN_URL", &admin),
+            ("ADMIN_TOKEN", ADMIN_TOKEN),
+        ],
     );
     assert_eq!(
         stdout.lines().last().unwrap_or(""),
