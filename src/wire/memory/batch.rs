@@ -1,0 +1,255 @@
+//! Batches: creating and updating up to [`MAX_BATCH`] memories at once, and deleting by type or
+//! filter.
+
+use auditmem_projections::memories::filter::Filter;
+use auditmem_projections::MemoryType;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+use super::answer::Memory;
+use super::fields::{Content, ExpiresAt, Filters, Importance, Metadata};
+use super::write::{
+    memory_type_required, MemoryCreateRequest, MemoryUpdate, MemoryUpdateRequest, NewMemory,
+};
+use crate::wire::envelope::Payload;
+use crate::wire::field::{optional, present, Field, Invalid};
+use crate::wire::{empty_refused, unknown_field_named, Body};
+
+/// Memories one batch call creates or updates at most.
+pub const MAX_BATCH: usize = 100;
+/// Invalid items a batch's 400 names at most (the first ones, by index).
+const MAX_NAMED_ITEMS: usize = 10;
+
+/// `POST /v1/memories/batch`: 1 to 100 memories, each as `POST /v1/memories` takes it; all are
+/// created or none.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MemoryBatchCreateRequest {
+    /// 1 to 100 items, each a `MemoryCreateRequest`.
+    #[schema(value_type = Vec<MemoryCreateRequest>, min_items = 1, max_items = 100)]
+    pub memories: Option<Value>,
+}
+
+/// `PATCH /v1/memories/batch`: 1 to 100 updates, each the memory's `id` and the fields
+/// `PATCH /v1/memories/{id}` takes; all are applied or none.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MemoryBatchUpdateRequest {
+    /// 1 to 100 items, each a `MemoryBatchUpdateItem`.
+    #[schema(value_type = Vec<MemoryBatchUpdateItem>, min_items = 1, max_items = 100)]
+    pub memories: Option<Value>,
+}
+
+/// One update of a batch: which memory, and at least one of content and importance.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MemoryBatchUpdateItem {
+    #[schema(value_type = String)]
+    pub id: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<String>, nullable = false, min_length = 1, max_length = 10000, pattern = r"\S")]
+    pub content: Option<Field<Content>>,
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<f64>, nullable = false, minimum = 0.0, maximum = 1.0)]
+    pub importance: Option<Field<Importance>>,
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<Object>, nullable = true)]
+    pub metadata: Option<Field<Metadata>>,
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<String>, nullable = true)]
+    pub expires_at: Option<Field<ExpiresAt>>,
+}
+
+/// A batch update's item whose shape is checked; its values are checked once its memory is
+/// found, as a single update's are.
+#[derive(Debug)]
+pub struct BatchUpdate {
+    pub id: Uuid,
+    pub update: MemoryUpdate,
+}
+
+/// The items of a batch body: each read as `T` and checked, every refusal named by its index
+/// (`memories[3]: content is required`), the first [`MAX_NAMED_ITEMS`] of them in one message.
+fn batch_items<T: Body>(memories: Option<Value>) -> Result<Vec<T::Checked>, Invalid> {
+    let items = match memories {
+        None | Some(Value::Null) => return Err(Invalid::new("memories is required")),
+        Some(Value::Array(items)) => items,
+        Some(_) => return Err(Invalid::new("memories must be an array")),
+    };
+    if items.is_empty() || items.len() > MAX_BATCH {
+        return Err(Invalid(format!(
+            "memories holds {} items; a batch holds 1 to {MAX_BATCH}",
+            items.len()
+        )));
+    }
+    let mut checked = Vec::with_capacity(items.len());
+    let mut refused = Vec::new();
+    let mut refusals = 0usize;
+    for (i, item) in items.into_iter().enumerate() {
+        let result = if item.is_object() {
+            serde_path_to_error::deserialize::<_, T>(item)
+                .map_err(T::refused)
+                .and_then(T::check)
+        } else {
+            Err(Invalid::new("must be an object"))
+        };
+        match result {
+            Ok(c) => checked.push(c),
+            Err(Invalid(why)) => {
+                refusals += 1;
+                if refused.len() < MAX_NAMED_ITEMS {
+                    refused.push(format!("memories[{i}]: {why}"));
+                }
+            }
+        }
+    }
+    if refusals > 0 {
+        let mut message = refused.join("; ");
+        if refusals > refused.len() {
+            message.push_str(&format!(" (and {} more)", refusals - refused.len()));
+        }
+        return Err(Invalid(format!("{message}; nothing was stored")));
+    }
+    Ok(checked)
+}
+
+impl Body for MemoryBatchCreateRequest {
+    type Checked = Vec<NewMemory>;
+
+    fn when_empty() -> Option<Result<Self, Invalid>> {
+        empty_refused()
+    }
+
+    fn refused(e: serde_path_to_error::Error<serde_json::Error>) -> Invalid {
+        unknown_field_named(e)
+    }
+
+    fn check(self) -> Result<Vec<NewMemory>, Invalid> {
+        let items = batch_items::<MemoryCreateRequest>(self.memories)?;
+        if let Some(i) = items.iter().position(|m| m.resolve) {
+            return Err(Invalid(format!(
+                "memories[{i}]: resolve is taken by POST /v1/memories and extraction, not by a batch; nothing was stored"
+            )));
+        }
+        Ok(items)
+    }
+}
+
+impl Body for MemoryBatchUpdateItem {
+    type Checked = BatchUpdate;
+
+    fn refused(e: serde_path_to_error::Error<serde_json::Error>) -> Invalid {
+        unknown_field_named(e)
+    }
+
+    fn check(self) -> Result<BatchUpdate, Invalid> {
+        let id = match self.id {
+            None | Some(Value::Null) => return Err(Invalid::new("id is required")),
+            Some(Value::String(s)) => Uuid::parse_str(s.trim())
+                .map_err(|_| Invalid(format!("id '{s}' is not a memory id")))?,
+            Some(_) => return Err(Invalid::new("id must be a string")),
+        };
+        let update = MemoryUpdateRequest {
+            content: self.content,
+            importance: self.importance,
+            metadata: self.metadata,
+            expires_at: self.expires_at,
+        };
+        Ok(BatchUpdate {
+            id,
+            update: Body::check(update)?,
+        })
+    }
+}
+
+impl Body for MemoryBatchUpdateRequest {
+    type Checked = Vec<BatchUpdate>;
+
+    fn when_empty() -> Option<Result<Self, Invalid>> {
+        empty_refused()
+    }
+
+    fn refused(e: serde_path_to_error::Error<serde_json::Error>) -> Invalid {
+        unknown_field_named(e)
+    }
+
+    fn check(self) -> Result<Vec<BatchUpdate>, Invalid> {
+        let updates = batch_items::<MemoryBatchUpdateItem>(self.memories)?;
+        let mut seen = std::collections::HashMap::with_capacity(updates.len());
+        for (i, u) in updates.iter().enumerate() {
+            if let Some(first) = seen.insert(u.id, i) {
+                return Err(Invalid(format!(
+                    "memories[{i}]: id {} is memories[{first}]'s too; a batch updates a memory once; nothing was stored",
+                    u.id
+                )));
+            }
+        }
+        Ok(updates)
+    }
+}
+
+/// What a batch created or updated, in the order asked.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct MemoryBatch {
+    pub memories: Vec<Memory>,
+}
+
+impl Payload for MemoryBatch {}
+
+/// `DELETE /v1/memories`: every memory of one type, or every memory a filter matches (both:
+/// those of the type the filter matches). There is no "delete everything": an empty body, or
+/// a filter without a condition, is refused.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BatchDeleteRequest {
+    #[schema(value_type = Option<MemoryType>)]
+    pub memory_type: Option<Field<MemoryType>>,
+    /// A filter (see `POST /v1/memories/query`); superseded memories it matches go too.
+    #[schema(value_type = Option<Object>)]
+    pub filters: Option<Field<Filters>>,
+}
+
+/// A batch delete, checked: at least one of the two.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BatchDelete {
+    pub memory_type: Option<MemoryType>,
+    pub filter: Option<Filter>,
+}
+
+impl Body for BatchDeleteRequest {
+    type Checked = BatchDelete;
+
+    fn when_empty() -> Option<Result<Self, Invalid>> {
+        empty_refused()
+    }
+
+    fn refused(e: serde_path_to_error::Error<serde_json::Error>) -> Invalid {
+        unknown_field_named(e)
+    }
+
+    fn check(self) -> Result<BatchDelete, Invalid> {
+        if self.filters.is_none() {
+            return Ok(BatchDelete {
+                memory_type: Some(memory_type_required(self.memory_type)?),
+                filter: None,
+            });
+        }
+        Ok(BatchDelete {
+            memory_type: optional(self.memory_type)?,
+            filter: optional(self.filters)?.map(|f| f.0),
+        })
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct BatchDeleted {
+    /// The type asked for (absent when only `filters` was given).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory_type: Option<MemoryType>,
+    #[schema(value_type = u64)]
+    pub deleted: usize,
+}
+
+impl Payload for BatchDeleted {}
