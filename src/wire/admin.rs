@@ -288,6 +288,7 @@ impl Payload for crate::log::checkpoint::Checkpoint {}
 
 /// The query of `GET /admin/v1/log`.
 #[derive(Debug, Default, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub struct LogQuery {
     /// first seq, default 1

@@ -7,22 +7,30 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::field::Invalid;
+use super::known::{self, UnknownField};
 
 /// Every list's largest page; larger sizes are clamped to it, not refused.
 pub const MAX_PAGE_SIZE: usize = 100;
 
-/// A query struct from the request's parameters. Its fields are strings (every query value is
-/// one) and unknown parameters are ignored, so this fails only on a struct that asks for more.
+/// A query struct from the request's parameters, read from strings (every query value is one).
+/// A parameter the struct does not name is refused, naming it and those it does name; with
+/// several, the first in byte order.
 pub fn from_map<T: for<'de> Deserialize<'de>>(
     params: &HashMap<String, String>,
 ) -> Result<T, Invalid> {
-    // Through a JSON object, whose deserialiser reads a present value as `Some` (serde's plain
-    // string deserialiser does not take `Option`).
+    // Through a JSON object (sorted by key), whose deserialiser reads a present value as `Some`
+    // (serde's plain string deserialiser does not take `Option`).
     let object = params
         .iter()
         .map(|(k, v)| (k.clone(), Value::String(v.clone())))
         .collect();
-    T::deserialize(Value::Object(object)).map_err(|e| Invalid(format!("invalid query: {e}")))
+    known::read::<T, _>(Value::Object(object)).map_err(|e| match e.unknown {
+        Some(UnknownField { name, allowed }) => Invalid(format!(
+            "unknown query parameter '{name}' (allowed: {})",
+            allowed.join(", ")
+        )),
+        None => Invalid(format!("invalid query: {}", e.error.inner())),
+    })
 }
 
 /// A parameter given with an empty value is not given.

@@ -22,6 +22,7 @@ fn size(name: &str, value: Option<String>) -> Result<Option<u64>, Invalid> {
 
 /// `GET /v1/audit/logs/{audit_id}/proof`.
 #[derive(Debug, Default, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub struct ProofQuery {
     /// The tree size to prove inclusion in (default: the latest signed checkpoint's, signed
@@ -40,6 +41,7 @@ impl Params for ProofQuery {
 
 /// `GET /v1/audit/consistency`, `GET /admin/v1/log/consistency`.
 #[derive(Debug, Default, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub struct ConsistencyQuery {
     /// The older tree size (required; 0 is the empty tree).

@@ -11,7 +11,7 @@ use super::bounds;
 use crate::wire::envelope::Payload;
 use crate::wire::field::Invalid;
 use crate::wire::time::{parse_time, CLOCK_SKEW_MICROS};
-use crate::wire::Body;
+use crate::wire::{Body, Refusal};
 
 /// `POST /admin/v1/audit/logs`: 1 to 1,000 entries, appended atomically.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -27,9 +27,9 @@ impl Body for IngestRequest {
     type Checked = Vec<IngestEntry>;
 
     /// Names the entry as the checks do (`entries[3]: http_status: invalid type ...`).
-    fn refused(e: serde_path_to_error::Error<serde_json::Error>) -> Invalid {
-        let path = e.path().to_string();
-        let inner = e.into_inner();
+    fn refused(e: Refusal<serde_json::Error>) -> Invalid {
+        let path = e.error.path().to_string();
+        let inner = e.error.into_inner();
         if let Some((index, field)) = path
             .strip_prefix("entries[")
             .and_then(|rest| rest.split_once(']'))

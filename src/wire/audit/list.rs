@@ -63,9 +63,9 @@ impl Cursor {
     }
 }
 
-/// The query of `GET /v1/audit/logs`. Empty values are "not given" (but for the page numbers);
-/// unknown parameters are ignored.
+/// The query of `GET /v1/audit/logs`. Empty values are "not given" (but for the page numbers).
 #[derive(Debug, Default, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub struct AuditListQuery {
     /// ISO 8601; clamped to the retention window

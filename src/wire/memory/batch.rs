@@ -15,7 +15,7 @@ use super::write::{
 };
 use crate::wire::envelope::Payload;
 use crate::wire::field::{optional, present, Field, Invalid};
-use crate::wire::{empty_refused, unknown_field_named, Body};
+use crate::wire::{empty_refused, known, unknown_field_named, Body, Refusal};
 
 /// Memories one batch call creates or updates at most.
 pub const MAX_BATCH: usize = 100;
@@ -89,7 +89,7 @@ fn batch_items<T: Body>(memories: Option<Value>) -> Result<Vec<T::Checked>, Inva
     let mut refusals = 0usize;
     for (i, item) in items.into_iter().enumerate() {
         let result = if item.is_object() {
-            serde_path_to_error::deserialize::<_, T>(item)
+            known::read::<T, _>(item)
                 .map_err(T::refused)
                 .and_then(T::check)
         } else {
@@ -122,7 +122,7 @@ impl Body for MemoryBatchCreateRequest {
         empty_refused()
     }
 
-    fn refused(e: serde_path_to_error::Error<serde_json::Error>) -> Invalid {
+    fn refused(e: Refusal<serde_json::Error>) -> Invalid {
         unknown_field_named(e)
     }
 
@@ -140,7 +140,7 @@ impl Body for MemoryBatchCreateRequest {
 impl Body for MemoryBatchUpdateItem {
     type Checked = BatchUpdate;
 
-    fn refused(e: serde_path_to_error::Error<serde_json::Error>) -> Invalid {
+    fn refused(e: Refusal<serde_json::Error>) -> Invalid {
         unknown_field_named(e)
     }
 
@@ -171,7 +171,7 @@ impl Body for MemoryBatchUpdateRequest {
         empty_refused()
     }
 
-    fn refused(e: serde_path_to_error::Error<serde_json::Error>) -> Invalid {
+    fn refused(e: Refusal<serde_json::Error>) -> Invalid {
         unknown_field_named(e)
     }
 
@@ -225,7 +225,7 @@ impl Body for BatchDeleteRequest {
         empty_refused()
     }
 
-    fn refused(e: serde_path_to_error::Error<serde_json::Error>) -> Invalid {
+    fn refused(e: Refusal<serde_json::Error>) -> Invalid {
         unknown_field_named(e)
     }
 

@@ -12,7 +12,7 @@ use super::fields::{extra_of, AgentId, Metadata, Resolve, SessionId, UserId};
 use crate::extract::{ChatMessage, ChatRole, ExtractInput};
 use crate::wire::envelope::Payload;
 use crate::wire::field::{optional, Check, Field, Invalid};
-use crate::wire::{empty_refused, unknown_field_named, Body};
+use crate::wire::{empty_refused, unknown_field_named, Body, Refusal};
 
 /// A conversation to extract from: 1 or more messages in OpenAI's chat format, kept also as
 /// given (the audit entry's `input_content`). `list` holds the messages of known roles, read
@@ -233,7 +233,7 @@ impl Body for ExtractRequest {
         empty_refused()
     }
 
-    fn refused(e: serde_path_to_error::Error<serde_json::Error>) -> Invalid {
+    fn refused(e: Refusal<serde_json::Error>) -> Invalid {
         unknown_field_named(e)
     }
 

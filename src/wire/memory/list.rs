@@ -12,7 +12,7 @@ use crate::wire::envelope::Payload;
 use crate::wire::field::{optional, Field, Invalid};
 use crate::wire::filter::parse_filter;
 use crate::wire::query::{self, Paging};
-use crate::wire::{unknown_field_named, Body, Params};
+use crate::wire::{unknown_field_named, Body, Params, Refusal};
 
 /// The memory list's page size: default 20, at most 100 (larger is clamped).
 pub const DEFAULT_PAGE_SIZE: usize = 20;
@@ -62,7 +62,7 @@ impl Body for MemoryQueryRequest {
         Some(Ok(Self::default()))
     }
 
-    fn refused(e: serde_path_to_error::Error<serde_json::Error>) -> Invalid {
+    fn refused(e: Refusal<serde_json::Error>) -> Invalid {
         unknown_field_named(e)
     }
 
@@ -86,6 +86,7 @@ impl Body for MemoryQueryRequest {
 
 /// The query of `GET /v1/memories`.
 #[derive(Debug, Default, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub struct MemoryListQuery {
     /// rule, fact or context

@@ -13,7 +13,7 @@ use super::fields::{Explain, Filters, IncludeSuperseded, KeywordWeight, RrfK, Se
 use crate::extract::MAX_CONTENT_CHARS;
 use crate::wire::envelope::Payload;
 use crate::wire::field::{optional, required, whole_number, Check, Field, Invalid};
-use crate::wire::{empty_refused, unknown_field_named, Body};
+use crate::wire::{empty_refused, unknown_field_named, Body, Refusal};
 
 /// Search's result count: default 5, 1 to 100.
 pub const DEFAULT_TOP_K: usize = 5;
@@ -137,7 +137,7 @@ impl Body for SearchRequest {
         empty_refused()
     }
 
-    fn refused(e: serde_path_to_error::Error<serde_json::Error>) -> Invalid {
+    fn refused(e: Refusal<serde_json::Error>) -> Invalid {
         unknown_field_named(e)
     }
 
@@ -258,7 +258,7 @@ mod tests {
     fn an_unknown_field_is_named_with_the_allowed_ones() {
         let refused = |body: &str| {
             let mut de = serde_json::Deserializer::from_str(body);
-            match serde_path_to_error::deserialize::<_, SearchRequest>(&mut de) {
+            match crate::wire::known::read::<SearchRequest, _>(&mut de) {
                 Err(e) => <SearchRequest as Body>::refused(e).0,
                 Ok(_) => String::from("accepted"),
             }

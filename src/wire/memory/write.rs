@@ -8,7 +8,7 @@ use super::fields::{
     extra_of, AgentId, Content, ExpiresAt, Importance, Metadata, Resolve, SessionId, UserId,
 };
 use crate::wire::field::{optional, present, required, Field, Invalid};
-use crate::wire::{empty_refused, unknown_field_named, Body};
+use crate::wire::{empty_refused, unknown_field_named, Body, Refusal};
 
 /// `POST /v1/memories`.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -66,7 +66,7 @@ impl Body for MemoryCreateRequest {
         empty_refused()
     }
 
-    fn refused(e: serde_path_to_error::Error<serde_json::Error>) -> Invalid {
+    fn refused(e: Refusal<serde_json::Error>) -> Invalid {
         unknown_field_named(e)
     }
 
@@ -141,7 +141,7 @@ impl Body for MemoryUpdateRequest {
         empty_refused()
     }
 
-    fn refused(e: serde_path_to_error::Error<serde_json::Error>) -> Invalid {
+    fn refused(e: Refusal<serde_json::Error>) -> Invalid {
         unknown_field_named(e)
     }
 
