@@ -4,12 +4,16 @@ use auditmem_projections::audit_view::{detail_hash, millis_floor};
 use auditmem_projections::{AuditDetail, AuditEntry, AuditRecorded, Tokens};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use utoipa::ToSchema;
+use utoipa::openapi::schema::{
+    ArrayBuilder, KnownFormat, ObjectBuilder, Schema, SchemaFormat, Type,
+};
+use utoipa::openapi::{Ref, RefOr};
+use utoipa::{PartialSchema, ToSchema};
 use uuid::Uuid;
 
 use super::bounds;
 use crate::wire::envelope::Payload;
-use crate::wire::field::Invalid;
+use crate::wire::field::{Check, Field, Invalid};
 use crate::wire::time::{parse_time, CLOCK_SKEW_MICROS};
 use crate::wire::{Body, Refusal};
 
@@ -17,11 +21,48 @@ use crate::wire::{Body, Refusal};
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct IngestRequest {
-    pub entries: Vec<IngestEntry>,
+    #[schema(inline)]
+    pub entries: Field<Entries>,
 }
 
-/// At most this many entries in one ingestion call.
+/// Entries one ingestion call holds, at least and at most.
+pub const MIN_INGEST_ENTRIES: usize = 1;
 pub const MAX_INGEST_ENTRIES: usize = 1000;
+
+/// An ingestion's entries: [`MIN_INGEST_ENTRIES`] to [`MAX_INGEST_ENTRIES`]; each is checked
+/// by the handler, which knows the tenants.
+#[derive(Debug)]
+pub struct Entries(pub Vec<IngestEntry>);
+
+impl Check for Entries {
+    type Raw = Vec<IngestEntry>;
+
+    fn check(raw: Vec<IngestEntry>) -> Result<Self, Invalid> {
+        if !(MIN_INGEST_ENTRIES..=MAX_INGEST_ENTRIES).contains(&raw.len()) {
+            return Err(Invalid(format!(
+                "entries must hold {MIN_INGEST_ENTRIES} to {MAX_INGEST_ENTRIES} entries"
+            )));
+        }
+        Ok(Entries(raw))
+    }
+}
+
+impl PartialSchema for Entries {
+    fn schema() -> RefOr<Schema> {
+        ArrayBuilder::new()
+            .items(Ref::from_schema_name(IngestEntry::name()))
+            .min_items(Some(MIN_INGEST_ENTRIES))
+            .max_items(Some(MAX_INGEST_ENTRIES))
+            .into()
+    }
+}
+
+impl ToSchema for Entries {
+    fn schemas(schemas: &mut Vec<(String, RefOr<Schema>)>) {
+        schemas.push((IngestEntry::name().into_owned(), IngestEntry::schema()));
+        IngestEntry::schemas(schemas);
+    }
+}
 
 impl Body for IngestRequest {
     type Checked = Vec<IngestEntry>;
@@ -46,12 +87,7 @@ impl Body for IngestRequest {
     }
 
     fn check(self) -> Result<Vec<IngestEntry>, Invalid> {
-        if self.entries.is_empty() || self.entries.len() > MAX_INGEST_ENTRIES {
-            return Err(Invalid(format!(
-                "entries must hold 1 to {MAX_INGEST_ENTRIES} entries"
-            )));
-        }
-        Ok(self.entries)
+        Ok(self.entries.value()?.0)
     }
 }
 
@@ -75,8 +111,8 @@ pub struct IngestEntry {
     ip_address: Option<String>,
     #[serde(default)]
     user_agent: Option<String>,
-    #[serde(deserialize_with = "whole::number")]
-    http_status: u16,
+    #[schema(inline)]
+    http_status: HttpStatus,
     #[serde(default, deserialize_with = "whole::optional")]
     error_code: Option<i64>,
     #[serde(default)]
@@ -129,6 +165,29 @@ impl From<IngestTokens> for Tokens {
     }
 }
 
+/// An entry's `http_status`: a status code, [`MIN_HTTP_STATUS`] to [`MAX_HTTP_STATUS`], read as a
+/// whole number (see [`whole`]); the range is the entry's check's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(transparent)]
+pub struct HttpStatus(#[serde(deserialize_with = "whole::number")] pub u16);
+
+/// The status codes HTTP defines, the first and the last.
+pub const MIN_HTTP_STATUS: u16 = 100;
+pub const MAX_HTTP_STATUS: u16 = 599;
+
+impl PartialSchema for HttpStatus {
+    fn schema() -> RefOr<Schema> {
+        ObjectBuilder::new()
+            .schema_type(Type::Integer)
+            .format(Some(SchemaFormat::KnownFormat(KnownFormat::Int32)))
+            .minimum(Some(MIN_HTTP_STATUS))
+            .maximum(Some(MAX_HTTP_STATUS))
+            .into()
+    }
+}
+
+impl ToSchema for HttpStatus {}
+
 /// Fields the interface calls numbers that hold whole numbers (`http_status`, `error_code`,
 /// token counts). A whole number written with a fraction, `200.0`, is that number: encoders of
 /// floats send it, JSON Schema's "integer" admits it, and search's `top_k` takes it too. A
@@ -158,7 +217,7 @@ mod whole {
 
 fn valid_action(a: &str) -> bool {
     !a.is_empty()
-        && a.len() <= 100
+        && a.len() <= bounds::ACTION_MAX
         && a.split('.').all(|part| {
             !part.is_empty()
                 && part
@@ -237,10 +296,10 @@ impl IngestEntry {
                 ));
             }
         }
-        if !(100..=599).contains(&self.http_status) {
-            return Err(Invalid::new(
-                "http_status must be an HTTP status code (100 to 599)",
-            ));
+        if !(MIN_HTTP_STATUS..=MAX_HTTP_STATUS).contains(&self.http_status.0) {
+            return Err(Invalid(format!(
+                "http_status must be an HTTP status code ({MIN_HTTP_STATUS} to {MAX_HTTP_STATUS})"
+            )));
         }
         let created_at = match &self.created_at {
             None => now,
@@ -326,8 +385,8 @@ impl IngestEntry {
                 gateway_id: text(e.gateway_id),
                 ip_address: text(e.ip_address),
                 user_agent: text(e.user_agent),
-                http_status: e.http_status,
-                is_success: (200..300).contains(&e.http_status),
+                http_status: e.http_status.0,
+                is_success: (200..300).contains(&e.http_status.0),
                 is_cache_hit: e.is_cache_hit.unwrap_or(false),
                 error_code: e.error_code,
                 error_msg: text(e.error_msg),

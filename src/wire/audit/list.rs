@@ -6,8 +6,8 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::entry::ListedEntry;
 use crate::wire::envelope::Payload;
-use crate::wire::field::Invalid;
-use crate::wire::query::{self, Paging};
+use crate::wire::field::{Field, Invalid};
+use crate::wire::query::{self, Page, PageSize, Paging};
 use crate::wire::time::parse_time;
 use crate::wire::Params;
 
@@ -75,11 +75,11 @@ pub struct AuditListQuery {
     /// exact action name
     action: Option<String>,
     /// default 1
-    #[param(value_type = Option<u64>, minimum = 1)]
-    page: Option<String>,
+    #[param(inline)]
+    page: Option<Field<Page>>,
     /// default 50, above 100 clamped
-    #[param(value_type = Option<u64>, minimum = 1)]
-    page_size: Option<String>,
+    #[param(inline)]
+    page_size: Option<Field<PageSize>>,
     /// next_cursor of a previous page
     cursor: Option<String>,
 }
@@ -109,8 +109,7 @@ impl Params for AuditListQuery {
                 return Err(Invalid::new("end_time is before start_time"));
             }
         }
-        let Paging { page, page_size } =
-            Paging::check(self.page, self.page_size, DEFAULT_PAGE_SIZE)?;
+        let Paging { page, page_size } = Paging::of(self.page, self.page_size, DEFAULT_PAGE_SIZE)?;
         let action = query::given(self.action.map(|a| a.trim().to_string()));
         let cursor = query::given(self.cursor)
             .map(|c| Cursor::decode(&c))

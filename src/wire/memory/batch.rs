@@ -5,19 +5,22 @@ use auditmem_projections::memories::filter::Filter;
 use auditmem_projections::MemoryType;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use utoipa::ToSchema;
+use utoipa::openapi::schema::{ArrayBuilder, Schema, Type};
+use utoipa::openapi::{Ref, RefOr};
+use utoipa::{PartialSchema, ToSchema};
 use uuid::Uuid;
 
 use super::answer::Memory;
-use super::fields::{Content, ExpiresAt, Filters, Importance, Metadata};
+use super::fields::{typed, Content, ExpiresAt, Filters, Importance, Metadata};
 use super::write::{
     memory_type_required, MemoryCreateRequest, MemoryUpdate, MemoryUpdateRequest, NewMemory,
 };
 use crate::wire::envelope::Payload;
-use crate::wire::field::{optional, present, Field, Invalid};
+use crate::wire::field::{optional, present, required, Check, Field, Invalid};
 use crate::wire::{empty_refused, known, unknown_field_named, Body, Refusal};
 
-/// Memories one batch call creates or updates at most.
+/// Memories one batch call creates or updates, at least and at most.
+pub const MIN_BATCH: usize = 1;
 pub const MAX_BATCH: usize = 100;
 /// Invalid items a batch's 400 names at most (the first ones, by index).
 const MAX_NAMED_ITEMS: usize = 10;
@@ -28,8 +31,8 @@ const MAX_NAMED_ITEMS: usize = 10;
 #[serde(deny_unknown_fields)]
 pub struct MemoryBatchCreateRequest {
     /// 1 to 100 items, each a `MemoryCreateRequest`.
-    #[schema(value_type = Vec<MemoryCreateRequest>, min_items = 1, max_items = 100)]
-    pub memories: Option<Value>,
+    #[schema(inline, required = true, nullable = false)]
+    pub memories: Option<Field<NewMemories>>,
 }
 
 /// `PATCH /v1/memories/batch`: 1 to 100 updates, each the memory's `id` and the fields
@@ -38,27 +41,27 @@ pub struct MemoryBatchCreateRequest {
 #[serde(deny_unknown_fields)]
 pub struct MemoryBatchUpdateRequest {
     /// 1 to 100 items, each a `MemoryBatchUpdateItem`.
-    #[schema(value_type = Vec<MemoryBatchUpdateItem>, min_items = 1, max_items = 100)]
-    pub memories: Option<Value>,
+    #[schema(inline, required = true, nullable = false)]
+    pub memories: Option<Field<BatchUpdates>>,
 }
 
 /// One update of a batch: which memory, and at least one of content and importance.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MemoryBatchUpdateItem {
-    #[schema(value_type = String)]
-    pub id: Option<Value>,
+    #[schema(inline, required = true, nullable = false)]
+    pub id: Option<Field<MemoryId>>,
     #[serde(default, deserialize_with = "present")]
-    #[schema(value_type = Option<String>, nullable = false, min_length = 1, max_length = 10000, pattern = r"\S")]
+    #[schema(inline, nullable = false)]
     pub content: Option<Field<Content>>,
     #[serde(default, deserialize_with = "present")]
-    #[schema(value_type = Option<f64>, nullable = false, minimum = 0.0, maximum = 1.0)]
+    #[schema(inline, nullable = false)]
     pub importance: Option<Field<Importance>>,
     #[serde(default, deserialize_with = "present")]
-    #[schema(value_type = Option<Object>, nullable = true)]
+    #[schema(inline)]
     pub metadata: Option<Field<Metadata>>,
     #[serde(default, deserialize_with = "present")]
-    #[schema(value_type = Option<String>, nullable = true)]
+    #[schema(inline)]
     pub expires_at: Option<Field<ExpiresAt>>,
 }
 
@@ -70,17 +73,103 @@ pub struct BatchUpdate {
     pub update: MemoryUpdate,
 }
 
+/// The memories of a batch create, checked.
+#[derive(Debug)]
+pub struct NewMemories(pub Vec<NewMemory>);
+
+/// The updates of a batch update, their shapes checked.
+#[derive(Debug)]
+pub struct BatchUpdates(pub Vec<BatchUpdate>);
+
+impl Check for NewMemories {
+    type Raw = Value;
+
+    fn check(raw: Value) -> Result<Self, Invalid> {
+        batch_items::<MemoryCreateRequest>(raw).map(NewMemories)
+    }
+}
+
+impl PartialSchema for NewMemories {
+    fn schema() -> RefOr<Schema> {
+        batch_schema::<MemoryCreateRequest>()
+    }
+}
+
+impl ToSchema for NewMemories {
+    fn schemas(schemas: &mut Vec<(String, RefOr<Schema>)>) {
+        item_schemas::<MemoryCreateRequest>(schemas)
+    }
+}
+
+impl Check for BatchUpdates {
+    type Raw = Value;
+
+    fn check(raw: Value) -> Result<Self, Invalid> {
+        batch_items::<MemoryBatchUpdateItem>(raw).map(BatchUpdates)
+    }
+}
+
+impl PartialSchema for BatchUpdates {
+    fn schema() -> RefOr<Schema> {
+        batch_schema::<MemoryBatchUpdateItem>()
+    }
+}
+
+impl ToSchema for BatchUpdates {
+    fn schemas(schemas: &mut Vec<(String, RefOr<Schema>)>) {
+        item_schemas::<MemoryBatchUpdateItem>(schemas)
+    }
+}
+
+/// A batch's `memories`: [`MIN_BATCH`] to [`MAX_BATCH`] items, each a `T`.
+fn batch_schema<T: ToSchema>() -> RefOr<Schema> {
+    ArrayBuilder::new()
+        .items(Ref::from_schema_name(T::name()))
+        .min_items(Some(MIN_BATCH))
+        .max_items(Some(MAX_BATCH))
+        .into()
+}
+
+/// The item's schema, which [`batch_schema`] refers to, with those it refers to.
+fn item_schemas<T: ToSchema>(schemas: &mut Vec<(String, RefOr<Schema>)>) {
+    schemas.push((T::name().into_owned(), T::schema()));
+    T::schemas(schemas);
+}
+
+/// The memory a batch update's item names: a memory id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemoryId(pub Uuid);
+
+impl Check for MemoryId {
+    type Raw = Value;
+
+    fn check(raw: Value) -> Result<Self, Invalid> {
+        match raw {
+            Value::String(s) => Uuid::parse_str(s.trim())
+                .map(MemoryId)
+                .map_err(|_| Invalid(format!("id '{s}' is not a memory id"))),
+            _ => Err(Invalid::new("id must be a string")),
+        }
+    }
+}
+
+impl PartialSchema for MemoryId {
+    fn schema() -> RefOr<Schema> {
+        typed(Type::String).into()
+    }
+}
+
+impl ToSchema for MemoryId {}
+
 /// The items of a batch body: each read as `T` and checked, every refusal named by its index
 /// (`memories[3]: content is required`), the first [`MAX_NAMED_ITEMS`] of them in one message.
-fn batch_items<T: Body>(memories: Option<Value>) -> Result<Vec<T::Checked>, Invalid> {
-    let items = match memories {
-        None | Some(Value::Null) => return Err(Invalid::new("memories is required")),
-        Some(Value::Array(items)) => items,
-        Some(_) => return Err(Invalid::new("memories must be an array")),
+fn batch_items<T: Body>(memories: Value) -> Result<Vec<T::Checked>, Invalid> {
+    let Value::Array(items) = memories else {
+        return Err(Invalid::new("memories must be an array"));
     };
-    if items.is_empty() || items.len() > MAX_BATCH {
+    if !(MIN_BATCH..=MAX_BATCH).contains(&items.len()) {
         return Err(Invalid(format!(
-            "memories holds {} items; a batch holds 1 to {MAX_BATCH}",
+            "memories holds {} items; a batch holds {MIN_BATCH} to {MAX_BATCH}",
             items.len()
         )));
     }
@@ -127,7 +216,7 @@ impl Body for MemoryBatchCreateRequest {
     }
 
     fn check(self) -> Result<Vec<NewMemory>, Invalid> {
-        let items = batch_items::<MemoryCreateRequest>(self.memories)?;
+        let items = required(self.memories, "memories is required")?.0;
         if let Some(i) = items.iter().position(|m| m.resolve) {
             return Err(Invalid(format!(
                 "memories[{i}]: resolve is taken by POST /v1/memories and extraction, not by a batch; nothing was stored"
@@ -145,12 +234,7 @@ impl Body for MemoryBatchUpdateItem {
     }
 
     fn check(self) -> Result<BatchUpdate, Invalid> {
-        let id = match self.id {
-            None | Some(Value::Null) => return Err(Invalid::new("id is required")),
-            Some(Value::String(s)) => Uuid::parse_str(s.trim())
-                .map_err(|_| Invalid(format!("id '{s}' is not a memory id")))?,
-            Some(_) => return Err(Invalid::new("id must be a string")),
-        };
+        let id = required(self.id, "id is required")?.0;
         let update = MemoryUpdateRequest {
             content: self.content,
             importance: self.importance,
@@ -176,7 +260,7 @@ impl Body for MemoryBatchUpdateRequest {
     }
 
     fn check(self) -> Result<Vec<BatchUpdate>, Invalid> {
-        let updates = batch_items::<MemoryBatchUpdateItem>(self.memories)?;
+        let updates = required(self.memories, "memories is required")?.0;
         let mut seen = std::collections::HashMap::with_capacity(updates.len());
         for (i, u) in updates.iter().enumerate() {
             if let Some(first) = seen.insert(u.id, i) {
@@ -204,10 +288,10 @@ impl Payload for MemoryBatch {}
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BatchDeleteRequest {
-    #[schema(value_type = Option<MemoryType>)]
+    #[schema(inline)]
     pub memory_type: Option<Field<MemoryType>>,
     /// A filter (see `POST /v1/memories/query`); superseded memories it matches go too.
-    #[schema(value_type = Option<Object>)]
+    #[schema(inline)]
     pub filters: Option<Field<Filters>>,
 }
 

@@ -4,14 +4,16 @@
 use auditmem_projections::{MemoryExtra, MemoryType};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use utoipa::ToSchema;
+use utoipa::openapi::schema::{ArrayBuilder, Schema, Type};
+use utoipa::openapi::{Ref, RefOr};
+use utoipa::{PartialSchema, ToSchema};
 use uuid::Uuid;
 
 use super::answer::{json_of, Memory};
-use super::fields::{extra_of, AgentId, Metadata, Resolve, SessionId, UserId};
+use super::fields::{extra_of, typed, AgentId, Metadata, Resolve, SessionId, UserId};
 use crate::extract::{ChatMessage, ChatRole, ExtractInput};
 use crate::wire::envelope::Payload;
-use crate::wire::field::{optional, Check, Field, Invalid};
+use crate::wire::field::{optional, Check, Field, Invalid, NOT_BLANK};
 use crate::wire::{empty_refused, unknown_field_named, Body, Refusal};
 
 /// A conversation to extract from: 1 or more messages in OpenAI's chat format, kept also as
@@ -69,6 +71,9 @@ pub struct SkippedMessage {
     pub reason: String,
 }
 
+/// Messages a conversation holds at least.
+pub const MIN_MESSAGES: usize = 1;
+
 impl Check for Messages {
     type Raw = Value;
 
@@ -78,7 +83,7 @@ impl Check for Messages {
                 "messages must be a list of {role, content} messages",
             ));
         };
-        if items.is_empty() {
+        if items.len() < MIN_MESSAGES {
             return Err(Invalid::new("messages must not be empty"));
         }
         let mut list = Vec::with_capacity(items.len());
@@ -151,6 +156,23 @@ fn message_text(i: usize, content: Option<&Value>) -> Result<String, Invalid> {
     }
 }
 
+/// At least [`MIN_MESSAGES`] messages, each a [`GivenMessage`].
+impl PartialSchema for Messages {
+    fn schema() -> RefOr<Schema> {
+        ArrayBuilder::new()
+            .items(Ref::from_schema_name(GivenMessage::name()))
+            .min_items(Some(MIN_MESSAGES))
+            .into()
+    }
+}
+
+impl ToSchema for Messages {
+    fn schemas(schemas: &mut Vec<(String, RefOr<Schema>)>) {
+        schemas.push((GivenMessage::name().into_owned(), GivenMessage::schema()));
+        GivenMessage::schemas(schemas);
+    }
+}
+
 /// A text to extract from: not blank.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Text(pub String);
@@ -165,6 +187,17 @@ impl Check for Text {
         }
     }
 }
+
+impl PartialSchema for Text {
+    fn schema() -> RefOr<Schema> {
+        typed(Type::String)
+            .min_length(Some(1))
+            .pattern(Some(NOT_BLANK))
+            .into()
+    }
+}
+
+impl ToSchema for Text {}
 
 /// Whether extraction skips what duplicates a memory already stored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -181,6 +214,14 @@ impl Check for Deduplicate {
     }
 }
 
+impl PartialSchema for Deduplicate {
+    fn schema() -> RefOr<Schema> {
+        typed(Type::Boolean).into()
+    }
+}
+
+impl ToSchema for Deduplicate {}
+
 /// `POST /v1/memories/extract`: exactly one of `messages` and `text` (at most
 /// `--max-extract-chars` characters in all, 20,000 by default); `null` is "not given".
 #[derive(Debug, Deserialize, ToSchema)]
@@ -189,25 +230,25 @@ impl Check for Deduplicate {
     description = "Exactly one of `messages` and `text` (at most 20,000 characters in all by default; an input in which more than 50 memories are found, by default, is refused)."
 )]
 pub struct ExtractRequest {
-    #[schema(value_type = Option<Vec<GivenMessage>>, nullable = false, min_items = 1)]
+    #[schema(inline, nullable = false)]
     pub messages: Option<Field<Messages>>,
-    #[schema(value_type = Option<String>, nullable = false, min_length = 1, pattern = r"\S")]
+    #[schema(inline, nullable = false)]
     pub text: Option<Field<Text>>,
     /// Default false.
-    #[schema(value_type = Option<bool>)]
+    #[schema(inline)]
     pub deduplicate: Option<Field<Deduplicate>>,
     /// Given to every memory extracted.
-    #[schema(value_type = Option<String>, min_length = 1, max_length = 256)]
+    #[schema(inline)]
     pub user_id: Option<Field<UserId>>,
-    #[schema(value_type = Option<String>, min_length = 1, max_length = 256)]
+    #[schema(inline)]
     pub agent_id: Option<Field<AgentId>>,
-    #[schema(value_type = Option<String>, min_length = 1, max_length = 256)]
+    #[schema(inline)]
     pub session_id: Option<Field<SessionId>>,
-    #[schema(value_type = Option<Object>)]
+    #[schema(inline)]
     pub metadata: Option<Field<Metadata>>,
     /// Default false. True: each memory found supersedes the stored ones of its scope it
     /// contradicts, and one equal in meaning to a stored one is skipped (`skipped`).
-    #[schema(value_type = Option<bool>)]
+    #[schema(inline)]
     pub resolve: Option<Field<Resolve>>,
 }
 

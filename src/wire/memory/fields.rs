@@ -1,16 +1,47 @@
-//! The fields the memory bodies and the list's query share, each checked by its own type.
+//! The fields the memory bodies and the list's query share, each checked by its own type and
+//! documented by the schema of what that check takes.
 
 use auditmem_projections::memories::filter::Filter;
-use auditmem_projections::memories::SearchMode;
 use auditmem_projections::{MemoryExtra, MemoryType};
 use serde_json::Value;
+use utoipa::openapi::schema::{KnownFormat, ObjectBuilder, Schema, SchemaFormat, Type};
+use utoipa::openapi::RefOr;
+use utoipa::{PartialSchema, ToSchema};
 
 use crate::extract::MAX_CONTENT_CHARS;
-use crate::wire::field::{optional, Check, Field, Invalid};
+use crate::wire::field::{optional, Check, Field, Invalid, NOT_BLANK};
 use crate::wire::filter::parse_filter;
 use crate::wire::time::{now, parse_time};
 
+/// A memory's importance, from this to [`MAX_IMPORTANCE`].
+pub const MIN_IMPORTANCE: f64 = 0.0;
+pub const MAX_IMPORTANCE: f64 = 1.0;
+
 pub(super) const IMPORTANCE_RANGE: &str = "importance must be a number from 0.0 to 1.0";
+
+/// A schema of JSON type `t`.
+pub(crate) fn typed(t: Type) -> ObjectBuilder {
+    ObjectBuilder::new().schema_type(t)
+}
+
+/// A JSON number as the document writes a `f64`.
+pub(crate) fn double() -> ObjectBuilder {
+    typed(Type::Number).format(Some(SchemaFormat::KnownFormat(KnownFormat::Double)))
+}
+
+/// A JSON integer as the document writes a `u64`.
+pub(crate) fn int64() -> ObjectBuilder {
+    typed(Type::Integer).format(Some(SchemaFormat::KnownFormat(KnownFormat::Int64)))
+}
+
+/// A text of 1 to `max` characters after trimming.
+pub(crate) fn trimmed_text(max: usize) -> RefOr<Schema> {
+    typed(Type::String)
+        .min_length(Some(1))
+        .max_length(Some(max))
+        .pattern(Some(NOT_BLANK))
+        .into()
+}
 
 /// A memory's text: 1 to [`MAX_CONTENT_CHARS`] characters after trimming (stored trimmed).
 #[derive(Clone, Debug, PartialEq)]
@@ -40,8 +71,17 @@ impl Check for Content {
     }
 }
 
+impl PartialSchema for Content {
+    fn schema() -> RefOr<Schema> {
+        trimmed_text(MAX_CONTENT_CHARS)
+    }
+}
+
+impl ToSchema for Content {}
+
 impl Check for MemoryType {
     type Raw = Value;
+    const BY_NAME: bool = true;
 
     fn check(raw: Value) -> Result<Self, Invalid> {
         match raw {
@@ -62,11 +102,24 @@ impl Check for Importance {
 
     fn check(raw: Value) -> Result<Self, Invalid> {
         match raw.as_f64() {
-            Some(x) if raw.is_number() && (0.0..=1.0).contains(&x) => Ok(Importance(x)),
+            Some(x) if raw.is_number() && (MIN_IMPORTANCE..=MAX_IMPORTANCE).contains(&x) => {
+                Ok(Importance(x))
+            }
             _ => Err(Invalid::new(IMPORTANCE_RANGE)),
         }
     }
 }
+
+impl PartialSchema for Importance {
+    fn schema() -> RefOr<Schema> {
+        double()
+            .minimum(Some(MIN_IMPORTANCE))
+            .maximum(Some(MAX_IMPORTANCE))
+            .into()
+    }
+}
+
+impl ToSchema for Importance {}
 
 /// Characters of a `user_id`, `agent_id` or `session_id` at most.
 pub const MAX_SCOPE_CHARS: usize = 256;
@@ -75,8 +128,9 @@ pub const MAX_METADATA_BYTES: usize = 8192;
 pub const MAX_METADATA_DEPTH: usize = 5;
 
 /// A `user_id`, `agent_id` or `session_id`: 1 to [`MAX_SCOPE_CHARS`] characters after
-/// trimming, no control characters. The refusal names the field.
-pub(super) fn scope_id(field: &str, raw: Value) -> Result<String, Invalid> {
+/// trimming, no control characters. The refusal names the field. The schema says the length
+/// (a string of spaces, refused after trimming, is within it).
+fn scope_id(field: &str, raw: Value) -> Result<String, Invalid> {
     match raw {
         Value::String(s) => {
             let t = s.trim();
@@ -107,6 +161,17 @@ macro_rules! scope_field {
                 scope_id($field, raw).map($name)
             }
         }
+
+        impl PartialSchema for $name {
+            fn schema() -> RefOr<Schema> {
+                typed(Type::String)
+                    .min_length(Some(1))
+                    .max_length(Some(MAX_SCOPE_CHARS))
+                    .into()
+            }
+        }
+
+        impl ToSchema for $name {}
     };
 }
 
@@ -154,6 +219,15 @@ impl Check for Metadata {
     }
 }
 
+/// An object: its bounds (bytes of JSON, nesting) are not JSON Schema keywords.
+impl PartialSchema for Metadata {
+    fn schema() -> RefOr<Schema> {
+        typed(Type::Object).into()
+    }
+}
+
+impl ToSchema for Metadata {}
+
 /// When a memory expires: an ISO 8601 time after now; `null` (where an update takes it)
 /// clears it.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -179,6 +253,15 @@ impl Check for ExpiresAt {
     }
 }
 
+/// A string: ISO 8601 in more forms than the `date-time` format names, so none is claimed.
+impl PartialSchema for ExpiresAt {
+    fn schema() -> RefOr<Schema> {
+        typed(Type::String).into()
+    }
+}
+
+impl ToSchema for ExpiresAt {}
+
 /// `filters`: see [`crate::wire::filter`].
 #[derive(Clone, Debug, PartialEq)]
 pub struct Filters(pub Filter);
@@ -190,6 +273,15 @@ impl Check for Filters {
         parse_filter(&raw).map(Filters)
     }
 }
+
+/// An object, whose language the API reference describes.
+impl PartialSchema for Filters {
+    fn schema() -> RefOr<Schema> {
+        typed(Type::Object).into()
+    }
+}
+
+impl ToSchema for Filters {}
 
 /// A boolean flag (`include_superseded`, `resolve`, `explain`), its refusal naming it.
 macro_rules! flag_field {
@@ -207,62 +299,20 @@ macro_rules! flag_field {
                 }
             }
         }
+
+        impl PartialSchema for $name {
+            fn schema() -> RefOr<Schema> {
+                typed(Type::Boolean).into()
+            }
+        }
+
+        impl ToSchema for $name {}
     };
 }
 
 flag_field!(IncludeSuperseded, "include_superseded");
 flag_field!(Explain, "explain");
 flag_field!(Resolve, "resolve");
-
-impl Check for SearchMode {
-    type Raw = Value;
-
-    fn check(raw: Value) -> Result<Self, Invalid> {
-        match raw.as_str() {
-            Some("semantic") => Ok(SearchMode::Semantic),
-            Some("keyword") => Ok(SearchMode::Keyword),
-            Some("hybrid") => Ok(SearchMode::Hybrid),
-            _ => Err(Invalid::new(
-                "search_mode must be one of semantic, keyword, hybrid",
-            )),
-        }
-    }
-}
-
-/// A number of the fusion's settings within a range, its refusal naming it.
-macro_rules! ranged_field {
-    ($name:ident, $field:literal, $lo:expr, $hi:expr, $range:literal) => {
-        #[derive(Clone, Copy, Debug, PartialEq)]
-        pub struct $name(pub f32);
-
-        impl Check for $name {
-            type Raw = Value;
-
-            fn check(raw: Value) -> Result<Self, Invalid> {
-                match raw.as_f64() {
-                    Some(x) if raw.is_number() && ($lo..=$hi).contains(&x) => Ok($name(x as f32)),
-                    _ => Err(Invalid::new(concat!($field, " must be a number ", $range))),
-                }
-            }
-        }
-    };
-}
-
-ranged_field!(RrfK, "rrf_k", 0.0, 1000.0, "from 0 to 1000");
-ranged_field!(
-    SemanticWeight,
-    "semantic_weight",
-    0.0,
-    10.0,
-    "from 0.0 to 10.0"
-);
-ranged_field!(
-    KeywordWeight,
-    "keyword_weight",
-    0.0,
-    10.0,
-    "from 0.0 to 10.0"
-);
 
 /// The scope and metadata fields a create, a batch item and an extraction share, checked in
 /// this order.

@@ -1,17 +1,21 @@
 //! Listing memories: `GET /v1/memories` and `POST /v1/memories/query`, and their page.
 
+use std::borrow::Cow;
+
 use auditmem_projections::memories::filter::Filter;
 use auditmem_projections::MemoryType;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use utoipa::{IntoParams, ToSchema};
+use utoipa::openapi::schema::Schema;
+use utoipa::openapi::RefOr;
+use utoipa::{IntoParams, PartialSchema, ToSchema};
 
 use super::answer::Memory;
-use super::fields::{scope_id, Filters, IncludeSuperseded};
+use super::fields::{AgentId, Filters, IncludeSuperseded, SessionId, UserId};
 use crate::wire::envelope::Payload;
-use crate::wire::field::{optional, Field, Invalid};
+use crate::wire::field::{optional, Check, Field, Invalid};
 use crate::wire::filter::parse_filter;
-use crate::wire::query::{self, Paging};
+use crate::wire::query::{self, Page, PageSize, Paging};
 use crate::wire::{unknown_field_named, Body, Params, Refusal};
 
 /// The memory list's page size: default 20, at most 100 (larger is clamped).
@@ -22,19 +26,19 @@ pub const DEFAULT_PAGE_SIZE: usize = 20;
 #[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MemoryQueryRequest {
-    #[schema(value_type = Option<Object>)]
+    #[schema(inline)]
     pub filters: Option<Field<Filters>>,
-    #[schema(value_type = Option<MemoryType>)]
+    #[schema(inline)]
     pub memory_type: Option<Field<MemoryType>>,
     /// Default false: memories another superseded are left out.
-    #[schema(value_type = Option<bool>)]
+    #[schema(inline)]
     pub include_superseded: Option<Field<IncludeSuperseded>>,
     /// Default 1.
-    #[schema(value_type = Option<u64>, minimum = 1)]
-    pub page: Option<Value>,
+    #[schema(inline)]
+    pub page: Option<Field<Page>>,
     /// Default 20, above 100 clamped.
-    #[schema(value_type = Option<u64>, minimum = 1)]
-    pub page_size: Option<Value>,
+    #[schema(inline)]
+    pub page_size: Option<Field<PageSize>>,
 }
 
 /// A memory query, checked.
@@ -44,15 +48,6 @@ pub struct MemoryQuerying {
     pub memory_type: Option<MemoryType>,
     pub filter: Option<Filter>,
     pub include_superseded: bool,
-}
-
-/// A page number given in a body: a JSON number, or a string as in a query.
-fn body_number(v: Option<Value>) -> Option<String> {
-    match v {
-        None | Some(Value::Null) => None,
-        Some(Value::String(s)) => Some(s),
-        Some(other) => Some(other.to_string()),
-    }
 }
 
 impl Body for MemoryQueryRequest {
@@ -70,11 +65,7 @@ impl Body for MemoryQueryRequest {
         let filter = optional(self.filters)?.map(|f| f.0);
         let memory_type = optional(self.memory_type)?;
         let include_superseded = optional(self.include_superseded)?.is_some_and(|f| f.0);
-        let paging = Paging::check(
-            body_number(self.page),
-            body_number(self.page_size),
-            DEFAULT_PAGE_SIZE,
-        )?;
+        let paging = Paging::of(self.page, self.page_size, DEFAULT_PAGE_SIZE)?;
         Ok(MemoryQuerying {
             paging,
             memory_type,
@@ -90,20 +81,52 @@ impl Body for MemoryQueryRequest {
 #[into_params(parameter_in = Query)]
 pub struct MemoryListQuery {
     /// rule, fact or context
-    #[param(value_type = Option<MemoryType>)]
-    memory_type: Option<String>,
+    #[param(inline)]
+    memory_type: Option<Field<ListedType>>,
     /// default 1
-    #[param(value_type = Option<u64>, minimum = 1)]
-    page: Option<String>,
+    #[param(inline)]
+    page: Option<Field<Page>>,
     /// default 20, above 100 clamped
-    #[param(value_type = Option<u64>, minimum = 1)]
-    page_size: Option<String>,
+    #[param(inline)]
+    page_size: Option<Field<PageSize>>,
     /// only the memories of this end user
-    user_id: Option<String>,
+    #[param(inline)]
+    user_id: Option<Field<UserId>>,
     /// only the memories of this agent
-    agent_id: Option<String>,
+    #[param(inline)]
+    agent_id: Option<Field<AgentId>>,
     /// only the memories of this session
-    session_id: Option<String>,
+    #[param(inline)]
+    session_id: Option<Field<SessionId>>,
+}
+
+/// The list's `memory_type`: a memory type, or nothing when left empty.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ListedType(pub Option<MemoryType>);
+
+impl Check for ListedType {
+    type Raw = String;
+    const BY_NAME: bool = true;
+
+    fn check(raw: String) -> Result<Self, Invalid> {
+        query::given(Some(raw.trim().to_string()))
+            .map(|t| t.parse::<MemoryType>().map_err(Invalid))
+            .transpose()
+            .map(ListedType)
+    }
+}
+
+/// The memory type's schema, by its name.
+impl PartialSchema for ListedType {
+    fn schema() -> RefOr<Schema> {
+        MemoryType::schema()
+    }
+}
+
+impl ToSchema for ListedType {
+    fn name() -> Cow<'static, str> {
+        MemoryType::name()
+    }
 }
 
 /// A memory list, checked.
@@ -119,21 +142,16 @@ impl Params for MemoryListQuery {
     type Checked = MemoryListing;
 
     fn check(self) -> Result<MemoryListing, Invalid> {
-        let paging = Paging::check(self.page, self.page_size, DEFAULT_PAGE_SIZE)?;
-        let memory_type = query::given(self.memory_type.map(|t| t.trim().to_string()))
-            .map(|t| t.parse::<MemoryType>().map_err(Invalid))
-            .transpose()?;
+        let paging = Paging::of(self.page, self.page_size, DEFAULT_PAGE_SIZE)?;
+        let memory_type = optional(self.memory_type)?.and_then(|t| t.0);
         let mut scopes = serde_json::Map::new();
         for (name, v) in [
-            ("user_id", self.user_id),
-            ("agent_id", self.agent_id),
-            ("session_id", self.session_id),
+            ("user_id", optional(self.user_id)?.map(|v| v.0)),
+            ("agent_id", optional(self.agent_id)?.map(|v| v.0)),
+            ("session_id", optional(self.session_id)?.map(|v| v.0)),
         ] {
             if let Some(v) = v {
-                scopes.insert(
-                    name.into(),
-                    Value::String(scope_id(name, Value::String(v))?),
-                );
+                scopes.insert(name.into(), Value::String(v));
             }
         }
         let filter = (!scopes.is_empty())

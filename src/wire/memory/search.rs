@@ -6,10 +6,12 @@ use auditmem_projections::memories::SearchMode;
 use auditmem_projections::MemoryType;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use utoipa::ToSchema;
+use utoipa::openapi::schema::Schema;
+use utoipa::openapi::RefOr;
+use utoipa::{PartialSchema, ToSchema};
 use uuid::Uuid;
 
-use super::fields::{Explain, Filters, IncludeSuperseded, KeywordWeight, RrfK, SemanticWeight};
+use super::fields::{double, int64, trimmed_text, Explain, Filters, IncludeSuperseded};
 use crate::extract::MAX_CONTENT_CHARS;
 use crate::wire::envelope::Payload;
 use crate::wire::field::{optional, required, whole_number, Check, Field, Invalid};
@@ -17,7 +19,11 @@ use crate::wire::{empty_refused, unknown_field_named, Body, Refusal};
 
 /// Search's result count: default 5, 1 to 100.
 pub const DEFAULT_TOP_K: usize = 5;
+pub const MIN_TOP_K: usize = 1;
 pub const MAX_TOP_K: usize = 100;
+/// The lowest similarity a search may ask for, from this to [`MAX_SIMILARITY`].
+pub const MIN_SIMILARITY: f64 = -1.0;
+pub const MAX_SIMILARITY: f64 = 1.0;
 
 /// A search query: 1 to [`MAX_CONTENT_CHARS`] characters after trimming.
 #[derive(Clone, Debug, PartialEq)]
@@ -42,8 +48,16 @@ impl Check for SearchText {
     }
 }
 
-/// How many results a search returns: 1 to [`MAX_TOP_K`]; the interface calls it a number, so a
-/// whole one written as 5.0 is 5.
+impl PartialSchema for SearchText {
+    fn schema() -> RefOr<Schema> {
+        trimmed_text(MAX_CONTENT_CHARS)
+    }
+}
+
+impl ToSchema for SearchText {}
+
+/// How many results a search returns: [`MIN_TOP_K`] to [`MAX_TOP_K`]; the interface calls it a
+/// number, so a whole one written as 5.0 is 5 (as JSON Schema's `integer` takes it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TopK(pub usize);
 
@@ -52,15 +66,26 @@ impl Check for TopK {
 
     fn check(raw: Value) -> Result<Self, Invalid> {
         match raw.as_number().and_then(whole_number) {
-            Some(k) if (1..=MAX_TOP_K as i128).contains(&k) => Ok(TopK(k as usize)),
+            Some(k) if (MIN_TOP_K as i128..=MAX_TOP_K as i128).contains(&k) => Ok(TopK(k as usize)),
             _ => Err(Invalid(format!(
-                "top_k must be an integer from 1 to {MAX_TOP_K}"
+                "top_k must be an integer from {MIN_TOP_K} to {MAX_TOP_K}"
             ))),
         }
     }
 }
 
-/// The lowest similarity a search result may have, -1.0 to 1.0.
+impl PartialSchema for TopK {
+    fn schema() -> RefOr<Schema> {
+        int64()
+            .minimum(Some(MIN_TOP_K))
+            .maximum(Some(MAX_TOP_K))
+            .into()
+    }
+}
+
+impl ToSchema for TopK {}
+
+/// The lowest similarity a search result may have, [`MIN_SIMILARITY`] to [`MAX_SIMILARITY`].
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct MinSimilarity(pub f64);
 
@@ -69,7 +94,7 @@ impl Check for MinSimilarity {
 
     fn check(raw: Value) -> Result<Self, Invalid> {
         match raw.as_f64() {
-            Some(x) if (-1.0..=1.0).contains(&x) => Ok(MinSimilarity(x)),
+            Some(x) if (MIN_SIMILARITY..=MAX_SIMILARITY).contains(&x) => Ok(MinSimilarity(x)),
             _ => Err(Invalid::new(
                 "min_similarity must be a number from -1.0 to 1.0",
             )),
@@ -77,42 +102,112 @@ impl Check for MinSimilarity {
     }
 }
 
+impl PartialSchema for MinSimilarity {
+    fn schema() -> RefOr<Schema> {
+        double()
+            .minimum(Some(MIN_SIMILARITY))
+            .maximum(Some(MAX_SIMILARITY))
+            .into()
+    }
+}
+
+impl ToSchema for MinSimilarity {}
+
+impl Check for SearchMode {
+    type Raw = Value;
+    const BY_NAME: bool = true;
+
+    fn check(raw: Value) -> Result<Self, Invalid> {
+        match raw.as_str() {
+            Some("semantic") => Ok(SearchMode::Semantic),
+            Some("keyword") => Ok(SearchMode::Keyword),
+            Some("hybrid") => Ok(SearchMode::Hybrid),
+            _ => Err(Invalid::new(
+                "search_mode must be one of semantic, keyword, hybrid",
+            )),
+        }
+    }
+}
+
+/// A number of the fusion's settings from `$lo` to `$hi`, its refusal naming it.
+macro_rules! ranged_field {
+    ($name:ident, $field:literal, $lo:expr, $hi:expr, $range:literal) => {
+        #[derive(Clone, Copy, Debug, PartialEq)]
+        pub struct $name(pub f32);
+
+        impl Check for $name {
+            type Raw = Value;
+
+            fn check(raw: Value) -> Result<Self, Invalid> {
+                match raw.as_f64() {
+                    Some(x) if raw.is_number() && ($lo..=$hi).contains(&x) => Ok($name(x as f32)),
+                    _ => Err(Invalid::new(concat!($field, " must be a number ", $range))),
+                }
+            }
+        }
+
+        impl PartialSchema for $name {
+            fn schema() -> RefOr<Schema> {
+                double().minimum(Some($lo)).maximum(Some($hi)).into()
+            }
+        }
+
+        impl ToSchema for $name {}
+    };
+}
+
+ranged_field!(RrfK, "rrf_k", 0.0, 1000.0, "from 0 to 1000");
+ranged_field!(
+    SemanticWeight,
+    "semantic_weight",
+    0.0,
+    10.0,
+    "from 0.0 to 10.0"
+);
+ranged_field!(
+    KeywordWeight,
+    "keyword_weight",
+    0.0,
+    10.0,
+    "from 0.0 to 10.0"
+);
+
 /// `POST /v1/memories/search`.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SearchRequest {
     /// 1 to 10,000 characters after trimming.
-    #[schema(value_type = String, min_length = 1, max_length = 10000, pattern = r"\S")]
+    #[schema(inline, required = true, nullable = false)]
     pub query: Option<Field<SearchText>>,
     /// 1 to 100, default 5; a whole number written as 5.0 is 5.
-    #[schema(value_type = Option<u64>, minimum = 1, maximum = 100)]
+    #[schema(inline)]
     pub top_k: Option<Field<TopK>>,
     /// -1.0 to 1.0, default 0.
-    #[schema(value_type = Option<f64>, minimum = -1.0, maximum = 1.0)]
+    #[schema(inline)]
     pub min_similarity: Option<Field<MinSimilarity>>,
-    #[schema(value_type = Option<MemoryType>)]
+    #[schema(inline)]
     pub memory_type: Option<Field<MemoryType>>,
     /// Only memories this filter matches (see `POST /v1/memories/query`).
-    #[schema(value_type = Option<Object>)]
+    #[schema(inline)]
     pub filters: Option<Field<Filters>>,
     /// Default false: memories another superseded are left out.
-    #[schema(value_type = Option<bool>)]
+    #[schema(inline)]
     pub include_superseded: Option<Field<IncludeSuperseded>>,
     /// `semantic` (the default: by meaning), `keyword` (BM25 over the contents) or `hybrid`
     /// (both, fused by reciprocal rank).
-    #[schema(value_type = Option<String>, example = "hybrid")]
+    #[schema(inline)]
     pub search_mode: Option<Field<SearchMode>>,
     /// Default false: true adds each result's ranking breakdown (`explain`).
-    #[schema(value_type = Option<bool>)]
+    #[schema(inline)]
     pub explain: Option<Field<Explain>>,
     /// Hybrid: the fusion's constant added to every rank (0 to 1000, default 60).
-    #[schema(value_type = Option<f64>, minimum = 0.0, maximum = 1000.0)]
+    #[schema(inline)]
     pub rrf_k: Option<Field<RrfK>>,
     /// Hybrid: the semantic list's weight (0 to 10, default 1).
-    #[schema(value_type = Option<f64>, minimum = 0.0, maximum = 10.0)]
+    #[schema(inline)]
     pub semantic_weight: Option<Field<SemanticWeight>>,
     /// Hybrid: the keyword list's weight (0 to 10, default 1).
-    #[schema(value_type = Option<f64>, minimum = 0.0, maximum = 10.0)]
+    #[schema(inline)]
     pub keyword_weight: Option<Field<KeywordWeight>>,
 }
 

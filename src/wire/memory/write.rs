@@ -15,32 +15,32 @@ use crate::wire::{empty_refused, unknown_field_named, Body, Refusal};
 #[serde(deny_unknown_fields)]
 pub struct MemoryCreateRequest {
     /// 1 to 10,000 characters after trimming.
-    #[schema(value_type = String, min_length = 1, max_length = 10000, pattern = r"\S")]
+    #[schema(inline, required = true, nullable = false)]
     pub content: Option<Field<Content>>,
-    #[schema(value_type = MemoryType)]
+    #[schema(inline, required = true, nullable = false)]
     pub memory_type: Option<Field<MemoryType>>,
     /// 0.0 to 1.0, default 0.5.
-    #[schema(value_type = Option<f64>, minimum = 0.0, maximum = 1.0)]
+    #[schema(inline)]
     pub importance: Option<Field<Importance>>,
     /// The end user the memory is about (1 to 256 characters).
-    #[schema(value_type = Option<String>, min_length = 1, max_length = 256)]
+    #[schema(inline)]
     pub user_id: Option<Field<UserId>>,
     /// The agent the memory belongs to (1 to 256 characters).
-    #[schema(value_type = Option<String>, min_length = 1, max_length = 256)]
+    #[schema(inline)]
     pub agent_id: Option<Field<AgentId>>,
     /// The session the memory came from (1 to 256 characters).
-    #[schema(value_type = Option<String>, min_length = 1, max_length = 256)]
+    #[schema(inline)]
     pub session_id: Option<Field<SessionId>>,
     /// A JSON object, at most 8192 bytes as JSON and 5 levels deep.
-    #[schema(value_type = Option<Object>)]
+    #[schema(inline)]
     pub metadata: Option<Field<Metadata>>,
     /// ISO 8601, in the future: from then on the memory is gone from get, list and search.
-    #[schema(value_type = Option<String>)]
+    #[schema(inline)]
     pub expires_at: Option<Field<ExpiresAt>>,
     /// Default false. True: a stored memory of the same scope this one contradicts is
     /// superseded by it, and if one equal in meaning is stored this one is not (see
     /// `resolution` in the answer). Not taken by batches.
-    #[schema(value_type = Option<bool>)]
+    #[schema(inline)]
     pub resolve: Option<Field<Resolve>>,
 }
 
@@ -103,19 +103,19 @@ pub(super) fn memory_type_required(
 pub struct MemoryUpdateRequest {
     /// 1 to 10,000 characters after trimming.
     #[serde(default, deserialize_with = "present")]
-    #[schema(value_type = Option<String>, nullable = false, min_length = 1, max_length = 10000, pattern = r"\S")]
+    #[schema(inline, nullable = false)]
     pub content: Option<Field<Content>>,
     /// 0.0 to 1.0.
     #[serde(default, deserialize_with = "present")]
-    #[schema(value_type = Option<f64>, nullable = false, minimum = 0.0, maximum = 1.0)]
+    #[schema(inline, nullable = false)]
     pub importance: Option<Field<Importance>>,
     /// Replaces the metadata object; null clears it.
     #[serde(default, deserialize_with = "present")]
-    #[schema(value_type = Option<Object>, nullable = true)]
+    #[schema(inline)]
     pub metadata: Option<Field<Metadata>>,
     /// ISO 8601, in the future; null clears it.
     #[serde(default, deserialize_with = "present")]
-    #[schema(value_type = Option<String>, nullable = true)]
+    #[schema(inline)]
     pub expires_at: Option<Field<ExpiresAt>>,
 }
 
