@@ -4,9 +4,11 @@
 //!
 //! A body goes through these steps, in this order: its media type (415 unless JSON; a body type
 //! may first take an empty body its own way), a JSON object (a derived struct would also read an
-//! array as its fields in order), serde (syntax, unknown fields, missing fields and JSON kinds,
-//! named by their path: `invalid JSON body: entries[3].http_status: ...`), then the type's
-//! `check` (the values, each with its own message).
+//! array as its fields in order), serde (syntax, missing fields and JSON kinds, named by their
+//! path: `invalid JSON body: entries[3].http_status: ...`; a top-level key the type does not
+//! name is found by `wire::known` as a value the type words), then the type's `check` (the
+//! values, each with its own message). A query string is read the same way from its
+//! parameters: a parameter the type does not name is refused, naming it.
 
 use std::collections::HashMap;
 
@@ -17,7 +19,7 @@ use axum::http::{header, HeaderMap, StatusCode};
 
 use super::error::ApiError;
 use crate::registry::ErrorCode;
-use crate::wire::{query, Body, Invalid, Params};
+use crate::wire::{known, query, Body, Invalid, Params};
 
 /// A request body, read and checked; the handler gets [`Body::Checked`].
 pub struct Json<T: Body>(pub T::Checked);
@@ -70,7 +72,7 @@ fn body<T: Body>(bytes: &[u8]) -> Result<T, Invalid> {
         Ok(v) => Ok(v),
         Err(plain) => {
             let mut de = serde_json::Deserializer::from_slice(bytes);
-            match serde_path_to_error::deserialize::<_, T>(&mut de) {
+            match known::read::<T, _>(&mut de) {
                 Err(e) => Err(T::refused(e)),
                 // The value parsed but something follows it.
                 Ok(_) => Err(Invalid(format!("invalid JSON body: {plain}"))),

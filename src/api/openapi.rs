@@ -3,6 +3,8 @@
 //! type it describes (`crate::wire`), plus what no single handler says (below). Served at
 //! `/openapi.json` and checked into `docs/openapi.json`; a test fails when the two differ.
 
+use std::collections::BTreeSet;
+
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::{ContentBuilder, Ref, Response, ResponseBuilder};
 use utoipa::{Modify, OpenApi};
@@ -170,6 +172,115 @@ impl Modify for BodyResponses {
     }
 }
 
+/// How the document writes a field whose schema its checked type gives (`wire::field`): the
+/// derive wraps a schema it writes in place in a `oneOf`, to add `null` or a description; these
+/// are written as the derive writes any other field (`"type": ["string", "null"]` with the
+/// description beside it, a description on the reference itself). And the schemas the derive
+/// registers for those types, which nothing refers to, are left out: the document holds the
+/// schemas its operations refer to.
+struct FieldSchemas;
+
+impl Modify for FieldSchemas {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::{RefOr, Schema};
+        let Some(components) = openapi.components.as_mut() else {
+            return;
+        };
+        for schema in components.schemas.values_mut() {
+            if let RefOr::T(Schema::Object(object)) = schema {
+                object.properties.values_mut().for_each(write_plainly);
+            }
+        }
+        let mut reached = BTreeSet::new();
+        let mut next = Vec::new();
+        referred(
+            &serde_json::to_value(&openapi.paths).unwrap_or_default(),
+            &mut next,
+        );
+        while let Some(name) = next.pop() {
+            if !reached.insert(name.clone()) {
+                continue;
+            }
+            if let Some(schema) = components.schemas.get(&name) {
+                referred(&serde_json::to_value(schema).unwrap_or_default(), &mut next);
+            }
+        }
+        components.schemas.retain(|name, _| reached.contains(name));
+    }
+}
+
+/// A property the derive wrapped in a `oneOf` of `null` and a schema, or of a schema alone (to
+/// carry a description), written as that schema: with `null` among its types, or with the
+/// description on the reference.
+fn write_plainly(property: &mut utoipa::openapi::RefOr<utoipa::openapi::Schema>) {
+    use utoipa::openapi::schema::{SchemaType, Type};
+    use utoipa::openapi::{RefOr, Schema};
+    let RefOr::T(Schema::OneOf(one_of)) = property else {
+        return;
+    };
+    let is_null = |s: &RefOr<Schema>| matches!(s, RefOr::T(Schema::Object(o)) if o.schema_type == SchemaType::Type(Type::Null));
+    let nullable = match one_of.items.as_slice() {
+        [first, _] if is_null(first) => true,
+        [_] => false,
+        _ => return,
+    };
+    let description = one_of.description.take();
+    let with_null = |t: &SchemaType| match t {
+        SchemaType::Type(t) if nullable => SchemaType::from_iter([t.clone(), Type::Null]),
+        other => other.clone(),
+    };
+    let plain = match one_of.items.last_mut() {
+        // A reference stays in its `oneOf` when it may be null; the description goes on it.
+        Some(RefOr::Ref(r)) => {
+            if let Some(d) = description {
+                r.description = d;
+            }
+            if nullable {
+                return;
+            }
+            RefOr::Ref(r.clone())
+        }
+        Some(RefOr::T(Schema::Object(o))) => {
+            let mut o = o.clone();
+            o.schema_type = with_null(&o.schema_type);
+            if let (true, Some(values)) = (nullable, o.enum_values.as_mut()) {
+                values.push(serde_json::Value::Null);
+            }
+            o.description = description.or(o.description);
+            RefOr::T(Schema::Object(o))
+        }
+        Some(RefOr::T(Schema::Array(a))) => {
+            let mut a = a.clone();
+            a.schema_type = with_null(&a.schema_type);
+            a.description = description.or(a.description);
+            RefOr::T(Schema::Array(a))
+        }
+        _ => {
+            one_of.description = description;
+            return;
+        }
+    };
+    *property = plain;
+}
+
+/// The names of the component schemas `value` refers to.
+fn referred(value: &serde_json::Value, names: &mut Vec<String>) {
+    match value {
+        serde_json::Value::Object(map) => {
+            if let Some(name) = map
+                .get("$ref")
+                .and_then(serde_json::Value::as_str)
+                .and_then(|r| r.strip_prefix("#/components/schemas/"))
+            {
+                names.push(name.to_string());
+            }
+            map.values().for_each(|v| referred(v, names));
+        }
+        serde_json::Value::Array(items) => items.iter().for_each(|v| referred(v, names)),
+        _ => {}
+    }
+}
+
 /// OpenAPI links from each operation that creates something to the operations that take its id,
 /// so clients and generators (the Schemathesis run in tests/schemathesis follows them) can go
 /// from a created memory, export, tenant or key to reading, changing and deleting it.
@@ -265,7 +376,8 @@ pub fn document() -> String {
     let mut doc = ApiDoc::openapi();
     doc.merge(super::routes::openapi());
     for m in [
-        &BearerAuth as &dyn Modify,
+        &FieldSchemas as &dyn Modify,
+        &BearerAuth,
         &GuardResponses,
         &BodyResponses,
         &Links,
@@ -285,3 +397,6 @@ pub async fn serve_document() -> impl axum::response::IntoResponse {
         document(),
     )
 }
+
+#[cfg(test)]
+mod tests;

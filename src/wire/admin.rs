@@ -3,33 +3,82 @@
 use auditmem_projections::tenants::Tenant as TenantState;
 use auditmem_projections::{Permission, Plan};
 use serde::{Deserialize, Serialize};
-use utoipa::{IntoParams, ToSchema};
+use utoipa::openapi::schema::{ArrayBuilder, Schema};
+use utoipa::openapi::{Ref, RefOr};
+use utoipa::{IntoParams, PartialSchema, ToSchema};
 use uuid::Uuid;
 
 use super::envelope::Payload;
-use super::field::{Check, Field, Invalid};
+use super::field::{optional, Check, Field, Invalid};
+use super::memory::fields::{double, int64, trimmed_text};
 use super::time::Time;
 use super::{Body, Params};
 
-/// A tenant's or a key's name: 1 to 200 characters after trimming (stored trimmed).
-fn check_name(name: &str) -> Result<String, Invalid> {
-    let n = name.trim();
-    if n.is_empty() || n.chars().count() > 200 {
-        return Err(Invalid::new("name must be 1 to 200 characters"));
+/// Characters of a tenant's or a key's name at most, after trimming.
+pub const MAX_NAME_CHARS: usize = 200;
+/// A tenant's credits at least.
+pub const MIN_CREDITS: f64 = 0.0;
+/// Permissions a key carries at least.
+pub const MIN_PERMISSIONS: usize = 1;
+/// The first seq of the log.
+pub const FIRST_SEQ: u64 = 1;
+
+/// A tenant's or a key's name: 1 to [`MAX_NAME_CHARS`] characters after trimming (stored
+/// trimmed).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Name(pub String);
+
+impl Check for Name {
+    type Raw = String;
+
+    fn check(raw: String) -> Result<Self, Invalid> {
+        let n = raw.trim();
+        if n.is_empty() || n.chars().count() > MAX_NAME_CHARS {
+            return Err(Invalid(format!(
+                "name must be 1 to {MAX_NAME_CHARS} characters"
+            )));
+        }
+        Ok(Name(n.to_string()))
     }
-    Ok(n.to_string())
 }
 
-fn check_credits(c: f64) -> Result<f64, Invalid> {
-    if c.is_finite() && c >= 0.0 {
-        Ok(c)
-    } else {
-        Err(Invalid::new("credits must be a number of at least 0"))
+impl PartialSchema for Name {
+    fn schema() -> RefOr<Schema> {
+        trimmed_text(MAX_NAME_CHARS)
     }
 }
+
+impl ToSchema for Name {}
+
+/// A tenant's credits: a finite number of at least [`MIN_CREDITS`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Credits(pub f64);
+
+impl Check for Credits {
+    type Raw = f64;
+
+    fn check(raw: f64) -> Result<Self, Invalid> {
+        if raw.is_finite() && raw >= MIN_CREDITS {
+            Ok(Credits(raw))
+        } else {
+            Err(Invalid(format!(
+                "credits must be a number of at least {MIN_CREDITS}"
+            )))
+        }
+    }
+}
+
+impl PartialSchema for Credits {
+    fn schema() -> RefOr<Schema> {
+        double().minimum(Some(MIN_CREDITS)).into()
+    }
+}
+
+impl ToSchema for Credits {}
 
 impl Check for Plan {
     type Raw = String;
+    const BY_NAME: bool = true;
 
     fn check(raw: String) -> Result<Self, Invalid> {
         raw.parse().map_err(|e| Invalid(format!("plan: {e}")))
@@ -38,10 +87,49 @@ impl Check for Plan {
 
 impl Check for Permission {
     type Raw = String;
+    const BY_NAME: bool = true;
 
     fn check(raw: String) -> Result<Self, Invalid> {
         raw.parse()
             .map_err(|e| Invalid(format!("permissions: {e}")))
+    }
+}
+
+/// A key's permissions: at least [`MIN_PERMISSIONS`], each checked, deduplicated and sorted.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Permissions(pub Vec<Permission>);
+
+impl Check for Permissions {
+    type Raw = Vec<Field<Permission>>;
+
+    fn check(raw: Vec<Field<Permission>>) -> Result<Self, Invalid> {
+        if raw.len() < MIN_PERMISSIONS {
+            return Err(Invalid::new("permissions must name at least one of audit.read, audit.export, memory.read, memory.write"));
+        }
+        let mut permissions = Vec::new();
+        for p in raw {
+            let p = p.value()?;
+            if !permissions.contains(&p) {
+                permissions.push(p);
+            }
+        }
+        permissions.sort();
+        Ok(Permissions(permissions))
+    }
+}
+
+impl PartialSchema for Permissions {
+    fn schema() -> RefOr<Schema> {
+        ArrayBuilder::new()
+            .items(Ref::from_schema_name(Permission::name()))
+            .min_items(Some(MIN_PERMISSIONS))
+            .into()
+    }
+}
+
+impl ToSchema for Permissions {
+    fn schemas(schemas: &mut Vec<(String, RefOr<Schema>)>) {
+        schemas.push((Permission::name().into_owned(), Permission::schema()));
     }
 }
 
@@ -51,17 +139,17 @@ impl Check for Permission {
 #[schema(description = "`POST /admin/v1/tenants`.")]
 pub struct CreateTenantRequest {
     /// 1 to 200 characters after trimming.
-    #[schema(min_length = 1, max_length = 200, pattern = r"\S")]
-    pub name: String,
-    #[schema(value_type = Plan)]
+    #[schema(inline)]
+    pub name: Field<Name>,
+    #[schema(inline)]
     pub plan: Field<Plan>,
     /// Default true.
     #[serde(default)]
     pub subscription_active: Option<bool>,
     /// Default 0.
     #[serde(default)]
-    #[schema(minimum = 0.0)]
-    pub credits: Option<f64>,
+    #[schema(inline)]
+    pub credits: Option<Field<Credits>>,
 }
 
 /// A tenant to create, checked.
@@ -78,10 +166,10 @@ impl Body for CreateTenantRequest {
 
     fn check(self) -> Result<NewTenant, Invalid> {
         Ok(NewTenant {
-            name: check_name(&self.name)?,
+            name: self.name.value()?.0,
             plan: self.plan.value()?,
             subscription_active: self.subscription_active.unwrap_or(true),
-            credits: check_credits(self.credits.unwrap_or(0.0))?,
+            credits: optional(self.credits)?.map_or(MIN_CREDITS, |c| c.0),
         })
     }
 }
@@ -92,16 +180,16 @@ impl Body for CreateTenantRequest {
 #[schema(description = "`PATCH /admin/v1/tenants/{id}`: at least one field that is not null.")]
 pub struct UpdateTenantRequest {
     #[serde(default)]
-    #[schema(min_length = 1, max_length = 200, pattern = r"\S")]
-    pub name: Option<String>,
+    #[schema(inline)]
+    pub name: Option<Field<Name>>,
     #[serde(default)]
-    #[schema(value_type = Option<Plan>)]
+    #[schema(inline)]
     pub plan: Option<Field<Plan>>,
     #[serde(default)]
     pub subscription_active: Option<bool>,
     #[serde(default)]
-    #[schema(minimum = 0.0)]
-    pub credits: Option<f64>,
+    #[schema(inline)]
+    pub credits: Option<Field<Credits>>,
 }
 
 /// A tenant's changes, checked (each `None` leaves that field as it is).
@@ -135,10 +223,10 @@ impl UpdateTenantRequest {
             ));
         }
         Ok(TenantChanges {
-            name: self.name.as_deref().map(check_name).transpose()?,
-            plan: self.plan.map(Field::value).transpose()?,
+            name: optional(self.name)?.map(|n| n.0),
+            plan: optional(self.plan)?,
             subscription_active: self.subscription_active,
-            credits: self.credits.map(check_credits).transpose()?,
+            credits: optional(self.credits)?.map(|c| c.0),
         })
     }
 }
@@ -148,11 +236,11 @@ impl UpdateTenantRequest {
 #[serde(deny_unknown_fields)]
 #[schema(description = "`POST /admin/v1/tenants/{id}/keys`.")]
 pub struct CreateKeyRequest {
-    #[schema(value_type = Vec<Permission>, min_items = 1)]
-    pub permissions: Vec<Field<Permission>>,
+    #[schema(inline)]
+    pub permissions: Field<Permissions>,
     #[serde(default)]
-    #[schema(min_length = 1, max_length = 200, pattern = r"\S")]
-    pub name: Option<String>,
+    #[schema(inline)]
+    pub name: Option<Field<Name>>,
 }
 
 /// A key to issue, checked: its permissions deduplicated and sorted.
@@ -174,20 +262,9 @@ impl Body for CreateKeyRequest {
 
 impl CreateKeyRequest {
     pub fn key(self) -> Result<NewKey, Invalid> {
-        if self.permissions.is_empty() {
-            return Err(Invalid::new("permissions must name at least one of audit.read, audit.export, memory.read, memory.write"));
-        }
-        let mut permissions = Vec::new();
-        for p in self.permissions {
-            let p = p.value()?;
-            if !permissions.contains(&p) {
-                permissions.push(p);
-            }
-        }
-        permissions.sort();
         Ok(NewKey {
-            permissions,
-            name: self.name.as_deref().map(check_name).transpose()?,
+            permissions: self.permissions.value()?.0,
+            name: optional(self.name)?.map(|n| n.0),
         })
     }
 }
@@ -288,25 +365,43 @@ impl Payload for crate::log::checkpoint::Checkpoint {}
 
 /// The query of `GET /admin/v1/log`.
 #[derive(Debug, Default, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub struct LogQuery {
     /// first seq, default 1
-    #[param(value_type = Option<u64>, minimum = 1)]
-    from: Option<String>,
+    #[param(inline)]
+    from: Option<Field<FirstSeq>>,
 }
+
+/// Where the log stream starts: a seq of at least [`FIRST_SEQ`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FirstSeq(pub u64);
+
+impl Check for FirstSeq {
+    type Raw = String;
+
+    fn check(raw: String) -> Result<Self, Invalid> {
+        raw.parse::<u64>()
+            .ok()
+            .filter(|n| *n >= FIRST_SEQ)
+            .map(FirstSeq)
+            .ok_or_else(|| Invalid(format!("from must be a seq of at least {FIRST_SEQ}")))
+    }
+}
+
+impl PartialSchema for FirstSeq {
+    fn schema() -> RefOr<Schema> {
+        int64().minimum(Some(FIRST_SEQ)).into()
+    }
+}
+
+impl ToSchema for FirstSeq {}
 
 impl Params for LogQuery {
     type Checked = u64;
 
     fn check(self) -> Result<u64, Invalid> {
-        match self.from {
-            None => Ok(1),
-            Some(s) => s
-                .parse::<u64>()
-                .ok()
-                .filter(|n| *n >= 1)
-                .ok_or_else(|| Invalid::new("from must be a seq of at least 1")),
-        }
+        Ok(optional(self.from)?.map_or(FIRST_SEQ, |f| f.0))
     }
 }
 

@@ -23,12 +23,13 @@ pub struct ExportRequest {
     pub end_time: Option<String>,
     /// csv (default) or json.
     #[serde(default)]
-    #[schema(value_type = Option<ExportFormat>)]
+    #[schema(inline)]
     pub format: Option<Field<ExportFormat>>,
 }
 
 impl Check for ExportFormat {
     type Raw = String;
+    const BY_NAME: bool = true;
 
     fn check(raw: String) -> Result<Self, Invalid> {
         let name = raw.trim();

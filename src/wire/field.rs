@@ -8,8 +8,20 @@
 //! [`Field`] is what makes that possible: it deserialises whatever serde read for the field
 //! (its [`Check::Raw`]) into either the checked value or the refusal, and the body's check
 //! returns the first refusal ([`Field::value`]).
+//!
+//! A checked type also documents itself: its [`ToSchema`] is the schema of the values its check
+//! takes, written from the same constants the check compares against (`MAX_CONTENT_CHARS` is
+//! both `content`'s `maxLength` and the length it refuses past), and a `Field<T>` in a derived
+//! body or query schema, marked `#[schema(inline)]` (`#[param(inline)]`), shows `T`'s schema.
+//! The OpenAPI document's bounds cannot drift from the checks; `api::openapi`'s tests feed
+//! every bound's edges through the reading path to hold that.
+
+use std::borrow::Cow;
 
 use serde::{Deserialize, Deserializer};
+use utoipa::openapi::schema::Schema;
+use utoipa::openapi::{Ref, RefOr};
+use utoipa::ToSchema;
 
 /// A request the API refuses with 400, and why: the message names the field.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -27,14 +39,23 @@ impl std::fmt::Display for Invalid {
     }
 }
 
-/// A field value the API checks itself.
-pub trait Check: Sized {
+/// A field value the API checks itself, and whose schema ([`ToSchema`]) says what the check
+/// takes.
+pub trait Check: Sized + ToSchema {
     /// What serde reads for the field: a typed value, whose wrong JSON kind is then serde's
     /// error, or `serde_json::Value` where the field's own message covers every kind.
     type Raw: for<'de> Deserialize<'de>;
 
+    /// Whether a field of this type refers to the type's schema by its name (an enum the
+    /// document names once, `MemoryTypeName`) rather than writing the schema in place.
+    const BY_NAME: bool = false;
+
     fn check(raw: Self::Raw) -> Result<Self, Invalid>;
 }
+
+/// The pattern of a string holding a character that is not whitespace: what a check that trims
+/// and refuses an empty result takes.
+pub const NOT_BLANK: &str = r"\S";
 
 /// A field as parsed: its checked value, or why it was refused.
 #[derive(Clone, Debug, PartialEq)]
@@ -49,6 +70,29 @@ impl<T> Field<T> {
     /// A field checked already (tests, and callers that build bodies in code).
     pub fn of(value: T) -> Self {
         Field(Ok(value))
+    }
+}
+
+// utoipa's derive asks a generic field type for its schema through `ComposeSchema`, the (hidden)
+// trait it implements itself for every generic type it derives; the schemas of the type's
+// arguments it passes are not needed, `T`'s own schema is the field's.
+impl<T: Check> utoipa::__dev::ComposeSchema for Field<T> {
+    fn compose(_: Vec<RefOr<Schema>>) -> RefOr<Schema> {
+        if T::BY_NAME {
+            Ref::from_schema_name(T::name()).into()
+        } else {
+            T::schema()
+        }
+    }
+}
+
+impl<T: Check> ToSchema for Field<T> {
+    fn name() -> Cow<'static, str> {
+        T::name()
+    }
+
+    fn schemas(schemas: &mut Vec<(String, RefOr<Schema>)>) {
+        T::schemas(schemas)
     }
 }
 

@@ -14,12 +14,14 @@ pub mod envelope;
 pub mod export;
 pub mod field;
 pub mod filter;
+pub mod known;
 pub mod memory;
 pub mod query;
 pub mod time;
 pub mod transparency;
 
 pub use field::Invalid;
+pub use known::{Refusal, UnknownField};
 
 use serde::de::DeserializeOwned;
 
@@ -37,9 +39,10 @@ pub trait Body: DeserializeOwned {
         None
     }
 
-    /// The message of a body serde refused, given with the path of what it refused.
-    fn refused(e: serde_path_to_error::Error<serde_json::Error>) -> Invalid {
-        refused(e)
+    /// The message of a body serde refused, given with the path of what it refused (and the
+    /// key, when it refused a key the body does not know).
+    fn refused(e: Refusal<serde_json::Error>) -> Invalid {
+        refused(e.error)
     }
 }
 
@@ -48,8 +51,8 @@ pub fn refused(e: serde_path_to_error::Error<serde_json::Error>) -> Invalid {
     Invalid(format!("invalid JSON body: {e}"))
 }
 
-/// A query string shape: every field a string (as every query value is), unknown parameters
-/// ignored.
+/// A query string shape: every field read from a string (as every query value is); a parameter
+/// it does not name is refused (`unknown query parameter 'x' (allowed: a, b)`).
 pub trait Params: DeserializeOwned {
     type Checked;
 
@@ -63,19 +66,14 @@ pub(crate) fn empty_refused<T>() -> Option<Result<T, Invalid>> {
     )))
 }
 
-/// The memory API's message for a field it does not know, `unknown field 'x' (allowed: a, b)`,
-/// from serde's (`unknown field `x`, expected one of `a`, `b``); any other refusal as
-/// [`refused`] words it.
-pub(crate) fn unknown_field_named(e: serde_path_to_error::Error<serde_json::Error>) -> Invalid {
-    let text = e.inner().to_string();
-    let named = text.strip_prefix("unknown field `").and_then(|rest| {
-        // serde writes the expected names each between backticks, after the unknown one's.
-        let (name, expected) = rest.split_once("`, expected ")?;
-        let allowed: Vec<&str> = expected.split('`').skip(1).step_by(2).collect();
-        Some(Invalid(format!(
+/// The memory API's message for a field it does not know, `unknown field 'x' (allowed: a, b)`;
+/// any other refusal as [`refused`] words it.
+pub(crate) fn unknown_field_named(e: Refusal<serde_json::Error>) -> Invalid {
+    match e.unknown {
+        Some(UnknownField { name, allowed }) => Invalid(format!(
             "unknown field '{name}' (allowed: {})",
             allowed.join(", ")
-        )))
-    });
-    named.unwrap_or_else(|| refused(e))
+        )),
+        None => refused(e.error),
+    }
 }

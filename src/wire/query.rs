@@ -1,28 +1,42 @@
 //! Query strings: read into typed query structs from the parameters axum parsed (the last
-//! value of a repeated parameter wins), and the paging both lists share.
+//! value of a repeated parameter wins), and the paging the lists share.
 
 use std::collections::HashMap;
 
 use serde::Deserialize;
 use serde_json::Value;
+use utoipa::openapi::schema::Schema;
+use utoipa::openapi::RefOr;
+use utoipa::{PartialSchema, ToSchema};
 
-use super::field::Invalid;
+use super::field::{optional, Check, Field, Invalid};
+use super::known::{self, UnknownField};
+use super::memory::fields::int64;
 
+/// The first page, and the smallest page size.
+pub const MIN_PAGE: usize = 1;
 /// Every list's largest page; larger sizes are clamped to it, not refused.
 pub const MAX_PAGE_SIZE: usize = 100;
 
-/// A query struct from the request's parameters. Its fields are strings (every query value is
-/// one) and unknown parameters are ignored, so this fails only on a struct that asks for more.
+/// A query struct from the request's parameters, read from strings (every query value is one).
+/// A parameter the struct does not name is refused, naming it and those it does name; with
+/// several, the first in byte order.
 pub fn from_map<T: for<'de> Deserialize<'de>>(
     params: &HashMap<String, String>,
 ) -> Result<T, Invalid> {
-    // Through a JSON object, whose deserialiser reads a present value as `Some` (serde's plain
-    // string deserialiser does not take `Option`).
+    // Through a JSON object (sorted by key), whose deserialiser reads a present value as `Some`
+    // (serde's plain string deserialiser does not take `Option`).
     let object = params
         .iter()
         .map(|(k, v)| (k.clone(), Value::String(v.clone())))
         .collect();
-    T::deserialize(Value::Object(object)).map_err(|e| Invalid(format!("invalid query: {e}")))
+    known::read::<T, _>(Value::Object(object)).map_err(|e| match e.unknown {
+        Some(UnknownField { name, allowed }) => Invalid(format!(
+            "unknown query parameter '{name}' (allowed: {})",
+            allowed.join(", ")
+        )),
+        None => Invalid(format!("invalid query: {}", e.error.inner())),
+    })
 }
 
 /// A parameter given with an empty value is not given.
@@ -46,8 +60,25 @@ impl Paging {
         default_size: usize,
     ) -> Result<Paging, Invalid> {
         Ok(Paging {
-            page: positive("page", page, 1)?,
-            page_size: positive("page_size", page_size, default_size)?.min(MAX_PAGE_SIZE),
+            page: page.map_or(Ok(MIN_PAGE), |p| positive("page", &p))?,
+            page_size: page_size
+                .map_or(Ok(default_size), |s| positive("page_size", &s))?
+                .min(MAX_PAGE_SIZE),
+        })
+    }
+
+    /// The paging of a query or body that gave `page` and `page_size` (each checked already),
+    /// or left them out.
+    pub fn of(
+        page: Option<Field<Page>>,
+        page_size: Option<Field<PageSize>>,
+        default_size: usize,
+    ) -> Result<Paging, Invalid> {
+        Ok(Paging {
+            page: optional(page)?.map_or(MIN_PAGE, |p| p.0),
+            page_size: optional(page_size)?
+                .map_or(default_size, |s| s.0)
+                .min(MAX_PAGE_SIZE),
         })
     }
 
@@ -57,17 +88,64 @@ impl Paging {
     }
 }
 
-fn positive(field: &str, v: Option<String>, default: usize) -> Result<usize, Invalid> {
-    match v {
-        None => Ok(default),
-        Some(s) => match s.trim().parse::<i64>() {
-            Ok(n) if n >= 1 => Ok(n as usize),
-            _ => Err(Invalid(format!(
-                "{field} must be an integer of at least 1, got '{s}'"
-            ))),
-        },
+fn positive(field: &str, s: &str) -> Result<usize, Invalid> {
+    match s.trim().parse::<i64>() {
+        Ok(n) if n >= MIN_PAGE as i64 => Ok(n as usize),
+        _ => Err(Invalid(format!(
+            "{field} must be an integer of at least {MIN_PAGE}, got '{s}'"
+        ))),
     }
 }
+
+/// A page number or size as given: a query string's text, or in a body a JSON number or a
+/// string as in a query.
+fn given_number(raw: &Value) -> String {
+    match raw {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// `page`: an integer of at least [`MIN_PAGE`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Page(pub usize);
+
+/// `page_size`: an integer of at least [`MIN_PAGE`], clamped to [`MAX_PAGE_SIZE`] when read
+/// (so the schema names no maximum: a larger size is taken).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PageSize(pub usize);
+
+impl Check for Page {
+    type Raw = Value;
+
+    fn check(raw: Value) -> Result<Self, Invalid> {
+        positive("page", &given_number(&raw)).map(Page)
+    }
+}
+
+impl Check for PageSize {
+    type Raw = Value;
+
+    fn check(raw: Value) -> Result<Self, Invalid> {
+        positive("page_size", &given_number(&raw)).map(PageSize)
+    }
+}
+
+impl PartialSchema for Page {
+    fn schema() -> RefOr<Schema> {
+        int64().minimum(Some(MIN_PAGE)).into()
+    }
+}
+
+impl ToSchema for Page {}
+
+impl PartialSchema for PageSize {
+    fn schema() -> RefOr<Schema> {
+        int64().minimum(Some(MIN_PAGE)).into()
+    }
+}
+
+impl ToSchema for PageSize {}
 
 #[cfg(test)]
 mod tests {

@@ -486,3 +486,120 @@ fn head_on_every_get_route_is_the_get_without_its_body() {
         }
     }
 }
+
+/// A query parameter a route does not take is refused with 400 in the error envelope, naming it
+/// and the parameters the route takes, as an unknown body field is: a filter the route does not
+/// have (`?type=fact`, `?status=500`) is never read as "no filter". The documented parameters
+/// are taken.
+#[test]
+fn an_unknown_query_parameter_is_refused_naming_it() {
+    let s = Server::start();
+    let (_, key) = s.tenant_with_key("business");
+    let refused = |name: &str, allowed: &str| {
+        (
+            400,
+            json!({
+                "success": false,
+                "code": 4000,
+                "message": format!("unknown query parameter '{name}' (allowed: {allowed})"),
+                "data": null,
+            }),
+        )
+    };
+    let memories = "memory_type, page, page_size, user_id, agent_id, session_id";
+    let logs = "start_time, end_time, action, page, page_size, cursor";
+    assert_eq!(
+        s.get("/v1/memories?type=fact", &key),
+        refused("type", memories)
+    );
+    assert_eq!(
+        s.get("/v1/audit/logs?status=500", &key),
+        refused("status", logs)
+    );
+    let (status, listed) = s.get("/v1/audit/logs?page_size=1", &key);
+    assert_eq!(status, 200, "{listed}");
+    let id = listed["data"]["logs"][0]["id"].as_str().expect("an entry");
+    assert_eq!(
+        s.get(&format!("/v1/audit/logs/{id}/proof?size=1"), &key),
+        refused("size", "tree_size")
+    );
+    assert_eq!(
+        s.get("/v1/audit/consistency?from=0&until=1", &key),
+        refused("until", "from, to")
+    );
+    assert_eq!(
+        s.admin(
+            Method::GET,
+            "/admin/v1/log/consistency?from=0&until=1",
+            None
+        ),
+        refused("until", "from, to")
+    );
+    assert_eq!(
+        s.admin(Method::GET, "/admin/v1/log?since=1", None),
+        refused("since", "from")
+    );
+    // Several: the first in byte order, whatever else is given.
+    assert_eq!(
+        s.get("/v1/memories?page=1&zeta=1&alpha=2", &key),
+        refused("alpha", memories)
+    );
+
+    // Every operation of the served document that takes query parameters refuses one it does
+    // not document, naming those it does: a route added later is covered without an edit here.
+    let (_, doc) = s.call(Method::GET, "/openapi.json", None, None);
+    let mut tried = Vec::new();
+    for (path, item) in doc["paths"].as_object().expect("paths") {
+        for (method, op) in item.as_object().expect("path item") {
+            let query: Vec<&serde_json::Value> = op["parameters"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|p| p["in"] == json!("query"))
+                .collect();
+            if query.is_empty() {
+                continue;
+            }
+            assert_eq!(method, "get", "{method} {path}");
+            let names: Vec<&str> = query.iter().filter_map(|p| p["name"].as_str()).collect();
+            let mut given = vec!["x_unknown=1".to_string()];
+            for p in &query {
+                if p["required"] == json!(true) {
+                    assert_eq!(p["name"], json!("from"), "{path}: a new required parameter");
+                    given.push("from=0".into());
+                }
+            }
+            let target = format!("{}?{}", path.replace("{audit_id}", id), given.join("&"));
+            assert!(!target.contains('{'), "{target}: a path parameter to fill");
+            let answer = if path.starts_with("/admin/") {
+                s.admin(Method::GET, &target, None)
+            } else {
+                s.get(&target, &key)
+            };
+            assert_eq!(answer, refused("x_unknown", &names.join(", ")), "{target}");
+            tried.push(path.clone());
+        }
+    }
+    assert_eq!(
+        tried,
+        [
+            "/admin/v1/log",
+            "/admin/v1/log/consistency",
+            "/v1/audit/consistency",
+            "/v1/audit/logs",
+            "/v1/audit/logs/{audit_id}/proof",
+            "/v1/memories",
+        ]
+    );
+
+    // The parameters the interface documents are taken.
+    let (status, v) = s.get(
+        "/v1/audit/logs?start_time=2020-01-01T00:00:00Z&end_time=2999-01-01T00:00:00Z&action=audit.list&page=1&page_size=10",
+        &key,
+    );
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["data"]["page_size"], json!(10), "{v}");
+    let (status, v) = s.get("/v1/memories?memory_type=fact&page=1&page_size=5", &key);
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["data"]["page_size"], json!(5), "{v}");
+}

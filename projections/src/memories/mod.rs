@@ -164,6 +164,11 @@ impl From<Option<MemoryType>> for MemoryQuery<'_> {
 /// How a search finds memories: by meaning (the default, the interface's search), by BM25
 /// over the contents, or both fused by reciprocal rank.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(
+    feature = "schema",
+    derive(utoipa::ToSchema),
+    schema(as = SearchModeName, rename_all = "lowercase")
+)]
 pub enum SearchMode {
     #[default]
     Semantic,
