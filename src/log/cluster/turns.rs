@@ -267,26 +267,31 @@ mod tests {
     fn a_node_says_only_what_changed_and_hears_only_the_others() {
         let a = TurnOrder::new("a".into());
         let mut signals = a.signals();
+        // A node starts busy: saying so again is no news.
         assert_eq!(a.say(false), None);
         assert_eq!(a.say(true).as_deref(), Some("a idle"));
         assert_eq!(a.say(true), None);
         assert_eq!(a.say(false).as_deref(), Some("a busy"));
-        a.published(2, Some("b"));
-        assert_eq!(a.turn(), Turn::Mine);
+        // Its own signal, heard back on the side channel, changes nothing.
         a.heard(b"a idle");
-        assert!(!signals.has_changed().unwrap_or(true));
-        a.published(3, Some("a"));
-        a.published(4, Some("b"));
-        // c is not in the order (it never published); b published last: a's turn, whatever
-        // b says.
+        assert_eq!(signals.has_changed().ok(), Some(false));
+        a.published(2, Some("a"));
+        a.published(3, Some("b"));
+        a.published(4, Some("a"));
+        // After a, b (busy) is next.
+        assert_eq!(a.turn(), Turn::Theirs);
         a.heard(b"b idle");
-        assert!(signals.has_changed().unwrap_or(false));
+        assert_eq!(signals.has_changed().ok(), Some(true));
         signals.mark_unchanged();
-        a.published(5, Some("a"));
-        // After a, b would be next, but b said it is idle: a goes again.
+        // b is idle: a goes again.
         assert_eq!(a.turn(), Turn::Mine);
         a.heard(b"b busy");
-        assert!(signals.has_changed().unwrap_or(false));
+        assert_eq!(signals.has_changed().ok(), Some(true));
+        assert_eq!(a.turn(), Turn::Theirs);
+        // Not a signal: nothing heard.
+        signals.mark_unchanged();
+        a.heard(b"b pass");
+        assert_eq!(signals.has_changed().ok(), Some(false));
         assert_eq!(a.turn(), Turn::Theirs);
     }
 }
