@@ -74,11 +74,12 @@ pub enum Durability {
     /// process and of the machine (power loss, kernel crash), on disks and filesystems that
     /// honour a flush of their write cache (docs/OPERATIONS.md, "Durability modes").
     Fsync,
-    /// Acknowledged once the group's sled batch was written into sled's buffers in this
-    /// process's memory. sled's own flusher writes them into its `db` file every 500 ms
-    /// (`open_db_with_cache`), and a sidecar thread `fdatasync`s the file every interval. A
-    /// crash of the process can lose the acknowledged appends sled had not yet written (up to
-    /// ~500 ms of them); a power loss or kernel crash can lose those and the last interval.
+    /// Acknowledged once the group's sled batch was written and applied, without a sync. sled
+    /// hands its buffer to its `db` file (the operating system's page cache) as batches go in,
+    /// the write itself on sled's own threads, and a sidecar thread `fdatasync`s the file every
+    /// interval. An acknowledged append survives a crash of the process, short of a buffer
+    /// sled was still writing at that instant; a power loss or kernel crash can lose the last
+    /// interval of acknowledged appends.
     BatchInterval(Duration),
 }
 
