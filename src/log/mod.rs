@@ -1,18 +1,24 @@
 //! The append-only, hash-chained event log and the tools around it.
 //!
 //! - [`record`]: the record format and its hash.
-//! - [`appender`]: the only writer of the `log` tree; one thread, group commit.
+//! - [`appender`]: the only writer of the `log` tree; one thread, group commit, and the seam
+//!   to the log of record ([`appender::LogOfRecord`]).
+//! - [`local`]: the log of record on one node: the `log` tree, synced per group.
+//! - [`cluster`]: the log of record on a NATS JetStream stream, mirrored into the `log` tree
+//!   ([`nats`] is its JetStream client).
 //! - [`verify`]: proves a sequence of stored records is an unbroken chain.
 //! - [`checkpoint`]: signed heads that anchor the chain outside the database.
 //! - [`catch_up`]: folds records into the projections.
-//! - [`nats`]: the log of record on a NATS JetStream stream, mirrored into the `log` tree.
 
 pub mod appender;
 pub mod catch_up;
 pub mod checkpoint;
-pub mod nats;
+pub mod cluster;
+pub mod local;
 pub mod record;
 pub mod verify;
+
+pub use cluster::nats;
 
 use std::path::Path;
 

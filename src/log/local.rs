@@ -1,0 +1,145 @@
+//! The log of record on one node: the `log` tree itself (`--log sled`, the default).
+//!
+//! A group is stored as one atomic sled batch; with [`Durability::Fsync`] it is then made
+//! durable before anyone is answered (sled's `flush()`, which on Linux ends in
+//! `sync_file_range`, followed by a real `fdatasync` of sled's `db` file), with
+//! [`Durability::BatchInterval`] a sidecar thread `fdatasync`s the file on a timer. One sync
+//! serves a whole group, so its cost is shared by every request in it. Nothing else writes the
+//! `log` tree, so a group is never stored on another head than the one it was sealed on.
+
+use std::fs::File;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use auditmem_projections::Projections;
+use tokio::sync::mpsc;
+
+use super::appender::{
+    Appender, AppenderThread, Chain, Driver, Durability, Failure, LogOfRecord, Msg, Sealed,
+    StoreError, Stored,
+};
+use super::{LogError, LogReader};
+
+/// Why the local log failed to store a group; the writer then refuses every write until a
+/// restart re-reads the head (the batch may or may not be on disk).
+#[derive(Debug, thiserror::Error)]
+pub enum LocalError {
+    #[error("log write failed: {0}")]
+    Write(#[source] sled::Error),
+    #[error("log flush failed: {0}")]
+    Flush(#[source] sled::Error),
+    #[error("log fdatasync failed: {0}")]
+    Sync(#[source] std::io::Error),
+}
+
+/// The `log` tree as the log of record.
+pub(crate) struct LocalLog {
+    db: sled::Db,
+    log: LogReader,
+    /// A second handle on sled's `db` file: sled 0.34's own flush does not fdatasync it.
+    db_file: File,
+    durability: Durability,
+}
+
+/// Starts the appender with the `log` tree as the log of record.
+pub(crate) fn start(
+    db: sled::Db,
+    data_dir: &Path,
+    projections: Arc<Projections>,
+    durability: Durability,
+    min_free_bytes: u64,
+) -> Result<(Appender, AppenderThread), LogError> {
+    let db_file = File::open(data_dir.join("db"))?;
+    let (appender, thread) = Appender::launch(
+        &db,
+        data_dir,
+        projections,
+        min_free_bytes,
+        Driver::own()?,
+        None,
+        |log, _head| {
+            Ok(LocalLog {
+                db: db.clone(),
+                log,
+                db_file,
+                durability,
+            })
+        },
+    )?;
+    if let Durability::BatchInterval(every) = durability {
+        spawn_interval_syncer(data_dir, every, thread.queue())?;
+    }
+    Ok((appender, thread))
+}
+
+impl LogOfRecord for LocalLog {
+    async fn next(&mut self, queue: &mut mpsc::Receiver<Msg>, _chain: &mut Chain) -> Option<Msg> {
+        queue.recv().await
+    }
+
+    fn max_group_bytes(&self) -> usize {
+        usize::MAX
+    }
+
+    fn deadline(&self, oldest: Instant) -> Instant {
+        oldest
+    }
+
+    async fn ready(&mut self, _chain: &mut Chain, _deadline: Instant) {}
+
+    async fn store(
+        &mut self,
+        sealed: &mut Sealed,
+        _chain: &mut Chain,
+        _deadline: Instant,
+    ) -> Result<Stored, StoreError> {
+        let started = Instant::now();
+        let batch = std::mem::take(&mut sealed.chunks).into_batch();
+        self.log
+            .tree()
+            .apply_batch(batch)
+            .map_err(LocalError::Write)
+            .and_then(|()| match self.durability {
+                Durability::Fsync => {
+                    self.db.flush().map_err(LocalError::Flush)?;
+                    self.db_file.sync_data().map_err(LocalError::Sync)
+                }
+                Durability::BatchInterval(_) => Ok(()),
+            })
+            .map_err(|e| StoreError::Failed(Failure::log(e)))?;
+        Ok(Stored::Appended {
+            micros: started.elapsed().as_micros() as u64,
+        })
+    }
+
+    async fn idle(&mut self) {}
+
+    fn close(&mut self) {
+        let _ = self.db.flush();
+        let _ = self.db_file.sync_data();
+    }
+}
+
+/// In batch-interval mode a sidecar thread makes sled's file durable on a timer; it ends with
+/// the writer.
+fn spawn_interval_syncer(
+    data_dir: &Path,
+    every: Duration,
+    queue: mpsc::Sender<Msg>,
+) -> std::io::Result<()> {
+    let file = File::open(data_dir.join("db"))?;
+    std::thread::Builder::new()
+        .name("log-syncer".into())
+        .spawn(move || loop {
+            std::thread::sleep(every);
+            if queue.is_closed() {
+                let _ = file.sync_data();
+                return;
+            }
+            if let Err(e) = file.sync_data() {
+                tracing::error!(error = %e, "periodic fdatasync failed");
+            }
+        })?;
+    Ok(())
+}
