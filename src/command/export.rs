@@ -103,7 +103,11 @@ pub fn create(
 
 /// The precondition: no export of the tenant in progress, then the quotas, at the time the
 /// context's clock reads when it is checked.
-fn may_start(ctx: &Context<'_>, tenant_id: uuid::Uuid, rules: &ExportRules) -> Precondition {
+pub(crate) fn may_start(
+    ctx: &Context<'_>,
+    tenant_id: uuid::Uuid,
+    rules: &ExportRules,
+) -> Precondition {
     let (quota, ttl, clock) = (rules.quota, rules.ttl, ctx.clock);
     Box::new(move |p: &Projections| {
         match p.exports.processing_of(&tenant_id) {

@@ -286,7 +286,10 @@ impl Appender {
         if missing > crate::tlog::TILE_WIDTH as u64 {
             tracing::info!(records = missing, "Merkle tree caught up from the log");
         } else if missing > 0 {
-            tracing::debug!(records = missing, "Merkle tree's unsynced tail folded again");
+            tracing::debug!(
+                records = missing,
+                "Merkle tree's unsynced tail folded again"
+            );
         }
         // The applier writes tiles without a sync; a restart keeps what was synced.
         MerkleTree::sync_every(&tlog, TLOG_SYNC_EVERY)?;

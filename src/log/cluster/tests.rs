@@ -14,9 +14,7 @@ use uuid::Uuid;
 use super::fake::{FakeStream, LostAck};
 use super::mirror_position;
 use super::stream::StreamMessage;
-use crate::log::appender::{
-    AppendError, Appender, AppenderThread, Committed, Precondition, Rejection,
-};
+use crate::log::appender::{AppendError, Appender, AppenderThread, Committed, Precondition};
 use crate::log::record::{self, Record};
 use crate::log::{Head, LogReader};
 use crate::registry::ErrorCode;
@@ -127,18 +125,25 @@ fn export_requested(tenant: Uuid, export: u128) -> Event {
     })
 }
 
-/// The rule of `POST /v1/audit/exports`: one export in progress per tenant (2203).
-fn no_export_in_progress(tenant: Uuid) -> Precondition {
-    Box::new(
-        move |p: &Projections| match p.exports.processing_of(&tenant) {
-            Ok(None) => Ok(()),
-            Ok(Some(_)) | Err(_) => Err(Rejection {
-                code: ErrorCode::ExportInProgress,
-                message: ErrorCode::ExportInProgress.label().into(),
-                retry_after: None,
-            }),
+/// The precondition `POST /v1/audit/logs/export` appends with (`command::export`): one
+/// export in progress per tenant (2203), then the quotas (none here).
+fn no_export_in_progress(projections: &Projections, tenant: Uuid) -> Precondition {
+    let ctx = crate::command::Context::new(
+        projections,
+        1_700_000_000_000_000,
+        crate::command::Clock::Fixed(1_700_000_000_000_000),
+        crate::command::Ids::V7,
+    );
+    let rules = crate::command::export::ExportRules {
+        retention_days: 90,
+        quota: crate::export::quota::Quota {
+            max_files: 0,
+            max_bytes: 0,
+            max_per_hour: 0,
         },
-    )
+        ttl: std::time::Duration::from_secs(3600),
+    };
+    crate::command::export::may_start(&ctx, tenant, &rules)
 }
 
 /// `events` sealed after `head` at `ts`, as another node publishes them: the message's
@@ -335,12 +340,10 @@ async fn two_nodes_asking_for_an_export_at_once_land_exactly_one_and_refuse_the_
     stream.hold_publishes();
     let ask = |node: &Node, export: u128| {
         let appender = node.appender.clone();
+        let check = no_export_in_progress(&node.projections, tenant);
         tokio::spawn(async move {
             appender
-                .append_checked(
-                    vec![export_requested(tenant, export)],
-                    no_export_in_progress(tenant),
-                )
+                .append_checked(vec![export_requested(tenant, export)], check)
                 .await
         })
     };
