@@ -2,7 +2,7 @@
 //! vectors as sentence-transformers: mean pooling over real (non-padding)
 //! tokens, then L2 normalisation.
 //!
-//! [`MiniLm`] runs our own forward pass (`embed::bert`) with weights packed once at
+//! [`MiniLm`] runs our own forward pass (`bert`) with weights packed once at
 //! load. [`ModelFiles`] is public so that the tests' reference, candle's `BertModel`
 //! (tests/it/candle_reference.rs), reads the same files the same way.
 
@@ -136,7 +136,7 @@ impl ModelFiles {
 /// large batches while keeping each pass big enough for every core.
 const TOKENS_PER_PASS: usize = 4096;
 
-/// The service's embedder: BERT on our own kernels (`embed::bert`, a private module).
+/// The service's embedder: BERT on our own kernels (`bert`, a private module).
 pub struct MiniLm {
     model: Bert,
     tokenizer: Tokenizer,
