@@ -144,7 +144,7 @@ fn tenant(s: &Server, name: &str, plan: &str) -> (String, String) {
 fn require(path: &Path, what: &str) {
     assert!(
         path.exists(),
-        "{what} is missing ({}): run `bash .ci/setup` (apt-get install chromium; \
+        "{what} is missing ({}): run `bash .ci/setup-tests` (apt-get install chromium; \
          npm ci --prefix tests/console)",
         path.display()
     );
@@ -225,7 +225,7 @@ fn console_modules_match_the_reference() {
         .env("BLAKE3_VECTORS", Value::Object(vectors).to_string())
         .env("COSIGNATURE_VECTOR", cosignature_vector().to_string())
         .output()
-        .unwrap_or_else(|e| panic!("cannot run node ({e}): install it with .ci/setup"));
+        .unwrap_or_else(|e| panic!("cannot run node ({e}): install it with .ci/setup-tests"));
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "unit.mjs failed:\n{stdout}\n{stderr}");
@@ -344,7 +344,7 @@ fn console_end_to_end_in_chromium() {
         .env("CHROMIUM", &chromium)
         .env("PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD", "1")
         .output()
-        .unwrap_or_else(|e| panic!("cannot run node ({e}): install it with .ci/setup"));
+        .unwrap_or_else(|e| panic!("cannot run node ({e}): install it with .ci/setup-tests"));
     let elapsed = started.elapsed();
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
