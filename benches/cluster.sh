@@ -22,7 +22,7 @@ while [ $# -gt 0 ] && [ "$1" != "--" ]; do
   esac
 done
 [ "${1:-}" = "--" ] && shift
-command -v nats-server >/dev/null || { echo "nats-server missing: bash .ci/setup" >&2; exit 1; }
+command -v nats-server >/dev/null || { echo "nats-server missing: bash .ci/setup-tests" >&2; exit 1; }
 
 mkdir -p "$dir"
 dir=$(cd "$dir" && pwd)

@@ -1,4 +1,4 @@
-"""PostgreSQL peer of the load driver's `ingest` and `list` scenarios (benches/load.rs).
+"""PostgreSQL peer of the load driver's `ingest` and `list` scenarios (benches/load/).
 
 A throwaway PostgreSQL 15 cluster (Debian's package) on a loopback port, created under
 target/peers/pg for each run and deleted after it (--keep leaves it):

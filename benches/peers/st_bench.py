@@ -46,7 +46,7 @@ WHEN = ["since last spring", "for project {}", "according to ticket {}", "as not
 
 
 def memory_text(i: int) -> str:
-    """benches/load.rs's memory_text(i), line for line."""
+    """benches/load/seed.rs's memory_text(i), line for line."""
     when = WHEN[i // 96 % 6].replace("{}", str(i // 576))
     return f"{WHO[i % 8]} {WHAT[i // 8 % 12]} {when}."
 

@@ -2,7 +2,7 @@
 //! vectors as sentence-transformers: mean pooling over real (non-padding)
 //! tokens, then L2 normalisation.
 //!
-//! [`MiniLm`] runs our own forward pass (`embed::bert`) with weights packed once at
+//! [`MiniLm`] runs our own forward pass (`auditmem_embed::Bert`) with weights packed once at
 //! load. [`ModelFiles`] is public so that the tests' reference, candle's `BertModel`
 //! (tests/it/candle_reference.rs), reads the same files the same way.
 
@@ -11,7 +11,8 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use tokenizers::{PaddingParams, PaddingStrategy, Tokenizer, TruncationParams};
 
-use super::bert::{Bert, BertShape};
+use auditmem_embed::{Bert, BertShape};
+
 use super::{l2_normalize, EmbedError, Embedder};
 
 pub const MINILM_MODEL_ID: &str = "all-MiniLM-L6-v2";
@@ -136,7 +137,7 @@ impl ModelFiles {
 /// large batches while keeping each pass big enough for every core.
 const TOKENS_PER_PASS: usize = 4096;
 
-/// The service's embedder: BERT on our own kernels (`embed::bert`, a private module).
+/// The service's embedder: BERT on our own kernels (the `auditmem-embed` crate).
 pub struct MiniLm {
     model: Bert,
     tokenizer: Tokenizer,

@@ -3,11 +3,13 @@
 //! [`EmbedService`] front that batches concurrent callers on one worker
 //! thread and caches repeated texts.
 //!
+//! [`MiniLm`] runs the BERT forward pass of the `auditmem-embed` crate (our own kernels),
+//! which the development profile optimises on its own: the tokenizer, the files and the
+//! batching stay here, built at the default debug level like the rest of the service.
+//!
 //! Every vector that leaves this module is L2-normalised, so cosine
 //! similarity is a plain dot product for callers.
 
-mod bert;
-mod kernels;
 mod minilm;
 mod openai;
 mod service;

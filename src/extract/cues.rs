@@ -1,12 +1,18 @@
-//! The rule extractor's cue phrases, one table per language, and what each one stores.
+//! The rule extractor's cue phrases, one table per language, and what each one stores; and
+//! the word lists its clause reader uses. The tables themselves are data: `lexicon/cues-<lang>.txt`
+//! and `lexicon/clauses.txt`, read once ([`super::lexicon`]).
 //!
 //! A cue is matched as whole words on the lowercased clause (typographic apostrophes folded
 //! to `'`). First-person cues carry the person in the verb or the pronoun ("vivo en",
 //! "j'habite", "ich wohne in", "I live in"), so "mi hermana vive en Roma" matches nothing.
 //! Within a table, earlier cues win: negative forms ("no me gusta") come before the forms
-//! they contain ("me gusta"). docs/EXTRACTION.md lists these tables; keep the two in step.
+//! they contain ("me gusta"). docs/EXTRACTION.md describes these tables; keep the two in step.
+
+use std::sync::LazyLock;
 
 use auditmem_projections::MemoryType;
+
+use super::lexicon::{fields, fields_n, loaded, Lexicon};
 
 /// What a stored statement is about.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -24,7 +30,6 @@ pub(crate) enum Kind {
 }
 
 impl Kind {
-    #[cfg(test)]
     pub(crate) const ALL: [Kind; 10] = [
         Kind::Name,
         Kind::Home,
@@ -46,7 +51,7 @@ impl Kind {
         }
     }
 
-    #[cfg(test)]
+    /// The kind's name in the lexicon files and the evaluation's reports.
     pub(crate) fn label(self) -> &'static str {
         match self {
             Kind::Name => "name",
@@ -86,13 +91,19 @@ impl Lang {
         }
     }
 
+    /// The language's cues, in the order they are tried.
     pub(crate) fn cues(self) -> &'static [Cue] {
+        &CUES[self as usize]
+    }
+
+    /// The language's cue file: its name and its text.
+    fn cue_file(self) -> (&'static str, &'static str) {
         match self {
-            Lang::En => EN,
-            Lang::Es => ES,
-            Lang::Pt => PT,
-            Lang::Fr => FR,
-            Lang::De => DE,
+            Lang::En => ("cues-en.txt", include_str!("lexicon/cues-en.txt")),
+            Lang::Es => ("cues-es.txt", include_str!("lexicon/cues-es.txt")),
+            Lang::Pt => ("cues-pt.txt", include_str!("lexicon/cues-pt.txt")),
+            Lang::Fr => ("cues-fr.txt", include_str!("lexicon/cues-fr.txt")),
+            Lang::De => ("cues-de.txt", include_str!("lexicon/cues-de.txt")),
         }
     }
 }
@@ -122,1184 +133,217 @@ pub(crate) struct Cue {
     pub needs: Option<&'static str>,
 }
 
-const fn c(phrase: &'static str, kind: Kind, out: Out) -> Cue {
-    Cue {
+/// Every language's cues, in [`Lang::ALL`] order.
+static CUES: LazyLock<[Vec<Cue>; 5]> = LazyLock::new(|| Lang::ALL.map(|l| loaded(read_cues(l))));
+
+fn read_cues(lang: Lang) -> Result<Vec<Cue>, String> {
+    let (file, text) = lang.cue_file();
+    Lexicon::parse(file, text)?.entries("cues", cue)
+}
+
+/// `phrase | kind | stored` or `phrase | kind | stored | needs` (the file's header says what
+/// each field holds).
+fn cue(entry: &'static str) -> Result<Cue, String> {
+    let (phrase, kind, stored, needs) = match fields(entry)[..] {
+        [phrase, kind, stored] => (phrase, kind, stored, None),
+        [phrase, kind, stored, needs] => (phrase, kind, stored, Some(needs)),
+        ref other => return Err(format!("{} fields, expected 3 or 4", other.len())),
+    };
+    let kind = Kind::ALL
+        .into_iter()
+        .find(|k| k.label() == kind)
+        .ok_or_else(|| format!("unknown kind {kind:?}"))?;
+    let out = match stored {
+        "rewrite" => Out::Rewrite,
+        "whole" => Out::Whole,
+        "quote" => Out::Quote,
+        template if template.contains("{}") => {
+            if template.matches("{}").count() != 1 {
+                return Err("a statement holds `{}` at most once".to_string());
+            }
+            Out::Value(template)
+        }
+        statement => Out::Fixed(statement),
+    };
+    if phrase.is_empty() || phrase != phrase.to_lowercase() {
+        return Err("a cue phrase is lowercase and not empty".to_string());
+    }
+    Ok(Cue {
         phrase,
         kind,
         out,
-        needs: None,
-    }
+        needs,
+    })
 }
 
-const fn with(phrase: &'static str, needs: &'static str, kind: Kind, out: Out) -> Cue {
-    Cue {
-        phrase,
-        kind,
-        out,
-        needs: Some(needs),
-    }
+/// The word lists of `lexicon/clauses.txt`.
+static CLAUSES: LazyLock<Lexicon> = LazyLock::new(|| {
+    loaded(Lexicon::parse(
+        "clauses.txt",
+        include_str!("lexicon/clauses.txt"),
+    ))
+});
+
+/// A word list of `lexicon/clauses.txt`, by its section name.
+pub(crate) fn word_list(section: &str) -> Vec<&'static str> {
+    loaded(CLAUSES.section(section).map(<[_]>::to_vec))
 }
 
-use Kind::*;
-use Out::*;
+/// Declares each word list of `lexicon/clauses.txt` as a static read from its section, and
+/// `WORD_LISTS`, every one of them by section, for the tests.
+macro_rules! word_lists {
+    ($($(#[$doc:meta])* $name:ident = $section:literal;)*) => {
+        $(
+            $(#[$doc])*
+            pub(crate) static $name: LazyLock<Vec<&'static str>> =
+                LazyLock::new(|| word_list($section));
+        )*
+        #[cfg(test)]
+        pub(crate) static WORD_LISTS: &[(&str, &LazyLock<Vec<&'static str>>)] =
+            &[$(($section, &$name)),*];
+    };
+}
 
-const LIVES: Out = Value("The user lives in {}");
-const WORKS_AT: Out = Value("The user works at {}");
-/// The cue holds the indefinite article ("trabalho numa startup"); the statement keeps it.
-const WORKS_AT_A: Out = Value("The user works at a {}");
-const WORKS_FOR: Out = Value("The user works for {}");
-const WORKS_AS: Out = Value("The user works as {}");
-const ALLERGIC: Out = Value("The user is allergic to {}");
-const VEGAN: Out = Fixed("The user is vegan");
-const VEGETARIAN: Out = Fixed("The user is vegetarian");
-const COELIAC: Out = Fixed("The user has coeliac disease");
-const LACTOSE: Out = Fixed("The user is lactose intolerant");
-const NOT_EAT: Out = Value("The user does not eat {}");
-const NOT_DRINK: Out = Value("The user does not drink {}");
-const NAMED: Out = Value("The user's name is {}");
-const CALLED: Out = Value("The user wants to be called {}");
-const LIKES: Out = Value("The user likes {}");
-const LOVES: Out = Value("The user loves {}");
-const DISLIKES: Out = Value("The user dislikes {}");
-const HATES: Out = Value("The user hates {}");
-const PREFERS: Out = Value("The user prefers {}");
-const WORKING_ON: Out = Value("The user is working on {}");
-const PREPARING: Out = Value("The user is preparing {}");
-const DEVELOPING: Out = Value("The user is developing {}");
-const BUILDING: Out = Value("The user is building {}");
-const WRITING: Out = Value("The user is writing {}");
-const LEARNING: Out = Value("The user is learning {}");
-const MIGRATING: Out = Value("The user and their team are migrating {}");
-const PROJECT: Out = Value("The user's current project is {}");
-const BORN: Out = Value("The user was born in {}");
-const FROM: Out = Value("The user is from {}");
-const SPEAKS: Out = Value("The user speaks {}");
-const USES: Out = Value("The user uses {}");
-const MARRIED: Out = Fixed("The user is married");
-const MOVED: Out = Value("The user moved to {}");
+word_lists! {
+    /// Openers of a standing instruction to the assistant (after fillers).
+    INSTRUCTION_START = "instruction_start";
+    /// Words that make any clause without a first-person subject a standing instruction.
+    INSTRUCTION_ANYWHERE = "instruction_anywhere";
+    /// First-person subjects: a clause holding one is about the user.
+    FIRST_PERSON = "first_person";
+    /// Polite questions that may carry a standing instruction.
+    POLITE_REQUEST = "polite_request";
+    /// "please" in every language.
+    PLEASE = "please";
+    /// After "please", these ask for something now, not forever.
+    ONE_OFF_VERBS = "one_off_verbs";
+    /// Negations: a cue with one of these before it, in its clause, says the opposite.
+    NEGATIONS = "negations";
+    /// Conditions and wishes: a cue after one of these is not a fact.
+    HYPOTHETICAL = "hypothetical";
+    /// Someone other than the user: a cue after one of these is about them.
+    THIRD_PARTY = "third_party";
+    /// Openers of a new clause after "and", "but" or a comma.
+    CLAUSE_OPENERS = "clause_openers";
+    /// Conjunctions a compound turn is split at (when a clause opener follows).
+    CONJUNCTIONS = "conjunctions";
+    /// Greetings, thanks and fillers that open a statement without changing what it says.
+    LEAD_FILLERS = "lead_fillers";
+    /// Fillers that count only when a comma or a stop follows.
+    COMMA_FILLERS = "comma_fillers";
+    /// Greetings after which "I'm <Name>" introduces the user.
+    GREETINGS = "greetings";
+    /// "I'm <Name>" in each language, after a greeting.
+    INTRODUCTIONS = "introductions";
+    /// "I'm a/an <x>" is a role unless <x> is one of these.
+    NOT_A_ROLE = "not_a_role";
+    /// "I have a <x>" is not a possession worth keeping for these.
+    NOT_OWNED = "not_owned";
+    /// "I want <x>" asks for something now when <x> starts with one of these.
+    NOT_WANTED = "not_wanted";
+    /// What may follow a liking cue without making it a preference worth keeping.
+    EMPTY_OBJECT_WORDS = "empty_object_words";
+    /// What may follow "I hate" without being a dislike.
+    IDIOMS_AFTER_LIKING = "idioms_after_liking";
+    /// Health and safety stems (substrings, so inflections match in every language).
+    SAFETY_STEMS = "safety_stems";
+    /// Words that make an instruction a hard one.
+    INTENSIFIERS = "intensifiers";
+    /// Words that make a situation urgent.
+    URGENT = "urgent";
+    /// English openers that tell the assistant what to do.
+    EN_IMPERATIVE = "en_imperative";
+    /// Articles and prepositions of the other languages: an imperative holding one is not
+    /// English.
+    NOT_ENGLISH = "not_english";
+    /// Abbreviations whose period never ends a sentence.
+    ALWAYS_JOINED = "always_joined";
+    /// Abbreviations that may end a sentence: split only if the next word is capitalised.
+    MAYBE_FINAL = "maybe_final";
+}
 
-static EN: &[Cue] = &[
-    c("call me", Instruction, CALLED),
-    c(
-        "address me as",
-        Instruction,
-        Value("The user wants to be addressed as {}"),
-    ),
-    c("my name is", Name, Rewrite),
-    c("my name's", Name, Rewrite),
-    c("my first name is", Name, Rewrite),
-    c("my full name is", Name, Rewrite),
-    c("i'm called", Name, Rewrite),
-    c("i am called", Name, Rewrite),
-    c("i'm allergic", Allergy, Rewrite),
-    c("i am allergic", Allergy, Rewrite),
-    c("i have an allergy", Allergy, Rewrite),
-    with("i have a", "allerg", Allergy, Rewrite),
-    with("i've got a", "allerg", Allergy, Rewrite),
-    c("i'm vegan", Diet, Rewrite),
-    c("i am vegan", Diet, Rewrite),
-    c("i'm a vegan", Diet, Rewrite),
-    c("i'm vegetarian", Diet, Rewrite),
-    c("i am vegetarian", Diet, Rewrite),
-    c("i'm a vegetarian", Diet, Rewrite),
-    c("i am a vegetarian", Diet, Rewrite),
-    c("i'm pescatarian", Diet, Rewrite),
-    c("i'm lactose intolerant", Diet, Rewrite),
-    c("i am lactose intolerant", Diet, Rewrite),
-    c("i'm gluten intolerant", Diet, Rewrite),
-    c("i'm celiac", Diet, Rewrite),
-    c("i'm coeliac", Diet, Rewrite),
-    c("i have celiac", Diet, Rewrite),
-    c("i have coeliac", Diet, Rewrite),
-    c("i don't eat", Diet, Rewrite),
-    c("i do not eat", Diet, Rewrite),
-    c("i never eat", Diet, Rewrite),
-    c("i don't drink", Diet, Rewrite),
-    c("i only eat", Diet, Rewrite),
-    c("i keep kosher", Diet, Rewrite),
-    c("i eat halal", Diet, Rewrite),
-    with("i follow a", "diet", Diet, Rewrite),
-    with("i'm on a", "diet", Diet, Rewrite),
-    c("i live in", Home, Rewrite),
-    c("i live at", Home, Rewrite),
-    c("i live near", Home, Rewrite),
-    c("i'm living in", Home, Rewrite),
-    c("i'm based in", Home, Rewrite),
-    c("i am based in", Home, Rewrite),
-    c("i reside in", Home, Rewrite),
-    c("i moved to", Home, Rewrite),
-    c("i've moved to", Home, Rewrite),
-    c("i recently moved to", Home, Rewrite),
-    c("i'm working on", Project, Rewrite),
-    c("i am working on", Project, Rewrite),
-    c("we're working on", Project, Rewrite),
-    c("we are working on", Project, Rewrite),
-    c("my current project is", Project, Rewrite),
-    c("my project is", Project, Rewrite),
-    c("i work at", Work, Rewrite),
-    c("i work for", Work, Rewrite),
-    c("i work as", Work, Rewrite),
-    c("i work in", Work, Rewrite),
-    c("i'm employed", Work, Rewrite),
-    c("i am employed", Work, Rewrite),
-    c("my job is", Work, Rewrite),
-    c("my job title is", Work, Rewrite),
-    c("i'm building", Project, Rewrite),
-    c("i am building", Project, Rewrite),
-    c("we're building", Project, Rewrite),
-    c("we are building", Project, Rewrite),
-    c("i'm developing", Project, Rewrite),
-    c("i'm writing", Project, Rewrite),
-    c("i am writing", Project, Rewrite),
-    c("i'm migrating", Project, Rewrite),
-    c("we're migrating", Project, Rewrite),
-    c("we are migrating", Project, Rewrite),
-    c("i'm preparing", Project, Rewrite),
-    c("i am preparing", Project, Rewrite),
-    c("we're preparing", Project, Rewrite),
-    c("i'm debugging", Project, Rewrite),
-    c("i'm planning", Project, Rewrite),
-    c("we're planning", Project, Rewrite),
-    c("i'm studying for", Project, Rewrite),
-    c("i'm learning", Project, Rewrite),
-    c("i am learning", Project, Rewrite),
-    c("i'm trying to", Project, Rewrite),
-    c("i'm getting ready", Project, Rewrite),
-    c("i'd like you to", Instruction, Rewrite),
-    c("i would like you to", Instruction, Rewrite),
-    c("i want you to", Instruction, Rewrite),
-    c("i prefer", Preference, Rewrite),
-    c("i always want", Preference, Rewrite),
-    c("i never want", Preference, Rewrite),
-    c("i want", Preference, Rewrite),
-    c("i'd prefer", Preference, Rewrite),
-    c("i would prefer", Preference, Rewrite),
-    c("i'd rather", Preference, Rewrite),
-    c("i would rather", Preference, Rewrite),
-    c("i don't like", Preference, Rewrite),
-    c("i do not like", Preference, Rewrite),
-    c("i can't stand", Preference, Rewrite),
-    c("i cannot stand", Preference, Rewrite),
-    c("i'm not a fan of", Preference, Rewrite),
-    c("i'm a big fan of", Preference, Rewrite),
-    c("i am a big fan of", Preference, Rewrite),
-    c("i like", Preference, Rewrite),
-    c("i love", Preference, Rewrite),
-    c("i enjoy", Preference, Rewrite),
-    c("i dislike", Preference, Rewrite),
-    c("i hate", Preference, Rewrite),
-    c("my favorite", Preference, Rewrite),
-    c("my favourite", Preference, Rewrite),
-    c("i'm a", Work, Rewrite),
-    c("i am a", Work, Rewrite),
-    c("i'm an", Work, Rewrite),
-    c("i am an", Work, Rewrite),
-    c("i have diabetes", Other, Rewrite),
-    c("i have asthma", Other, Rewrite),
-    c("i'm diabetic", Other, Rewrite),
-    c("i am diabetic", Other, Rewrite),
-    c("i'm pregnant", Other, Rewrite),
-    c("i am pregnant", Other, Rewrite),
-    c("i was born", Other, Rewrite),
-    c("i grew up", Other, Rewrite),
-    c("my birthday", Other, Rewrite),
-    c("i speak", Other, Rewrite),
-    c("my native language", Other, Rewrite),
-    c("my first language", Other, Rewrite),
-    c("my mother tongue", Other, Rewrite),
-    c("my email", Other, Rewrite),
-    c("my phone number", Other, Rewrite),
-    c("my address", Other, Rewrite),
-    c("my pronouns", Other, Rewrite),
-    c("i studied", Other, Rewrite),
-    c("i graduated", Other, Rewrite),
-    c("i'm married", Other, Rewrite),
-    c("i am married", Other, Rewrite),
-    c("i'm from", Other, Rewrite),
-    c("i am from", Other, Rewrite),
-    c("i come from", Other, Rewrite),
-    c("i own", Other, Rewrite),
-    c("i use", Other, Rewrite),
-    c("we use", Other, Rewrite),
-    c("i drive", Other, Rewrite),
-    c("our company", Other, Rewrite),
-    c("our team", Other, Rewrite),
-    c("our product", Other, Rewrite),
-    c("i have a", Other, Rewrite),
-    c("i have an", Other, Rewrite),
-    c("i have two", Other, Rewrite),
-    c("i've got a", Other, Rewrite),
-    c("years old", Other, Whole),
-    c("this week", Context, Whole),
-    c("this weekend", Context, Whole),
-    c("this month", Context, Whole),
-    c("this sprint", Context, Whole),
-    c("this quarter", Context, Whole),
-    c("this morning", Context, Whole),
-    c("this afternoon", Context, Whole),
-    c("this evening", Context, Whole),
-    c("next week", Context, Whole),
-    c("next month", Context, Whole),
-    c("today", Context, Whole),
-    c("tonight", Context, Whole),
-    c("tomorrow", Context, Whole),
-    c("currently", Context, Whole),
-    c("right now", Context, Whole),
-    c("at the moment", Context, Whole),
-    c("deadline", Context, Whole),
-    c("is due", Context, Whole),
-    c("due on", Context, Whole),
-    c("due by", Context, Whole),
-    c("i'm on call", Context, Whole),
-    c("i'm on vacation", Context, Whole),
-    c("i'm on holiday", Context, Whole),
-    c("i'm traveling", Context, Whole),
-    c("i'm travelling", Context, Whole),
-    c("i'm between jobs", Context, Whole),
-];
-
-static ES: &[Cue] = &[
-    c("llámame", Instruction, CALLED),
-    c("puedes llamarme", Instruction, CALLED),
-    c("me llamo", Name, NAMED),
-    c("mi nombre es", Name, NAMED),
-    c("soy alérgico al", Allergy, ALLERGIC),
-    c("soy alérgica al", Allergy, ALLERGIC),
-    c("soy alérgico a", Allergy, ALLERGIC),
-    c("soy alérgica a", Allergy, ALLERGIC),
-    c("tengo alergia al", Allergy, ALLERGIC),
-    c("tengo alergia a", Allergy, ALLERGIC),
-    c("tengo una alergia al", Allergy, ALLERGIC),
-    c("tengo una alergia a", Allergy, ALLERGIC),
-    c("soy vegano", Diet, VEGAN),
-    c("soy vegana", Diet, VEGAN),
-    c("soy vegetariano", Diet, VEGETARIAN),
-    c("soy vegetariana", Diet, VEGETARIAN),
-    c("soy celíaco", Diet, COELIAC),
-    c("soy celíaca", Diet, COELIAC),
-    c("soy intolerante a la lactosa", Diet, LACTOSE),
-    c("no como", Diet, NOT_EAT),
-    c("no bebo", Diet, NOT_DRINK),
-    c("sigo una dieta", Diet, Value("The user follows a diet: {}")),
-    c("vivo en", Home, LIVES),
-    c("resido en", Home, LIVES),
-    c("estoy viviendo en", Home, LIVES),
-    c("me mudé a", Home, MOVED),
-    c("estoy trabajando en", Project, WORKING_ON),
-    c("mi proyecto actual es", Project, PROJECT),
-    c("trabajo en", Work, WORKS_AT),
-    c("trabajo para", Work, WORKS_FOR),
-    c("trabajo como", Work, WORKS_AS),
-    c("trabajo de", Work, WORKS_AS),
-    c("estoy preparando", Project, PREPARING),
-    c("estoy desarrollando", Project, DEVELOPING),
-    c("estoy construyendo", Project, BUILDING),
-    c("estoy escribiendo", Project, WRITING),
-    c("estoy aprendiendo", Project, LEARNING),
-    c("estamos migrando", Project, MIGRATING),
-    c("no me gusta", Preference, DISLIKES),
-    c("no me gustan", Preference, DISLIKES),
-    c("me gusta", Preference, LIKES),
-    c("me gustan", Preference, LIKES),
-    c("me encanta", Preference, LOVES),
-    c("me encantan", Preference, LOVES),
-    c("prefiero", Preference, PREFERS),
-    c("odio", Preference, HATES),
-    c("nací en", Other, BORN),
-    c("soy de", Other, FROM),
-    c("hablo", Other, SPEAKS),
-    c("uso", Other, USES),
-    c("utilizo", Other, USES),
-    c("estoy casado", Other, MARRIED),
-    c("estoy casada", Other, MARRIED),
-    c("esta semana", Context, Quote),
-    c("este fin de semana", Context, Quote),
-    c("este mes", Context, Quote),
-    c("hoy", Context, Quote),
-    c("mañana", Context, Quote),
-    c("la próxima semana", Context, Quote),
-    c("la semana que viene", Context, Quote),
-    c("ahora mismo", Context, Quote),
-    c("en este momento", Context, Quote),
-    c("fecha límite", Context, Quote),
-    c("plazo", Context, Quote),
-];
-
-static PT: &[Cue] = &[
-    c("me chame de", Instruction, CALLED),
-    c("pode me chamar de", Instruction, CALLED),
-    c("chame-me de", Instruction, CALLED),
-    c("meu nome é", Name, NAMED),
-    c("me chamo", Name, NAMED),
-    c("chamo-me", Name, NAMED),
-    c("sou alérgico ao", Allergy, ALLERGIC),
-    c("sou alérgica ao", Allergy, ALLERGIC),
-    c("sou alérgico à", Allergy, ALLERGIC),
-    c("sou alérgica à", Allergy, ALLERGIC),
-    c("sou alérgico a", Allergy, ALLERGIC),
-    c("sou alérgica a", Allergy, ALLERGIC),
-    c("tenho alergia ao", Allergy, ALLERGIC),
-    c("tenho alergia à", Allergy, ALLERGIC),
-    c("tenho alergia a", Allergy, ALLERGIC),
-    c("sou vegano", Diet, VEGAN),
-    c("sou vegana", Diet, VEGAN),
-    c("sou vegetariano", Diet, VEGETARIAN),
-    c("sou vegetariana", Diet, VEGETARIAN),
-    c("sou celíaco", Diet, COELIAC),
-    c("sou celíaca", Diet, COELIAC),
-    c("sou intolerante à lactose", Diet, LACTOSE),
-    c("não como", Diet, NOT_EAT),
-    c("não bebo", Diet, NOT_DRINK),
-    c("moro em", Home, LIVES),
-    c("moro no", Home, LIVES),
-    c("moro na", Home, LIVES),
-    c("vivo em", Home, LIVES),
-    c("vivo no", Home, LIVES),
-    c("vivo na", Home, LIVES),
-    c("me mudei para", Home, MOVED),
-    c("mudei-me para", Home, MOVED),
-    c("estou trabalhando em", Project, WORKING_ON),
-    c("estou trabalhando no", Project, WORKING_ON),
-    c("estou trabalhando na", Project, WORKING_ON),
-    c("estou trabalhando num", Project, WORKING_ON),
-    c("estou trabalhando numa", Project, WORKING_ON),
-    c("estou a trabalhar em", Project, WORKING_ON),
-    c("estou a trabalhar no", Project, WORKING_ON),
-    c("estou a trabalhar na", Project, WORKING_ON),
-    c("meu projeto atual é", Project, PROJECT),
-    c("trabalho na", Work, WORKS_AT),
-    c("trabalho no", Work, WORKS_AT),
-    c("trabalho em", Work, WORKS_AT),
-    c("trabalho numa", Work, WORKS_AT_A),
-    c("trabalho num", Work, WORKS_AT_A),
-    c("trabalho para", Work, WORKS_FOR),
-    c("trabalho como", Work, WORKS_AS),
-    c("estou preparando", Project, PREPARING),
-    c("estou a preparar", Project, PREPARING),
-    c("estou desenvolvendo", Project, DEVELOPING),
-    c("estou a desenvolver", Project, DEVELOPING),
-    c("estou construindo", Project, BUILDING),
-    c("estou escrevendo", Project, WRITING),
-    c("estou a escrever", Project, WRITING),
-    c("estou aprendendo", Project, LEARNING),
-    c("estou a aprender", Project, LEARNING),
-    c("estamos migrando", Project, MIGRATING),
-    c("estamos a migrar", Project, MIGRATING),
-    c("não gosto de", Preference, DISLIKES),
-    c("não gosto do", Preference, DISLIKES),
-    c("não gosto da", Preference, DISLIKES),
-    c("gosto muito de", Preference, LIKES),
-    c("gosto de", Preference, LIKES),
-    c("gosto do", Preference, LIKES),
-    c("gosto da", Preference, LIKES),
-    c("adoro", Preference, LOVES),
-    c("prefiro", Preference, PREFERS),
-    c("odeio", Preference, HATES),
-    c("nasci em", Other, BORN),
-    c("nasci no", Other, BORN),
-    c("nasci na", Other, BORN),
-    c("sou de", Other, FROM),
-    c("sou do", Other, FROM),
-    c("sou da", Other, FROM),
-    c("falo", Other, SPEAKS),
-    c("uso", Other, USES),
-    c("utilizo", Other, USES),
-    c("sou casado", Other, MARRIED),
-    c("sou casada", Other, MARRIED),
-    c("esta semana", Context, Quote),
-    c("este fim de semana", Context, Quote),
-    c("este mês", Context, Quote),
-    c("hoje", Context, Quote),
-    c("amanhã", Context, Quote),
-    c("próxima semana", Context, Quote),
-    c("semana que vem", Context, Quote),
-    c("agora mesmo", Context, Quote),
-    c("neste momento", Context, Quote),
-    c("prazo", Context, Quote),
-];
-
-static FR: &[Cue] = &[
-    c("appelle-moi", Instruction, CALLED),
-    c("appelez-moi", Instruction, CALLED),
-    c("tu peux m'appeler", Instruction, CALLED),
-    c("vous pouvez m'appeler", Instruction, CALLED),
-    c("je m'appelle", Name, NAMED),
-    c("mon nom est", Name, NAMED),
-    c("mon prénom est", Name, NAMED),
-    c("je suis allergique aux", Allergy, ALLERGIC),
-    c("je suis allergique au", Allergy, ALLERGIC),
-    c("je suis allergique à", Allergy, ALLERGIC),
-    c(
-        "je suis allergique",
-        Allergy,
-        Fixed("The user has an allergy"),
-    ),
-    c("j'ai une allergie aux", Allergy, ALLERGIC),
-    c("j'ai une allergie au", Allergy, ALLERGIC),
-    c("j'ai une allergie à", Allergy, ALLERGIC),
-    c("je suis végétarienne", Diet, VEGETARIAN),
-    c("je suis végétarien", Diet, VEGETARIAN),
-    c("je suis végétalienne", Diet, VEGAN),
-    c("je suis végétalien", Diet, VEGAN),
-    c("je suis végane", Diet, VEGAN),
-    c("je suis vegane", Diet, VEGAN),
-    c("je suis vegan", Diet, VEGAN),
-    c("je suis cœliaque", Diet, COELIAC),
-    c("je suis coeliaque", Diet, COELIAC),
-    c("je suis intolérant au lactose", Diet, LACTOSE),
-    c("je suis intolérante au lactose", Diet, LACTOSE),
-    c("je ne mange pas de", Diet, NOT_EAT),
-    c("je ne mange pas d'", Diet, NOT_EAT),
-    c("je ne mange jamais de", Diet, NOT_EAT),
-    c("je ne mange pas", Diet, NOT_EAT),
-    c("je ne bois pas de", Diet, NOT_DRINK),
-    c("je ne bois pas d'", Diet, NOT_DRINK),
-    c("je ne bois pas", Diet, NOT_DRINK),
-    c("j'habite à", Home, LIVES),
-    c("j'habite a", Home, LIVES),
-    c("j'habite au", Home, LIVES),
-    c("j'habite aux", Home, LIVES),
-    c("j'habite en", Home, LIVES),
-    c("j'habite dans", Home, LIVES),
-    c("j'habite", Home, LIVES),
-    c("je vis à", Home, LIVES),
-    c("je vis au", Home, LIVES),
-    c("je vis en", Home, LIVES),
-    c("je vis dans", Home, LIVES),
-    c("je réside à", Home, LIVES),
-    c("j'ai déménagé à", Home, MOVED),
-    c("je travaille sur", Project, WORKING_ON),
-    c("mon projet actuel est", Project, PROJECT),
-    c("je travaille chez", Work, WORKS_AT),
-    c("je travaille pour", Work, WORKS_FOR),
-    c("je travaille comme", Work, WORKS_AS),
-    c("je travaille en tant que", Work, WORKS_AS),
-    c(
-        "je suis développeur",
-        Work,
-        Fixed("The user is a developer"),
-    ),
-    c(
-        "je suis développeuse",
-        Work,
-        Fixed("The user is a developer"),
-    ),
-    c("je travaille à", Work, WORKS_AT),
-    c("je travaille au", Work, WORKS_AT),
-    c("je travaille dans", Work, Value("The user works in {}")),
-    c("je prépare", Project, PREPARING),
-    c("je développe", Project, DEVELOPING),
-    c("je construis", Project, BUILDING),
-    c("j'écris", Project, WRITING),
-    c("j'apprends", Project, LEARNING),
-    c("nous migrons", Project, MIGRATING),
-    c("je n'aime pas", Preference, DISLIKES),
-    c("je déteste", Preference, HATES),
-    c("j'aime", Preference, LIKES),
-    c("j'adore", Preference, LOVES),
-    c("je préfère", Preference, PREFERS),
-    c("je suis né à", Other, BORN),
-    c("je suis née à", Other, BORN),
-    c("je suis né en", Other, BORN),
-    c("je suis née en", Other, BORN),
-    c("je suis originaire de", Other, FROM),
-    c("je parle", Other, SPEAKS),
-    c("j'utilise", Other, USES),
-    c("je suis marié", Other, MARRIED),
-    c("je suis mariée", Other, MARRIED),
-    c("cette semaine", Context, Quote),
-    c("ce week-end", Context, Quote),
-    c("ce mois-ci", Context, Quote),
-    c("aujourd'hui", Context, Quote),
-    c("demain", Context, Quote),
-    c("la semaine prochaine", Context, Quote),
-    c("en ce moment", Context, Quote),
-    c("actuellement", Context, Quote),
-    c("date limite", Context, Quote),
-    c("échéance", Context, Quote),
-];
-
-static DE: &[Cue] = &[
-    c("nenn mich", Instruction, CALLED),
-    c("nenne mich", Instruction, CALLED),
-    c("nennen sie mich", Instruction, CALLED),
-    c("ich heiße", Name, NAMED),
-    c("ich heisse", Name, NAMED),
-    c("mein name ist", Name, NAMED),
-    c("mein vorname ist", Name, NAMED),
-    c("ich bin allergisch gegen", Allergy, ALLERGIC),
-    c("ich bin allergisch auf", Allergy, ALLERGIC),
-    c("ich reagiere allergisch auf", Allergy, ALLERGIC),
-    c("ich habe eine allergie gegen", Allergy, ALLERGIC),
-    with("ich habe eine", "allergie", Allergy, Quote),
-    c("ich bin vegetarierin", Diet, VEGETARIAN),
-    c("ich bin vegetarier", Diet, VEGETARIAN),
-    c("ich bin veganerin", Diet, VEGAN),
-    c("ich bin veganer", Diet, VEGAN),
-    c("ich bin vegan", Diet, VEGAN),
-    c("ich lebe vegan", Diet, VEGAN),
-    c("ich lebe vegetarisch", Diet, VEGETARIAN),
-    c("ich bin laktoseintolerant", Diet, LACTOSE),
-    c("ich habe zöliakie", Diet, COELIAC),
-    c("ich esse keinen", Diet, NOT_EAT),
-    c("ich esse keine", Diet, NOT_EAT),
-    c("ich esse kein", Diet, NOT_EAT),
-    c("ich trinke keinen", Diet, NOT_DRINK),
-    c("ich trinke kein", Diet, NOT_DRINK),
-    // The verb's ending is the first person: "wohne in" also reads "... und wohne in Leipzig".
-    c("wohne in", Home, LIVES),
-    c("wohne im", Home, LIVES),
-    c("ich lebe in", Home, LIVES),
-    c("ich lebe im", Home, LIVES),
-    c("ich bin nach", Home, Quote),
-    c("ich arbeite an", Project, WORKING_ON),
-    c("ich arbeite am", Project, WORKING_ON),
-    c("ich arbeite gerade an", Project, WORKING_ON),
-    c("ich arbeite derzeit an", Project, WORKING_ON),
-    c("ich arbeite zurzeit an", Project, WORKING_ON),
-    c("mein aktuelles projekt ist", Project, PROJECT),
-    c("arbeite bei", Work, WORKS_AT),
-    c("ich arbeite für", Work, WORKS_FOR),
-    c("ich arbeite als", Work, WORKS_AS),
-    c("ich arbeite in", Work, Value("The user works in {}")),
-    c("ich bin von beruf", Work, WORKS_AS),
-    c("ich entwickle", Project, DEVELOPING),
-    c("ich baue", Project, BUILDING),
-    c("ich schreibe", Project, WRITING),
-    c("ich lerne", Project, LEARNING),
-    c("wir migrieren", Project, MIGRATING),
-    c("ich mag keinen", Preference, DISLIKES),
-    c("ich mag keine", Preference, DISLIKES),
-    c("ich mag kein", Preference, DISLIKES),
-    c("ich mag", Preference, LIKES),
-    c("ich liebe", Preference, LOVES),
-    c("ich hasse", Preference, HATES),
-    c("ich bevorzuge", Preference, PREFERS),
-    c("mir gefällt", Preference, LIKES),
-    c("mir gefallen", Preference, LIKES),
-    c("ich komme aus", Other, FROM),
-    c("ich bin aus", Other, FROM),
-    c("ich spreche", Other, SPEAKS),
-    c("ich benutze", Other, USES),
-    c("ich verwende", Other, USES),
-    c("ich nutze", Other, USES),
-    c("ich bin verheiratet", Other, MARRIED),
-    c("diese woche", Context, Quote),
-    c("dieses wochenende", Context, Quote),
-    c("diesen monat", Context, Quote),
-    c("heute", Context, Quote),
-    c("morgen", Context, Quote),
-    c("nächste woche", Context, Quote),
-    c("im moment", Context, Quote),
-    c("zurzeit", Context, Quote),
-    c("derzeit", Context, Quote),
-    c("abgabetermin", Context, Quote),
-    c("frist", Context, Quote),
-];
-
-/// Words that make a clause a standing instruction to the assistant when it starts with
-/// them (after fillers), in every language.
-pub(crate) const INSTRUCTION_START: &[&str] = &[
-    "always",
-    "never",
-    "don't",
-    "do not",
-    "dont",
-    "make sure",
-    "be sure to",
-    "remember to",
-    "avoid",
-    "stop",
-    "from now on",
-    "going forward",
-    "by default",
-    "you must",
-    "you should always",
-    "you should never",
-    "siempre",
-    "nunca",
-    "no uses",
-    "no utilices",
-    "no respondas",
-    "no escribas",
-    "no me",
-    "a partir de ahora",
-    "de ahora en adelante",
-    "por defecto",
-    "asegúrate de",
-    "sempre",
-    "não use",
-    "não utilize",
-    "não responda",
-    "não me",
-    "a partir de agora",
-    "de agora em diante",
-    "por padrão",
-    "toujours",
-    "jamais",
-    "ne jamais",
-    "n'utilise pas",
-    "n'utilisez pas",
-    "ne me",
-    "à partir de maintenant",
-    "désormais",
-    "dorénavant",
-    "par défaut",
-    "assure-toi",
-    "assurez-vous",
-    "immer",
-    "nie",
-    "niemals",
-    "ab jetzt",
-    "von nun an",
-    "ab sofort",
-    "standardmäßig",
-    "verwende keine",
-    "verwende kein",
-    "benutze keine",
-    "benutze kein",
-];
-
-/// Words that make any clause without a first-person subject a standing instruction
-/// ("Answer always in French", "Responde siempre en español").
-pub(crate) const INSTRUCTION_ANYWHERE: &[&str] = &[
-    "always",
-    "never",
-    "from now on",
-    "siempre",
-    "nunca",
-    "a partir de ahora",
-    "sempre",
-    "a partir de agora",
-    "toujours",
-    "jamais",
-    "désormais",
-    "immer",
-    "niemals",
-    "ab jetzt",
-    "von nun an",
-];
-
-/// First-person subjects: a clause holding one is about the user, not an order to the
-/// assistant ("I always forget my keys").
-pub(crate) const FIRST_PERSON: &[&str] = &[
-    "i", "i'm", "i've", "i'd", "yo", "eu", "je", "j'ai", "ich", "me", "mi", "meu", "minha", "mon",
-    "ma", "mein", "meine",
-];
-
-/// Polite questions that may carry a standing instruction ("Could you always ...?").
-pub(crate) const POLITE_REQUEST: &[&str] = &[
-    "could you",
-    "can you",
-    "would you",
-    "will you",
-    "podrías",
-    "puedes",
-    "poderia",
-    "pode",
-    "pourrais-tu",
-    "pourriez-vous",
-    "peux-tu",
-    "pouvez-vous",
-    "kannst du",
-    "könntest du",
-    "können sie",
-    "könnten sie",
-];
-
-/// "please" in every language: a request, standing unless a one-off verb follows.
-pub(crate) const PLEASE: &[&str] = &[
-    "please",
-    "por favor",
-    "s'il te plaît",
-    "s'il vous plaît",
-    "stp",
-    "svp",
-    "bitte",
-];
-
-/// After "please", these ask for something now, not forever.
-pub(crate) const ONE_OFF_VERBS: &[&str] = &[
-    "help",
-    "summarize",
-    "summarise",
-    "translate",
-    "explain",
-    "write",
-    "fix",
-    "review",
-    "tell",
-    "show",
-    "give",
-    "check",
-    "find",
-    "draft",
-    "list",
-    "answer",
-    "read",
-    "look",
-    "send",
-    "create",
-    "generate",
-    "rewrite",
-    "continue",
-    "make",
-    "do",
-    "describe",
-    "compare",
-    "proofread",
-    "ayúdame",
-    "resume",
-    "traduce",
-    "explica",
-    "explícame",
-    "escribe",
-    "corrige",
-    "revisa",
-    "dime",
-    "dame",
-    "busca",
-    "ajuda-me",
-    "me ajude",
-    "ajude",
-    "resuma",
-    "traduza",
-    "explique",
-    "escreva",
-    "corrija",
-    "aide-moi",
-    "aidez-moi",
-    "résume",
-    "traduis",
-    "explique",
-    "écris",
-    "corrige",
-    "dis-moi",
-    "hilf",
-    "übersetze",
-    "erkläre",
-    "schreib",
-    "schreibe",
-    "korrigiere",
-    "sag",
-    "zeig",
-];
-
-/// Negations: a cue with one of these before it, in its clause, says the opposite.
-pub(crate) const NEGATIONS: &[&str] = &[
-    "not", "no", "never", "don't", "doesn't", "didn't", "isn't", "aren't", "wasn't", "haven't",
-    "hasn't", "can't", "cannot", "won't", "nunca", "jamás", "ni", "tampoco", "não", "nem", "ne",
-    "n'", "pas", "plus", "nicht", "kein", "keine", "nie", "niemals", "weder",
-];
-
-/// Conditions and wishes: a cue after one of these is not a fact ("If I lived in Paris").
-pub(crate) const HYPOTHETICAL: &[&str] = &[
-    "if",
-    "suppose",
-    "imagine",
-    "hypothetically",
-    "maybe",
-    "perhaps",
-    "wish",
-    "might",
-    "would",
-    "si",
-    "supongamos",
-    "imagina",
-    "imagínate",
-    "quizás",
-    "quizá",
-    "ojalá",
-    "se",
-    "suponha",
-    "talvez",
-    "caso",
-    "supposons",
-    "imaginons",
-    "peut-être",
-    "wenn",
-    "falls",
-    "angenommen",
-    "vielleicht",
-];
-
-/// Someone other than the user: a cue after one of these is about them ("My sister and I
-/// live in Rome", "Mi hermano es ...").
-pub(crate) const THIRD_PARTY: &[&str] = &[
-    "he",
-    "she",
-    "they",
-    "his",
-    "her",
-    "their",
-    "wife",
-    "husband",
-    "partner",
-    "son",
-    "daughter",
-    "kids",
-    "children",
-    "mother",
-    "father",
-    "mom",
-    "mum",
-    "dad",
-    "parents",
-    "brother",
-    "sister",
-    "friend",
-    "boss",
-    "colleague",
-    "él",
-    "ella",
-    "ellos",
-    "hermana",
-    "hermano",
-    "madre",
-    "padre",
-    "esposa",
-    "esposo",
-    "pareja",
-    "companheira",
-    "companheiro",
-    "marido",
-    "hijo",
-    "hija",
-    "novia",
-    "novio",
-    "amigo",
-    "amiga",
-    "jefe",
-    "ele",
-    "ela",
-    "irmã",
-    "irmão",
-    "mãe",
-    "pai",
-    "filho",
-    "filha",
-    "namorada",
-    "namorado",
-    "chefe",
-    "il",
-    "elle",
-    "sœur",
-    "soeur",
-    "frère",
-    "mère",
-    "père",
-    "femme",
-    "mari",
-    "fils",
-    "fille",
-    "ami",
-    "amie",
-    "patron",
-    "copine",
-    "copain",
-    "er",
-    "schwester",
-    "bruder",
-    "mutter",
-    "vater",
-    "frau",
-    "mann",
-    "sohn",
-    "tochter",
-    "freund",
-    "freundin",
-    "chef",
-    "kollege",
-    "kollegin",
-];
-
-/// Openers of a new clause after "and", "but" or a comma: a compound turn is split before
-/// them ("My name is Dana and I work at Acme").
-pub(crate) const CLAUSE_OPENERS: &[&str] = &[
-    "work",
-    "live",
-    "arbeite",
-    "wohne",
-    "i",
-    "i'm",
-    "i've",
-    "i'd",
-    "my",
-    "we",
-    "we're",
-    "our",
-    "please",
-    "always",
-    "never",
-    "don't",
-    "call",
-    "yo",
-    "mi",
-    "soy",
-    "estoy",
-    "vivo",
-    "trabajo",
-    "tengo",
-    "prefiero",
-    "me",
-    "no",
-    "siempre",
-    "nunca",
-    "odio",
-    "llámame",
-    "eu",
-    "meu",
-    "minha",
-    "sou",
-    "estou",
-    "moro",
-    "trabalho",
-    "tenho",
-    "prefiro",
-    "não",
-    "gosto",
-    "adoro",
-    "sempre",
-    "je",
-    "j'ai",
-    "j'habite",
-    "j'aime",
-    "j'adore",
-    "j'utilise",
-    "mon",
-    "ma",
-    "nous",
-    "toujours",
-    "jamais",
-    "ich",
-    "mein",
-    "meine",
-    "wir",
-    "bitte",
-    "immer",
-    "niemals",
-    "mir",
-];
-
-/// Conjunctions a compound turn is split at (when a clause opener follows).
-pub(crate) const CONJUNCTIONS: &[&str] = &[
-    "and", "but", "so", "y", "pero", "e", "mas", "porém", "et", "mais", "donc", "und", "aber",
-];
-
-/// Greetings, thanks and fillers that open a statement without changing what it says.
-pub(crate) const LEAD_FILLERS: &[&str] = &[
-    "please remember that",
-    "please remember",
-    "please note that",
-    "remember that",
-    "note that",
-    "keep in mind that",
-    "just so you know",
-    "fyi",
-    "btw",
-    "by the way",
-    "also",
-    "and",
-    "but",
-    "so",
-    "oh",
-    "ok",
-    "okay",
-    "hi",
-    "hey",
-    "hello",
-    "thanks",
-    "thank you",
-    "well",
-    "yes",
-    "actually",
-    "hola",
-    "buenas",
-    "buenos días",
-    "gracias",
-    "bueno",
-    "pues",
-    "además",
-    "recuerda que",
-    "ten en cuenta que",
-    "olá",
-    "oi",
-    "bom dia",
-    "obrigado",
-    "obrigada",
-    "lembre-se de que",
-    "lembre que",
-    "bonjour",
-    "salut",
-    "coucou",
-    "merci",
-    "alors",
-    "bon",
-    "aussi",
-    "sache que",
-    "rappelle-toi que",
-    "n'oublie pas que",
-    "hallo",
-    "guten tag",
-    "guten morgen",
-    "servus",
-    "danke",
-    "übrigens",
-    "merk dir",
-];
-
-/// Fillers that count only when a comma or a stop follows: "No, I live in Porto", but
-/// "No me gusta el café" is a dislike.
-pub(crate) const COMMA_FILLERS: &[&str] = &["no", "non", "não", "nein", "sí", "oui", "sim", "ja"];
-
-/// Greetings after which "I'm <Name>" introduces the user ("Hi, I'm Dana").
-pub(crate) const GREETINGS: &[&str] = &[
-    "hi", "hey", "hello", "hola", "buenas", "olá", "oi", "bonjour", "salut", "coucou", "hallo",
-];
-
-/// "I'm <Name>" in each language, after a greeting.
-pub(crate) const INTRODUCTIONS: &[&str] =
-    &["i'm", "i am", "soy", "sou o", "sou a", "sou", "je suis"];
-
-/// "I'm a/an <x>" is a role unless <x> is one of these ("I'm a bit tired").
-pub(crate) const NOT_A_ROLE: &[&str] = &[
-    "bit", "little", "lot", "tad", "few", "couple", "big", "huge", "fan", "total", "complete",
-    "fast", "slow", "quick", "beginner", "newbie",
-];
-
-/// "I have a <x>" is not a possession worth keeping for these ("I have a question").
-pub(crate) const NOT_OWNED: &[&str] = &[
-    "question",
-    "questions",
-    "problem",
-    "issue",
-    "idea",
-    "meeting",
-    "bug",
-    "error",
-    "doubt",
-    "request",
-    "quick",
-    "few",
-    "lot",
-    "feeling",
-    "favor",
-    "favour",
-    "minute",
-    "second",
-    "headache",
-    "cold",
-    "look",
-    "suggestion",
-];
-
-/// "I want <x>" asks for something now, not for good, when <x> starts with one of these ("I
-/// want to know", "I want a summary of this").
-pub(crate) const NOT_WANTED: &[&str] = &[
-    "to", "you", "a", "an", "the", "this", "that", "it", "some", "help", "more", "your",
-];
-
-/// What may follow a liking cue without making it a preference worth keeping ("I like it",
-/// "me gusta mucho").
-pub(crate) const EMPTY_OBJECT_WORDS: &[&str] = &[
-    "it", "this", "that", "them", "you", "very", "much", "a", "lot", "so", "too", "thanks",
-    "thank", "already", "lo", "la", "eso", "esto", "mucho", "muito", "isso", "isto", "ça", "cela",
-    "ceci", "beaucoup", "es", "das", "sehr", "dich", "te", "você",
-];
-
-/// What may follow "I hate" without being a dislike ("I hate to bother you").
-pub(crate) const IDIOMS_AFTER_LIKING: &[&str] =
-    &["to bother", "to ask", "to say", "to admit", "to interrupt"];
+/// The English names answers may be asked in.
+pub(crate) const ENGLISH_LANGUAGE_NAMES: [&str; 5] =
+    ["English", "Spanish", "Portuguese", "French", "German"];
 
 /// Languages, as the user may name them in an instruction, to the English name stored.
-pub(crate) const LANGUAGES: &[(&str, &str)] = &[
-    ("english", "English"),
-    ("spanish", "Spanish"),
-    ("french", "French"),
-    ("german", "German"),
-    ("portuguese", "Portuguese"),
-    ("inglés", "English"),
-    ("español", "Spanish"),
-    ("castellano", "Spanish"),
-    ("francés", "French"),
-    ("alemán", "German"),
-    ("portugués", "Portuguese"),
-    ("inglês", "English"),
-    ("espanhol", "Spanish"),
-    ("francês", "French"),
-    ("alemão", "German"),
-    ("português", "Portuguese"),
-    ("anglais", "English"),
-    ("espagnol", "Spanish"),
-    ("français", "French"),
-    ("allemand", "German"),
-    ("portugais", "Portuguese"),
-    ("englisch", "English"),
-    ("spanisch", "Spanish"),
-    ("französisch", "French"),
-    ("deutsch", "German"),
-    ("portugiesisch", "Portuguese"),
-];
+pub(crate) static LANGUAGES: LazyLock<Vec<(&'static str, &'static str)>> = LazyLock::new(|| {
+    loaded(CLAUSES.entries("languages", |entry| {
+        let [word, english] = fields_n::<2>(entry)?;
+        let english = ENGLISH_LANGUAGE_NAMES
+            .into_iter()
+            .find(|name| *name == english)
+            .ok_or_else(|| format!("{english:?} is not one of the five languages"))?;
+        Ok((word, english))
+    }))
+});
 
-/// Health and safety stems (substrings, so inflections match in every language).
-pub(crate) const SAFETY_STEMS: &[&str] = &[
-    "allerg",
-    "alerg",
-    "alérg",
-    "anaphyla",
-    "anafila",
-    "epipen",
-    "medicat",
-    "medical",
-    "médic",
-    "medic",
-    "health",
-    "salud",
-    "saúde",
-    "santé",
-    "gesundheit",
-    "diabet",
-    "asthma",
-    "asma",
-    "asthme",
-    "epilep",
-    "seizure",
-    "pregnan",
-    "embarazada",
-    "grávida",
-    "enceinte",
-    "schwanger",
-    "safety",
-    "emergency",
-    "dangerous",
-    "blood type",
-    "celíac",
-    "coeliac",
-    "celiac",
-    "zöliakie",
-];
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-/// Words that make an instruction a hard one.
-pub(crate) const INTENSIFIERS: &[&str] = &[
-    "always", "never", "must", "siempre", "nunca", "sempre", "toujours", "jamais", "immer", "nie",
-    "niemals",
-];
+    /// Every section of `clauses.txt` is read by one list, and every list has its section.
+    #[test]
+    fn every_word_list_loads_and_every_section_is_read() {
+        let mut read: Vec<&str> = WORD_LISTS.iter().map(|(section, _)| *section).collect();
+        read.push("languages");
+        for (section, list) in WORD_LISTS {
+            assert!(!LazyLock::force(list).is_empty(), "{section}");
+        }
+        let mut in_file = CLAUSES.section_names();
+        in_file.sort_unstable();
+        read.sort_unstable();
+        assert_eq!(in_file, read);
+        // Every one of the five languages can be named.
+        for english in ENGLISH_LANGUAGE_NAMES {
+            assert!(LANGUAGES.iter().any(|(_, e)| *e == english), "{english}");
+        }
+    }
 
-/// Words that make a situation urgent.
-pub(crate) const URGENT: &[&str] = &[
-    "deadline",
-    "urgent",
-    "asap",
-    "is due",
-    "due on",
-    "due by",
-    "plazo",
-    "urgente",
-    "fecha límite",
-    "prazo",
-    "date limite",
-    "échéance",
-    "dringend",
-    "frist",
-    "abgabetermin",
-];
+    /// Every language's cue file loads, and has cues of every kind.
+    #[test]
+    fn every_cue_file_loads_and_covers_every_kind() {
+        for lang in Lang::ALL {
+            let cues = read_cues(lang).unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(cues.len(), lang.cues().len());
+            for kind in Kind::ALL {
+                assert!(
+                    cues.iter().any(|c| c.kind == kind),
+                    "no {} cue in {}",
+                    kind.label(),
+                    lang.code()
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn malformed_cues_are_errors() {
+        assert_eq!(
+            cue("my name is | name").err(),
+            Some("2 fields, expected 3 or 4".to_string())
+        );
+        assert_eq!(
+            cue("my name is | nome | rewrite").err(),
+            Some("unknown kind \"nome\"".to_string())
+        );
+        assert_eq!(
+            cue("x | name | The {} and {}").err(),
+            Some("a statement holds `{}` at most once".to_string())
+        );
+        assert_eq!(
+            cue("My name | name | rewrite").err(),
+            Some("a cue phrase is lowercase and not empty".to_string())
+        );
+        let c = cue("i have a | allergy | rewrite | allerg").expect("parses");
+        assert_eq!(
+            (c.phrase, c.kind, c.out),
+            ("i have a", Kind::Allergy, Out::Rewrite)
+        );
+        assert_eq!(c.needs, Some("allerg"));
+        let c = cue("soy vegano | diet | The user is vegan").expect("parses");
+        assert_eq!(c.out, Out::Fixed("The user is vegan"));
+        let c = cue("vivo en | home | The user lives in {}").expect("parses");
+        assert_eq!(c.out, Out::Value("The user lives in {}"));
+    }
+}

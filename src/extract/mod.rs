@@ -9,6 +9,7 @@ mod conflict;
 mod cues;
 #[cfg(test)]
 mod eval;
+mod lexicon;
 mod openai;
 mod person;
 mod rules;

@@ -173,7 +173,7 @@ fn run_in_chromium(script: &str, envs: &[(&str, &str)]) -> String {
 fn require(path: &Path, what: &str) {
     assert!(
         path.exists(),
-        "{what} is missing ({}): run `bash .ci/setup` (apt-get install chromium; \
+        "{what} is missing ({}): run `bash .ci/setup-tests` (apt-get install chromium; \
          npm ci --prefix tests/console)",
         path.display()
     );
@@ -254,7 +254,7 @@ fn console_modules_match_the_reference() {
         .env("BLAKE3_VECTORS", Value::Object(vectors).to_string())
         .env("COSIGNATURE_VECTOR", cosignature_vector().to_string())
         .output()
-        .unwrap_or_else(|e| panic!("cannot run node ({e}): install it with .ci/setup"));
+        .unwrap_or_else(|e| panic!("cannot run node ({e}): install it with .ci/setup-tests"));
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "unit.mjs failed:\n{stdout}\n{stderr}");

@@ -11,6 +11,7 @@ mod admin_auth;
 mod api_errors;
 mod audit_api;
 mod auth;
+mod ci_setup;
 mod cli_admin;
 mod cluster;
 mod console;

@@ -35,7 +35,9 @@ fn go_checker() -> &'static Path {
             .env("GOCACHE", tmp.join("gocache"))
             .env("GOFLAGS", "")
             .status()
-            .expect("running go: install golang-go and golang-golang-x-mod-dev (.ci/setup does)");
+            .expect(
+                "running go: install golang-go and golang-golang-x-mod-dev (.ci/setup-tests does)",
+            );
         assert!(status.success(), "building tests/go/tlogcheck failed");
         out
     })

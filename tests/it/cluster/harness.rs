@@ -45,7 +45,7 @@ impl NatsServer {
             .stderr(Stdio::null())
             .spawn()
             .unwrap_or_else(|e| {
-                panic!("cannot run nats-server ({e}): install it with .ci/setup (apt-get install nats-server)")
+                panic!("cannot run nats-server ({e}): install it with .ci/setup-tests (apt-get install nats-server)")
             });
         self.child = Some(child);
     }

@@ -1,5 +1,5 @@
 //! The BERT encoder forward pass for sentence embeddings, on our own kernels
-//! ([`super::kernels`]), with the weights read from a safetensors file and packed once at load.
+//! ([`crate::kernels`]), with the weights read from a safetensors file and packed once at load.
 //!
 //! Sequences of a batch are not padded: their tokens are stacked into one matrix for every
 //! dense layer (so no compute goes to padding) and attention runs per sequence and head. With
@@ -17,7 +17,7 @@ use super::kernels::{add_layer_norm, attend, gelu, Head, PackedLinear};
 
 /// What the model's `config.json` must say for this forward pass to apply.
 #[derive(Clone, Debug)]
-pub(crate) struct BertShape {
+pub struct BertShape {
     pub hidden: usize,
     pub heads: usize,
     pub intermediate: usize,
@@ -55,7 +55,8 @@ enum WordTable {
     },
 }
 
-pub(crate) struct Bert {
+/// A BERT encoder with its weights packed for our kernels.
+pub struct Bert {
     shape: BertShape,
     word: WordTable,
     vocab: usize,

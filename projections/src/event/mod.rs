@@ -1,0 +1,164 @@
+//! The event schema: every fact auditmem ever learns is one of these, appended to the log.
+//!
+//! Invariants:
+//! - Events are past-tense facts; they carry no business logic and are never rewritten.
+//! - The wire form is msgpack `[EVENT_FORMAT_VERSION, event]`: the enum tagged by variant name,
+//!   its structs as arrays in declaration order (version 2), so no field name is stored.
+//!   Version 1 wrote the structs as maps with field names, which more than double an audit
+//!   record and with it the hashing, copying and sled work of every append, verify and replay;
+//!   it still decodes, since the same `Deserialize` reads both. So that records already in the
+//!   log keep decoding, a field is never removed or reordered: new fields go last, with
+//!   `#[serde(default)]`, and new variants can be added freely.
+//! - Secrets never appear: an API key is stored only as its blake3 hash.
+//!
+//! This module holds the [`Event`] enum and its codec; the event structs live by domain in
+//! `audit`, `tenant`, `export` and `memory`, the closed sets in `names`, all re-exported here.
+
+mod audit;
+mod export;
+mod memory;
+mod names;
+mod tenant;
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+pub use audit::*;
+pub use export::*;
+pub use memory::*;
+pub use names::*;
+pub use tenant::*;
+
+/// Version of the event wire format written by this build.
+pub const EVENT_FORMAT_VERSION: u16 = 2;
+
+/// Every event kind. Variants are only ever added, never renamed or removed.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Event {
+    TenantCreated(TenantCreated),
+    TenantUpdated(TenantUpdated),
+    KeyIssued(KeyIssued),
+    KeyRevoked(KeyRevoked),
+    AuditRecorded(Box<AuditRecorded>),
+    ExportRequested(ExportRequested),
+    ExportCompleted(ExportCompleted),
+    ExportFailed(ExportFailed),
+    MemoryCreated(MemoryCreated),
+    MemoryUpdated(MemoryUpdated),
+    MemoryDeleted(MemoryDeleted),
+    MemoriesDeletedByType(MemoriesDeletedByType),
+    CreditsConsumed(CreditsConsumed),
+    MemoriesDeleted(MemoriesDeleted),
+    MemoriesExpired(MemoriesExpired),
+    MemorySuperseded(MemorySuperseded),
+}
+
+/// [`Event::decode_audit_entry`] on the v2 layout: `Ok(None)` when the bytes are laid out
+/// otherwise (the caller then decodes them whole), `Ok(Some(None))` for another event.
+#[allow(clippy::type_complexity)]
+fn audit_head_v2(bytes: &[u8]) -> Result<Option<Option<(Uuid, AuditEntry)>>, EventCodecError> {
+    use rmp::decode;
+    let mut rd = bytes;
+    let Ok(2) = decode::read_array_len(&mut rd) else {
+        return Ok(None);
+    };
+    let Ok(version) = decode::read_int::<u16, _>(&mut rd) else {
+        return Ok(None);
+    };
+    if version > EVENT_FORMAT_VERSION {
+        return Err(EventCodecError::Version(version));
+    }
+    if version < 2 {
+        return Ok(None);
+    }
+    let Ok(1) = decode::read_map_len(&mut rd) else {
+        return Ok(None);
+    };
+    let Ok(name_len) = decode::read_str_len(&mut rd) else {
+        return Ok(None);
+    };
+    let Some((name, rest)) = rd.split_at_checked(name_len as usize) else {
+        return Ok(None);
+    };
+    if name != b"AuditRecorded" {
+        return Ok(Some(None));
+    }
+    let mut rd = rest;
+    let Ok(3..) = decode::read_array_len(&mut rd) else {
+        return Ok(None);
+    };
+    let mut de = rmp_serde::Deserializer::from_read_ref(rd);
+    let tenant_id = Uuid::deserialize(&mut de)?;
+    let entry = AuditEntry::deserialize(&mut de)?;
+    Ok(Some(Some((tenant_id, entry))))
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum EventCodecError {
+    #[error("event could not be encoded: {0}")]
+    Encode(#[from] rmp_serde::encode::Error),
+    #[error("event could not be decoded: {0}")]
+    Decode(#[from] rmp_serde::decode::Error),
+    #[error(
+        "event format version {0} is newer than this build understands ({EVENT_FORMAT_VERSION})"
+    )]
+    Version(u16),
+}
+
+impl Event {
+    /// The bytes stored (and hashed) in a log record.
+    pub fn encode(&self) -> Result<Vec<u8>, EventCodecError> {
+        Ok(rmp_serde::to_vec(&(EVENT_FORMAT_VERSION, self))?)
+    }
+
+    pub fn decode(bytes: &[u8]) -> Result<Event, EventCodecError> {
+        let (version, event): (u16, Event) = rmp_serde::from_slice(bytes)?;
+        if version > EVENT_FORMAT_VERSION {
+            return Err(EventCodecError::Version(version));
+        }
+        Ok(event)
+    }
+
+    /// The tenant and list fields of an audit event, without its detail; `None` for any
+    /// other event.
+    ///
+    /// The detail holds whole request and response bodies (an audit list's response is tens of
+    /// kilobytes): lists and exports need only the entry, and decoding the detail into JSON
+    /// values costs many times what the entry does. The v2 layout is
+    /// `[version, {"AuditRecorded": [tenant_id, entry, detail]}]`, so the entry is read and the
+    /// rest left unread; any other layout (v1 named maps) takes the full decode.
+    pub fn decode_audit_entry(bytes: &[u8]) -> Result<Option<(Uuid, AuditEntry)>, EventCodecError> {
+        if let Some(head) = audit_head_v2(bytes)? {
+            return Ok(head);
+        }
+        Ok(match Event::decode(bytes)? {
+            Event::AuditRecorded(rec) => Some((rec.tenant_id, rec.entry)),
+            _ => None,
+        })
+    }
+
+    /// Short name of the variant, for logs and the history view.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Event::TenantCreated(_) => "TenantCreated",
+            Event::TenantUpdated(_) => "TenantUpdated",
+            Event::KeyIssued(_) => "KeyIssued",
+            Event::KeyRevoked(_) => "KeyRevoked",
+            Event::AuditRecorded(_) => "AuditRecorded",
+            Event::ExportRequested(_) => "ExportRequested",
+            Event::ExportCompleted(_) => "ExportCompleted",
+            Event::ExportFailed(_) => "ExportFailed",
+            Event::MemoryCreated(_) => "MemoryCreated",
+            Event::MemoryUpdated(_) => "MemoryUpdated",
+            Event::MemoryDeleted(_) => "MemoryDeleted",
+            Event::MemoriesDeletedByType(_) => "MemoriesDeletedByType",
+            Event::CreditsConsumed(_) => "CreditsConsumed",
+            Event::MemoriesDeleted(_) => "MemoriesDeleted",
+            Event::MemoriesExpired(_) => "MemoriesExpired",
+            Event::MemorySuperseded(_) => "MemorySuperseded",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

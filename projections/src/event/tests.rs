@@ -1,0 +1,294 @@
+//! The event codec's tests: round trips, older layouts and versions, and the closed sets'
+//! names.
+
+use serde_json::Value;
+
+use super::*;
+
+fn sample_audit() -> Event {
+    Event::AuditRecorded(Box::new(AuditRecorded {
+        tenant_id: Uuid::now_v7(),
+        entry: AuditEntry {
+            id: Uuid::now_v7(),
+            action: "memory.write".into(),
+            model_id: None,
+            project_id: Some("p1".into()),
+            gateway_id: None,
+            ip_address: Some("127.0.0.1".into()),
+            user_agent: Some("curl/8".into()),
+            http_status: 200,
+            is_success: true,
+            is_cache_hit: false,
+            error_code: None,
+            error_msg: None,
+            duration: Some(1.5),
+            credits_consumed: 0.0,
+            balance_consumed_usd: 0.0,
+            tokens: Some(Tokens {
+                prompt_tokens: 1,
+                completion_tokens: 2,
+                total_tokens: 3,
+            }),
+            metadata: Some(serde_json::json!({"team": "a", "n": [1, 2.5, -3]})),
+            created_at: 1_700_000_000_123_000,
+            detail_hash: Some([5; 32]),
+        },
+        detail: AuditDetail {
+            request_body: Some(serde_json::json!({"content": "x"})),
+            response_ref: Some(ResponseRef::List(ListRef {
+                from: -5,
+                to: i64::MAX,
+                action: Some("gateway.chat".into()),
+                after: Some((7, 8)),
+                at_seq: 9,
+                page: 1,
+                page_size: 2,
+                seqs: vec![3, 1],
+                total: 2,
+                next_cursor: None,
+                show_hash: true,
+            })),
+            ..Default::default()
+        },
+    }))
+}
+
+#[test]
+fn audit_records_written_before_the_detail_hash_and_references_decode() {
+    // An AuditRecorded as this build wrote it before `detail_hash` (entry) and
+    // `response_ref` (detail) existed: both read back as None, in both layouts.
+    #[derive(Serialize)]
+    struct OldEntry {
+        id: Uuid,
+        action: String,
+        model_id: Option<String>,
+        project_id: Option<String>,
+        gateway_id: Option<String>,
+        ip_address: Option<String>,
+        user_agent: Option<String>,
+        http_status: u16,
+        is_success: bool,
+        is_cache_hit: bool,
+        error_code: Option<i64>,
+        error_msg: Option<String>,
+        duration: Option<f64>,
+        credits_consumed: f64,
+        balance_consumed_usd: f64,
+        tokens: Option<Tokens>,
+        metadata: Option<Value>,
+        created_at: i64,
+    }
+    #[derive(Serialize)]
+    struct OldDetail {
+        request_body: Option<Value>,
+        response_body: Option<Value>,
+        input_content: Option<Value>,
+        output_content: Option<Value>,
+        rag_query: Option<Vec<String>>,
+        rag_results: Option<Vec<Value>>,
+        memory_query: Option<Vec<String>>,
+        memory_results: Option<Vec<Value>>,
+        response_json: Option<String>,
+    }
+    #[derive(Serialize)]
+    struct OldRecorded {
+        tenant_id: Uuid,
+        entry: OldEntry,
+        detail: OldDetail,
+    }
+    #[derive(Serialize)]
+    enum OldEvent {
+        AuditRecorded(OldRecorded),
+    }
+    let Event::AuditRecorded(mut rec) = sample_audit() else {
+        unreachable!()
+    };
+    rec.entry.detail_hash = None;
+    rec.detail.response_ref = None;
+    rec.detail.response_json = Some("{\"success\":true}".into());
+    let e = rec.entry.clone();
+    let d = rec.detail.clone();
+    let old = OldEvent::AuditRecorded(OldRecorded {
+        tenant_id: rec.tenant_id,
+        entry: OldEntry {
+            id: e.id,
+            action: e.action,
+            model_id: e.model_id,
+            project_id: e.project_id,
+            gateway_id: e.gateway_id,
+            ip_address: e.ip_address,
+            user_agent: e.user_agent,
+            http_status: e.http_status,
+            is_success: e.is_success,
+            is_cache_hit: e.is_cache_hit,
+            error_code: e.error_code,
+            error_msg: e.error_msg,
+            duration: e.duration,
+            credits_consumed: e.credits_consumed,
+            balance_consumed_usd: e.balance_consumed_usd,
+            tokens: e.tokens,
+            metadata: e.metadata,
+            created_at: e.created_at,
+        },
+        detail: OldDetail {
+            request_body: d.request_body,
+            response_body: d.response_body,
+            input_content: d.input_content,
+            output_content: d.output_content,
+            rag_query: d.rag_query,
+            rag_results: d.rag_results,
+            memory_query: d.memory_query,
+            memory_results: d.memory_results,
+            response_json: d.response_json,
+        },
+    });
+    let want = Event::AuditRecorded(rec.clone());
+    for bytes in [
+        rmp_serde::to_vec(&(2u16, &old)).expect("encode"),
+        rmp_serde::to_vec_named(&(1u16, &old)).expect("encode"),
+    ] {
+        assert_eq!(Event::decode(&bytes).expect("decode"), want);
+        assert_eq!(
+            Event::decode_audit_entry(&bytes).expect("entry"),
+            Some((rec.tenant_id, rec.entry.clone()))
+        );
+    }
+}
+
+#[test]
+fn event_round_trips_through_msgpack() {
+    let event = sample_audit();
+    let bytes = event.encode().expect("encode");
+    assert_eq!(Event::decode(&bytes).expect("decode"), event);
+}
+
+#[test]
+fn newer_format_version_is_refused() {
+    let bytes = rmp_serde::to_vec(&(EVENT_FORMAT_VERSION + 1, sample_audit())).expect("encode");
+    assert!(
+        matches!(Event::decode(&bytes), Err(EventCodecError::Version(v)) if v == EVENT_FORMAT_VERSION + 1)
+    );
+}
+
+#[test]
+fn audit_entry_decodes_alone_from_both_layouts() {
+    let event = sample_audit();
+    let Event::AuditRecorded(rec) = &event else {
+        unreachable!()
+    };
+    let want = Some((rec.tenant_id, rec.entry.clone()));
+    let v2 = event.encode().expect("encode");
+    assert!(
+        audit_head_v2(&v2).expect("v2").is_some(),
+        "v2 takes the light path"
+    );
+    assert_eq!(Event::decode_audit_entry(&v2).expect("v2"), want);
+    let v1 = rmp_serde::to_vec_named(&(1u16, &event)).expect("encode");
+    assert_eq!(Event::decode_audit_entry(&v1).expect("v1"), want);
+    let other = Event::CreditsConsumed(CreditsConsumed {
+        tenant_id: rec.tenant_id,
+        credits: 1.0,
+        usd: 0.001,
+        at: 1,
+    })
+    .encode()
+    .expect("encode");
+    assert_eq!(Event::decode_audit_entry(&other).expect("other"), None);
+    let newer = rmp_serde::to_vec(&(EVENT_FORMAT_VERSION + 1, &event)).expect("encode");
+    assert!(matches!(
+        Event::decode_audit_entry(&newer),
+        Err(EventCodecError::Version(_))
+    ));
+}
+
+#[test]
+fn version_1_named_maps_still_decode() {
+    let event = sample_audit();
+    let v1 = rmp_serde::to_vec_named(&(1u16, &event)).expect("encode");
+    let v2 = event.encode().expect("encode");
+    assert!(v2.len() * 2 < v1.len(), "{} vs {}", v2.len(), v1.len());
+    assert_eq!(Event::decode(&v1).expect("decode v1"), event);
+}
+
+#[test]
+fn missing_trailing_fields_decode_with_defaults() {
+    // A record written before a field existed must still decode: new fields go last and
+    // default, in both the array (v2) and the named-map (v1) layout.
+    #[derive(Serialize)]
+    struct OldUpdate {
+        tenant_id: Uuid,
+        name: Option<String>,
+    }
+    #[derive(Serialize)]
+    enum OldEvent {
+        TenantUpdated(OldUpdate),
+    }
+    #[derive(Deserialize, Debug)]
+    struct Grown {
+        tenant_id: Uuid,
+        name: Option<String>,
+        #[serde(default)]
+        added_later: Option<u32>,
+    }
+    let id = Uuid::now_v7();
+    let old = OldUpdate {
+        tenant_id: id,
+        name: Some("a".into()),
+    };
+    for bytes in [
+        rmp_serde::to_vec(&old).expect("encode"),
+        rmp_serde::to_vec_named(&old).expect("encode"),
+    ] {
+        let g: Grown = rmp_serde::from_slice(&bytes).expect("decode");
+        assert_eq!(
+            (g.tenant_id, g.name.as_deref(), g.added_later),
+            (id, Some("a"), None)
+        );
+    }
+    // A v1 event missing a required field is refused, never completed with an invented value.
+    let bytes = rmp_serde::to_vec_named(&(
+        1u16,
+        OldEvent::TenantUpdated(OldUpdate {
+            tenant_id: id,
+            name: None,
+        }),
+    ))
+    .expect("encode");
+    let err = Event::decode(&bytes);
+    assert!(err.is_err(), "{err:?}");
+}
+
+/// Every name parses back to its value, serde writes the same name (events and the API
+/// store and show serde's), and a name outside the set is refused listing the set.
+fn names_round_trip<
+    T: Named + std::str::FromStr<Err = String> + Serialize + PartialEq + std::fmt::Debug,
+>() {
+    for v in T::VARIANTS.iter().copied() {
+        assert_eq!(v.as_str().parse::<T>(), Ok(v));
+        assert_eq!(
+            serde_json::to_value(v).expect("json"),
+            serde_json::Value::from(v.as_str())
+        );
+    }
+    assert!("gold".parse::<T>().is_err());
+}
+
+#[test]
+fn names_parse_and_print() {
+    names_round_trip::<Plan>();
+    names_round_trip::<Permission>();
+    names_round_trip::<MemoryType>();
+    names_round_trip::<ExportFormat>();
+    assert_eq!(
+        "gold".parse::<Plan>(),
+        Err("unknown plan 'gold' (expected free, basic, pro, business or custom)".into())
+    );
+    assert_eq!(
+        "x".parse::<Permission>(),
+        Err("unknown permission 'x' (expected audit.read, audit.export, memory.read or memory.write)".into())
+    );
+    assert_eq!(
+        "opinion".parse::<MemoryType>(),
+        Err("unknown memory_type 'opinion' (expected rule, fact or context)".into())
+    );
+}
