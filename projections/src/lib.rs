@@ -14,6 +14,7 @@ pub mod keyword;
 pub mod memories;
 mod overlay;
 pub mod projection;
+pub mod seal;
 pub mod sorted_index;
 pub mod tenants;
 pub mod texts;
