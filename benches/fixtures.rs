@@ -143,5 +143,10 @@ pub fn write_events(dir: &Path, n: u64, events: impl Fn(Uuid, u64) -> Event) -> 
 }
 
 pub fn projections(db: &sled::Db) -> Arc<Projections> {
-    Arc::new(auditmem::log::open_projections(db, None).expect("projections"))
+    Arc::new(auditmem::log::open_projections(db, None, mem_keys()).expect("projections"))
+}
+
+/// A keyring in memory: the benches measure the log and the projections, not key files.
+pub fn mem_keys() -> Arc<dyn auditmem::projections::seal::Keyring> {
+    Arc::new(auditmem::projections::seal::MemoryKeyring::default())
 }

@@ -14,6 +14,7 @@ use auditmem::log::verify::verify_tree;
 use auditmem::log::{open_db, LogReader, LOG_TREE};
 use auditmem::projections::audit_index::Filter;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use fixtures::mem_keys;
 
 const BIG: u64 = 1_000_000;
 
@@ -161,7 +162,8 @@ fn verify_and_replay(c: &mut Criterion) {
     g.bench_function("replay", |b| {
         let (dir, db) = log();
         b.iter(|| {
-            auditmem::cli::replay::replay(db, dir.path(), spill(dir.path())).expect("replay")
+            auditmem::cli::replay::replay(db, dir.path(), spill(dir.path()), mem_keys())
+                .expect("replay")
         });
         // Catch-up from a checkpoint is incremental: nothing to do right after a replay.
         let projections = fixtures::projections(db);
@@ -178,7 +180,8 @@ fn verify_and_replay(c: &mut Criterion) {
         .expect("checkpoint")
         == 0
     {
-        auditmem::cli::replay::replay(db, log().0.path(), spill(log().0.path())).expect("replay");
+        auditmem::cli::replay::replay(db, log().0.path(), spill(log().0.path()), mem_keys())
+            .expect("replay");
     }
     let projections = fixtures::projections(db);
     let tenant = fixtures::tenant_ids()[0];
@@ -207,7 +210,8 @@ fn verify_and_replay(c: &mut Criterion) {
         ),
     ];
     // As the service opens it: sealed blocks in a file in the data dir, read per query.
-    let filed = auditmem::log::open_projections(db, spill(log().0.path())).expect("projections");
+    let filed = auditmem::log::open_projections(db, spill(log().0.path()), mem_keys())
+        .expect("projections");
     let mut g = c.benchmark_group("audit_index_1m");
     g.throughput(Throughput::Elements(1));
     for (suffix, projections) in [("", &*projections), ("_file", &filed)] {
@@ -239,7 +243,8 @@ fn replay_memories(c: &mut Criterion) {
         let dir = tempfile::tempdir().expect("tempdir");
         let db = fixtures::write_events(dir.path(), MEMORIES, fixtures::memory_created);
         b.iter(|| {
-            auditmem::cli::replay::replay(&db, dir.path(), spill(dir.path())).expect("replay")
+            auditmem::cli::replay::replay(&db, dir.path(), spill(dir.path()), mem_keys())
+                .expect("replay")
         });
         let projections = fixtures::projections(&db);
         let live: usize = fixtures::tenant_ids()
@@ -257,7 +262,8 @@ fn replay_memories(c: &mut Criterion) {
             fixtures::memory_created(tenant, i)
         });
         b.iter(|| {
-            auditmem::cli::replay::replay(&db, dir.path(), spill(dir.path())).expect("replay")
+            auditmem::cli::replay::replay(&db, dir.path(), spill(dir.path()), mem_keys())
+                .expect("replay")
         });
         let projections = fixtures::projections(&db);
         assert_eq!(projections.memories.count(&tenant) as u64, MEMORIES);

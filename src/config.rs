@@ -69,6 +69,11 @@ pub struct ServeArgs {
     /// data dir's log does not reproduce.
     #[arg(long, env = "AUDITMEM_CHECKPOINTS_FILE")]
     pub checkpoints_file: Option<PathBuf>,
+    /// The key-encryption key that wraps every data key (64 hex digits). Default:
+    /// `master.key` in the data dir, generated at the first start. Keep a copy apart from the
+    /// data dir's backups: without it nothing sealed can be read.
+    #[arg(long, env = "AUDITMEM_MASTER_KEY_FILE")]
+    pub master_key_file: Option<PathBuf>,
     /// Sign a checkpoint after this many new records.
     #[arg(long, env = "AUDITMEM_CHECKPOINT_EVERY", default_value_t = 10_000)]
     pub checkpoint_every: u64,
@@ -284,6 +289,11 @@ impl ServeArgs {
             .unwrap_or_else(|| self.data_dir.join(DEFAULT_SIGNING_KEY))
     }
 
+    /// The key-encryption key's file: `--master-key-file`, or `master.key` in the data dir.
+    pub fn master_key_path(&self) -> PathBuf {
+        master_key_path(&self.data_dir, self.master_key_file.as_deref())
+    }
+
     /// The checkpoints file: `--checkpoints-file`, or `checkpoints.ndjson` in the data dir.
     pub fn checkpoints_path(&self) -> PathBuf {
         self.checkpoints_file
@@ -296,6 +306,17 @@ impl ServeArgs {
 /// inside it, so that a new data dir never meets another log's checkpoints or key.
 pub const DEFAULT_SIGNING_KEY: &str = "signing.key";
 pub const DEFAULT_CHECKPOINTS_FILE: &str = "checkpoints.ndjson";
+
+/// The key-encryption key's name in the data dir when no path is given.
+pub const DEFAULT_MASTER_KEY: &str = "master.key";
+
+/// `given`, or the default key-encryption key of `data_dir`.
+pub fn master_key_path(data_dir: &std::path::Path, given: Option<&std::path::Path>) -> PathBuf {
+    given.map_or_else(
+        || data_dir.join(DEFAULT_MASTER_KEY),
+        std::path::Path::to_path_buf,
+    )
+}
 
 /// Where the log of record lives: `sled` (the data dir, one node) or a NATS JetStream stream
 /// that every node mirrors into its data dir (`nats://HOST:PORT[,HOST:PORT...]`).
@@ -489,6 +510,10 @@ pub struct ReplayArgs {
     /// The data dir whose projections are rebuilt (the server must be stopped).
     #[arg(long, env = "AUDITMEM_DATA_DIR", default_value = "data")]
     pub data_dir: PathBuf,
+    /// The key-encryption key the data dir's keys are wrapped with (default: `master.key`
+    /// in the data dir).
+    #[arg(long, env = "AUDITMEM_MASTER_KEY_FILE")]
+    pub master_key_file: Option<PathBuf>,
 }
 
 #[cfg(test)]

@@ -19,6 +19,7 @@ pub mod extract;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod http_client;
+pub mod keys;
 pub mod log;
 mod openai_compat;
 pub mod registry;

@@ -45,6 +45,9 @@ pub struct Projections {
     pub audit: audit_index::AuditIndex,
     pub exports: exports::Exports,
     pub memories: memories::Memories,
+    /// The data keys personal fields are sealed under (`seal`): what the read paths open
+    /// them with, and what erasure destroys.
+    pub keys: std::sync::Arc<dyn seal::Keyring>,
 }
 
 /// The in-memory part of every projection, holding no handle on the database: what
@@ -52,6 +55,7 @@ pub struct Projections {
 pub struct Detached {
     audit: audit_index::Detached,
     memories: memories::Detached,
+    keys: std::sync::Arc<dyn seal::Keyring>,
 }
 
 impl Projections {
@@ -68,11 +72,13 @@ impl Projections {
             audit,
             exports,
             memories,
+            keys,
         } = self;
         drop((tenants, exports));
         Detached {
             audit: audit.detach(),
             memories: memories.detach(),
+            keys,
         }
     }
 
@@ -84,6 +90,7 @@ impl Projections {
             audit: audit_index::AuditIndex::attach(db, d.audit)?,
             exports: exports::Exports::open(db)?,
             memories: memories::Memories::attach(db, d.memories)?,
+            keys: d.keys,
         })
     }
 
@@ -98,11 +105,12 @@ impl Projections {
     /// Opens every projection; `vectors` reads a memory event's vector from the log, for the
     /// memories projection rebuilding its vector table; large vector tables keep their f32
     /// rows in files as `spill` says, and the audit index its sealed time-index blocks in a
-    /// file in the same directory (none: both on the heap).
+    /// file in the same directory (none: both on the heap). `keys` opens what is sealed.
     pub fn open(
         db: &sled::Db,
         vectors: memories::VectorSource<'_>,
         spill: Option<vector_table::Spill>,
+        keys: std::sync::Arc<dyn seal::Keyring>,
     ) -> projection::Result<Self> {
         Ok(Self {
             tenants: tenants::Tenants::open(db)?,
@@ -113,6 +121,7 @@ impl Projections {
             },
             exports: exports::Exports::open(db)?,
             memories: memories::Memories::open(db, vectors, spill)?,
+            keys,
         })
     }
 

@@ -196,7 +196,9 @@ pub struct Sealed {
 pub enum SealError {
     /// The key is not the one the value was sealed under, the associated data differs, or the
     /// bytes were changed.
-    #[error("a sealed value does not open under its keys (changed bytes, another key or another place)")]
+    #[error(
+        "a sealed value does not open under its keys (changed bytes, another key or another place)"
+    )]
     Open,
 }
 
@@ -390,7 +392,10 @@ mod tests {
         let ring = MemoryKeyring::default();
         let s = Sealed::seal_for(&ring, &[alice()], b"place", b"078-05-1120").expect("seal");
         assert_eq!(
-            s.open_with(&ring, b"place").expect("open").as_deref().map(|v| v.as_slice()),
+            s.open_with(&ring, b"place")
+                .expect("open")
+                .as_deref()
+                .map(|v| v.as_slice()),
             Some(&b"078-05-1120"[..])
         );
         assert!(!s.ct.windows(11).any(|w| w == b"078-05-1120"));
@@ -408,14 +413,19 @@ mod tests {
         let ring = MemoryKeyring::default();
         let bot = Subject::Agent(Uuid::nil(), "bot".into());
         let both = Sealed::seal_for(&ring, &[bot.clone(), alice()], b"", b"x").expect("seal");
-        let only_bot = Sealed::seal_for(&ring, &[bot.clone()], b"", b"y").expect("seal");
+        let only_bot =
+            Sealed::seal_for(&ring, std::slice::from_ref(&bot), b"", b"y").expect("seal");
         assert_eq!(both.keys.len(), 2);
         let alice_key = ring.find(&alice()).expect("find").expect("alice has a key");
         assert_eq!(ring.destroy(&[alice_key]).expect("destroy"), 1);
         assert_eq!(ring.destroy(&[alice_key]).expect("again"), 0);
         assert!(both.open_with(&ring, b"").expect("ring").is_none());
         assert_eq!(
-            only_bot.open_with(&ring, b"").expect("ring").as_deref().map(|v| v.as_slice()),
+            only_bot
+                .open_with(&ring, b"")
+                .expect("ring")
+                .as_deref()
+                .map(|v| v.as_slice()),
             Some(&b"y"[..])
         );
         // The subject seen again gets a new key, under which the old value still does not open.

@@ -28,7 +28,11 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<ExitCode> {
         &args.data_dir,
         auditmem_projections::vector_table::SPILL_ROWS,
     );
-    let n = replay(&db, &args.data_dir, spill)?;
+    let keys = crate::keys::open_in(
+        &args.data_dir,
+        &crate::config::master_key_path(&args.data_dir, args.master_key_file.as_deref()),
+    )?;
+    let n = replay(&db, &args.data_dir, spill, keys)?;
     let secs = started.elapsed().as_secs_f64();
     println!(
         "replayed {n} records in {secs:.2}s ({:.0} records/s)",
@@ -43,13 +47,15 @@ pub fn replay(
     db: &sled::Db,
     data_dir: &Path,
     spill: Option<auditmem_projections::vector_table::Spill>,
+    keys: std::sync::Arc<dyn auditmem_projections::seal::Keyring>,
 ) -> anyhow::Result<u64> {
     // By name, without opening them: replay must work whatever state they are in.
     for name in Projections::TREES {
         db.drop_tree(name)
             .with_context(|| format!("dropping {name}"))?;
     }
-    let projections = crate::log::open_projections(db, spill).context("reopening projections")?;
+    let projections =
+        crate::log::open_projections(db, spill, keys).context("reopening projections")?;
     let log = LogReader::open(db)?;
     let head = log.head()?.seq;
     // The Merkle tree is a projection too, rebuilt leaf by leaf from the records. It needs

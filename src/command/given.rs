@@ -20,7 +20,12 @@ impl Given {
     pub fn new() -> Result<Given, ProjectionError> {
         let db = sled::Config::new().temporary(true).open()?;
         // Vectors come with the applied events; there is no log to read them back from.
-        let projections = Projections::open(&db, &|_| Ok(None), None)?;
+        let projections = Projections::open(
+            &db,
+            &|_| Ok(None),
+            None,
+            std::sync::Arc::new(auditmem_projections::seal::MemoryKeyring::default()),
+        )?;
         Ok(Given {
             projections,
             next_seq: 1,

@@ -283,10 +283,14 @@ fn audit_entry_of(seq: u64, value: &[u8]) -> Result<Option<(Uuid, AuditEntry)>, 
 /// Opens every projection over `db`, the memories projection reading vectors from its log;
 /// large vector tables keep their f32 rows in unlinked files as `spill` says (in the data dir,
 /// in the service), or on the heap without one.
-pub fn open_projections(db: &sled::Db, spill: Option<Spill>) -> anyhow::Result<Projections> {
+pub fn open_projections(
+    db: &sled::Db,
+    spill: Option<Spill>,
+    keys: std::sync::Arc<dyn auditmem_projections::seal::Keyring>,
+) -> anyhow::Result<Projections> {
     let log = LogReader::open(db)?;
     let vectors = |seq: u64| log.vector_at(seq).map_err(|e| e.to_string());
-    Ok(Projections::open(db, &vectors, spill)?)
+    Ok(Projections::open(db, &vectors, spill, keys)?)
 }
 
 /// The spill settings of a data dir: its vector tables' f32 rows in files in the dir itself

@@ -76,6 +76,7 @@ impl Service {
         let created = Created {
             data_dir: (!args.data_dir.exists()).then(|| args.data_dir.clone()),
             signing_key: (!args.signing_key_path().exists()).then(|| args.signing_key_path()),
+            master_key: (!args.master_key_path().exists()).then(|| args.master_key_path()),
         };
         let mut providers = Some(providers);
         let started = Self::start_with(&args, tokens, witnesses, &mut providers).await;
@@ -338,11 +339,12 @@ fn inside(path: &Path, dir: &Path) -> bool {
 struct Created {
     data_dir: Option<PathBuf>,
     signing_key: Option<PathBuf>,
+    master_key: Option<PathBuf>,
 }
 
 impl Created {
     fn remove(self) {
-        if let Some(key) = self.signing_key {
+        for key in [self.signing_key, self.master_key].into_iter().flatten() {
             let _ = std::fs::remove_file(key);
         }
         if let Some(dir) = self.data_dir {

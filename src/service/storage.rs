@@ -42,7 +42,8 @@ impl Storage {
             )
         })?;
         let spill = crate::log::spill_in(dir, args.vector_spill_rows);
-        let projections = open_or_rebuild_projections(&db, dir, spill)?;
+        let keys = crate::keys::open_in(dir, &args.master_key_path())?;
+        let projections = open_or_rebuild_projections(&db, dir, spill, keys)?;
         let log = LogReader::open(&db)?;
         let behind = log
             .head()?
@@ -167,8 +168,9 @@ fn open_or_rebuild_projections(
     db: &sled::Db,
     data_dir: &Path,
     spill: Option<auditmem_projections::vector_table::Spill>,
+    keys: Arc<dyn auditmem_projections::seal::Keyring>,
 ) -> anyhow::Result<Projections> {
-    match crate::log::open_projections(db, spill.clone()) {
+    match crate::log::open_projections(db, spill.clone(), keys.clone()) {
         Ok(p) => Ok(p),
         Err(e)
             if matches!(
@@ -178,14 +180,15 @@ fn open_or_rebuild_projections(
         {
             tracing::warn!(error = %e, "projection state is corrupt: rebuilding every projection from the log");
             let started = Instant::now();
-            let n = crate::cli::replay::replay(db, data_dir, spill.clone())
+            let n = crate::cli::replay::replay(db, data_dir, spill.clone(), keys.clone())
                 .context("rebuilding projections from the log")?;
             tracing::warn!(
                 records = n,
                 elapsed_ms = started.elapsed().as_millis() as u64,
                 "projections rebuilt from the log"
             );
-            crate::log::open_projections(db, spill).context("opening projections after the rebuild")
+            crate::log::open_projections(db, spill, keys)
+                .context("opening projections after the rebuild")
         }
         Err(e) => Err(e).context("opening projections"),
     }

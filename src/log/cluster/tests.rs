@@ -40,8 +40,14 @@ impl Node {
 
     fn start_in(stream: &FakeStream, name: &str, dir: tempfile::TempDir) -> Node {
         let db = crate::log::open_db(dir.path()).expect("open the data dir");
-        let projections =
-            Arc::new(crate::log::open_projections(&db, None).expect("open the projections"));
+        let projections = Arc::new(
+            crate::log::open_projections(
+                &db,
+                None,
+                Arc::new(auditmem_projections::seal::MemoryKeyring::default()),
+            )
+            .expect("open the projections"),
+        );
         let (appender, thread) = super::start_with(
             db.clone(),
             dir.path(),
