@@ -82,6 +82,8 @@ pub struct PendingOps {
     pub usd: f64,
     /// The response body is a file stream: do not buffer or record it.
     pub streamed: bool,
+    /// `command::Audit::subjects`: whose data the entry shows beyond the request's scope.
+    pub subjects: Vec<auditmem_projections::seal::Subject>,
 }
 
 /// A handler's answer with what the gate records and commits with it.
@@ -110,6 +112,7 @@ impl<R> Recorded<R> {
             credits: audit.credits,
             usd: audit.usd,
             streamed: false,
+            subjects: audit.subjects,
         };
         Recorded::new(wrap(answer), ops)
     }

@@ -132,6 +132,10 @@ pub struct Audit {
     pub detail: AuditDetail,
     pub credits: f64,
     pub usd: f64,
+    /// The subjects whose data the entry shows besides the request's own scope (every memory
+    /// it wrote, changed or answered with, by that memory's subjects): the entry's personal
+    /// fields are sealed under all of them, so erasing any one erases the entry's copy.
+    pub subjects: Vec<auditmem_projections::seal::Subject>,
 }
 
 /// A command's outcome: the answer, the events that make it so, the rule the appender checks
