@@ -279,6 +279,7 @@ pub fn decide(
         },
         credits: charge.credits,
         usd: charge.usd,
+        subjects: Vec::new(),
     };
     Ok(Decision {
         answer,
