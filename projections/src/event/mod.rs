@@ -12,9 +12,10 @@
 //! - Secrets never appear: an API key is stored only as its blake3 hash.
 //!
 //! This module holds the [`Event`] enum and its codec; the event structs live by domain in
-//! `audit`, `tenant`, `export` and `memory`, the closed sets in `names`, all re-exported here.
+//! `audit`, `tenant`, `export`, `memory` and `erasure`, the closed sets in `names`, all re-exported here.
 
 mod audit;
+mod erasure;
 mod export;
 mod memory;
 mod names;
@@ -24,6 +25,7 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 pub use audit::*;
+pub use erasure::*;
 pub use export::*;
 pub use memory::*;
 pub use names::*;
@@ -51,6 +53,7 @@ pub enum Event {
     MemoriesDeleted(MemoriesDeleted),
     MemoriesExpired(MemoriesExpired),
     MemorySuperseded(MemorySuperseded),
+    SubjectsErased(SubjectsErased),
 }
 
 /// [`Event::decode_audit_entry`] on the v2 layout: `Ok(None)` when the bytes are laid out
@@ -156,6 +159,7 @@ impl Event {
             Event::MemoriesDeleted(_) => "MemoriesDeleted",
             Event::MemoriesExpired(_) => "MemoriesExpired",
             Event::MemorySuperseded(_) => "MemorySuperseded",
+            Event::SubjectsErased(_) => "SubjectsErased",
         }
     }
 }
