@@ -225,17 +225,7 @@ mod tests {
                 created_at: NOON,
             })]
         );
-        given.apply(&d.events).expect("apply");
-        let stored = given
-            .projections
-            .tenants
-            .tenant(&Uuid::from_u128(1))
-            .expect("read")
-            .expect("stored");
-        assert_eq!(
-            serde_json::to_value(Tenant::from(&stored)).expect("json"),
-            serde_json::to_value(&d.answer).expect("json")
-        );
+        assert_applied_as_answered(&mut given, &d.events, &Uuid::from_u128(1), &d.answer);
     }
 
     #[test]
@@ -272,16 +262,21 @@ mod tests {
                 updated_at: NOON,
             })]
         );
-        given.apply(&d.events).expect("apply");
+        assert_applied_as_answered(&mut given, &d.events, &TENANT, &d.answer);
+    }
+
+    /// Applies `events` and checks that the tenant `id` as stored shows as `answer` did.
+    fn assert_applied_as_answered(given: &mut Given, events: &[Event], id: &Uuid, answer: &Tenant) {
+        given.apply(events).expect("apply");
         let stored = given
             .projections
             .tenants
-            .tenant(&TENANT)
+            .tenant(id)
             .expect("read")
             .expect("stored");
         assert_eq!(
             serde_json::to_value(Tenant::from(&stored)).expect("json"),
-            serde_json::to_value(&d.answer).expect("json")
+            serde_json::to_value(answer).expect("json")
         );
     }
 
