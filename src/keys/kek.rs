@@ -59,12 +59,16 @@ impl Kek {
         })
     }
 
-    /// Generates a new KEK and writes it to `path` (mode 0600), failing if the file exists.
+    /// Generates a new KEK and writes it to `path` (mode 0600; its directory created as the
+    /// signing key's is), failing if the file exists.
     pub fn generate(path: &Path) -> Result<Kek, KekError> {
         let mut bytes = Zeroizing::new([0u8; KEY_BYTES]);
         fill_random(bytes.as_mut());
         let hex = Zeroizing::new(hex(bytes.as_ref()));
         let write = || -> std::io::Result<()> {
+            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                fs::create_dir_all(dir)?;
+            }
             let mut opts = fs::OpenOptions::new();
             opts.write(true).create_new(true);
             #[cfg(unix)]
