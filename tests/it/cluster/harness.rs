@@ -167,6 +167,15 @@ cluster {{
         format!("nats://{}", hosts.join(","))
     }
 
+    /// Server `i`'s JetStream store dir (`store_dir` in its configuration).
+    pub fn store_dir(&self, i: usize) -> PathBuf {
+        self.servers[i]
+            .conf
+            .parent()
+            .expect("a server's dir")
+            .join("store")
+    }
+
     /// The key-encryption key file every API node is started with.
     pub fn kek(&self) -> &Path {
         &self.kek
