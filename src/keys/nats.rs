@@ -209,7 +209,11 @@ impl Store {
         let mut m = PublishMessage::build()
             .payload(payload.into())
             .expected_last_subject_sequence(seq);
+        // Ours only: a stored message keeps the `Nats-Expected-*` headers it was published with.
         for (name, values) in headers.iter() {
+            if AsRef::<str>::as_ref(name).starts_with("Nats-") {
+                continue;
+            }
             for v in values {
                 m = m.header(name.clone(), v.clone());
             }

@@ -1,6 +1,6 @@
 //! The cluster's keyring: data keys in the `<stream>_KEYS` JetStream store every API node
 //! reads, one key per subject however the nodes race, and a destroy on one node that the
-//! others see at once and that no stream file on any server keeps.
+//! others see at once and that no stream file on any server keeps, and the KEK rotated offline.
 
 use super::harness::{api_node, poll, NatsCluster};
 use crate::common::{path_str, ADMIN_TOKEN};
@@ -40,7 +40,7 @@ fn holds(path: &Path, needle: &[u8]) -> bool {
 }
 
 #[test]
-fn nodes_share_one_key_per_subject_and_a_destroy_on_one_is_seen_by_the_other_and_erased() {
+fn nodes_share_one_key_per_subject_see_a_destroy_at_once_and_the_kek_rotates_offline() {
     let nats = NatsCluster::start();
     // The service on a cluster keeps its keys in the store, not in its data dir.
     let a = api_node(&nats, &[]);
@@ -226,4 +226,40 @@ fn nodes_share_one_key_per_subject_and_a_destroy_on_one_is_seen_by_the_other_and
     let again = two.key_of(&alice).expect("a new key");
     assert_ne!(again, alice_key);
     assert_eq!(one.key_of(&alice).expect("the same"), again);
+    let bob = Sealed::seal_for(&one, &subjects[1..2], b"aad", b"bob's").expect("seal");
+    drop((one, two));
+
+    // The KEK rotated on the stopped cluster: every key opens under the new one only.
+    let new = tmp.path().join("new.key");
+    let (code, out, err) = crate::common::cli(
+        &[
+            "admin",
+            "rotate-master-key",
+            "--log",
+            &nats.urls(),
+            "--master-key-file",
+            path_str(nats.kek()),
+            "--new-master-key-file",
+            path_str(&new),
+        ],
+        &[],
+    );
+    assert_eq!(code, 0, "{err}");
+    // 16 keys and their subject records, and the check value.
+    assert!(
+        out.contains(&format!("re-wrapped 33 values under {}", new.display())),
+        "{out}"
+    );
+    assert!(matches!(
+        NatsKeyring::open(&config, nats.kek()),
+        Err(auditmem::keys::OpenError::WrongKek { .. })
+    ));
+    let rotated = NatsKeyring::open(&config, &new).expect("the keyring under the new KEK");
+    assert_eq!(rotated.keys_of_tenant(tenant).expect("list").len(), 16);
+    assert_eq!(rotated.find(&alice).expect("find"), Some(again));
+    let plain = bob
+        .open_with(&rotated, b"aad")
+        .expect("open")
+        .expect("live");
+    assert_eq!(plain.as_slice(), b"bob's");
 }
