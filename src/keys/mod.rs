@@ -41,6 +41,8 @@ pub enum OpenError {
     WrongKek { store: String, kek: PathBuf },
     #[error("the key-encryption key {kek} is missing but {store} holds keys: without it no sealed data can be read; restore that file or pass --master-key-file")]
     MissingKek { store: String, kek: PathBuf },
+    #[error("the key-encryption key {kek} does not exist: on a cluster every API node needs the same KEK file; make it once (`openssl rand -hex 32 > FILE`, mode 0600), copy it to every node and name it with --master-key-file")]
+    NoClusterKek { kek: PathBuf },
     #[error("key directory {dir}: {source}")]
     Io {
         dir: PathBuf,

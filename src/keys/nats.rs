@@ -315,8 +315,8 @@ impl Drop for OwnRuntime {
 
 impl NatsKeyring {
     /// Connects to the key store of the log `config` names and checks the KEK at `kek_path`
-    /// against it. The first node of a cluster writes the store's check value, generating the
-    /// KEK file when it does not exist; any other node must have a copy of that file.
+    /// against it. The first node of a cluster writes the store's check value; every node
+    /// must have the KEK file (the cluster's one KEK, which no node generates).
     pub fn open(config: &NatsConfig, kek_path: &Path) -> Result<NatsKeyring, OpenError> {
         let own = OwnRuntime(Some(
             tokio::runtime::Builder::new_multi_thread()
@@ -400,13 +400,17 @@ impl NatsKeyring {
                     kek: kek_path.to_path_buf(),
                 })
             }
+            // A KEK one node generated would be known to that node only (and removed again if
+            // its start failed, leaving a store no KEK opens): the operator makes the one KEK
+            // of the cluster and gives it to every node.
+            None if !kek_path.exists() => {
+                return Err(OpenError::NoClusterKek {
+                    kek: kek_path.to_path_buf(),
+                })
+            }
             Some(_) => Kek::load(kek_path)?,
             None => {
-                let kek = if kek_path.exists() {
-                    Kek::load(kek_path)?
-                } else {
-                    Kek::generate(kek_path)?
-                };
+                let kek = Kek::load(kek_path)?;
                 let s = store.clone();
                 let check = kek.check_value();
                 wait_on(rt, timeout, async move {

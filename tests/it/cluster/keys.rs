@@ -42,6 +42,40 @@ fn holds(path: &Path, needle: &[u8]) -> bool {
 #[test]
 fn nodes_share_one_key_per_subject_see_a_destroy_at_once_and_the_kek_rotates_offline() {
     let nats = NatsCluster::start();
+    // A node with no KEK is refused and makes none of its own (it would be this node's
+    // only), another KEK is refused by name; neither listens.
+    let tmp = tempfile::tempdir().expect("tmp");
+    let refused = |kek: &Path| -> String {
+        let out = Command::new(crate::common::bin())
+            .args(["serve", "--listen", "127.0.0.1:0", "--log", &nats.urls()])
+            .args(["--data-dir", path_str(&tmp.path().join("data"))])
+            .args(["--master-key-file", path_str(kek)])
+            .env("AUDITMEM_ADMIN_TOKEN", ADMIN_TOKEN)
+            .env(
+                "AUDITMEM_MODEL_DIR",
+                Path::new(env!("CARGO_MANIFEST_DIR")).join("models/all-MiniLM-L6-v2"),
+            )
+            .env("AUDITMEM_LOG", "error")
+            .stdin(Stdio::null())
+            .output()
+            .expect("run");
+        assert_eq!(out.status.code(), Some(2));
+        assert!(!String::from_utf8_lossy(&out.stdout).contains("listening"));
+        String::from_utf8_lossy(&out.stderr).to_string()
+    };
+    let none = tmp.path().join("none.key");
+    let err = refused(&none);
+    assert!(
+        err.contains(&format!(
+            "the key-encryption key {} does not exist: on a cluster every API node needs the same KEK file",
+            none.display()
+        )),
+        "{err}"
+    );
+    assert!(!none.exists());
+    assert!(nats
+        .stream_state(0, "AUDITMEM_KEYS")
+        .is_none_or(|s| s["messages"] == 0));
     // The service on a cluster keeps its keys in the store, not in its data dir.
     let a = api_node(&nats, &[]);
     let keys_stream = "AUDITMEM_KEYS";
@@ -60,27 +94,9 @@ fn nodes_share_one_key_per_subject_see_a_destroy_at_once_and_the_kek_rotates_off
     );
     assert!(!a.data_dir.join("keys/kek.check").exists());
     drop(a);
-
-    // A node with another KEK is refused by name and never listens.
-    let tmp = tempfile::tempdir().expect("tmp");
     let other = tmp.path().join("other.key");
     auditmem::keys::Kek::generate(&other).expect("another KEK");
-    let out = Command::new(crate::common::bin())
-        .args(["serve", "--listen", "127.0.0.1:0", "--log", &nats.urls()])
-        .args(["--data-dir", path_str(&tmp.path().join("data"))])
-        .args(["--master-key-file", path_str(&other)])
-        .env("AUDITMEM_ADMIN_TOKEN", ADMIN_TOKEN)
-        .env(
-            "AUDITMEM_MODEL_DIR",
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("models/all-MiniLM-L6-v2"),
-        )
-        .env("AUDITMEM_LOG", "error")
-        .stdin(Stdio::null())
-        .output()
-        .expect("run");
-    assert_eq!(out.status.code(), Some(2));
-    assert!(!String::from_utf8_lossy(&out.stdout).contains("listening"));
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = refused(&other);
     assert!(
         err.contains(&format!(
             "the key-encryption key {} does not open the keys in {keys_stream} on",
