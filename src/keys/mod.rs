@@ -21,6 +21,8 @@ pub mod rotate;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use auditmem_projections::seal::Keyring;
+
 pub use dir::DirKeyring;
 pub use kek::{Kek, KekError};
 pub use nats::NatsKeyring;
@@ -31,6 +33,19 @@ pub const KEYS_DIR: &str = "keys";
 /// Opens the keyring of `data_dir` (its `keys` directory) with the KEK at `kek_path`.
 pub fn open_in(data_dir: &Path, kek_path: &Path) -> Result<Arc<DirKeyring>, OpenError> {
     DirKeyring::open(&data_dir.join(KEYS_DIR), kek_path).map(Arc::new)
+}
+
+/// The keyring a data dir is served with: its cluster's key store when its log is on NATS
+/// (`cluster`), else its own key directory.
+pub fn open(
+    data_dir: &Path,
+    kek_path: &Path,
+    cluster: Option<&crate::log::cluster::NatsConfig>,
+) -> Result<Arc<dyn Keyring>, OpenError> {
+    Ok(match cluster {
+        None => open_in(data_dir, kek_path)?,
+        Some(config) => Arc::new(NatsKeyring::open(config, kek_path)?),
+    })
 }
 
 #[derive(Debug, thiserror::Error)]

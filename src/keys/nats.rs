@@ -119,9 +119,10 @@ fn store_error(e: impl std::fmt::Display) -> KeyError {
 }
 
 impl Store {
-    /// Connects and creates the stream if missing, retrying until a deadline: right after the
-    /// servers start there may be no JetStream meta leader to create it.
-    pub async fn connect(config: &NatsConfig) -> anyhow::Result<Store> {
+    /// Connects and creates the stream if missing (`create`; otherwise a missing stream is an
+    /// error), retrying until a deadline: right after the servers start there may be no
+    /// JetStream meta leader to create it.
+    pub async fn connect(config: &NatsConfig, create: bool) -> anyhow::Result<Store> {
         let client = async_nats::ConnectOptions::new()
             .name("auditmem-keys")
             .retry_on_initial_connect()
@@ -135,8 +136,8 @@ impl Store {
         let names = Names::of_log_stream(&config.stream);
         let deadline = Instant::now() + config.timeout.max(Duration::from_secs(30));
         let stream = loop {
-            let made = js
-                .get_or_create_stream(stream::Config {
+            let made = if create {
+                js.get_or_create_stream(stream::Config {
                     name: names.stream.clone(),
                     subjects: vec![names.all()],
                     num_replicas: config.replicas,
@@ -144,14 +145,20 @@ impl Store {
                     retention: stream::RetentionPolicy::Limits,
                     ..Default::default()
                 })
-                .await;
+                .await
+                .map_err(anyhow::Error::from)
+            } else {
+                js.get_stream(&names.stream)
+                    .await
+                    .map_err(anyhow::Error::from)
+            };
             match made {
                 Ok(s) => break s,
                 Err(e) if Instant::now() < deadline => {
                     tracing::info!(error = %e, "waiting for JetStream to hold the key store");
                     tokio::time::sleep(Duration::from_millis(250)).await;
                 }
-                Err(e) => anyhow::bail!("creating the stream {}: {e}", names.stream),
+                Err(e) => anyhow::bail!("the stream {}: {e:#}", names.stream),
             }
         };
         Ok(Store {
@@ -341,7 +348,7 @@ impl NatsKeyring {
         };
         let wait = config.timeout.max(Duration::from_secs(30)) + Duration::from_secs(5);
         let cfg = config.clone();
-        let store = wait_on(rt, wait, async move { Store::connect(&cfg).await })
+        let store = wait_on(rt, wait, async move { Store::connect(&cfg, true).await })
             .map_err(|e| cluster(e.to_string()))?
             .map_err(|e| cluster(format!("{e:#}")))?;
         let kek = Self::check_kek(rt, &store, kek_path, config.timeout, &store_name)?;

@@ -111,7 +111,7 @@ pub fn rotate_dir(data_dir: &Path, old: &Kek, new: &Kek) -> anyhow::Result<Rotat
 
 /// Rotates the keys of a cluster's key store (every API node stopped) from `old` to `new`.
 pub async fn rotate_cluster(config: &NatsConfig, old: &Kek, new: &Kek) -> anyhow::Result<Rotated> {
-    let store = Store::connect(config).await?;
+    let store = Store::connect(config, false).await?;
     let names = store.names.clone();
     let check = store
         .first(&names.check())

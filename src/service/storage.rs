@@ -43,13 +43,11 @@ impl Storage {
         })?;
         let spill = crate::log::spill_in(dir, args.vector_spill_rows);
         // A cluster's keys live in its JetStream store, which every node reads.
-        let keys: Arc<dyn auditmem_projections::seal::Keyring> = match args.cluster.backend() {
-            LogBackend::Sled => crate::keys::open_in(dir, &args.master_key_path())?,
-            LogBackend::Nats(servers) => Arc::new(crate::keys::NatsKeyring::open(
-                &nats_config(args, &servers),
-                &args.master_key_path(),
-            )?),
+        let cluster = match args.cluster.backend() {
+            LogBackend::Sled => None,
+            LogBackend::Nats(servers) => Some(nats_config(args, &servers)),
         };
+        let keys = crate::keys::open(dir, &args.master_key_path(), cluster.as_ref())?;
         let projections = open_or_rebuild_projections(&db, dir, spill, keys)?;
         let log = LogReader::open(&db)?;
         let behind = log

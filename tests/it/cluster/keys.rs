@@ -92,6 +92,24 @@ fn nodes_share_one_key_per_subject_see_a_destroy_at_once_and_the_kek_rotates_off
             }
         },
     );
+    // `replay` of a stopped node's data dir opens the same store.
+    let mut a = a;
+    a.stop();
+    let urls = nats.urls();
+    let (code, out, err) = crate::common::cli(
+        &[
+            "replay",
+            "--data-dir",
+            path_str(&a.data_dir),
+            "--log",
+            &urls,
+            "--master-key-file",
+            path_str(nats.kek()),
+        ],
+        &[],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("replayed "), "{out}");
     assert!(!a.data_dir.join("keys/kek.check").exists());
     drop(a);
     let other = tmp.path().join("other.key");
@@ -167,7 +185,9 @@ fn nodes_share_one_key_per_subject_see_a_destroy_at_once_and_the_kek_rotates_off
         .enable_all()
         .build()
         .expect("runtime");
-    let store = rt.block_on(Store::connect(&config)).expect("the store");
+    let store = rt
+        .block_on(Store::connect(&config, false))
+        .expect("the store");
     let key_subject = store.names.key(&alice_key);
     let record_subject = store.names.subject(tenant, &alice.digest_hex());
     let wrapped = rt
