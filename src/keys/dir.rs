@@ -113,6 +113,32 @@ impl DirKeyring {
             .map_err(|e| KeyError::Store(format!("{}: {e}", path.display())))
     }
 
+    /// Shreds the subject file of digest `digest` if it names key `id`. The data file does
+    /// not name the tenant: every tenant's directory is looked in.
+    fn shred_subject_of(&self, id: &KeyId, digest: &[u8; 32]) -> Result<(), KeyError> {
+        let name: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+        let tenants = match fs::read_dir(self.dir.join("subjects")) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(Self::store(e)),
+        };
+        for tenant in tenants {
+            let tenant = tenant.map_err(Self::store)?;
+            if !tenant.file_type().map_err(Self::store)?.is_dir() {
+                continue;
+            }
+            let dir = tenant.path();
+            let path = dir.join(&name);
+            if let Some((_, named)) = self.read_subject(&path)? {
+                if named == *id {
+                    shred(&path).map_err(Self::store)?;
+                    sync_dir(&dir).map_err(Self::store)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Reads a data key from its file; `None` when it was destroyed.
     fn read_key(&self, id: &KeyId) -> Result<Option<DataKey>, KeyError> {
         let path = self.data_path(id);
@@ -194,8 +220,19 @@ impl Keyring for DirKeyring {
         for id in ids {
             cache.keys.remove(id);
             cache.subjects.retain(|_, v| v != id);
+            // The subject file goes too: it names the subject (sealed) at a path any copy of
+            // the directory shows. The key first, so a crash between leaves a subject file
+            // whose key is gone (read as no key, replaced at the next create).
+            let digest = match fs::read(self.data_path(id)) {
+                Ok(bytes) => self.kek.unwrap_key(id, &bytes).ok().map(|(d, _)| d),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+                Err(e) => return Err(Self::store(e)),
+            };
             if shred(&self.data_path(id)).map_err(Self::store)? {
                 n += 1;
+            }
+            if let Some(digest) = digest {
+                self.shred_subject_of(id, &digest)?;
             }
         }
         sync_dir(&self.dir.join("data")).map_err(Self::store)?;
@@ -302,8 +339,14 @@ mod tests {
         let plain = sealed.open_with(&ring, b"").expect("open").expect("live");
         assert_eq!(plain.as_slice(), b"078-05-1120");
 
+        let subject_file = dir
+            .join("subjects")
+            .join(Uuid::nil().to_string())
+            .join(alice().digest_hex());
+        assert!(subject_file.is_file());
         assert_eq!(ring.destroy(&[id]).expect("destroy"), 1);
         assert!(!dir.join("data").join(id.to_hex()).exists());
+        assert!(!subject_file.exists());
         assert!(sealed.open_with(&ring, b"").expect("ring").is_none());
         drop(ring);
         let ring = DirKeyring::open(&dir, &kek).expect("reopen");
