@@ -514,6 +514,16 @@ pub struct ReplayArgs {
     /// in the data dir).
     #[arg(long, env = "AUDITMEM_MASTER_KEY_FILE")]
     pub master_key_file: Option<PathBuf>,
+    /// For a cluster node's data dir: the log's servers (`nats://HOST:PORT[,...]`, as `serve
+    /// --log` takes them; also `AUDITMEM_LOG`), whose key store holds the data keys.
+    #[arg(long = "log")]
+    pub log: Option<LogBackend>,
+    /// With --log: the log's JetStream stream (its data keys are in `<stream>_KEYS`).
+    #[arg(long, env = "AUDITMEM_NATS_STREAM", default_value = "AUDITMEM")]
+    pub nats_stream: String,
+    /// With --log: how long one request to NATS may take.
+    #[arg(long, env = "AUDITMEM_NATS_TIMEOUT_MS", default_value_t = 5000, value_parser = clap::value_parser!(u64).range(100..=600_000))]
+    pub nats_timeout_ms: u64,
 }
 
 #[cfg(test)]

@@ -56,6 +56,67 @@ pub enum AdminCommand {
     Head,
     /// Sign a checkpoint now and print it.
     Checkpoint,
+    /// Re-wrap every data key under a new key-encryption key, offline: stop the server (on a
+    /// cluster, every API node) first. Then start with `--master-key-file NEW`.
+    RotateMasterKey(RotateArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct RotateArgs {
+    /// The data dir whose keys are re-wrapped.
+    #[arg(long, env = "AUDITMEM_DATA_DIR", default_value = "data")]
+    pub data_dir: std::path::PathBuf,
+    /// The key-encryption key the keys are wrapped with now. Default: `master.key` in the
+    /// data dir.
+    #[arg(long, env = "AUDITMEM_MASTER_KEY_FILE")]
+    pub master_key_file: Option<std::path::PathBuf>,
+    /// The new key-encryption key (64 hex digits); generated, mode 0600, when the file does
+    /// not exist.
+    #[arg(long)]
+    pub new_master_key_file: std::path::PathBuf,
+    /// Rotate a cluster's key store instead of the data dir's: the log's servers
+    /// (`nats://HOST:PORT[,HOST:PORT...]`, as `serve --log` takes them).
+    #[arg(long = "log")]
+    pub log: Option<crate::config::LogBackend>,
+    /// With --log: the log's JetStream stream (the key store is `<stream>_KEYS`).
+    #[arg(long, env = "AUDITMEM_NATS_STREAM", default_value = "AUDITMEM")]
+    pub nats_stream: String,
+    /// With --log: how long one request to NATS may take.
+    #[arg(long, env = "AUDITMEM_NATS_TIMEOUT_MS", default_value_t = 5000)]
+    pub nats_timeout_ms: u64,
+}
+
+/// `admin rotate-master-key`: re-wraps the keys and says how many.
+fn rotate_master_key(args: &RotateArgs) -> anyhow::Result<ExitCode> {
+    let old_path = crate::config::master_key_path(&args.data_dir, args.master_key_file.as_deref());
+    let (old, new) = crate::keys::rotate::load_keks(&old_path, &args.new_master_key_file)?;
+    let done = match &args.log {
+        None | Some(crate::config::LogBackend::Sled) => {
+            crate::keys::rotate::rotate_dir(&args.data_dir, &old, &new)?
+        }
+        Some(crate::config::LogBackend::Nats(servers)) => {
+            let config = crate::log::cluster::NatsConfig {
+                servers: servers.clone(),
+                stream: args.nats_stream.clone(),
+                subject: String::new(),
+                replicas: 3,
+                timeout: std::time::Duration::from_millis(args.nats_timeout_ms),
+            };
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .context("starting the runtime")?
+                .block_on(crate::keys::rotate::rotate_cluster(&config, &old, &new))?
+        }
+    };
+    println!(
+        "re-wrapped {} values under {} ({} already were); start with --master-key-file {}",
+        done.rewrapped,
+        new.path().display(),
+        done.already,
+        new.path().display()
+    );
+    Ok(ExitCode::SUCCESS)
 }
 
 #[derive(Subcommand, Debug)]
@@ -122,6 +183,10 @@ pub enum KeyCommand {
 }
 
 pub fn run(args: AdminArgs) -> anyhow::Result<ExitCode> {
+    // Offline: no server to call, no token needed.
+    if let AdminCommand::RotateMasterKey(rotate) = &args.command {
+        return rotate_master_key(rotate);
+    }
     if let AdminCommand::Pubkey {
         signing_key: Some(path),
         origin,
@@ -231,6 +296,7 @@ pub fn run(args: AdminArgs) -> anyhow::Result<ExitCode> {
         AdminCommand::Pubkey { .. } => call(Method::GET, "/admin/v1/log/pubkey", None)?,
         AdminCommand::Head => call(Method::GET, "/admin/v1/log/head", None)?,
         AdminCommand::Checkpoint => call(Method::POST, "/admin/v1/log/checkpoint", None)?,
+        AdminCommand::RotateMasterKey(rotate) => return rotate_master_key(&rotate),
     };
     println!("{}", serde_json::to_string_pretty(&data)?);
     Ok(ExitCode::SUCCESS)

@@ -7,7 +7,7 @@ use std::time::Instant;
 use anyhow::Context;
 use auditmem_projections::Projections;
 
-use crate::config::ReplayArgs;
+use crate::config::{LogBackend, ReplayArgs};
 use crate::log::{catch_up::catch_up, open_db_with_cache, LogReader};
 
 pub fn run(args: ReplayArgs) -> anyhow::Result<ExitCode> {
@@ -28,9 +28,21 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<ExitCode> {
         &args.data_dir,
         auditmem_projections::vector_table::SPILL_ROWS,
     );
-    let keys = crate::keys::open_in(
+    // A cluster node's data keys are in the cluster's key store, not in its data dir.
+    let cluster = match args.log.clone().or_else(LogBackend::from_env) {
+        None | Some(LogBackend::Sled) => None,
+        Some(LogBackend::Nats(servers)) => Some(crate::log::cluster::NatsConfig {
+            servers,
+            stream: args.nats_stream.clone(),
+            subject: String::new(),
+            replicas: 3,
+            timeout: std::time::Duration::from_millis(args.nats_timeout_ms),
+        }),
+    };
+    let keys = crate::keys::open(
         &args.data_dir,
         &crate::config::master_key_path(&args.data_dir, args.master_key_file.as_deref()),
+        cluster.as_ref(),
     )?;
     let n = replay(&db, &args.data_dir, spill, keys)?;
     let secs = started.elapsed().as_secs_f64();

@@ -42,7 +42,12 @@ impl Storage {
             )
         })?;
         let spill = crate::log::spill_in(dir, args.vector_spill_rows);
-        let keys = crate::keys::open_in(dir, &args.master_key_path())?;
+        // A cluster's keys live in its JetStream store, which every node reads.
+        let cluster = match args.cluster.backend() {
+            LogBackend::Sled => None,
+            LogBackend::Nats(servers) => Some(nats_config(args, &servers)),
+        };
+        let keys = crate::keys::open(dir, &args.master_key_path(), cluster.as_ref())?;
         let projections = open_or_rebuild_projections(&db, dir, spill, keys)?;
         let log = LogReader::open(&db)?;
         let behind = log
@@ -121,17 +126,22 @@ fn build_tree(db: &sled::Db, dir: &Path, log: &LogReader) -> anyhow::Result<()> 
     Ok(())
 }
 
-async fn connect_cluster(args: &ServeArgs, servers: &[String]) -> anyhow::Result<ClusterLog> {
+fn nats_config(args: &ServeArgs, servers: &[String]) -> NatsConfig {
     let c = &args.cluster;
-    let log = NatsLog::connect(NatsConfig {
+    NatsConfig {
         servers: servers.to_vec(),
         stream: c.nats_stream.clone(),
         subject: c.nats_subject.clone(),
         replicas: c.nats_replicas as usize,
         timeout: Duration::from_millis(c.nats_timeout_ms),
-    })
-    .await
-    .with_context(|| format!("connecting to the log cluster {}", servers.join(",")))?;
+    }
+}
+
+async fn connect_cluster(args: &ServeArgs, servers: &[String]) -> anyhow::Result<ClusterLog> {
+    let c = &args.cluster;
+    let log = NatsLog::connect(nats_config(args, servers))
+        .await
+        .with_context(|| format!("connecting to the log cluster {}", servers.join(",")))?;
     tracing::info!(servers = %servers.join(","), stream = %c.nats_stream, "the log of record is the cluster's stream; this data dir mirrors it");
     Ok(ClusterLog {
         log,

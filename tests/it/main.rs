@@ -32,6 +32,7 @@ mod extract_server;
 mod extract_transcripts;
 mod first_run;
 mod isolation;
+mod keys;
 mod limits;
 mod list_bound;
 mod memory_api;

@@ -62,6 +62,8 @@ impl NatsServer {
 /// dir in a temporary directory. Every process is killed when the cluster is dropped.
 pub struct NatsCluster {
     servers: Vec<NatsServer>,
+    /// The key-encryption key every API node of the cluster is given (one KEK per cluster).
+    kek: PathBuf,
     http: Client,
     _tmp: tempfile::TempDir,
 }
@@ -137,8 +139,11 @@ cluster {{
                 }
             })
             .collect();
+        let kek = tmp.path().join("master.key");
+        auditmem::keys::Kek::generate(&kek).expect("the cluster's key-encryption key");
         let mut cluster = NatsCluster {
             servers,
+            kek,
             http: Client::builder()
                 .timeout(Duration::from_secs(5))
                 .build()
@@ -160,6 +165,20 @@ cluster {{
             .map(|s| format!("127.0.0.1:{}", s.client_port))
             .collect();
         format!("nats://{}", hosts.join(","))
+    }
+
+    /// Server `i`'s JetStream store dir (`store_dir` in its configuration).
+    pub fn store_dir(&self, i: usize) -> PathBuf {
+        self.servers[i]
+            .conf
+            .parent()
+            .expect("a server's dir")
+            .join("store")
+    }
+
+    /// The key-encryption key file every API node is started with.
+    pub fn kek(&self) -> &Path {
+        &self.kek
     }
 
     /// How many servers the cluster has (running or not).
@@ -288,10 +307,15 @@ impl Drop for NatsCluster {
 }
 
 /// An `auditmem serve` node on the cluster, with its own data dir (its mirror of the stream)
-/// and its own checkpoint key, plus more `serve` arguments.
+/// and its own checkpoint key, the cluster's key-encryption key, plus more `serve` arguments.
 pub fn api_node(nats: &NatsCluster, extra: &[&str]) -> Server {
     let urls = nats.urls();
-    let mut args = vec!["--log", urls.as_str()];
+    let mut args = vec![
+        "--log",
+        urls.as_str(),
+        "--master-key-file",
+        common::path_str(&nats.kek),
+    ];
     args.extend_from_slice(extra);
     Server::launch(&args, Launch::default())
 }
@@ -299,7 +323,12 @@ pub fn api_node(nats: &NatsCluster, extra: &[&str]) -> Server {
 /// [`api_node`] on an existing data dir.
 pub fn api_node_on(nats: &NatsCluster, data_dir: &Path, extra: &[&str]) -> Server {
     let urls = nats.urls();
-    let mut args = vec!["--log", urls.as_str()];
+    let mut args = vec![
+        "--log",
+        urls.as_str(),
+        "--master-key-file",
+        common::path_str(&nats.kek),
+    ];
     args.extend_from_slice(extra);
     Server::start_on_with(data_dir, &args)
 }

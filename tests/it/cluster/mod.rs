@@ -9,6 +9,7 @@ pub mod harness;
 mod contention;
 mod crash_cycles;
 mod expiry_once;
+mod keys;
 mod node_joins_empty;
 mod quorum_loss;
 mod read_your_writes;

@@ -1,0 +1,380 @@
+//! The keyring of one node: every subject's data key in a directory of small files, wrapped by
+//! the key-encryption key, where destroying a key is a real delete.
+//!
+//! Layout under the key directory (`<data_dir>/keys`):
+//! - `kek.check`: the KEK's check value;
+//! - `data/<kid>`: one wrapped data key;
+//! - `subjects/<tenant>/<digest>`: the subject record naming the subject's live key.
+//!
+//! Why files rather than a sled tree: a key removed from sled stays in its old pages until
+//! sled reuses the segment, while a file is overwritten with zeros, synced and unlinked.
+//! Every create is written to a temporary file, synced, renamed and its directory synced,
+//! so a key is durable before any value sealed under it is; a key is never written twice.
+
+use std::collections::HashMap;
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
+
+use auditmem_projections::seal::{DataKey, KeyError, KeyId, Keyring, SealKey, Subject};
+use uuid::Uuid;
+
+use super::kek::{sync_dir, sync_parent, Kek};
+use super::OpenError;
+
+/// The check value's file name in a key directory.
+pub const CHECK_FILE: &str = "kek.check";
+
+/// The keyring of one node: data keys in a directory, wrapped by the KEK.
+pub struct DirKeyring {
+    dir: PathBuf,
+    kek: Kek,
+    /// Unwrapped data keys by id, and each subject's live key id. Both are caches of the
+    /// directory, filled as keys are read or created and emptied of a key when it is destroyed.
+    cache: Mutex<Cache>,
+}
+
+#[derive(Default)]
+struct Cache {
+    keys: HashMap<KeyId, DataKey>,
+    subjects: HashMap<Subject, KeyId>,
+}
+
+impl DirKeyring {
+    /// Opens the key directory `dir` with the KEK at `kek_path`. A KEK is generated there when
+    /// the directory holds no keys yet and the file does not exist; a directory with keys and
+    /// no KEK, or a KEK that does not open them, is an error.
+    pub fn open(dir: &Path, kek_path: &Path) -> Result<DirKeyring, OpenError> {
+        let io = |source| OpenError::Io {
+            dir: dir.to_path_buf(),
+            source,
+        };
+        let check_path = dir.join(CHECK_FILE);
+        let kek = if kek_path.exists() {
+            Kek::load(kek_path)?
+        } else if check_path.exists() {
+            return Err(OpenError::MissingKek {
+                store: dir.display().to_string(),
+                kek: kek_path.to_path_buf(),
+            });
+        } else {
+            Kek::generate(kek_path)?
+        };
+        fs::create_dir_all(dir.join("data")).map_err(io)?;
+        fs::create_dir_all(dir.join("subjects")).map_err(io)?;
+        if check_path.exists() {
+            let bytes = fs::read(&check_path).map_err(io)?;
+            if !kek.opens_check(&bytes) {
+                return Err(OpenError::WrongKek {
+                    store: dir.display().to_string(),
+                    kek: kek_path.to_path_buf(),
+                });
+            }
+        } else {
+            write_new(&check_path, &kek.check_value()).map_err(io)?;
+        }
+        Ok(DirKeyring {
+            dir: dir.to_path_buf(),
+            kek,
+            cache: Mutex::new(Cache::default()),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Cache> {
+        self.cache.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn data_path(&self, id: &KeyId) -> PathBuf {
+        self.dir.join("data").join(id.to_hex())
+    }
+
+    fn subject_path(&self, subject: &Subject) -> PathBuf {
+        self.dir
+            .join("subjects")
+            .join(subject.tenant().to_string())
+            .join(subject.digest_hex())
+    }
+
+    fn store(e: std::io::Error) -> KeyError {
+        KeyError::Store(e.to_string())
+    }
+
+    /// Reads the subject file at `path`: the subject and its live key's id.
+    fn read_subject(&self, path: &Path) -> Result<Option<(Subject, KeyId)>, KeyError> {
+        let bytes = match fs::read(path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(Self::store(e)),
+        };
+        self.kek
+            .unwrap_subject(&bytes)
+            .map(Some)
+            .map_err(|e| KeyError::Store(format!("{}: {e}", path.display())))
+    }
+
+    /// Shreds the subject file of digest `digest` if it names key `id`. The data file does
+    /// not name the tenant: every tenant's directory is looked in.
+    fn shred_subject_of(&self, id: &KeyId, digest: &[u8; 32]) -> Result<(), KeyError> {
+        let name: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+        let tenants = match fs::read_dir(self.dir.join("subjects")) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(Self::store(e)),
+        };
+        for tenant in tenants {
+            let tenant = tenant.map_err(Self::store)?;
+            if !tenant.file_type().map_err(Self::store)?.is_dir() {
+                continue;
+            }
+            let dir = tenant.path();
+            let path = dir.join(&name);
+            if let Some((_, named)) = self.read_subject(&path)? {
+                if named == *id {
+                    shred(&path).map_err(Self::store)?;
+                    sync_dir(&dir).map_err(Self::store)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads a data key from its file; `None` when it was destroyed.
+    fn read_key(&self, id: &KeyId) -> Result<Option<DataKey>, KeyError> {
+        let path = self.data_path(id);
+        let bytes = match fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(Self::store(e)),
+        };
+        self.kek
+            .unwrap_key(id, &bytes)
+            .map(|(_, key)| Some(key))
+            .map_err(|e| KeyError::Store(format!("{}: {e}", path.display())))
+    }
+}
+
+impl Keyring for DirKeyring {
+    fn key_of(&self, subject: &Subject) -> Result<KeyId, KeyError> {
+        if let Some(id) = self.find(subject)? {
+            return Ok(id);
+        }
+        // Creating holds the cache's lock, so two requests for a new subject make one key.
+        let mut cache = self.lock();
+        if let Some(id) = cache.subjects.get(subject) {
+            return Ok(*id);
+        }
+        let id = KeyId::random();
+        let key = DataKey::generate();
+        let data = self.kek.wrap_key(&id, &subject.digest(), &key);
+        write_new(&self.data_path(&id), &data).map_err(Self::store)?;
+        let path = self.subject_path(subject);
+        if let Some(parent) = path.parent() {
+            fs::create_dir_all(parent).map_err(Self::store)?;
+        }
+        write_replace(&path, &self.kek.wrap_subject(subject, &id)).map_err(Self::store)?;
+        cache.keys.insert(id, key);
+        cache.subjects.insert(subject.clone(), id);
+        Ok(id)
+    }
+
+    fn find(&self, subject: &Subject) -> Result<Option<KeyId>, KeyError> {
+        if let Some(id) = self.lock().subjects.get(subject) {
+            return Ok(Some(*id));
+        }
+        let found = self.read_subject(&self.subject_path(subject))?;
+        let Some((_, id)) = found else {
+            return Ok(None);
+        };
+        // A subject file whose key was destroyed (a crash between the two unlinks) has no key.
+        if !self.data_path(&id).exists() {
+            return Ok(None);
+        }
+        self.lock().subjects.insert(subject.clone(), id);
+        Ok(Some(id))
+    }
+
+    fn seal_key(&self, ids: &[KeyId]) -> Result<Option<SealKey>, KeyError> {
+        let mut keys: Vec<(KeyId, DataKey)> = Vec::with_capacity(ids.len());
+        for id in ids {
+            let cached = self.lock().keys.get(id).cloned();
+            let key = match cached {
+                Some(k) => k,
+                None => match self.read_key(id)? {
+                    Some(k) => {
+                        self.lock().keys.insert(*id, k.clone());
+                        k
+                    }
+                    None => return Ok(None),
+                },
+            };
+            keys.push((*id, key));
+        }
+        let refs: Vec<(KeyId, &DataKey)> = keys.iter().map(|(id, k)| (*id, k)).collect();
+        Ok(Some(SealKey::derive(&refs)))
+    }
+
+    fn destroy(&self, ids: &[KeyId]) -> Result<usize, KeyError> {
+        let mut cache = self.lock();
+        let mut n = 0;
+        for id in ids {
+            cache.keys.remove(id);
+            cache.subjects.retain(|_, v| v != id);
+            // The subject file goes too: it names the subject (sealed) at a path any copy of
+            // the directory shows. The key first, so a crash between leaves a subject file
+            // whose key is gone (read as no key, replaced at the next create).
+            let digest = match fs::read(self.data_path(id)) {
+                Ok(bytes) => self.kek.unwrap_key(id, &bytes).ok().map(|(d, _)| d),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+                Err(e) => return Err(Self::store(e)),
+            };
+            if shred(&self.data_path(id)).map_err(Self::store)? {
+                n += 1;
+            }
+            if let Some(digest) = digest {
+                self.shred_subject_of(id, &digest)?;
+            }
+        }
+        sync_dir(&self.dir.join("data")).map_err(Self::store)?;
+        Ok(n)
+    }
+
+    fn keys_of_tenant(&self, tenant: Uuid) -> Result<Vec<(Subject, KeyId)>, KeyError> {
+        let dir = self.dir.join("subjects").join(tenant.to_string());
+        let entries = match fs::read_dir(&dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(Self::store(e)),
+        };
+        let mut out = Vec::new();
+        for entry in entries {
+            let path = entry.map_err(Self::store)?.path();
+            if is_temporary(&path) {
+                continue;
+            }
+            if let Some((subject, id)) = self.read_subject(&path)? {
+                if self.data_path(&id).exists() {
+                    out.push((subject, id));
+                }
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+}
+
+/// A file a durable write had not yet renamed into place when it stopped.
+pub(crate) fn is_temporary(path: &Path) -> bool {
+    path.extension().is_some_and(|e| e == "tmp")
+}
+
+/// Overwrites a file with zeros, syncs it and unlinks it; `false` when it did not exist.
+fn shred(path: &Path) -> std::io::Result<bool> {
+    let mut f = match fs::OpenOptions::new().write(true).open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(e),
+    };
+    let len = f.metadata()?.len() as usize;
+    f.write_all(&vec![0u8; len])?;
+    f.sync_all()?;
+    drop(f);
+    fs::remove_file(path)?;
+    Ok(true)
+}
+
+/// Writes a new file durably: a temporary file synced, renamed into place, the directory
+/// synced. Fails if `path` exists (a key id is never reused).
+fn write_new(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    if path.exists() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::AlreadyExists,
+            format!("{} exists", path.display()),
+        ));
+    }
+    write_replace(path, bytes)
+}
+
+/// Replaces a file durably and atomically: a reader sees the old bytes or the new, whole.
+pub(crate) fn write_replace(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let tmp = path.with_extension("tmp");
+    {
+        let mut opts = fs::OpenOptions::new();
+        opts.write(true).create(true).truncate(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut opts, 0o600);
+        let mut f = opts.open(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+    }
+    fs::rename(&tmp, path)?;
+    sync_parent(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::keys::kek::KekError;
+    use auditmem_projections::seal::Sealed;
+
+    fn alice() -> Subject {
+        Subject::User(Uuid::nil(), "alice".into())
+    }
+
+    #[test]
+    fn keys_survive_a_reopen_and_a_destroyed_key_is_gone_from_disk() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let (dir, kek) = (tmp.path().join("keys"), tmp.path().join("master.key"));
+        let ring = DirKeyring::open(&dir, &kek).expect("open");
+        let sealed = Sealed::seal_for(&ring, &[alice()], b"", b"078-05-1120").expect("seal");
+        let id = sealed.keys[0];
+        drop(ring);
+
+        let ring = DirKeyring::open(&dir, &kek).expect("reopen");
+        assert_eq!(ring.find(&alice()).expect("find"), Some(id));
+        assert_eq!(
+            ring.keys_of_tenant(Uuid::nil()).expect("list"),
+            vec![(alice(), id)]
+        );
+        let plain = sealed.open_with(&ring, b"").expect("open").expect("live");
+        assert_eq!(plain.as_slice(), b"078-05-1120");
+
+        let subject_file = dir
+            .join("subjects")
+            .join(Uuid::nil().to_string())
+            .join(alice().digest_hex());
+        assert!(subject_file.is_file());
+        assert_eq!(ring.destroy(&[id]).expect("destroy"), 1);
+        assert!(!dir.join("data").join(id.to_hex()).exists());
+        assert!(!subject_file.exists());
+        assert!(sealed.open_with(&ring, b"").expect("ring").is_none());
+        drop(ring);
+        let ring = DirKeyring::open(&dir, &kek).expect("reopen");
+        assert!(sealed.open_with(&ring, b"").expect("ring").is_none());
+        assert_eq!(ring.find(&alice()).expect("find"), None);
+        assert!(ring.keys_of_tenant(Uuid::nil()).expect("list").is_empty());
+        assert_ne!(ring.key_of(&alice()).expect("new"), id);
+    }
+
+    #[test]
+    fn a_wrong_or_missing_kek_is_refused() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let (dir, kek) = (tmp.path().join("keys"), tmp.path().join("master.key"));
+        DirKeyring::open(&dir, &kek).expect("open");
+        let other = tmp.path().join("other.key");
+        Kek::generate(&other).expect("other");
+        assert!(matches!(
+            DirKeyring::open(&dir, &other),
+            Err(OpenError::WrongKek { .. })
+        ));
+        assert!(matches!(
+            DirKeyring::open(&dir, &tmp.path().join("absent.key")),
+            Err(OpenError::MissingKek { .. })
+        ));
+        fs::write(&other, "not hex").expect("write");
+        assert!(matches!(
+            DirKeyring::open(&dir, &other),
+            Err(OpenError::Kek(KekError::Malformed { .. }))
+        ));
+    }
+}
