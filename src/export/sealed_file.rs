@@ -73,6 +73,9 @@ pub fn row_frame(
 pub struct Opener<R: Read> {
     src: R,
     export_id: Uuid,
+    /// A file written before exports were stored sealed (no [`MAGIC`]): its bytes are the
+    /// download as they are, starting with these.
+    legacy: Option<Vec<u8>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -86,14 +89,16 @@ pub enum OpenError {
 }
 
 impl<R: Read> Opener<R> {
-    /// Checks the file's first bytes.
+    /// Reads the file's first bytes: [`MAGIC`], or the start of a file of an earlier build.
     pub fn new(mut src: R, export_id: Uuid) -> Result<Self, OpenError> {
-        let mut magic = vec![0u8; MAGIC.len()];
-        src.read_exact(&mut magic)?;
-        if magic != MAGIC {
-            return Err(OpenError::Format("unknown first bytes".into()));
-        }
-        Ok(Opener { src, export_id })
+        let mut head = Vec::with_capacity(MAGIC.len());
+        (&mut src).take(MAGIC.len() as u64).read_to_end(&mut head)?;
+        let legacy = (head != MAGIC).then_some(head);
+        Ok(Opener {
+            src,
+            export_id,
+            legacy,
+        })
     }
 
     fn u32(&mut self) -> Result<usize, OpenError> {
@@ -119,6 +124,12 @@ impl<R: Read> Opener<R> {
         out: &mut Vec<u8>,
         at_least: usize,
     ) -> Result<bool, OpenError> {
+        if let Some(head) = &mut self.legacy {
+            out.append(head);
+            let want = at_least.saturating_sub(out.len()).min(1 << 20);
+            let n = (&mut self.src).take(want as u64).read_to_end(out)?;
+            return Ok(n > 0 || want == 0);
+        }
         while out.len() < at_least {
             let mut tag = [0u8; 1];
             match self.src.read(&mut tag)? {

@@ -176,6 +176,50 @@ impl Event {
         })
     }
 
+    /// How the record `bytes` holds personal fields, without decoding them: `None` for an
+    /// event without any (or bytes that do not decode: the verifier reports those on its own
+    /// terms), `Some(None)` for an audit entry that predates encryption (in the clear),
+    /// `Some(Some(keys))` for one sealed under `keys`.
+    pub fn sealing_of(bytes: &[u8]) -> Option<Option<Vec<crate::seal::KeyId>>> {
+        use rmp::decode;
+        let mut rd = bytes;
+        let v2 = (|| {
+            let Ok(2) = decode::read_array_len(&mut rd) else {
+                return None;
+            };
+            let Ok(2..) = decode::read_int::<u16, _>(&mut rd) else {
+                return None;
+            };
+            let Ok(1) = decode::read_map_len(&mut rd) else {
+                return None;
+            };
+            let name_len = decode::read_str_len(&mut rd).ok()?;
+            let (name, rest) = rd.split_at_checked(name_len as usize)?;
+            if name != b"AuditRecorded" {
+                return Some(None);
+            }
+            let mut rd = rest;
+            let fields = decode::read_array_len(&mut rd).ok()?;
+            if fields < 4 {
+                return Some(Some(None));
+            }
+            let mut de = rmp_serde::Deserializer::from_read_ref(rd);
+            for _ in 0..3 {
+                serde::de::IgnoredAny::deserialize(&mut de).ok()?;
+            }
+            let sealed = Option::<crate::seal::Sealed>::deserialize(&mut de).ok()?;
+            Some(Some(sealed.map(|s| s.keys)))
+        })();
+        match v2 {
+            Some(found) => found,
+            // Another layout (v1 named maps): decoded whole.
+            None => match Event::decode(bytes).ok()? {
+                Event::AuditRecorded(rec) => Some(rec.sealed.map(|s| s.keys)),
+                _ => None,
+            },
+        }
+    }
+
     /// Short name of the variant, for logs and the history view.
     pub fn kind(&self) -> &'static str {
         match self {

@@ -15,8 +15,9 @@ use auditmem_projections::seal::Subject;
 use serde_json::Value;
 use uuid::Uuid;
 
-/// The scope subjects `query` (a URL query) and `body` (a JSON object's top level) name, of
-/// `tenant`: one per `user_id`, `agent_id` and `session_id` given as a non-empty string.
+/// The scope subjects `query` (a URL query) and `body` (a JSON object's top level and its
+/// `filters`) name, of
+/// `tenant`: one per `user_id`, `agent_id` and `session_id` given as a string not blank.
 pub fn scope_of(tenant: Uuid, query: Option<&str>, body: Option<&Value>) -> Vec<Subject> {
     let mut named: Vec<(String, String)> = query
         .and_then(|q| {
@@ -26,15 +27,20 @@ pub fn scope_of(tenant: Uuid, query: Option<&str>, body: Option<&Value>) -> Vec<
                 .map(|q| q.0)
         })
         .unwrap_or_default();
-    if let Some(Value::Object(m)) = body {
+    // A write names its scope at the top level, a search or a query in its `filters`.
+    let filters = body.and_then(|b| b.get("filters"));
+    for m in [body, filters].into_iter().flatten() {
+        let Value::Object(m) = m else { continue };
         for k in ["user_id", "agent_id", "session_id"] {
             if let Some(Value::String(v)) = m.get(k) {
                 named.push((k.to_string(), v.clone()));
             }
         }
     }
+    // Trimmed as the memory routes store scope ids, so both name one subject.
     let mut subjects: Vec<Subject> = named
         .into_iter()
+        .map(|(k, v)| (k, v.trim().to_string()))
         .filter(|(_, v)| !v.is_empty())
         .filter_map(|(k, v)| match k.as_str() {
             "user_id" => Some(Subject::User(tenant, v)),
