@@ -33,7 +33,7 @@ use serde::ser::{SerializeMap, SerializeSeq};
 use serde::{Serialize, Serializer};
 use serde_json::{json, Map, Value};
 
-use crate::event::{AuditDetail, AuditEntry, AuditPersonal};
+use crate::event::{AuditDetail, AuditEntry, AuditPersonal, PersonalFields};
 
 /// The domain of chain rule v1 (entries without `detail_hash`).
 pub const TENANT_CHAIN_DOMAIN: &[u8] = b"auditmem/tenant-chain/v1";
@@ -282,7 +282,7 @@ fn write_canonical_detail<W: std::io::Write>(out: &mut W, d: &AuditDetail) {
 fn write_canonical_fields<W: std::io::Write>(
     out: &mut W,
     d: &AuditDetail,
-    personal: Option<&AuditPersonal>,
+    personal: Option<&PersonalFields>,
 ) {
     /// `,"key":` then the value (`null` for none). Writes to a Vec or a hasher cannot fail.
     fn field<W: std::io::Write, T: Serialize>(out: &mut W, first: bool, key: &str, v: Option<T>) {
@@ -349,16 +349,16 @@ fn write_canonical_fields<W: std::io::Write>(
 /// [`canonical_detail_bytes`], keys sorted at every level.
 pub fn canonical_personal_bytes(p: &AuditPersonal) -> Vec<u8> {
     let mut out = Vec::with_capacity(256);
-    write_canonical_fields(&mut out, &p.detail, Some(p));
+    write_canonical_fields(&mut out, &p.detail, Some(&p.fields));
     out
 }
 
 /// The `detail_hash` of a sealed entry (rule v3): `blake3::keyed_hash(salt,
 /// canonical_personal_bytes)`.
 pub fn personal_hash(p: &AuditPersonal) -> [u8; 32] {
-    let mut h = blake3::Hasher::new_keyed(&p.salt);
+    let mut h = blake3::Hasher::new_keyed(&p.fields.salt);
     // blake3's Hasher is an io::Write that cannot fail.
-    write_canonical_fields(&mut h, &p.detail, Some(p));
+    write_canonical_fields(&mut h, &p.detail, Some(&p.fields));
     *h.finalize().as_bytes()
 }
 
@@ -535,14 +535,15 @@ mod tests {
 
     #[test]
     fn rule_v3_hashes_the_clear_fields_and_a_salted_digest_of_the_personal_ones() {
-        use crate::event::AuditPersonal;
         let mut e = entry();
         let personal = AuditPersonal {
-            salt: [9; 32],
-            ip_address: Some("10.0.0.1".into()),
-            user_agent: Some("ua".into()),
-            error_msg: Some("bad".into()),
-            metadata: e.metadata.take(),
+            fields: PersonalFields {
+                salt: [9; 32],
+                ip_address: Some("10.0.0.1".into()),
+                user_agent: Some("ua".into()),
+                error_msg: Some("bad".into()),
+                metadata: e.metadata.take(),
+            },
             detail: AuditDetail {
                 memory_query: Some(vec!["078-05-1120".into()]),
                 ..Default::default()

@@ -41,11 +41,10 @@ use crate::log::appender::{AppendError, Appender, Precondition, Rejection};
 use crate::log::LogReader;
 use crate::registry::ErrorCode;
 use crate::wire::audit::{AuditLogEntry, Personal};
-use auditmem_projections::event::{open_personal, AuditHead, Opened};
+use auditmem_projections::event::{AuditHead, KeyCache, Opened};
 use auditmem_projections::exports::ExportStatus;
-use auditmem_projections::seal::{KeyId, Keyring, SealKey};
+use auditmem_projections::seal::Keyring;
 use auditmem_projections::AuditEntry;
-use std::collections::HashMap;
 
 /// Export files live in this subdirectory of the data dir (verify does not copy it).
 pub const EXPORTS_DIR: &str = "exports";
@@ -137,7 +136,7 @@ fn encode_rows(
     let mut cell = Vec::new();
     let mut chunk = None;
     // Entries of one subject share their key set: its seal key is derived once a part.
-    let mut seal_keys: HashMap<Vec<KeyId>, Option<SealKey>> = HashMap::new();
+    let mut keys = KeyCache::new(ring);
     let mut row = Vec::new();
     let mut erased_row = Vec::new();
     for (i, r) in refs.iter().enumerate() {
@@ -151,7 +150,8 @@ fn encode_rows(
             mut entry,
             sealed,
         } = head;
-        let opened = open_personal(ring, tenant_id, entry.id, sealed.as_ref(), false)
+        let opened = keys
+            .open_fields(tenant_id, entry.id, sealed.as_ref())
             .map_err(|e| e.to_string())?;
         if format == ExportFormat::Json && i > 0 {
             sealed_file::clear_frame(&mut stored, b",\n");
@@ -194,21 +194,14 @@ fn encode_rows(
                 encode(&entry, Personal::Erased, &mut erased_row)?;
                 p.restore_entry(&mut entry);
                 encode(&entry, Personal::Opened, &mut row)?;
-                let keys = sealed.map(|s| s.keys).unwrap_or_default();
-                let key = match seal_keys.get(&keys) {
-                    Some(k) => k,
-                    None => {
-                        let k = ring.seal_key(&keys).map_err(|e| e.to_string())?;
-                        seal_keys.entry(keys.clone()).or_insert(k)
-                    }
-                };
-                match key {
+                let ids = sealed.map(|s| s.keys).unwrap_or_default();
+                match keys.key(&ids).map_err(|e| e.to_string())? {
                     Some(key) => sealed_file::row_frame(
                         &mut stored,
                         view.export_id,
                         r.seq,
                         key,
-                        &keys,
+                        &ids,
                         &row,
                         &erased_row,
                     )?,

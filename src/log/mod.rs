@@ -356,6 +356,7 @@ mod tests {
             entry,
             detail: Default::default(),
             sealed: None,
+            sealed_detail: None,
         }))
     }
 

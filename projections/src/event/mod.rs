@@ -57,7 +57,7 @@ pub enum Event {
 }
 
 /// The list fields of an audit record: its tenant, its entry (personal fields `None` when
-/// sealed) and its sealed personal part, without its detail.
+/// sealed) and its sealed personal fields, without its detail.
 #[derive(Clone, Debug, PartialEq)]
 pub struct AuditHead {
     pub tenant_id: Uuid,
@@ -101,8 +101,9 @@ fn audit_head_v2(bytes: &[u8], sealed: bool) -> Result<Option<Option<AuditHead>>
     let mut de = rmp_serde::Deserializer::from_read_ref(rd);
     let tenant_id = Uuid::deserialize(&mut de)?;
     let entry = AuditEntry::deserialize(&mut de)?;
-    // The sealed part follows the detail, which a sealed record keeps empty (ten nils): read
-    // past it only when the caller wants the sealed part and the record has one.
+    // The sealed fields follow the detail, which a sealed record keeps empty (ten nils): read
+    // past it only when the caller wants them and the record has them; the sealed detail
+    // after them is left unread.
     let sealed = if sealed && fields >= 4 {
         serde::de::IgnoredAny::deserialize(&mut de)?;
         Option::<crate::seal::Sealed>::deserialize(&mut de)?

@@ -53,6 +53,7 @@ fn sample_audit() -> Event {
             ..Default::default()
         },
         sealed: None,
+        sealed_detail: None,
     }))
 }
 
@@ -360,59 +361,55 @@ fn a_sealed_audit_record_holds_no_personal_field_in_the_clear() {
         .expect("audit");
     assert_eq!(head.sealed.as_ref(), sealed.sealed.as_ref());
     assert_eq!(head.entry, sealed.entry);
-    let Opened::Open(p) = open_personal(
-        &ring,
-        sealed.tenant_id,
-        sealed.entry.id,
-        head.sealed.as_ref(),
-        true,
-    )
-    .expect("open") else {
+    let Opened::Open(p) = open_personal(&ring, &sealed).expect("open") else {
         panic!("a sealed entry with its key opens")
     };
     assert_eq!(p.detail, plain.detail);
-    assert_eq!(p.error_msg, plain.entry.error_msg);
+    assert_eq!(p.fields.error_msg, plain.entry.error_msg);
     let mut shown = sealed.entry.clone();
-    p.restore_entry(&mut shown);
+    p.fields.restore_entry(&mut shown);
     shown.detail_hash = plain.entry.detail_hash;
     assert_eq!(shown, plain.entry);
-    // A list item's light open reads the entry fields only.
-    let Opened::Open(light) = open_personal(
-        &ring,
-        sealed.tenant_id,
-        sealed.entry.id,
-        head.sealed.as_ref(),
-        false,
-    )
-    .expect("open") else {
+    assert_eq!(
+        sealed.entry.detail_hash,
+        Some(crate::audit_view::personal_hash(&p))
+    );
+    // A list item opens the fields alone, from the light path.
+    let Opened::Open(fields) =
+        open_fields(&ring, head.tenant_id, head.entry.id, head.sealed.as_ref()).expect("open")
+    else {
         panic!("opens")
     };
-    assert_eq!(
-        (&light.user_agent, light.detail.clone()),
-        (&p.user_agent, AuditDetail::default())
-    );
-    // Moved to another entry it does not open; with the key gone it is erased.
-    assert!(open_personal(
+    assert_eq!(*fields, p.fields);
+    // Moved to another entry neither part opens.
+    assert!(open_fields(
         &ring,
         sealed.tenant_id,
         Uuid::now_v7(),
-        head.sealed.as_ref(),
-        false
+        head.sealed.as_ref()
     )
     .is_err());
+    let mut moved = sealed.clone();
+    let mut other = plain.entry.clone();
+    other.id = Uuid::now_v7();
+    moved.sealed_detail = Some(
+        AuditRecorded::sealed_for(
+            sealed.tenant_id,
+            other,
+            plain.detail.clone(),
+            &ring,
+            &[crate::seal::Subject::User(sealed.tenant_id, "alice".into())],
+        )
+        .expect("seal")
+        .sealed_detail
+        .expect("detail"),
+    );
+    assert!(open_personal(&ring, &moved).is_err());
+    // With the key gone it is erased.
     assert_eq!(Event::sealing_of(&bytes), Some(head.sealed.map(|s| s.keys)));
     let keys = sealed.sealed.as_ref().expect("sealed").keys.clone();
     assert_eq!(ring.destroy(&keys).expect("destroy"), 1);
-    assert!(matches!(
-        open_personal(
-            &ring,
-            sealed.tenant_id,
-            sealed.entry.id,
-            sealed.sealed.as_ref(),
-            true
-        ),
-        Ok(Opened::Erased)
-    ));
+    assert!(matches!(open_personal(&ring, &sealed), Ok(Opened::Erased)));
 }
 
 #[test]
@@ -450,10 +447,10 @@ fn plaintext_audit_records_of_earlier_builds_decode_as_such() {
         assert_eq!((head.entry, head.sealed), (rec.entry.clone(), None));
         assert_eq!(Event::sealing_of(&bytes), Some(None));
         let ring = crate::seal::MemoryKeyring::default();
-        assert!(matches!(
-            open_personal(&ring, rec.tenant_id, rec.entry.id, None, true),
-            Ok(Opened::Plain)
-        ));
+        let Event::AuditRecorded(decoded) = Event::decode(&bytes).expect("decode") else {
+            unreachable!()
+        };
+        assert!(matches!(open_personal(&ring, &decoded), Ok(Opened::Plain)));
     }
     let other = Event::CreditsConsumed(CreditsConsumed {
         tenant_id: rec.tenant_id,
