@@ -127,12 +127,17 @@ fn encode_rows(
     let capacity = refs.len() * 400;
     let mut stored = Vec::with_capacity(capacity + capacity / 2);
     let mut shown = Vec::with_capacity(capacity);
-    let mut csv = rows::csv_writer(Vec::with_capacity(if format == ExportFormat::Csv {
-        capacity
-    } else {
-        0
-    }));
-    let mut csv_erased = rows::csv_writer(Vec::new());
+    // CSV rows go through two writers (rows as shown, rows erased) that keep what they wrote
+    // for the part: each row is the bytes past the previous one's end.
+    let mut csv = (
+        rows::csv_writer(Vec::with_capacity(if format == ExportFormat::Csv {
+            capacity
+        } else {
+            0
+        })),
+        0,
+    );
+    let mut csv_erased = (rows::csv_writer(Vec::new()), 0);
     let mut cell = Vec::new();
     let mut chunk = None;
     // Entries of one subject share their key set: its seal key is derived once a part.
@@ -161,17 +166,16 @@ fn encode_rows(
             out.clear();
             match format {
                 ExportFormat::Csv => {
-                    let w = if personal == Personal::Opened {
+                    let (w, end) = if personal == Personal::Opened {
                         &mut csv
                     } else {
                         &mut csv_erased
                     };
                     rows::write_csv_row_as(w, entry, personal, r, with_chain, &mut cell)?;
                     w.flush().map_err(|e| e.to_string())?;
-                    // The writer's buffer is the rows written so far: take this one.
                     let all = w.get_ref();
-                    out.extend_from_slice(all);
-                    let _ = std::mem::replace(w, rows::csv_writer(Vec::new()));
+                    out.extend_from_slice(&all[*end..]);
+                    *end = all.len();
                     Ok::<(), String>(())
                 }
                 ExportFormat::Json => serde_json::to_writer(

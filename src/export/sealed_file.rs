@@ -173,3 +173,50 @@ pub fn open_all(bytes: &[u8], export_id: Uuid, ring: &dyn Keyring) -> Result<Vec
 pub fn start<W: Write>(w: &mut W) -> std::io::Result<()> {
     w.write_all(MAGIC)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use auditmem_projections::seal::{MemoryKeyring, Subject};
+
+    #[test]
+    fn a_stored_file_downloads_its_rows_opened_or_erased_and_holds_none_in_the_clear() {
+        let ring = MemoryKeyring::default();
+        let alice = ring
+            .key_of(&Subject::User(Uuid::nil(), "alice".into()))
+            .expect("key");
+        let key = ring.seal_key(&[alice]).expect("ring").expect("live");
+        let export = Uuid::now_v7();
+        let mut file = MAGIC.to_vec();
+        clear_frame(&mut file, b"id,user_agent\n");
+        row_frame(
+            &mut file,
+            export,
+            7,
+            &key,
+            &[alice],
+            b"1,alice-phone\n",
+            b"1,\n",
+        )
+        .expect("row");
+        clear_frame(&mut file, b"2,old-client\n");
+        assert!(!file.windows(11).any(|w| w == b"alice-phone"));
+        assert_eq!(
+            open_all(&file, export, &ring).expect("open"),
+            b"id,user_agent\n1,alice-phone\n2,old-client\n"
+        );
+        // Another export's file (another place) does not open.
+        assert!(open_all(&file, Uuid::now_v7(), &ring).is_err());
+        assert_eq!(ring.destroy(&[alice]).expect("destroy"), 1);
+        assert_eq!(
+            open_all(&file, export, &ring).expect("open"),
+            b"id,user_agent\n1,\n2,old-client\n"
+        );
+        // A file written before files were stored sealed downloads as it is.
+        let old = b"id,user_agent\n3,x\n";
+        assert_eq!(open_all(old, export, &ring).expect("open"), old);
+        assert_eq!(open_all(b"", export, &ring).expect("open"), b"");
+        // A cut file is an error, not a shorter download.
+        assert!(open_all(&file[..file.len() - 3], export, &ring).is_err());
+    }
+}
