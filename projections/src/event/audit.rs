@@ -53,10 +53,12 @@ pub struct AuditEntry {
     pub metadata: Option<Value>,
     /// Microseconds since the Unix epoch, UTC.
     pub created_at: i64,
-    /// blake3 of the entry's canonical detail (`audit_view::detail_hash`): set on every entry
-    /// written by this build, which its tenant chain then hashes under rule v2; `None` on
-    /// entries written before it, whose chain hash keeps rule v1 (`audit_view::ChainRule`).
-    /// Last and defaulted, so entries written without it decode.
+    /// The digest of the entry's detail its tenant chain hashes (`audit_view::ChainRule`): on
+    /// a sealed entry (every entry this build writes, rule v3) keyed with the salt sealed with
+    /// its personal fields (`audit_view::personal_hash`); on an entry written before sealing,
+    /// blake3 of its canonical detail (`audit_view::detail_hash`, rule v2); `None` on entries
+    /// written before that, whose chain hash keeps rule v1. Last and defaulted, so entries
+    /// written without it decode.
     #[serde(default, with = "serde_bytes")]
     pub detail_hash: Option<[u8; 32]>,
 }
