@@ -56,6 +56,7 @@ pub fn scope_of(tenant: Uuid, query: Option<&str>, body: Option<&Value>) -> Vec<
 
 #[cfg(test)]
 pub(crate) mod tests {
+    use super::{scope_of, Subject};
     use auditmem_projections::audit_index::AuditRef;
     use auditmem_projections::{AuditEntry, Tokens};
     use serde_json::json;
@@ -100,5 +101,34 @@ pub(crate) mod tests {
             prev_hash: [9; 32],
         };
         (entry, r)
+    }
+
+    #[test]
+    fn a_request_names_its_scope_in_its_query_its_body_or_its_filters() {
+        let t = Uuid::nil();
+        let user = |u: &str| Subject::User(t, u.into());
+        assert_eq!(scope_of(t, None, None), vec![]);
+        assert_eq!(
+            scope_of(
+                t,
+                Some("user_id=%20alice%20&agent_id=&page=2"),
+                Some(&json!({"user_id": "alice", "session_id": "s-1", "content": "x"}))
+            ),
+            vec![user("alice"), Subject::Session(t, "s-1".into())]
+        );
+        assert_eq!(
+            scope_of(
+                t,
+                None,
+                Some(&json!({"query": "q", "filters": {"user_id": "bob", "agent_id": "bot"}}))
+            ),
+            vec![user("bob"), Subject::Agent(t, "bot".into())]
+        );
+        // Blank or non-string ids name no one; a body that is no object names no one.
+        assert_eq!(
+            scope_of(t, None, Some(&json!({"user_id": "  ", "agent_id": 7}))),
+            vec![]
+        );
+        assert_eq!(scope_of(t, None, Some(&json!(["user_id"]))), vec![]);
     }
 }
