@@ -149,8 +149,9 @@ impl Event {
     /// The detail holds whole request and response bodies (an audit list's response is tens of
     /// kilobytes): lists and exports need only the entry, and decoding the detail into JSON
     /// values costs many times what the entry does. The v2 layout is
-    /// `[version, {"AuditRecorded": [tenant_id, entry, detail]}]`, so the entry is read and the
-    /// rest left unread; any other layout (v1 named maps) takes the full decode.
+    /// `[version, {"AuditRecorded": [tenant_id, entry, detail, sealed, sealed_detail]}]` (the
+    /// last two absent on records written before sealing), so the entry is read and the rest
+    /// left unread; any other layout (v1 named maps) takes the full decode.
     pub fn decode_audit_entry(bytes: &[u8]) -> Result<Option<(Uuid, AuditEntry)>, EventCodecError> {
         if let Some(head) = audit_head_v2(bytes, false)? {
             return Ok(head.map(|h| (h.tenant_id, h.entry)));
