@@ -278,6 +278,8 @@ fn event() -> impl Strategy<Value = Event> {
                     tenant_id,
                     entry,
                     detail,
+                    sealed: None,
+                    sealed_detail: None,
                 }))
             }
         ),
