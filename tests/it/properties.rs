@@ -316,6 +316,7 @@ fn event() -> impl Strategy<Value = Event> {
                         model,
                         vector,
                         extra,
+                        sealed: None,
                     })
                 }
             ),
@@ -357,6 +358,7 @@ fn event() -> impl Strategy<Value = Event> {
                         model,
                         vector,
                         amend,
+                        sealed: None,
                     })
                 }
             ),
