@@ -460,6 +460,7 @@ fn plaintext_audit_records_of_earlier_builds_decode_as_such() {
     .encode()
     .expect("encode");
     assert_eq!(Event::sealing_of(&other), None);
+}
 
 #[test]
 fn sealed_memory_events_round_trip_with_or_without_extra_and_older_ones_still_decode() {
