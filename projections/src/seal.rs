@@ -276,6 +276,10 @@ pub enum KeyError {
     Destroyed,
     #[error("key store: {0}")]
     Store(String),
+    /// The key store cannot be reached for now (a cluster without a quorum): a write that
+    /// needs a new key is answered as one the log cannot take, and may be retried.
+    #[error("the key store cannot be reached: {0}")]
+    Unavailable(String),
 }
 
 /// Where data keys live. The service's keyring keeps them wrapped by its key-encryption key

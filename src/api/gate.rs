@@ -570,6 +570,6 @@ fn audit_event(
         &*state.projections.keys,
         &subjects,
     )
-    .map_err(|e| ApiError::internal(format!("sealing an audit entry: {e}")))?;
+    .map_err(|e| ApiError::from(crate::command::Refusal::from(e)))?;
     Ok(Event::AuditRecorded(Box::new(sealed)))
 }

@@ -199,7 +199,7 @@ pub fn ingest(
             &*ctx.projections.keys,
             &subjects,
         )
-        .map_err(|e| Refusal::internal(format!("sealing an audit entry: {e}")))?;
+        .map_err(Refusal::from)?;
         events.push(Event::AuditRecorded(Box::new(recorded)));
     }
     Ok(Decision::new(Ingested { ids }, events))

@@ -205,6 +205,19 @@ impl Refusal {
     }
 }
 
+impl From<auditmem_projections::seal::KeyError> for Refusal {
+    /// A key store out of reach is the log's 503 (retry); any other key failure is internal.
+    fn from(e: auditmem_projections::seal::KeyError) -> Self {
+        match e {
+            auditmem_projections::seal::KeyError::Unavailable(why) => Refusal::new(
+                crate::registry::ErrorCode::Unavailable,
+                format!("the key store cannot be reached: {why}"),
+            ),
+            e => Refusal::internal(e),
+        }
+    }
+}
+
 impl From<Invalid> for Refusal {
     fn from(e: Invalid) -> Self {
         Refusal::bad_request(e.0)

@@ -114,8 +114,10 @@ pub struct Store {
     pub names: Names,
 }
 
+/// A request to the key store that failed on the way (no quorum, a timeout, no responder):
+/// the caller may retry, as with a write the log cannot take.
 fn store_error(e: impl std::fmt::Display) -> KeyError {
-    KeyError::Store(e.to_string())
+    KeyError::Unavailable(e.to_string())
 }
 
 impl Store {
@@ -449,7 +451,7 @@ impl NatsKeyring {
         let rt = self.rt.get()?;
         // One call may make a few requests, each bounded by the timeout.
         wait_on(rt, 4 * self.inner.timeout, f(self.inner.clone()))
-            .map_err(|e| KeyError::Store(e.to_string()))?
+            .map_err(|e| KeyError::Unavailable(e.to_string()))?
     }
 }
 

@@ -92,7 +92,7 @@ pub fn new_memory(
     let event = Event::MemoryCreated(
         created
             .sealed_for(&*ctx.projections.keys, &subjects)
-            .map_err(Refusal::internal)?,
+            .map_err(Refusal::from)?,
     );
     let memory = Memory::from(MemoryView {
         id,

@@ -105,7 +105,7 @@ fn updated(
         sealed: None,
     }
     .sealed_for(&*ctx.projections.keys, &subjects)
-    .map_err(Refusal::internal)?;
+    .map_err(Refusal::from)?;
     let event = Event::MemoryUpdated(event);
     let extra = Extra::amended(m.extra.clone(), amend.as_ref());
     let memory = Memory::from(MemoryView {
