@@ -279,6 +279,11 @@ pub struct ServeArgs {
     // The log of record in a cluster (docs/SCALING.md).
     #[command(flatten)]
     pub cluster: ClusterArgs,
+    /// Where the data keys live, when not with the log of record (`sled`: the data dir's key
+    /// directory; `nats://...`: a cluster's key store): a copy of a cluster node's data dir
+    /// served alone with `--log sled` names its cluster here to open what is sealed.
+    #[arg(long, env = "AUDITMEM_KEY_STORE")]
+    pub key_store: Option<LogBackend>,
 }
 
 impl ServeArgs {

@@ -43,7 +43,11 @@ impl Storage {
         })?;
         let spill = crate::log::spill_in(dir, args.vector_spill_rows);
         // A cluster's keys live in its JetStream store, which every node reads.
-        let cluster = match args.cluster.backend() {
+        let cluster = match args
+            .key_store
+            .clone()
+            .unwrap_or_else(|| args.cluster.backend())
+        {
             LogBackend::Sled => None,
             LogBackend::Nats(servers) => Some(nats_config(args, &servers)),
         };

@@ -514,8 +514,15 @@ pub fn assert_same_answers(before: &[Value], after: &[Value]) {
 
 /// A copy of `data_dir` at `to`, with every projection rebuilt by `auditmem replay`.
 pub fn replayed_copy(data_dir: &Path, to: &Path) {
+    replayed_copy_with(data_dir, to, &[]);
+}
+
+/// [`replayed_copy`] with more `replay` arguments (a cluster node's copy names its key store).
+pub fn replayed_copy_with(data_dir: &Path, to: &Path, args: &[&str]) {
     copy_dir(data_dir, to);
-    let (code, out, err) = cli(&["replay", "--data-dir", path_str(to)], &[]);
+    let mut all = vec!["replay", "--data-dir", path_str(to)];
+    all.extend_from_slice(args);
+    let (code, out, err) = cli(&all, &[]);
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.starts_with("replayed "), "{out}");
 }
