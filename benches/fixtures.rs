@@ -103,6 +103,7 @@ pub fn memory_created(tenant: Uuid, i: u64) -> Event {
         model: "all-MiniLM-L6-v2".into(),
         vector: vector_to_bytes(&v),
         extra: None,
+        sealed: None,
     })
 }
 

@@ -126,7 +126,7 @@ impl Projections {
                 None => audit_index::AuditIndex::open(db)?,
             },
             exports: exports::Exports::open(db)?,
-            memories: memories::Memories::open(db, vectors, spill)?,
+            memories: memories::Memories::open(db, vectors, spill, keys.clone())?,
             erasures: erasures::Erasures::open(db, keys.clone())?,
             keys,
         })

@@ -119,12 +119,35 @@ impl LogReader {
         }
     }
 
-    /// The vector (f32 little-endian bytes) carried by the memory event at `seq`: the memories
-    /// projection keeps only that seq and reads the vector back from here at open.
-    pub fn vector_at(&self, seq: u64) -> Result<Option<Vec<u8>>, LogError> {
+    /// The vector (f32 little-endian bytes) carried by the memory event at `seq`, opened with
+    /// `keys` when it is sealed: the memories projection keeps only that seq and reads the
+    /// vector back from here at open. A sealed vector whose keys are gone is an error: the
+    /// projection reads only live memories' vectors, whose keys exist.
+    pub fn vector_at(
+        &self,
+        seq: u64,
+        keys: &dyn auditmem_projections::seal::Keyring,
+    ) -> Result<Option<Vec<u8>>, LogError> {
+        let sealed = |why: String| LogError::Undecodable {
+            seq,
+            why: format!("sealed vector: {why}"),
+        };
+        let erased = || sealed("its keys were destroyed".into());
         Ok(match self.event(seq)? {
-            Some((_, Event::MemoryCreated(e))) => Some(e.vector),
-            Some((_, Event::MemoryUpdated(e))) => e.vector,
+            Some((_, Event::MemoryCreated(e))) => Some(
+                e.opened(keys)
+                    .map_err(|e| sealed(e.to_string()))?
+                    .ok_or_else(erased)?
+                    .into_owned()
+                    .vector,
+            ),
+            Some((_, Event::MemoryUpdated(e))) => {
+                e.opened(keys)
+                    .map_err(|e| sealed(e.to_string()))?
+                    .ok_or_else(erased)?
+                    .into_owned()
+                    .vector
+            }
             _ => None,
         })
     }
@@ -289,8 +312,8 @@ pub fn open_projections(
     keys: std::sync::Arc<dyn auditmem_projections::seal::Keyring>,
 ) -> anyhow::Result<Projections> {
     let log = LogReader::open(db)?;
-    let vectors = |seq: u64| log.vector_at(seq).map_err(|e| e.to_string());
-    Ok(Projections::open(db, &vectors, spill, keys)?)
+    let vectors = |seq: u64| log.vector_at(seq, &*keys).map_err(|e| e.to_string());
+    Ok(Projections::open(db, &vectors, spill, keys.clone())?)
 }
 
 /// The spill settings of a data dir: its vector tables' f32 rows in files in the dir itself

@@ -314,6 +314,7 @@ fn event() -> impl Strategy<Value = Event> {
                         model,
                         vector,
                         extra,
+                        sealed: None,
                     })
                 }
             ),
@@ -355,6 +356,7 @@ fn event() -> impl Strategy<Value = Event> {
                         model,
                         vector,
                         amend,
+                        sealed: None,
                     })
                 }
             ),

@@ -4,6 +4,7 @@
 use serde_json::Value;
 
 use super::*;
+use crate::seal::{Keyring, Subject};
 
 fn sample_audit() -> Event {
     Event::AuditRecorded(Box::new(AuditRecorded {
@@ -291,4 +292,75 @@ fn names_parse_and_print() {
         "opinion".parse::<MemoryType>(),
         Err("unknown memory_type 'opinion' (expected rule, fact or context)".into())
     );
+}
+
+#[test]
+fn sealed_memory_events_round_trip_with_or_without_extra_and_older_ones_still_decode() {
+    use crate::seal::MemoryKeyring;
+    let ring = MemoryKeyring::default();
+    let plain = MemoryCreated {
+        memory_id: Uuid::from_u128(7),
+        tenant_id: Uuid::from_u128(1),
+        content: "wombat-secret-1234".into(),
+        memory_type: MemoryType::Fact,
+        importance: 0.5,
+        created_at: 1,
+        model: "m".into(),
+        vector: vector_to_bytes(&[0.6, 0.8]),
+        extra: None,
+        sealed: None,
+    };
+    // No scope: only the memory's own key; `extra` absent, `sealed` still in its place.
+    let subjects = plain.subjects();
+    assert_eq!(
+        subjects,
+        vec![Subject::Memory(Uuid::from_u128(1), Uuid::from_u128(7))]
+    );
+    let sealed = plain.clone().sealed_for(&ring, &subjects).expect("seal");
+    let event = Event::MemoryCreated(sealed.clone());
+    let bytes = event.encode().expect("encode");
+    assert!(!bytes.windows(18).any(|w| w == b"wombat-secret-1234"));
+    assert_eq!(Event::decode(&bytes).expect("decode"), event);
+    let opened = sealed.opened(&ring).expect("ring").expect("open");
+    assert_eq!(*opened, plain);
+    // The id is bound: moved to another memory, the sealed fields do not open.
+    let mut moved = sealed.clone();
+    moved.memory_id = Uuid::from_u128(8);
+    assert!(moved.opened(&ring).is_err());
+    // A record from before `sealed` (and written without `extra`) decodes as it was.
+    #[derive(Serialize)]
+    struct Before {
+        memory_id: Uuid,
+        tenant_id: Uuid,
+        content: String,
+        memory_type: MemoryType,
+        importance: f64,
+        created_at: i64,
+        model: String,
+        #[serde(with = "serde_bytes")]
+        vector: Vec<u8>,
+    }
+    #[derive(Serialize)]
+    enum OldEvent {
+        MemoryCreated(Before),
+    }
+    let old = OldEvent::MemoryCreated(Before {
+        memory_id: plain.memory_id,
+        tenant_id: plain.tenant_id,
+        content: plain.content.clone(),
+        memory_type: plain.memory_type,
+        importance: plain.importance,
+        created_at: plain.created_at,
+        model: plain.model.clone(),
+        vector: plain.vector.clone(),
+    });
+    let bytes = rmp_serde::to_vec(&(EVENT_FORMAT_VERSION, old)).expect("encode");
+    assert_eq!(
+        Event::decode(&bytes).expect("decode"),
+        Event::MemoryCreated(plain.clone())
+    );
+    // Once its key is destroyed, it is erased.
+    let key = ring.find(&subjects[0]).expect("ring").expect("a key");
+    ring.destroy(&[key]).expect("destroy");
+    assert_eq!(sealed.opened(&ring).expect("ring"), None);
 }

@@ -1,11 +1,13 @@
 //! `GET /v1/memories/{id}/history`: every version of a memory, read from the log.
 
+use auditmem_projections::event::memory_subjects;
+use auditmem_projections::seal::{KeyError, Keyring};
 use auditmem_projections::Event;
 use axum::extract::{Path, State};
 use axum::Extension;
 
 use crate::api::error::ApiError;
-use crate::api::gate::Caller;
+use crate::api::gate::{Caller, PendingOps, Recorded};
 use crate::api::state::AppState;
 use crate::command::memory::{not_found, parse_id};
 use crate::wire::envelope::{Data, ErrorEnvelope};
@@ -14,8 +16,16 @@ use crate::wire::time::Time;
 
 type MemoryHistoryEnvelope = Data<MemoryHistory>;
 
-/// What the event at a version's seq changed; `None` for an event that is no memory's change.
-fn version(event: &Event, seq: u64, at: i64) -> Option<MemoryVersion> {
+/// What the event at a version's seq changed, its sealed fields opened with `keys`; `None` for
+/// an event that is no memory's change. A version whose fields no longer open (the memory was
+/// erased) is kept with `erased: true` and its personal fields null; the erasure itself is a
+/// version `erased`.
+fn version(
+    event: &Event,
+    seq: u64,
+    at: i64,
+    keys: &dyn Keyring,
+) -> Result<Option<MemoryVersion>, KeyError> {
     let blank = |change| MemoryVersion {
         change,
         seq,
@@ -31,6 +41,7 @@ fn version(event: &Event, seq: u64, at: i64) -> Option<MemoryVersion> {
         metadata: None,
         expires_at: None,
         superseded_by: None,
+        erased: false,
     };
     let metadata = |t: &Option<String>| -> Option<serde_json::Value> {
         Some(
@@ -39,8 +50,23 @@ fn version(event: &Event, seq: u64, at: i64) -> Option<MemoryVersion> {
                 .unwrap_or(serde_json::Value::Null),
         )
     };
-    Some(match event {
+    Ok(Some(match event {
         Event::MemoryCreated(e) => {
+            let Some(e) = e.opened(keys)? else {
+                let x = e.extra.clone().unwrap_or_default();
+                return Ok(Some(MemoryVersion {
+                    content: Some(None),
+                    memory_type: Some(e.memory_type),
+                    importance: Some(Some(e.importance)),
+                    user_id: x.user_id,
+                    agent_id: x.agent_id,
+                    session_id: x.session_id,
+                    metadata: Some(serde_json::Value::Null),
+                    expires_at: x.expires_at.map(|t| Some(Time(t))),
+                    erased: true,
+                    ..blank("created")
+                }));
+            };
             let x = e.extra.clone().unwrap_or_default();
             MemoryVersion {
                 content: Some(Some(e.content.clone())),
@@ -59,6 +85,17 @@ fn version(event: &Event, seq: u64, at: i64) -> Option<MemoryVersion> {
             }
         }
         Event::MemoryUpdated(e) => {
+            let Some(e) = e.opened(keys)? else {
+                let a = e.amend.clone().unwrap_or_default();
+                return Ok(Some(MemoryVersion {
+                    content: Some(None),
+                    importance: Some(e.importance),
+                    metadata: Some(serde_json::Value::Null),
+                    expires_at: a.set_expires_at.then_some(a.expires_at.map(Time)),
+                    erased: true,
+                    ..blank("updated")
+                }));
+            };
             let a = e.amend.clone().unwrap_or_default();
             MemoryVersion {
                 content: Some(e.content.clone()),
@@ -78,8 +115,12 @@ fn version(event: &Event, seq: u64, at: i64) -> Option<MemoryVersion> {
             batch_memory_type: Some(e.memory_type),
             ..blank("deleted")
         },
-        _ => return None,
-    })
+        Event::SubjectsErased(_) => MemoryVersion {
+            erased: true,
+            ..blank("erased")
+        },
+        _ => return Ok(None),
+    }))
 }
 
 #[utoipa::path(get, path = "/v1/memories/{id}/history", tag = "memory", security(("api_key" = [])),
@@ -89,7 +130,7 @@ pub(crate) async fn memory_history(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
-) -> Result<Data<MemoryHistory>, ApiError> {
+) -> Result<Recorded<Data<MemoryHistory>>, ApiError> {
     let id = parse_id(&id)?;
     let stored = state
         .projections
@@ -102,9 +143,23 @@ pub(crate) async fn memory_history(
         let Some((record, event)) = state.log.event(*seq)? else {
             continue;
         };
-        let Some(mut v) = version(&event, *seq, record.ts_micros) else {
+        let keys = &*state.projections.keys;
+        let version = version(&event, *seq, record.ts_micros, keys)
+            .map_err(|e| ApiError::internal(format!("memory {id}: opening version {seq}: {e}")))?;
+        let Some(mut v) = version else {
             continue;
         };
+        if stored.erased {
+            // Every version of an erased memory says so, even one whose keys still exist
+            // (an erasure destroys them once its event is applied).
+            if v.content.is_some() {
+                v.content = Some(None);
+            }
+            if v.metadata.is_some() {
+                v.metadata = Some(serde_json::Value::Null);
+            }
+            v.erased = true;
+        }
         // The audit entry is the last event of the same atomic submission, right after.
         let mut at = *seq + 1;
         while let Some((_, e)) = state.log.event(at)? {
@@ -118,9 +173,24 @@ pub(crate) async fn memory_history(
         }
         versions.push(v);
     }
-    Ok(Data(MemoryHistory {
+    // The entry is about the memory whose versions it shows (by its scopes, which never
+    // change: its first version names them).
+    let x = stored.extra.clone().unwrap_or_default();
+    let ops = PendingOps {
+        subjects: memory_subjects(
+            caller.tenant.id,
+            id,
+            x.user_id.as_deref(),
+            x.agent_id.as_deref(),
+            x.session_id.as_deref(),
+        ),
+        ..Default::default()
+    };
+    let history = MemoryHistory {
         id,
         deleted: stored.deleted_at.is_some(),
+        erased: stored.erased,
         versions,
-    }))
+    };
+    Ok(Recorded::new(Data(history), ops))
 }
