@@ -65,6 +65,7 @@ pub fn audit_event(tenant: Uuid, i: u64) -> Event {
             ),
             ..Default::default()
         },
+        sealed: None,
     }))
 }
 

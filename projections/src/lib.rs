@@ -137,7 +137,7 @@ impl Projections {
         match event {
             Event::AuditRecorded(rec) => Prepared {
                 audit: Some((
-                    audit_view::canonical_entry_bytes(&rec.entry),
+                    audit_view::canonical_entry_bytes(&rec.entry, rec.sealed.is_some()),
                     audit_index::action_key(&rec.entry.action),
                 )),
             },

@@ -204,6 +204,7 @@ mod tests {
                 detail_hash: None,
             },
             detail: AuditDetail::default(),
+            sealed: None,
         }))
     }
 

@@ -26,7 +26,7 @@ use serde::ser::{self, Impossible, Serialize, SerializeStruct, Serializer};
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
-use crate::wire::audit::AuditLogEntry;
+use crate::wire::audit::{AuditLogEntry, Personal};
 
 /// The CSV writer of exports, header and rows alike (RFC 4180: fields holding a comma, a quote
 /// or a line break are quoted, quotes doubled); [`parse`] reads its output back.
@@ -51,7 +51,8 @@ pub fn columns(with_chain: bool) -> &'static [Column] {
         let (entry, r) = full_entry();
         let mut learnt = Columns(Vec::new());
         // Serialising an entry's fields cannot fail: they are strings, numbers and JSON.
-        let _ = AuditLogEntry::exported(&entry, &r, with_chain).serialize(Row(&mut learnt));
+        let _ = AuditLogEntry::exported_as(&entry, Personal::Erased, &r, with_chain)
+            .serialize(Row(&mut learnt));
         learnt.0
     };
     if with_chain {
@@ -107,10 +108,23 @@ pub fn write_header<W: Write>(w: &mut csv::Writer<W>, with_chain: bool) -> csv::
     w.write_record(columns(with_chain).iter().map(|c| c.name.as_bytes()))
 }
 
-/// Writes one entry as a CSV record; `scratch` is space kept between rows.
+/// Writes one entry that predates encryption as a CSV record; `scratch` is space kept between
+/// rows.
 pub fn write_csv_row<W: Write>(
     w: &mut csv::Writer<W>,
     entry: &AuditEntry,
+    r: &AuditRef,
+    with_chain: bool,
+    scratch: &mut Vec<u8>,
+) -> Result<(), String> {
+    write_csv_row_as(w, entry, Personal::Plain, r, with_chain, scratch)
+}
+
+/// Writes one entry, its personal fields standing as `personal` says, as a CSV record.
+pub fn write_csv_row_as<W: Write>(
+    w: &mut csv::Writer<W>,
+    entry: &AuditEntry,
+    personal: Personal,
     r: &AuditRef,
     with_chain: bool,
     scratch: &mut Vec<u8>,
@@ -120,7 +134,7 @@ pub fn write_csv_row<W: Write>(
         scratch,
         columns: columns(with_chain).iter(),
     };
-    AuditLogEntry::exported(entry, r, with_chain)
+    AuditLogEntry::exported_as(entry, personal, r, with_chain)
         .serialize(Row(&mut sink))
         .map_err(|e| e.0)?;
     sink.w
@@ -443,6 +457,15 @@ impl<S: RowSink> SerializeStruct for Row<'_, S> {
         self.0.field(key, value)
     }
 
+    /// `sealed` and `erased` are columns of every row (an empty cell where a JSON row leaves
+    /// them out); the chain's columns are columns only of the exports that show the chain.
+    fn skip_field(&mut self, key: &'static str) -> Result<(), RowError> {
+        match key {
+            "sealed" | "erased" => self.0.field(key, &None::<bool>),
+            _ => Ok(()),
+        }
+    }
+
     fn end(self) -> Result<(), RowError> {
         Ok(())
     }
@@ -730,12 +753,14 @@ mod tests {
                 "metadata",
                 "created_at",
                 "detail_hash",
+                "sealed",
+                "erased",
                 "chain_index",
                 "prev_hash",
                 "hash"
             ]
         );
-        assert_eq!(columns(false).len(), 19);
+        assert_eq!(columns(false).len(), 21);
         let text: Vec<&str> = columns(true)
             .iter()
             .filter(|c| c.text)

@@ -278,6 +278,7 @@ fn event() -> impl Strategy<Value = Event> {
                     tenant_id,
                     entry,
                     detail,
+                    sealed: None,
                 }))
             }
         ),

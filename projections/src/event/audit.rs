@@ -5,6 +5,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
 
+use crate::seal::Sealed;
+
 /// Token usage of a gateway operation.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
@@ -163,4 +165,154 @@ pub struct AuditRecorded {
     pub entry: AuditEntry,
     #[serde(default)]
     pub detail: AuditDetail,
+    /// The entry's personal fields ([`AuditPersonal`], msgpack) sealed under its subjects'
+    /// keys, bound to [`audit_aad`]: on every entry this build writes, whose `ip_address`,
+    /// `user_agent`, `error_msg` and `metadata` are then `None` and whose `detail` is empty.
+    /// `None` on records that predate encryption, which hold those fields in the clear. Last
+    /// and defaulted, so records written without it decode.
+    #[serde(default)]
+    pub sealed: Option<Sealed>,
+}
+
+/// The personal part of an audit entry: what a sealed entry holds only sealed.
+///
+/// Personal: what a caller or a client wrote (bodies, contents, queries, results, the
+/// `X-Audit-Metadata` tags, an error message quoting input) and what identifies a person's
+/// device (`ip_address`, `user_agent`). `salt` keys the entry's `detail_hash` (tenant chain
+/// rule v3): gone with the key, it leaves that hash unable to confirm a guess.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AuditPersonal {
+    #[serde(with = "serde_bytes")]
+    pub salt: [u8; 32],
+    pub ip_address: Option<String>,
+    pub user_agent: Option<String>,
+    pub error_msg: Option<String>,
+    pub metadata: Option<Value>,
+    pub detail: AuditDetail,
+}
+
+impl AuditPersonal {
+    /// Moves the personal fields out of `entry` and `detail` (left `None` and empty), with a
+    /// fresh random salt.
+    pub fn take(entry: &mut AuditEntry, detail: &mut AuditDetail) -> AuditPersonal {
+        let mut salt = [0u8; 32];
+        crate::seal::fill_random(&mut salt);
+        AuditPersonal {
+            salt,
+            ip_address: entry.ip_address.take(),
+            user_agent: entry.user_agent.take(),
+            error_msg: entry.error_msg.take(),
+            metadata: entry.metadata.take(),
+            detail: std::mem::take(detail),
+        }
+    }
+
+    /// Writes the personal fields back into `entry`, as a read shows it.
+    pub fn restore_entry(&self, entry: &mut AuditEntry) {
+        entry.ip_address.clone_from(&self.ip_address);
+        entry.user_agent.clone_from(&self.user_agent);
+        entry.error_msg.clone_from(&self.error_msg);
+        entry.metadata.clone_from(&self.metadata);
+    }
+
+    pub fn encode(&self) -> Result<Vec<u8>, rmp_serde::encode::Error> {
+        rmp_serde::to_vec(self)
+    }
+
+    pub fn decode(bytes: &[u8]) -> Result<AuditPersonal, rmp_serde::decode::Error> {
+        rmp_serde::from_slice(bytes)
+    }
+
+    /// The entry fields of the encoded part `bytes` with an empty detail, the detail left
+    /// undecoded: what a list item shows, without building the detail's JSON trees.
+    pub fn decode_entry_fields(bytes: &[u8]) -> Result<AuditPersonal, rmp_serde::decode::Error> {
+        let mut rd = bytes;
+        let len = rmp::decode::read_array_len(&mut rd)
+            .map_err(|e| rmp_serde::decode::Error::Syntax(e.to_string()))?;
+        if len != 6 {
+            return AuditPersonal::decode(bytes);
+        }
+        let mut de = rmp_serde::Deserializer::from_read_ref(rd);
+        Ok(AuditPersonal {
+            salt: serde_bytes::ByteArray::<32>::deserialize(&mut de)?.into_array(),
+            ip_address: Option::deserialize(&mut de)?,
+            user_agent: Option::deserialize(&mut de)?,
+            error_msg: Option::deserialize(&mut de)?,
+            metadata: Option::deserialize(&mut de)?,
+            detail: AuditDetail::default(),
+        })
+    }
+}
+
+impl AuditRecorded {
+    /// The entry sealed: its personal fields moved into `sealed` under the keys of `subjects`
+    /// (created when missing), its `detail_hash` the salted digest of chain rule v3
+    /// (`audit_view::personal_hash`). What every writer of audit entries stores.
+    pub fn sealed_for(
+        tenant_id: Uuid,
+        mut entry: AuditEntry,
+        mut detail: AuditDetail,
+        ring: &dyn crate::seal::Keyring,
+        subjects: &[crate::seal::Subject],
+    ) -> Result<AuditRecorded, crate::seal::KeyError> {
+        let personal = AuditPersonal::take(&mut entry, &mut detail);
+        entry.detail_hash = Some(crate::audit_view::personal_hash(&personal));
+        let bytes = zeroize::Zeroizing::new(
+            personal
+                .encode()
+                .map_err(|e| crate::seal::KeyError::Store(format!("encoding an entry: {e}")))?,
+        );
+        let sealed = Sealed::seal_for(ring, subjects, &audit_aad(tenant_id, entry.id), &bytes)?;
+        Ok(AuditRecorded {
+            tenant_id,
+            entry,
+            detail,
+            sealed: Some(sealed),
+        })
+    }
+}
+
+/// The associated data an entry's personal part is sealed with: `audit/v1`, the tenant and the
+/// entry id, so a sealed value moved to another entry does not open.
+pub fn audit_aad(tenant_id: Uuid, entry_id: Uuid) -> Vec<u8> {
+    let mut aad = Vec::with_capacity(8 + 32);
+    aad.extend_from_slice(b"audit/v1");
+    aad.extend_from_slice(tenant_id.as_bytes());
+    aad.extend_from_slice(entry_id.as_bytes());
+    aad
+}
+
+/// What an audit record opens to.
+#[derive(Debug)]
+pub enum Opened {
+    /// A record that predates encryption: its fields are all in the clear.
+    Plain,
+    /// A sealed record whose keys exist: its personal part.
+    Open(Box<AuditPersonal>),
+    /// A sealed record one of whose keys was destroyed: its personal part is erased.
+    Erased,
+}
+
+/// Opens the personal part `sealed` of the entry `entry_id` of `tenant_id` with `ring`; with
+/// `detail` false the detail is left undecoded (empty), for a list item.
+pub fn open_personal(
+    ring: &dyn crate::seal::Keyring,
+    tenant_id: Uuid,
+    entry_id: Uuid,
+    sealed: Option<&Sealed>,
+    detail: bool,
+) -> Result<Opened, crate::seal::KeyError> {
+    let Some(sealed) = sealed else {
+        return Ok(Opened::Plain);
+    };
+    match sealed.open_with(ring, &audit_aad(tenant_id, entry_id))? {
+        None => Ok(Opened::Erased),
+        Some(bytes) => if detail {
+            AuditPersonal::decode(&bytes)
+        } else {
+            AuditPersonal::decode_entry_fields(&bytes)
+        }
+        .map(|p| Opened::Open(Box::new(p)))
+        .map_err(|e| crate::seal::KeyError::Store(format!("a sealed audit entry: {e}"))),
+    }
 }

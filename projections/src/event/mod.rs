@@ -56,10 +56,18 @@ pub enum Event {
     SubjectsErased(SubjectsErased),
 }
 
-/// [`Event::decode_audit_entry`] on the v2 layout: `Ok(None)` when the bytes are laid out
+/// The list fields of an audit record: its tenant, its entry (personal fields `None` when
+/// sealed) and its sealed personal part, without its detail.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AuditHead {
+    pub tenant_id: Uuid,
+    pub entry: AuditEntry,
+    pub sealed: Option<crate::seal::Sealed>,
+}
+
+/// [`Event::decode_audit_head`] on the v2 layout: `Ok(None)` when the bytes are laid out
 /// otherwise (the caller then decodes them whole), `Ok(Some(None))` for another event.
-#[allow(clippy::type_complexity)]
-fn audit_head_v2(bytes: &[u8]) -> Result<Option<Option<(Uuid, AuditEntry)>>, EventCodecError> {
+fn audit_head_v2(bytes: &[u8], sealed: bool) -> Result<Option<Option<AuditHead>>, EventCodecError> {
     use rmp::decode;
     let mut rd = bytes;
     let Ok(2) = decode::read_array_len(&mut rd) else {
@@ -87,13 +95,25 @@ fn audit_head_v2(bytes: &[u8]) -> Result<Option<Option<(Uuid, AuditEntry)>>, Eve
         return Ok(Some(None));
     }
     let mut rd = rest;
-    let Ok(3..) = decode::read_array_len(&mut rd) else {
+    let Ok(fields @ 3..) = decode::read_array_len(&mut rd) else {
         return Ok(None);
     };
     let mut de = rmp_serde::Deserializer::from_read_ref(rd);
     let tenant_id = Uuid::deserialize(&mut de)?;
     let entry = AuditEntry::deserialize(&mut de)?;
-    Ok(Some(Some((tenant_id, entry))))
+    // The sealed part follows the detail, which a sealed record keeps empty (ten nils): read
+    // past it only when the caller wants the sealed part and the record has one.
+    let sealed = if sealed && fields >= 4 {
+        serde::de::IgnoredAny::deserialize(&mut de)?;
+        Option::<crate::seal::Sealed>::deserialize(&mut de)?
+    } else {
+        None
+    };
+    Ok(Some(Some(AuditHead {
+        tenant_id,
+        entry,
+        sealed,
+    })))
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -131,11 +151,27 @@ impl Event {
     /// `[version, {"AuditRecorded": [tenant_id, entry, detail]}]`, so the entry is read and the
     /// rest left unread; any other layout (v1 named maps) takes the full decode.
     pub fn decode_audit_entry(bytes: &[u8]) -> Result<Option<(Uuid, AuditEntry)>, EventCodecError> {
-        if let Some(head) = audit_head_v2(bytes)? {
-            return Ok(head);
+        if let Some(head) = audit_head_v2(bytes, false)? {
+            return Ok(head.map(|h| (h.tenant_id, h.entry)));
         }
         Ok(match Event::decode(bytes)? {
             Event::AuditRecorded(rec) => Some((rec.tenant_id, rec.entry)),
+            _ => None,
+        })
+    }
+
+    /// [`Event::decode_audit_entry`] with the record's sealed personal part, which a list item
+    /// opens to show its personal fields.
+    pub fn decode_audit_head(bytes: &[u8]) -> Result<Option<AuditHead>, EventCodecError> {
+        if let Some(head) = audit_head_v2(bytes, true)? {
+            return Ok(head);
+        }
+        Ok(match Event::decode(bytes)? {
+            Event::AuditRecorded(rec) => Some(AuditHead {
+                tenant_id: rec.tenant_id,
+                entry: rec.entry,
+                sealed: rec.sealed,
+            }),
             _ => None,
         })
     }

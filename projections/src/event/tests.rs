@@ -51,6 +51,7 @@ fn sample_audit() -> Event {
             })),
             ..Default::default()
         },
+        sealed: None,
     }))
 }
 
@@ -180,7 +181,7 @@ fn audit_entry_decodes_alone_from_both_layouts() {
     let want = Some((rec.tenant_id, rec.entry.clone()));
     let v2 = event.encode().expect("encode");
     assert!(
-        audit_head_v2(&v2).expect("v2").is_some(),
+        audit_head_v2(&v2, false).expect("v2").is_some(),
         "v2 takes the light path"
     );
     assert_eq!(Event::decode_audit_entry(&v2).expect("v2"), want);

@@ -399,6 +399,7 @@ impl IngestEntry {
                 detail_hash: Some(detail_hash(&detail)),
             },
             detail,
+            sealed: None,
         }
     }
 }

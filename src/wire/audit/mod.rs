@@ -11,6 +11,43 @@ pub use entry::*;
 pub use ingest::*;
 pub use list::*;
 
+use auditmem_projections::seal::Subject;
+use serde_json::Value;
+use uuid::Uuid;
+
+/// The scope subjects `query` (a URL query) and `body` (a JSON object's top level) name, of
+/// `tenant`: one per `user_id`, `agent_id` and `session_id` given as a non-empty string.
+pub fn scope_of(tenant: Uuid, query: Option<&str>, body: Option<&Value>) -> Vec<Subject> {
+    let mut named: Vec<(String, String)> = query
+        .and_then(|q| {
+            let uri = format!("/?{q}").parse::<axum::http::Uri>().ok()?;
+            axum::extract::Query::<Vec<(String, String)>>::try_from_uri(&uri)
+                .ok()
+                .map(|q| q.0)
+        })
+        .unwrap_or_default();
+    if let Some(Value::Object(m)) = body {
+        for k in ["user_id", "agent_id", "session_id"] {
+            if let Some(Value::String(v)) = m.get(k) {
+                named.push((k.to_string(), v.clone()));
+            }
+        }
+    }
+    let mut subjects: Vec<Subject> = named
+        .into_iter()
+        .filter(|(_, v)| !v.is_empty())
+        .filter_map(|(k, v)| match k.as_str() {
+            "user_id" => Some(Subject::User(tenant, v)),
+            "agent_id" => Some(Subject::Agent(tenant, v)),
+            "session_id" => Some(Subject::Session(tenant, v)),
+            _ => None,
+        })
+        .collect();
+    subjects.sort();
+    subjects.dedup();
+    subjects
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use auditmem_projections::audit_index::AuditRef;

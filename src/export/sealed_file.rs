@@ -1,0 +1,164 @@
+//! An export file as stored: the bytes a tenant downloads, with every row of a sealed audit
+//! entry held sealed under that entry's keys, so no file under the exports dir holds a
+//! personal field in the clear, and a row whose subject is erased downloads erased with no
+//! rewrite of the file.
+//!
+//! The file is [`MAGIC`] then frames, each a tag byte and little-endian lengths:
+//!
+//! ```text
+//! b'C' len:u32 bytes                       clear bytes (header, separators, rows of entries
+//!                                          that predate encryption, erased rows)
+//! b'S' seq:u64 len:u32 erased len:u32 sealed
+//!                                          a row: `sealed` (msgpack `Sealed`, bound to
+//!                                          `export/v1 || export id || seq`) opens to the row
+//!                                          as written; `erased` is the same row with its
+//!                                          personal fields null and `"erased": true`
+//! ```
+//!
+//! What a tenant downloads is each frame's bytes in order: clear bytes as they are, a row
+//! opened, or its erased form once one of its keys is gone. The export's size and blake3 (its
+//! `ExportCompleted`, its signed manifest) are those of the download while nothing in it is
+//! erased; after an erasure the rows' clear fields and chain are unchanged (`verify --export`
+//! still checks the chain), only the file digest differs from the one signed.
+
+use std::io::{Read, Write};
+
+use auditmem_projections::seal::{KeyError, Keyring, SealKey, Sealed};
+use uuid::Uuid;
+
+/// The first bytes of a stored export file.
+pub const MAGIC: &[u8] = b"auditmem-export-sealed/v1\n";
+
+/// The associated data a row is sealed with: the export and the entry's log position.
+pub fn row_aad(export_id: Uuid, seq: u64) -> Vec<u8> {
+    let mut aad = Vec::with_capacity(9 + 16 + 8);
+    aad.extend_from_slice(b"export/v1");
+    aad.extend_from_slice(export_id.as_bytes());
+    aad.extend_from_slice(&seq.to_be_bytes());
+    aad
+}
+
+/// Appends a clear frame holding `bytes` to `out`.
+pub fn clear_frame(out: &mut Vec<u8>, bytes: &[u8]) {
+    if bytes.is_empty() {
+        return;
+    }
+    out.push(b'C');
+    out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+    out.extend_from_slice(bytes);
+}
+
+/// Appends a sealed row frame to `out`: `row` sealed under `key` (of `keys`), `erased` clear.
+pub fn row_frame(
+    out: &mut Vec<u8>,
+    export_id: Uuid,
+    seq: u64,
+    key: &SealKey,
+    keys: &[auditmem_projections::seal::KeyId],
+    row: &[u8],
+    erased: &[u8],
+) -> Result<(), String> {
+    let sealed = Sealed::seal(key, keys, &row_aad(export_id, seq), row);
+    let sealed = rmp_serde::to_vec(&sealed).map_err(|e| e.to_string())?;
+    out.push(b'S');
+    out.extend_from_slice(&seq.to_le_bytes());
+    out.extend_from_slice(&(erased.len() as u32).to_le_bytes());
+    out.extend_from_slice(erased);
+    out.extend_from_slice(&(sealed.len() as u32).to_le_bytes());
+    out.extend_from_slice(&sealed);
+    Ok(())
+}
+
+/// Reads a stored export file and gives the bytes a tenant downloads, a batch at a time.
+pub struct Opener<R: Read> {
+    src: R,
+    export_id: Uuid,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error("reading the export file: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("the export file is not in the stored format: {0}")]
+    Format(String),
+    #[error(transparent)]
+    Key(#[from] KeyError),
+}
+
+impl<R: Read> Opener<R> {
+    /// Checks the file's first bytes.
+    pub fn new(mut src: R, export_id: Uuid) -> Result<Self, OpenError> {
+        let mut magic = vec![0u8; MAGIC.len()];
+        src.read_exact(&mut magic)?;
+        if magic != MAGIC {
+            return Err(OpenError::Format("unknown first bytes".into()));
+        }
+        Ok(Opener { src, export_id })
+    }
+
+    fn u32(&mut self) -> Result<usize, OpenError> {
+        let mut b = [0u8; 4];
+        self.src.read_exact(&mut b)?;
+        Ok(u32::from_le_bytes(b) as usize)
+    }
+
+    fn bytes(&mut self, n: usize) -> Result<Vec<u8>, OpenError> {
+        let mut v = Vec::new();
+        (&mut self.src).take(n as u64).read_to_end(&mut v)?;
+        if v.len() != n {
+            return Err(OpenError::Format("a frame ends early".into()));
+        }
+        Ok(v)
+    }
+
+    /// Appends the download bytes of the next frames to `out` until it holds `at_least`
+    /// bytes; `false` at the end of the file.
+    pub fn fill(
+        &mut self,
+        ring: &dyn Keyring,
+        out: &mut Vec<u8>,
+        at_least: usize,
+    ) -> Result<bool, OpenError> {
+        while out.len() < at_least {
+            let mut tag = [0u8; 1];
+            match self.src.read(&mut tag)? {
+                0 => return Ok(false),
+                _ => match tag[0] {
+                    b'C' => {
+                        let n = self.u32()?;
+                        out.extend_from_slice(&self.bytes(n)?);
+                    }
+                    b'S' => {
+                        let mut seq = [0u8; 8];
+                        self.src.read_exact(&mut seq)?;
+                        let seq = u64::from_le_bytes(seq);
+                        let n = self.u32()?;
+                        let erased = self.bytes(n)?;
+                        let n = self.u32()?;
+                        let sealed: Sealed = rmp_serde::from_slice(&self.bytes(n)?)
+                            .map_err(|e| OpenError::Format(e.to_string()))?;
+                        match sealed.open_with(ring, &row_aad(self.export_id, seq))? {
+                            Some(row) => out.extend_from_slice(&row),
+                            None => out.extend_from_slice(&erased),
+                        }
+                    }
+                    other => return Err(OpenError::Format(format!("unknown frame tag {other}"))),
+                },
+            }
+        }
+        Ok(true)
+    }
+}
+
+/// The whole download of a stored export file (tests, small files).
+pub fn open_all(bytes: &[u8], export_id: Uuid, ring: &dyn Keyring) -> Result<Vec<u8>, OpenError> {
+    let mut o = Opener::new(bytes, export_id)?;
+    let mut out = Vec::new();
+    while o.fill(ring, &mut out, usize::MAX)? {}
+    Ok(out)
+}
+
+/// Writes `MAGIC` to a new stored file.
+pub fn start<W: Write>(w: &mut W) -> std::io::Result<()> {
+    w.write_all(MAGIC)
+}
