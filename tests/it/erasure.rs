@@ -1,13 +1,14 @@
 //! Erasure (`POST /v1/erasures`, `POST /admin/v1/tenants/{id}/erasures`) on the real binary:
 //! what it takes and refuses, its receipt checked against the log offline, another user's data
-//! left intact.
+//! left intact, no copy of an erased secret in any file of the data dir, and keys erased again
+//! when a key store from before the erasure is restored.
 
 use crate::common;
 
 use std::path::Path;
 
 use base64::Engine;
-use common::{assert_error, cli, path_str, Server};
+use common::{assert_error, cli, copy_dir, path_str, Server};
 use reqwest::Method;
 use serde_json::{json, Value};
 
@@ -347,4 +348,151 @@ fn an_admin_erases_a_whole_tenant() {
     assert!(v["data"]["checkpoint"]["seq"].as_u64().expect("cp") >= seq);
     let (status, _) = s.get(&format!("/v1/memories/{kept}"), &other_key);
     assert_eq!(status, 200);
+}
+
+/// Every file under `dir` that holds one of `needles`, with the needle.
+fn files_holding(dir: &Path, needles: &[&str]) -> Vec<(String, String)> {
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).expect("read_dir") {
+            let entry = entry.expect("entry");
+            let path = entry.path();
+            if entry.file_type().expect("type").is_dir() {
+                stack.push(path);
+                continue;
+            }
+            let bytes = std::fs::read(&path).expect("read");
+            for n in needles {
+                if bytes.windows(n.len()).any(|w| w == n.as_bytes()) {
+                    found.push((path.display().to_string(), n.to_string()));
+                }
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn erased_data_reads_erased_and_no_file_of_the_data_dir_holds_it() {
+    let mut s = Server::start();
+    let (_, key) = key_with_erase(&s);
+    let (alice, bob) = alice_and_bob(&s, &key);
+    // Alice's secret in a search, an audit tag and an export too.
+    let (status, v) = s.post(
+        "/v1/memories/search",
+        &key,
+        json!({"query": format!("whose number is {SECRET}?"), "filters": {"user_id": "alice"}}),
+    );
+    assert_eq!(status, 200, "{v}");
+    let (status, v) = s.post("/v1/audit/logs/export", &key, json!({"format": "json"}));
+    assert_eq!(status, 200, "{v}");
+    let export = v["data"]["export_id"].as_str().expect("id").to_string();
+    s.wait_export_status(&key, &export, "completed");
+
+    let (status, r) = erase(&s, &key, json!({"user_id": "alice"}));
+    assert_eq!(status, 201, "{r}");
+    // A fresh data dir holds nothing written before encryption.
+    assert_eq!(r["data"]["predate_encryption"], json!(0), "{r}");
+    assert_eq!(r["data"]["notice"], json!(null), "{r}");
+    assert!(
+        r["data"]["erased"]["keys"].as_u64().expect("keys") >= 1,
+        "{r}"
+    );
+    for id in &alice {
+        let resp = s.get(&format!("/v1/memories/{id}"), &key);
+        assert_error(&resp, 404, 4040);
+    }
+    let (_, v) = s.get("/v1/memories?user_id=alice", &key);
+    assert_eq!(v["data"]["total"], json!(0), "{v}");
+    for mode in ["semantic", "keyword", "hybrid"] {
+        let (status, v) = s.post(
+            "/v1/memories/search",
+            &key,
+            json!({"query": format!("social security number {SECRET}"), "search_mode": mode, "top_k": 100, "min_similarity": -1.0}),
+        );
+        assert_eq!(status, 200, "{v}");
+        let text = v.to_string();
+        assert!(!text.contains(SECRET), "{mode}: {v}");
+        let ids: Vec<&str> = v["data"]["results"]
+            .as_array()
+            .expect("results")
+            .iter()
+            .map(|m| m["id"].as_str().expect("id"))
+            .collect();
+        // Only alice's memory held the phrase: a keyword search finds nothing, the others
+        // only bob's, the one memory left.
+        let want: Vec<&str> = match mode {
+            "keyword" => Vec::new(),
+            _ => vec![bob.as_str()],
+        };
+        assert_eq!(ids, want, "{mode}: {v}");
+    }
+    s.stop();
+    let found = files_holding(&s.data_dir, &[SECRET, "05-1120", SECRET_META, "55192"]);
+    assert_eq!(found, Vec::<(String, String)>::new());
+    // Bob's secret is still there, sealed: not in any file in the clear either.
+    assert_eq!(
+        files_holding(&s.data_dir, &[BOB_SECRET]),
+        Vec::<(String, String)>::new()
+    );
+}
+
+#[test]
+fn keys_restored_from_a_backup_taken_before_an_erasure_are_destroyed_again_at_start() {
+    let mut s = Server::start();
+    let (_, key) = key_with_erase(&s);
+    let (alice, bob) = alice_and_bob(&s, &key);
+    // The backup: the whole data dir, key store and key-encryption key included.
+    s.stop();
+    let backup = tempfile::tempdir().expect("tmp");
+    copy_dir(&s.data_dir, backup.path());
+    s.spawn();
+
+    let (status, r) = erase(&s, &key, json!({"user_id": "alice"}));
+    assert_eq!(status, 201, "{r}");
+    let event = erasure_event(&s, r["data"]["seq"].as_u64().expect("seq"));
+    assert!(!event.key_ids.is_empty(), "the erasure destroys no key");
+    let key_file = |dir: &Path, id: &auditmem_projections::seal::KeyId| {
+        dir.join("keys").join("data").join(id.to_hex())
+    };
+    for id in &event.key_ids {
+        assert!(
+            !key_file(&s.data_dir, id).exists(),
+            "{id} survived the erasure"
+        );
+        assert!(
+            key_file(backup.path(), id).exists(),
+            "{id} is not in the backup"
+        );
+    }
+    s.stop();
+
+    // The key store comes back from the backup; the log keeps the erasure.
+    std::fs::remove_dir_all(s.data_dir.join("keys")).expect("rm keys");
+    copy_dir(&backup.path().join("keys"), &s.data_dir.join("keys"));
+    std::fs::copy(
+        backup.path().join("master.key"),
+        s.data_dir.join("master.key"),
+    )
+    .expect("master.key");
+    for id in &event.key_ids {
+        assert!(key_file(&s.data_dir, id).exists(), "{id} was not restored");
+    }
+    s.spawn();
+    // Destroyed before the first request is served.
+    for id in &event.key_ids {
+        assert!(
+            !key_file(&s.data_dir, id).exists(),
+            "{id} is back after start"
+        );
+    }
+    for id in &alice {
+        let resp = s.get(&format!("/v1/memories/{id}"), &key);
+        assert_error(&resp, 404, 4040);
+        let resp = s.get(&format!("/v1/memories/{id}/history"), &key);
+        assert!(!resp.1.to_string().contains(SECRET), "{}", resp.1);
+    }
+    let (status, v) = s.get(&format!("/v1/memories/{bob}"), &key);
+    assert_eq!(status, 200, "{v}");
 }
