@@ -19,6 +19,8 @@ use super::error::ApiError;
 use super::extract::Json;
 use super::gate::{Caller, Recorded};
 use super::state::AppState;
+use auditmem_projections::seal::KeyId;
+
 use crate::command::erase::{self, Planned};
 use crate::command::Context;
 use crate::log::checkpoint::Checkpoint;
@@ -85,6 +87,7 @@ pub(crate) fn receipt(state: &AppState, planned: &Planned) -> Result<ErasureRece
             .map_err(ApiError::internal)?,
     };
     let proof = erasure_proof(state, planned, view.seq, &checkpoint)?;
+    let (audit_entries, exports) = touched(state, view.tenant_id, &planned.key_ids, view.seq)?;
     let notice = (planned.predate_encryption > 0).then(|| {
         format!(
             "{} records predate encryption and cannot be shredded",
@@ -96,6 +99,8 @@ pub(crate) fn receipt(state: &AppState, planned: &Planned) -> Result<ErasureRece
         erased: Erased {
             memories: planned.memories,
             keys: planned.keys,
+            audit_entries,
+            exports,
         },
         predate_encryption: planned.predate_encryption,
         notice,
@@ -105,6 +110,74 @@ pub(crate) fn receipt(state: &AppState, planned: &Planned) -> Result<ErasureRece
         proof,
     })
 }
+
+/// How many of the tenant's audit entries logged before the erasure (`before_seq`) are
+/// sealed under one of `key_ids`, and how many export files (completed and not expired, or
+/// being written) hold at least one of them: a pass over the tenant's entries in the audit
+/// index, reading each entry's clear head from the log (its sealed part is not opened), so
+/// it costs one log read per entry of the tenant.
+fn touched(
+    state: &AppState,
+    tenant: uuid::Uuid,
+    key_ids: &[KeyId],
+    before_seq: u64,
+) -> Result<(usize, usize), ApiError> {
+    if key_ids.is_empty() {
+        return Ok((0, 0));
+    }
+    let filter = auditmem_projections::audit_index::Filter {
+        tenant_id: tenant,
+        action: None,
+        from: i64::MIN,
+        to: i64::MAX,
+    };
+    // (seq, created_at) of every entry an erased key sealed.
+    let mut erased: Vec<(u64, i64)> = Vec::new();
+    let mut after = None;
+    let mut chunk = None;
+    loop {
+        let seqs = state
+            .projections
+            .audit
+            .in_log_order(&filter, after, before_seq, TOUCHED_WINDOW)
+            .map_err(ApiError::internal)?;
+        let Some(last) = seqs.last().copied() else {
+            break;
+        };
+        for seq in seqs {
+            let head = state
+                .log
+                .audit_entry_from(seq, &mut chunk)
+                .map_err(ApiError::internal)?;
+            let Some(head) = head else { continue };
+            let sealed_under = head
+                .sealed
+                .as_ref()
+                .is_some_and(|s| s.keys.iter().any(|k| key_ids.contains(k)));
+            if sealed_under {
+                erased.push((seq, head.entry.created_at));
+            }
+        }
+        after = Some(last);
+    }
+    let exports = &state.projections.exports;
+    let now = crate::wire::time::now();
+    let mut files = exports.live_completed(now).map_err(ApiError::internal)?;
+    files.extend(exports.processing().map_err(ApiError::internal)?);
+    let holding = files
+        .iter()
+        .filter(|x| x.tenant_id == tenant)
+        .filter(|x| {
+            erased
+                .iter()
+                .any(|(seq, at)| *seq < x.request_seq && (x.start_time..=x.end_time).contains(at))
+        })
+        .count();
+    Ok((erased.len(), holding))
+}
+
+/// The tenant's entries read per pass of the audit index when counting an erasure's.
+const TOUCHED_WINDOW: usize = 65_536;
 
 /// The erasure event's record at `seq` and its inclusion path in the tree `checkpoint` signs.
 fn erasure_proof(

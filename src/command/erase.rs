@@ -31,6 +31,8 @@ pub struct Planned {
     pub erasure_id: Uuid,
     pub memories: usize,
     pub keys: usize,
+    /// The destroyed keys' ids, which the receipt counts the audit entries and exports of.
+    pub key_ids: Vec<KeyId>,
     /// Records (the log records of erased memories) written before encryption.
     pub predate_encryption: usize,
     /// Microseconds since the Unix epoch, as stored.
@@ -134,6 +136,7 @@ pub fn erase(
         erasure_id: ctx.id(),
         memories: memory_ids.len(),
         keys: key_ids.len(),
+        key_ids: key_ids.clone(),
         predate_encryption,
         erased_at: ctx.now_stored(),
     };

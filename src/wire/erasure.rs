@@ -160,6 +160,12 @@ pub struct Erased {
     pub memories: usize,
     /// Data keys destroyed.
     pub keys: usize,
+    /// The tenant's audit entries logged before the erasure and sealed under a destroyed key
+    /// (every entry that showed an erased memory or named the erased scope).
+    pub audit_entries: usize,
+    /// Export files (completed and not expired, or being written) holding one of those
+    /// entries: their rows of it download erased.
+    pub exports: usize,
 }
 
 /// The receipt of an erasure.

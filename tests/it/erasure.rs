@@ -399,6 +399,19 @@ fn erased_data_reads_erased_and_no_file_of_the_data_dir_holds_it() {
         r["data"]["erased"]["keys"].as_u64().expect("keys") >= 1,
         "{r}"
     );
+    // The entries the receipt counts are those the audit list now shows erased (the
+    // erasure's own entry, which names alice, aside): her two writes and the search at least.
+    let shown_erased = common::all_audit_entries(&s, &key)
+        .iter()
+        .filter(|e| e["erased"] == json!(true) && e["action"] != json!("memory.erase"))
+        .count();
+    assert!(shown_erased >= 3, "{shown_erased}");
+    assert_eq!(
+        r["data"]["erased"]["audit_entries"],
+        json!(shown_erased),
+        "{r}"
+    );
+    assert_eq!(r["data"]["erased"]["exports"], json!(1), "{r}");
     for id in &alice {
         let resp = s.get(&format!("/v1/memories/{id}"), &key);
         assert_error(&resp, 404, 4040);
