@@ -594,7 +594,13 @@ pub fn chain_fields(item: &Value) -> (&'static str, String) {
     let mut fields = item.as_object().expect("object").clone();
     fields.remove("hash");
     let rule = if item["sealed"] == json!(true) {
-        for f in ["error_msg", "ip_address", "metadata", "user_agent", "erased"] {
+        for f in [
+            "error_msg",
+            "ip_address",
+            "metadata",
+            "user_agent",
+            "erased",
+        ] {
             fields.remove(f);
         }
         "v3"
