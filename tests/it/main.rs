@@ -40,6 +40,7 @@ mod memory_batch;
 mod memory_hybrid;
 mod memory_resolve;
 mod memory_scopes;
+mod memory_sealed;
 mod old_data_dir;
 mod openapi;
 mod positions;

@@ -194,3 +194,102 @@ pub(crate) async fn memory_history(
     };
     Ok(Recorded::new(Data(history), ops))
 }
+
+#[cfg(test)]
+mod tests {
+    use auditmem_projections::seal::{MemoryKeyring, Subject};
+    use auditmem_projections::{
+        vector_to_bytes, Event, MemoryAmend, MemoryCreated, MemoryType, MemoryUpdated,
+    };
+    use serde_json::json;
+    use uuid::Uuid;
+
+    use super::*;
+
+    const T: Uuid = Uuid::from_u128(1);
+    const ID: Uuid = Uuid::from_u128(2);
+
+    fn created(ring: &MemoryKeyring) -> Event {
+        let e = MemoryCreated {
+            memory_id: ID,
+            tenant_id: T,
+            content: "kestrel-secret-5150".into(),
+            memory_type: MemoryType::Fact,
+            importance: 0.5,
+            created_at: 10,
+            model: "m".into(),
+            vector: vector_to_bytes(&[1.0, 0.0]),
+            extra: None,
+            sealed: None,
+        };
+        let subjects = e.subjects();
+        Event::MemoryCreated(e.sealed_for(ring, &subjects).expect("seal"))
+    }
+
+    fn updated(ring: &MemoryKeyring) -> Event {
+        let e = MemoryUpdated {
+            memory_id: ID,
+            tenant_id: T,
+            content: Some("kestrel-later-6161".into()),
+            importance: Some(0.7),
+            updated_at: 20,
+            model: None,
+            vector: None,
+            amend: Some(MemoryAmend {
+                set_metadata: true,
+                metadata: Some(r#"{"k":"v"}"#.into()),
+                ..MemoryAmend::default()
+            }),
+            sealed: None,
+        };
+        let subjects = [Subject::Memory(T, ID)];
+        Event::MemoryUpdated(e.sealed_for(ring, &subjects).expect("seal"))
+    }
+
+    fn shown(v: Option<MemoryVersion>) -> serde_json::Value {
+        serde_json::to_value(v.expect("a version")).expect("json")
+    }
+
+    #[test]
+    fn versions_open_while_the_keys_exist_and_say_erased_once_they_are_gone() {
+        let ring = MemoryKeyring::default();
+        let (c, u) = (created(&ring), updated(&ring));
+        let open = shown(version(&c, 1, 10, &ring).expect("ring"));
+        assert_eq!(open["content"], json!("kestrel-secret-5150"));
+        assert!(open.get("erased").is_none(), "{open}");
+        let open = shown(version(&u, 2, 20, &ring).expect("ring"));
+        assert_eq!(
+            (open["content"].clone(), open["metadata"].clone()),
+            (json!("kestrel-later-6161"), json!({"k": "v"}))
+        );
+        let key = ring
+            .find(&Subject::Memory(T, ID))
+            .expect("ring")
+            .expect("a key");
+        ring.destroy(&[key]).expect("destroy");
+        assert_eq!(
+            shown(version(&c, 1, 10, &ring).expect("ring")),
+            json!({"change": "created", "seq": 1, "audit_id": null, "at": "1970-01-01T00:00:00.000Z",
+                   "content": null, "memory_type": "fact", "importance": 0.5, "metadata": null,
+                   "erased": true})
+        );
+        assert_eq!(
+            shown(version(&u, 2, 20, &ring).expect("ring")),
+            json!({"change": "updated", "seq": 2, "audit_id": null, "at": "1970-01-01T00:00:00.000Z",
+                   "content": null, "importance": 0.7, "metadata": null, "erased": true})
+        );
+        let erasure = Event::SubjectsErased(auditmem_projections::event::SubjectsErased {
+            erasure_id: Uuid::from_u128(9),
+            tenant_id: T,
+            subjects: vec![Subject::Memory(T, ID)],
+            key_ids: vec![key],
+            memory_ids: vec![ID],
+            erased_at: 30,
+        });
+        assert_eq!(
+            shown(version(&erasure, 3, 30, &ring).expect("ring")),
+            json!({"change": "erased", "seq": 3, "audit_id": null, "at": "1970-01-01T00:00:00.000Z",
+                   "erased": true})
+        );
+    }
+}

@@ -288,6 +288,84 @@ mod tests {
         assert_eq!(d.audit.subjects, subjects);
     }
 
+    /// A keyring whose store is down.
+    struct Down;
+
+    impl auditmem_projections::seal::Keyring for Down {
+        fn key_of(
+            &self,
+            _: &auditmem_projections::seal::Subject,
+        ) -> Result<auditmem_projections::seal::KeyId, auditmem_projections::seal::KeyError>
+        {
+            Err(auditmem_projections::seal::KeyError::Store("down".into()))
+        }
+        fn find(
+            &self,
+            _: &auditmem_projections::seal::Subject,
+        ) -> Result<Option<auditmem_projections::seal::KeyId>, auditmem_projections::seal::KeyError>
+        {
+            Err(auditmem_projections::seal::KeyError::Store("down".into()))
+        }
+        fn seal_key(
+            &self,
+            _: &[auditmem_projections::seal::KeyId],
+        ) -> Result<Option<auditmem_projections::seal::SealKey>, auditmem_projections::seal::KeyError>
+        {
+            Err(auditmem_projections::seal::KeyError::Store("down".into()))
+        }
+        fn destroy(
+            &self,
+            _: &[auditmem_projections::seal::KeyId],
+        ) -> Result<usize, auditmem_projections::seal::KeyError> {
+            Err(auditmem_projections::seal::KeyError::Store("down".into()))
+        }
+        fn keys_of_tenant(
+            &self,
+            _: Uuid,
+        ) -> Result<
+            Vec<(
+                auditmem_projections::seal::Subject,
+                auditmem_projections::seal::KeyId,
+            )>,
+            auditmem_projections::seal::KeyError,
+        > {
+            Err(auditmem_projections::seal::KeyError::Store("down".into()))
+        }
+    }
+
+    #[test]
+    fn given_a_keyring_that_fails_when_created_then_an_internal_refusal_and_nothing_decided() {
+        let mut given = Given::with_keys(std::sync::Arc::new(Down)).expect("given");
+        given
+            .apply(&[tenant(TENANT, Plan::Pro, 0.0)])
+            .expect("tenant");
+        let ids = Counter::new();
+        let ctx = given.at(NOON, &ids);
+        let v = unit(0, 0.0);
+        let embedding = Embedding {
+            model: MODEL,
+            vector: &v,
+        };
+        let refused = create(&ctx, TENANT, new("lives in Porto", false), embedding, None).err();
+        assert!(
+            matches!(&refused, Some(Refusal::Internal(why)) if why.contains("down")),
+            "{refused:?}"
+        );
+        assert_eq!(
+            refused.map(|r| r.code()),
+            Some(crate::registry::ErrorCode::Internal)
+        );
+        let batch = create_batch(
+            &ctx,
+            TENANT,
+            vec![new("a", false)],
+            MODEL,
+            std::slice::from_ref(&v),
+        )
+        .err();
+        assert!(matches!(batch, Some(Refusal::Internal(_))), "{batch:?}");
+    }
+
     #[test]
     fn given_a_duplicate_resolution_when_created_then_nothing_is_stored_and_the_stored_one_answers()
     {
