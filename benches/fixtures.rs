@@ -66,6 +66,7 @@ pub fn audit_event(tenant: Uuid, i: u64) -> Event {
             ..Default::default()
         },
         sealed: None,
+        sealed_detail: None,
     }))
 }
 

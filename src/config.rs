@@ -470,6 +470,10 @@ pub struct VerifyArgs {
     /// Print a JSON summary instead of text.
     #[arg(long)]
     pub json: bool,
+    /// With --data-dir: the key-encryption key of the data dir's keys (default: `master.key`
+    /// in the data dir), to count the records of erased subjects. Verifying never needs it.
+    #[arg(long, env = "AUDITMEM_MASTER_KEY_FILE")]
+    pub master_key_file: Option<PathBuf>,
     /// Verify the chain straight from a cluster's JetStream stream
     /// (`nats://HOST:PORT[,HOST:PORT...]`), without any node.
     #[arg(long, conflicts_with_all = ["url", "export", "data_dir"])]

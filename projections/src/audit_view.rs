@@ -33,7 +33,7 @@ use serde::ser::{SerializeMap, SerializeSeq};
 use serde::{Serialize, Serializer};
 use serde_json::{json, Map, Value};
 
-use crate::event::{AuditDetail, AuditEntry, AuditPersonal};
+use crate::event::{AuditDetail, AuditEntry, AuditPersonal, PersonalFields};
 
 /// The domain of chain rule v1 (entries without `detail_hash`).
 pub const TENANT_CHAIN_DOMAIN: &[u8] = b"auditmem/tenant-chain/v1";
@@ -282,7 +282,7 @@ fn write_canonical_detail<W: std::io::Write>(out: &mut W, d: &AuditDetail) {
 fn write_canonical_fields<W: std::io::Write>(
     out: &mut W,
     d: &AuditDetail,
-    personal: Option<&AuditPersonal>,
+    personal: Option<&PersonalFields>,
 ) {
     /// `,"key":` then the value (`null` for none). Writes to a Vec or a hasher cannot fail.
     fn field<W: std::io::Write, T: Serialize>(out: &mut W, first: bool, key: &str, v: Option<T>) {
@@ -349,16 +349,16 @@ fn write_canonical_fields<W: std::io::Write>(
 /// [`canonical_detail_bytes`], keys sorted at every level.
 pub fn canonical_personal_bytes(p: &AuditPersonal) -> Vec<u8> {
     let mut out = Vec::with_capacity(256);
-    write_canonical_fields(&mut out, &p.detail, Some(p));
+    write_canonical_fields(&mut out, &p.detail, Some(&p.fields));
     out
 }
 
 /// The `detail_hash` of a sealed entry (rule v3): `blake3::keyed_hash(salt,
 /// canonical_personal_bytes)`.
 pub fn personal_hash(p: &AuditPersonal) -> [u8; 32] {
-    let mut h = blake3::Hasher::new_keyed(&p.salt);
+    let mut h = blake3::Hasher::new_keyed(&p.fields.salt);
     // blake3's Hasher is an io::Write that cannot fail.
-    write_canonical_fields(&mut h, &p.detail, Some(p));
+    write_canonical_fields(&mut h, &p.detail, Some(&p.fields));
     *h.finalize().as_bytes()
 }
 
@@ -531,5 +531,89 @@ mod tests {
         let mut e2 = e.clone();
         e2.http_status = 500;
         assert_ne!(h1, chain_hash(&[0; 32], &e2, false));
+    }
+
+    #[test]
+    fn rule_v3_hashes_the_clear_fields_and_a_salted_digest_of_the_personal_ones() {
+        let mut e = entry();
+        let personal = AuditPersonal {
+            fields: PersonalFields {
+                salt: [9; 32],
+                ip_address: Some("10.0.0.1".into()),
+                user_agent: Some("ua".into()),
+                error_msg: Some("bad".into()),
+                metadata: e.metadata.take(),
+            },
+            detail: AuditDetail {
+                memory_query: Some(vec!["078-05-1120".into()]),
+                ..Default::default()
+            },
+        };
+        e.detail_hash = Some(personal_hash(&personal));
+        // The stored entry's canonical bytes: no personal field, `sealed` and `detail_hash`.
+        let canonical = String::from_utf8(canonical_entry_bytes(&e, true)).expect("utf8");
+        assert_eq!(
+            canonical,
+            format!(
+                concat!(
+                    r#"{{"action":"rag.query","balance_consumed_usd":0.0,"#,
+                    r#""created_at":"2025-11-22T01:02:03.456Z","credits_consumed":0.5,"#,
+                    r#""detail_hash":"{}","duration":12.0,"error_code":null,"#,
+                    r#""gateway_id":null,"http_status":200,"#,
+                    r#""id":"00000000-0000-0000-0000-000000000000","is_cache_hit":false,"#,
+                    r#""is_success":true,"model_id":null,"project_id":null,"sealed":true,"#,
+                    r#""tokens":null}}"#
+                ),
+                hash_hex(&personal_hash(&personal))
+            )
+        );
+        let mut h = blake3::Hasher::new();
+        h.update(b"auditmem/tenant-chain/v3");
+        h.update(&[4; 32]);
+        h.update(canonical.as_bytes());
+        let want = *h.finalize().as_bytes();
+        assert_eq!(chain_hash(&[4; 32], &e, true), want);
+        // A list item shows the personal fields opened, or null and `erased` once erased:
+        // recomputed from either, the chain hash is the same.
+        let mut item: Map<String, Value> = serde_json::from_str(&canonical).expect("json");
+        item.insert("ip_address".into(), json!("10.0.0.1"));
+        item.insert("user_agent".into(), json!("ua"));
+        item.insert("error_msg".into(), json!("bad"));
+        item.insert("metadata".into(), json!({"a": 1}));
+        assert_eq!(ChainRule::of_fields(&item), ChainRule::V3);
+        assert_eq!(chain_hash_fields(&[4; 32], &item), want);
+        for f in PERSONAL_ENTRY_FIELDS {
+            item.insert(f.into(), Value::Null);
+        }
+        item.insert("erased".into(), json!(true));
+        assert_eq!(chain_hash_fields(&[4; 32], &item), want);
+        // A clear field changed is seen.
+        item.insert("http_status".into(), json!(500));
+        assert_ne!(chain_hash_fields(&[4; 32], &item), want);
+
+        // The digest: keyed with the salt over the personal fields and the detail, keys
+        // sorted; the right salt checks a read, another does not.
+        let bytes = String::from_utf8(canonical_personal_bytes(&personal)).expect("utf8");
+        assert_eq!(
+            bytes,
+            concat!(
+                r#"{"error_msg":"bad","input_content":null,"ip_address":"10.0.0.1","#,
+                r#""memory_query":["078-05-1120"],"memory_results":null,"#,
+                r#""metadata":{"a":{"y":2,"z":1},"b":1},"output_content":null,"#,
+                r#""rag_query":null,"rag_results":null,"request_body":null,"#,
+                r#""response_body":null,"user_agent":"ua"}"#
+            )
+        );
+        assert_eq!(
+            personal_hash(&personal),
+            *blake3::keyed_hash(&[9; 32], bytes.as_bytes()).as_bytes()
+        );
+        assert_ne!(
+            personal_hash(&personal),
+            *blake3::keyed_hash(&[8; 32], bytes.as_bytes()).as_bytes()
+        );
+        // Without the salt, a guess of the value cannot be checked against the digest.
+        let unsalted = blake3::hash(bytes.as_bytes());
+        assert_ne!(personal_hash(&personal), *unsalted.as_bytes());
     }
 }

@@ -24,7 +24,7 @@
 
 use auditmem_projections::audit_index::{AuditRef, Filter};
 use auditmem_projections::event::{
-    open_personal, AuditHead, ListRef, Opened, ReadRef, ResponseRef,
+    open_personal, AuditHead, KeyCache, ListRef, Opened, ReadRef, ResponseRef,
 };
 use auditmem_projections::{AuditDetail, AuditEntry, AuditRecorded, Event};
 use axum::extract::{Path, State};
@@ -91,45 +91,33 @@ fn load_entry(state: &AppState, seq: u64) -> Result<OpenedEntry, ApiError> {
         Some((_, Event::AuditRecorded(rec))) => *rec,
         _ => return Err(missing(seq)),
     };
+    let opened = open_personal(&*state.projections.keys, &rec).map_err(keyring_failed)?;
     let AuditRecorded {
-        tenant_id,
-        mut entry,
-        detail,
-        sealed,
+        mut entry, detail, ..
     } = rec;
-    Ok(
-        match open_personal(
-            &*state.projections.keys,
-            tenant_id,
-            entry.id,
-            sealed.as_ref(),
-            true,
-        )
-        .map_err(keyring_failed)?
-        {
-            Opened::Plain => OpenedEntry {
-                entry,
-                detail,
-                personal: Personal::Plain,
-                salt: None,
-            },
-            Opened::Open(p) => {
-                p.restore_entry(&mut entry);
-                OpenedEntry {
-                    entry,
-                    detail: p.detail,
-                    personal: Personal::Opened,
-                    salt: Some(p.salt),
-                }
-            }
-            Opened::Erased => OpenedEntry {
-                entry,
-                detail,
-                personal: Personal::Erased,
-                salt: None,
-            },
+    Ok(match opened {
+        Opened::Plain => OpenedEntry {
+            entry,
+            detail,
+            personal: Personal::Plain,
+            salt: None,
         },
-    )
+        Opened::Open(p) => {
+            p.fields.restore_entry(&mut entry);
+            OpenedEntry {
+                entry,
+                detail: p.detail,
+                personal: Personal::Opened,
+                salt: Some(p.fields.salt),
+            }
+        }
+        Opened::Erased => OpenedEntry {
+            entry,
+            detail,
+            personal: Personal::Erased,
+            salt: None,
+        },
+    })
 }
 
 /// An audit entry as a detail read shows it.
@@ -144,9 +132,13 @@ fn keyring_failed(e: auditmem_projections::seal::KeyError) -> ApiError {
     ApiError::internal(format!("opening an audit entry: {e}"))
 }
 
-/// The list fields of the audit entry at `seq`, its personal ones opened, without decoding
-/// its detail.
-fn load_list_entry(state: &AppState, seq: u64) -> Result<(AuditEntry, Personal), ApiError> {
+/// The list fields of the audit entry at `seq`, its personal ones opened (through `keys`),
+/// without reading its detail.
+fn load_list_entry(
+    state: &AppState,
+    keys: &mut KeyCache<'_>,
+    seq: u64,
+) -> Result<(AuditEntry, Personal), ApiError> {
     let Some(head) = state.log.audit_entry(seq)? else {
         return Err(missing(seq));
     };
@@ -155,14 +147,9 @@ fn load_list_entry(state: &AppState, seq: u64) -> Result<(AuditEntry, Personal),
         mut entry,
         sealed,
     } = head;
-    let personal = match open_personal(
-        &*state.projections.keys,
-        tenant_id,
-        entry.id,
-        sealed.as_ref(),
-        false,
-    )
-    .map_err(keyring_failed)?
+    let personal = match keys
+        .open_fields(tenant_id, entry.id, sealed.as_ref())
+        .map_err(keyring_failed)?
     {
         Opened::Plain => Personal::Plain,
         Opened::Open(p) => {
@@ -190,11 +177,12 @@ fn serialised<T: serde::Serialize>(body: &T) -> Result<Vec<u8>, ApiError> {
 /// The bytes of the list page `r` describes.
 pub(crate) fn render_list(state: &AppState, r: &ListRef) -> Result<Vec<u8>, ApiError> {
     let refs = state.projections.audit.at_seqs(&r.seqs)?;
+    let mut keys = KeyCache::new(&*state.projections.keys);
     let mut logs = Vec::with_capacity(r.seqs.len());
     for (seq, found) in r.seqs.iter().zip(refs) {
         let found = found
             .ok_or_else(|| ApiError::internal(format!("seq {seq} missing from the audit index")))?;
-        let (entry, personal) = load_list_entry(state, *seq)?;
+        let (entry, personal) = load_list_entry(state, &mut keys, *seq)?;
         logs.push(ListedEntry::with(entry, personal, &found, r.show_hash));
     }
     serialised(&AuditOk(AuditLogPage {
@@ -256,7 +244,12 @@ fn shown_response(
             rendered(render_detail(state, rec, &r, read.show_hash, depth + 1)?)
         }
         Some(ResponseRef::Read(read)) => {
-            let id = load_list_entry(state, read.seq)?.0.id;
+            let id = state
+                .log
+                .audit_entry(read.seq)?
+                .ok_or_else(|| missing(read.seq))?
+                .entry
+                .id;
             Ok(Some(ShownBody::Value(json!({ "_detail_of": id }))))
         }
     }

@@ -25,9 +25,9 @@
 //!
 //! **Sealed.** The entry's personal fields (peer address, user agent, tags, error message, the
 //! whole detail) are sealed ([`AuditRecorded::sealed_for`]) under the keys of its subjects: the
-//! request's own scope (each `user_id`, `agent_id`, `session_id` its query or its body's top
-//! level names), or the tenant when it names none, plus whatever the handler says the answer
-//! showed ([`PendingOps::subjects`]). Erasing any of them erases the entry's personal fields;
+//! request's own scope (each `user_id`, `agent_id`, `session_id` its query, its body or its
+//! body's `filters` names), or the tenant when it names none, plus whatever the handler says
+//! the answer showed ([`PendingOps::subjects`]). Erasing any of them erases the entry's personal fields;
 //! a keyring that fails is a 500 and nothing of the operation is stored.
 
 use std::net::SocketAddr;
@@ -229,13 +229,17 @@ pub async fn v1_gate(State(gate): State<Gate>, req: Request, next: Next) -> Resp
     };
     entry.request_body = bounded_json(&bytes, state.settings.audit_body_limit);
     // The body as sent, not as bounded: a scope id past the audit body limit still names whom
-    // the request is about.
-    let body_json = serde_json::from_slice::<Value>(&bytes).ok();
-    entry.scope.extend(crate::wire::audit::scope_of(
-        tenant.id,
-        None,
-        body_json.as_ref(),
-    ));
+    // the request is about (a body within it is the value just parsed).
+    let parsed;
+    let body_json = if bytes.len() <= state.settings.audit_body_limit {
+        entry.request_body.as_ref()
+    } else {
+        parsed = serde_json::from_slice::<Value>(&bytes).ok();
+        parsed.as_ref()
+    };
+    entry
+        .scope
+        .extend(crate::wire::audit::scope_of(tenant.id, None, body_json));
     entry.scope.sort();
     entry.scope.dedup();
     if let Err(refused) = authorize(policy, &tenant, &key, tags, &mut entry) {

@@ -205,6 +205,7 @@ mod tests {
             },
             detail: AuditDetail::default(),
             sealed: None,
+            sealed_detail: None,
         }))
     }
 

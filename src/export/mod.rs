@@ -41,11 +41,10 @@ use crate::log::appender::{AppendError, Appender, Precondition, Rejection};
 use crate::log::LogReader;
 use crate::registry::ErrorCode;
 use crate::wire::audit::{AuditLogEntry, Personal};
-use auditmem_projections::event::{open_personal, AuditHead, Opened};
+use auditmem_projections::event::{AuditHead, KeyCache, Opened};
 use auditmem_projections::exports::ExportStatus;
-use auditmem_projections::seal::{KeyId, Keyring, SealKey};
+use auditmem_projections::seal::Keyring;
 use auditmem_projections::AuditEntry;
-use std::collections::HashMap;
 
 /// Export files live in this subdirectory of the data dir (verify does not copy it).
 pub const EXPORTS_DIR: &str = "exports";
@@ -128,16 +127,21 @@ fn encode_rows(
     let capacity = refs.len() * 400;
     let mut stored = Vec::with_capacity(capacity + capacity / 2);
     let mut shown = Vec::with_capacity(capacity);
-    let mut csv = rows::csv_writer(Vec::with_capacity(if format == ExportFormat::Csv {
-        capacity
-    } else {
-        0
-    }));
-    let mut csv_erased = rows::csv_writer(Vec::new());
+    // CSV rows go through two writers (rows as shown, rows erased) that keep what they wrote
+    // for the part: each row is the bytes past the previous one's end.
+    let mut csv = (
+        rows::csv_writer(Vec::with_capacity(if format == ExportFormat::Csv {
+            capacity
+        } else {
+            0
+        })),
+        0,
+    );
+    let mut csv_erased = (rows::csv_writer(Vec::new()), 0);
     let mut cell = Vec::new();
     let mut chunk = None;
     // Entries of one subject share their key set: its seal key is derived once a part.
-    let mut seal_keys: HashMap<Vec<KeyId>, Option<SealKey>> = HashMap::new();
+    let mut keys = KeyCache::new(ring);
     let mut row = Vec::new();
     let mut erased_row = Vec::new();
     for (i, r) in refs.iter().enumerate() {
@@ -151,7 +155,8 @@ fn encode_rows(
             mut entry,
             sealed,
         } = head;
-        let opened = open_personal(ring, tenant_id, entry.id, sealed.as_ref(), false)
+        let opened = keys
+            .open_fields(tenant_id, entry.id, sealed.as_ref())
             .map_err(|e| e.to_string())?;
         if format == ExportFormat::Json && i > 0 {
             sealed_file::clear_frame(&mut stored, b",\n");
@@ -161,17 +166,16 @@ fn encode_rows(
             out.clear();
             match format {
                 ExportFormat::Csv => {
-                    let w = if personal == Personal::Opened {
+                    let (w, end) = if personal == Personal::Opened {
                         &mut csv
                     } else {
                         &mut csv_erased
                     };
                     rows::write_csv_row_as(w, entry, personal, r, with_chain, &mut cell)?;
                     w.flush().map_err(|e| e.to_string())?;
-                    // The writer's buffer is the rows written so far: take this one.
                     let all = w.get_ref();
-                    out.extend_from_slice(all);
-                    let _ = std::mem::replace(w, rows::csv_writer(Vec::new()));
+                    out.extend_from_slice(&all[*end..]);
+                    *end = all.len();
                     Ok::<(), String>(())
                 }
                 ExportFormat::Json => serde_json::to_writer(
@@ -194,21 +198,14 @@ fn encode_rows(
                 encode(&entry, Personal::Erased, &mut erased_row)?;
                 p.restore_entry(&mut entry);
                 encode(&entry, Personal::Opened, &mut row)?;
-                let keys = sealed.map(|s| s.keys).unwrap_or_default();
-                let key = match seal_keys.get(&keys) {
-                    Some(k) => k,
-                    None => {
-                        let k = ring.seal_key(&keys).map_err(|e| e.to_string())?;
-                        seal_keys.entry(keys.clone()).or_insert(k)
-                    }
-                };
-                match key {
+                let ids = sealed.map(|s| s.keys).unwrap_or_default();
+                match keys.key(&ids).map_err(|e| e.to_string())? {
                     Some(key) => sealed_file::row_frame(
                         &mut stored,
                         view.export_id,
                         r.seq,
                         key,
-                        &keys,
+                        &ids,
                         &row,
                         &erased_row,
                     )?,

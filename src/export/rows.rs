@@ -665,6 +665,50 @@ mod tests {
     use super::*;
 
     #[test]
+    fn rows_of_sealed_entries_recompute_their_chain_hash_opened_or_erased() {
+        use auditmem_projections::audit_view::{chain_hash, chain_hash_fields};
+        let (mut entry, r) = crate::wire::audit::tests::sample();
+        entry.user_agent = Some("=cmd, \"ua\"".into());
+        entry.error_msg = Some("boom".into());
+        let want = chain_hash(&[2; 32], &entry, true);
+        for personal in [Personal::Opened, Personal::Erased] {
+            let mut shown = entry.clone();
+            if personal == Personal::Erased {
+                (shown.ip_address, shown.user_agent) = (None, None);
+                (shown.error_msg, shown.metadata) = (None, None);
+            }
+            for with_chain in [true, false] {
+                let mut w = csv_writer(Vec::new());
+                write_header(&mut w, with_chain).expect("header");
+                write_csv_row_as(&mut w, &shown, personal, &r, with_chain, &mut Vec::new())
+                    .expect("row");
+                let csv = w.into_inner().expect("csv");
+                let json = serde_json::to_vec(&[AuditLogEntry::exported_as(
+                    &shown, personal, &r, with_chain,
+                )])
+                .expect("json");
+                for bytes in [csv, json] {
+                    let rows = parse(&bytes).expect("parse");
+                    let mut fields = rows[0].clone();
+                    assert_eq!(fields.get("sealed"), Some(&Value::Bool(true)));
+                    assert_eq!(
+                        fields.get("erased").cloned().unwrap_or(Value::Null),
+                        if personal == Personal::Erased {
+                            Value::Bool(true)
+                        } else {
+                            Value::Null
+                        }
+                    );
+                    for f in ["chain_index", "prev_hash", "hash"] {
+                        fields.remove(f);
+                    }
+                    assert_eq!(chain_hash_fields(&[2; 32], &fields), want, "{personal:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
     fn csv_cells_read_back_as_the_values_the_list_shows() {
         let (mut entry, r) = crate::wire::audit::tests::sample();
         for with_chain in [true, false] {

@@ -73,6 +73,9 @@ pub fn row_frame(
 pub struct Opener<R: Read> {
     src: R,
     export_id: Uuid,
+    /// A file written before exports were stored sealed (no [`MAGIC`]): its bytes are the
+    /// download as they are, starting with these.
+    legacy: Option<Vec<u8>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -86,14 +89,16 @@ pub enum OpenError {
 }
 
 impl<R: Read> Opener<R> {
-    /// Checks the file's first bytes.
+    /// Reads the file's first bytes: [`MAGIC`], or the start of a file of an earlier build.
     pub fn new(mut src: R, export_id: Uuid) -> Result<Self, OpenError> {
-        let mut magic = vec![0u8; MAGIC.len()];
-        src.read_exact(&mut magic)?;
-        if magic != MAGIC {
-            return Err(OpenError::Format("unknown first bytes".into()));
-        }
-        Ok(Opener { src, export_id })
+        let mut head = Vec::with_capacity(MAGIC.len());
+        (&mut src).take(MAGIC.len() as u64).read_to_end(&mut head)?;
+        let legacy = (head != MAGIC).then_some(head);
+        Ok(Opener {
+            src,
+            export_id,
+            legacy,
+        })
     }
 
     fn u32(&mut self) -> Result<usize, OpenError> {
@@ -119,6 +124,12 @@ impl<R: Read> Opener<R> {
         out: &mut Vec<u8>,
         at_least: usize,
     ) -> Result<bool, OpenError> {
+        if let Some(head) = &mut self.legacy {
+            out.append(head);
+            let want = at_least.saturating_sub(out.len()).min(1 << 20);
+            let n = (&mut self.src).take(want as u64).read_to_end(out)?;
+            return Ok(n > 0 || want == 0);
+        }
         while out.len() < at_least {
             let mut tag = [0u8; 1];
             match self.src.read(&mut tag)? {
@@ -161,4 +172,51 @@ pub fn open_all(bytes: &[u8], export_id: Uuid, ring: &dyn Keyring) -> Result<Vec
 /// Writes `MAGIC` to a new stored file.
 pub fn start<W: Write>(w: &mut W) -> std::io::Result<()> {
     w.write_all(MAGIC)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use auditmem_projections::seal::{MemoryKeyring, Subject};
+
+    #[test]
+    fn a_stored_file_downloads_its_rows_opened_or_erased_and_holds_none_in_the_clear() {
+        let ring = MemoryKeyring::default();
+        let alice = ring
+            .key_of(&Subject::User(Uuid::nil(), "alice".into()))
+            .expect("key");
+        let key = ring.seal_key(&[alice]).expect("ring").expect("live");
+        let export = Uuid::now_v7();
+        let mut file = MAGIC.to_vec();
+        clear_frame(&mut file, b"id,user_agent\n");
+        row_frame(
+            &mut file,
+            export,
+            7,
+            &key,
+            &[alice],
+            b"1,alice-phone\n",
+            b"1,\n",
+        )
+        .expect("row");
+        clear_frame(&mut file, b"2,old-client\n");
+        assert!(!file.windows(11).any(|w| w == b"alice-phone"));
+        assert_eq!(
+            open_all(&file, export, &ring).expect("open"),
+            b"id,user_agent\n1,alice-phone\n2,old-client\n"
+        );
+        // Another export's file (another place) does not open.
+        assert!(open_all(&file, Uuid::now_v7(), &ring).is_err());
+        assert_eq!(ring.destroy(&[alice]).expect("destroy"), 1);
+        assert_eq!(
+            open_all(&file, export, &ring).expect("open"),
+            b"id,user_agent\n1,\n2,old-client\n"
+        );
+        // A file written before files were stored sealed downloads as it is.
+        let old = b"id,user_agent\n3,x\n";
+        assert_eq!(open_all(old, export, &ring).expect("open"), old);
+        assert_eq!(open_all(b"", export, &ring).expect("open"), b"");
+        // A cut file is an error, not a shorter download.
+        assert!(open_all(&file[..file.len() - 3], export, &ring).is_err());
+    }
 }

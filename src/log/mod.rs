@@ -379,6 +379,7 @@ mod tests {
             entry,
             detail: Default::default(),
             sealed: None,
+            sealed_detail: None,
         }))
     }
 

@@ -10,6 +10,7 @@ mod common;
 mod admin_auth;
 mod api_errors;
 mod audit_api;
+mod audit_sealed;
 mod auth;
 mod ci_setup;
 mod cli_admin;

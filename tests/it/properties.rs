@@ -279,6 +279,7 @@ fn event() -> impl Strategy<Value = Event> {
                     entry,
                     detail,
                     sealed: None,
+                    sealed_detail: None,
                 }))
             }
         ),

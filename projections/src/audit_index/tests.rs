@@ -51,6 +51,7 @@ fn given_a_block_file_then_the_index_answers_as_on_the_heap_and_holds_little() {
             entry: entry(action, 1_000_000 + at),
             detail: Default::default(),
             sealed: None,
+            sealed_detail: None,
         })));
     }
     let applied = Applied::in_order(&events);
@@ -164,6 +165,7 @@ fn given_entries_of_two_tenants_then_counts_pages_and_chains_are_per_tenant() {
             entry: entry(action, 1000 + i),
             detail: Default::default(),
             sealed: None,
+            sealed_detail: None,
         })));
     }
     let applied = Applied::in_order(&events);
@@ -248,6 +250,7 @@ fn ids_past_the_recent_window_are_found_in_the_stored_runs_and_still_refused_twi
                 entry: e,
                 detail: Default::default(),
                 sealed: None,
+                sealed_detail: None,
             }))
         })
         .collect();

@@ -57,7 +57,7 @@ pub enum Event {
 }
 
 /// The list fields of an audit record: its tenant, its entry (personal fields `None` when
-/// sealed) and its sealed personal part, without its detail.
+/// sealed) and its sealed personal fields, without its detail.
 #[derive(Clone, Debug, PartialEq)]
 pub struct AuditHead {
     pub tenant_id: Uuid,
@@ -101,8 +101,9 @@ fn audit_head_v2(bytes: &[u8], sealed: bool) -> Result<Option<Option<AuditHead>>
     let mut de = rmp_serde::Deserializer::from_read_ref(rd);
     let tenant_id = Uuid::deserialize(&mut de)?;
     let entry = AuditEntry::deserialize(&mut de)?;
-    // The sealed part follows the detail, which a sealed record keeps empty (ten nils): read
-    // past it only when the caller wants the sealed part and the record has one.
+    // The sealed fields follow the detail, which a sealed record keeps empty (ten nils): read
+    // past it only when the caller wants them and the record has them; the sealed detail
+    // after them is left unread.
     let sealed = if sealed && fields >= 4 {
         serde::de::IgnoredAny::deserialize(&mut de)?;
         Option::<crate::seal::Sealed>::deserialize(&mut de)?
@@ -148,8 +149,9 @@ impl Event {
     /// The detail holds whole request and response bodies (an audit list's response is tens of
     /// kilobytes): lists and exports need only the entry, and decoding the detail into JSON
     /// values costs many times what the entry does. The v2 layout is
-    /// `[version, {"AuditRecorded": [tenant_id, entry, detail]}]`, so the entry is read and the
-    /// rest left unread; any other layout (v1 named maps) takes the full decode.
+    /// `[version, {"AuditRecorded": [tenant_id, entry, detail, sealed, sealed_detail]}]` (the
+    /// last two absent on records written before sealing), so the entry is read and the rest
+    /// left unread; any other layout (v1 named maps) takes the full decode.
     pub fn decode_audit_entry(bytes: &[u8]) -> Result<Option<(Uuid, AuditEntry)>, EventCodecError> {
         if let Some(head) = audit_head_v2(bytes, false)? {
             return Ok(head.map(|h| (h.tenant_id, h.entry)));
@@ -174,6 +176,50 @@ impl Event {
             }),
             _ => None,
         })
+    }
+
+    /// How the record `bytes` holds personal fields, without decoding them: `None` for an
+    /// event without any (or bytes that do not decode: the verifier reports those on its own
+    /// terms), `Some(None)` for an audit entry that predates encryption (in the clear),
+    /// `Some(Some(keys))` for one sealed under `keys`.
+    pub fn sealing_of(bytes: &[u8]) -> Option<Option<Vec<crate::seal::KeyId>>> {
+        use rmp::decode;
+        let mut rd = bytes;
+        let v2 = (|| {
+            let Ok(2) = decode::read_array_len(&mut rd) else {
+                return None;
+            };
+            let Ok(2..) = decode::read_int::<u16, _>(&mut rd) else {
+                return None;
+            };
+            let Ok(1) = decode::read_map_len(&mut rd) else {
+                return None;
+            };
+            let name_len = decode::read_str_len(&mut rd).ok()?;
+            let (name, rest) = rd.split_at_checked(name_len as usize)?;
+            if name != b"AuditRecorded" {
+                return Some(None);
+            }
+            let mut rd = rest;
+            let fields = decode::read_array_len(&mut rd).ok()?;
+            if fields < 4 {
+                return Some(Some(None));
+            }
+            let mut de = rmp_serde::Deserializer::from_read_ref(rd);
+            for _ in 0..3 {
+                serde::de::IgnoredAny::deserialize(&mut de).ok()?;
+            }
+            let sealed = Option::<crate::seal::Sealed>::deserialize(&mut de).ok()?;
+            Some(Some(sealed.map(|s| s.keys)))
+        })();
+        match v2 {
+            Some(found) => found,
+            // Another layout (v1 named maps): decoded whole.
+            None => match Event::decode(bytes).ok()? {
+                Event::AuditRecorded(rec) => Some(rec.sealed.map(|s| s.keys)),
+                _ => None,
+            },
+        }
     }
 
     /// Short name of the variant, for logs and the history view.

@@ -52,6 +52,7 @@ fn sample_audit() -> Event {
             ..Default::default()
         },
         sealed: None,
+        sealed_detail: None,
     }))
 }
 
@@ -364,4 +365,170 @@ fn sealed_memory_events_round_trip_with_or_without_extra_and_older_ones_still_de
     let key = ring.find(&subjects[0]).expect("ring").expect("a key");
     ring.destroy(&[key]).expect("destroy");
     assert_eq!(sealed.opened(&ring).expect("ring"), None);
+}
+
+/// `sample_audit` sealed under alice's key, as the gate writes it.
+fn sealed_sample(ring: &crate::seal::MemoryKeyring) -> (AuditRecorded, AuditRecorded) {
+    let Event::AuditRecorded(rec) = sample_audit() else {
+        unreachable!()
+    };
+    let mut plain = *rec;
+    plain.entry.error_msg = Some("no such user 078-05-1120".into());
+    plain.detail.memory_query = Some(vec!["078-05-1120".into()]);
+    let alice = crate::seal::Subject::User(plain.tenant_id, "alice".into());
+    let sealed = AuditRecorded::sealed_for(
+        plain.tenant_id,
+        plain.entry.clone(),
+        plain.detail.clone(),
+        ring,
+        &[alice],
+    )
+    .expect("seal");
+    (plain, sealed)
+}
+
+#[test]
+fn a_sealed_audit_record_holds_no_personal_field_in_the_clear() {
+    let ring = crate::seal::MemoryKeyring::default();
+    let (plain, sealed) = sealed_sample(&ring);
+    let bytes = Event::AuditRecorded(Box::new(sealed.clone()))
+        .encode()
+        .expect("encode");
+    for secret in [
+        &b"078-05-1120"[..],
+        b"curl/8",
+        b"127.0.0.1",
+        b"team",
+        b"content",
+        b"gateway.chat",
+    ] {
+        assert!(
+            !bytes.windows(secret.len()).any(|w| w == secret),
+            "{}",
+            String::from_utf8_lossy(secret)
+        );
+    }
+    // The clear part: the personal fields empty, the clear ones kept.
+    assert_eq!(
+        (
+            &sealed.entry.ip_address,
+            &sealed.entry.user_agent,
+            &sealed.entry.error_msg,
+            &sealed.entry.metadata,
+        ),
+        (&None, &None, &None, &None)
+    );
+    assert_eq!(sealed.detail, AuditDetail::default());
+    assert_eq!(sealed.entry.project_id, plain.entry.project_id);
+    assert_eq!(sealed.entry.tokens, plain.entry.tokens);
+    // It decodes whole and through the list's light path, and opens to what was sealed.
+    assert_eq!(
+        Event::decode(&bytes).expect("decode"),
+        Event::AuditRecorded(Box::new(sealed.clone()))
+    );
+    let head = Event::decode_audit_head(&bytes)
+        .expect("head")
+        .expect("audit");
+    assert_eq!(head.sealed.as_ref(), sealed.sealed.as_ref());
+    assert_eq!(head.entry, sealed.entry);
+    let Opened::Open(p) = open_personal(&ring, &sealed).expect("open") else {
+        panic!("a sealed entry with its key opens")
+    };
+    assert_eq!(p.detail, plain.detail);
+    assert_eq!(p.fields.error_msg, plain.entry.error_msg);
+    let mut shown = sealed.entry.clone();
+    p.fields.restore_entry(&mut shown);
+    shown.detail_hash = plain.entry.detail_hash;
+    assert_eq!(shown, plain.entry);
+    assert_eq!(
+        sealed.entry.detail_hash,
+        Some(crate::audit_view::personal_hash(&p))
+    );
+    // A list item opens the fields alone, from the light path.
+    let Opened::Open(fields) =
+        open_fields(&ring, head.tenant_id, head.entry.id, head.sealed.as_ref()).expect("open")
+    else {
+        panic!("opens")
+    };
+    assert_eq!(*fields, p.fields);
+    // Moved to another entry neither part opens.
+    assert!(open_fields(
+        &ring,
+        sealed.tenant_id,
+        Uuid::now_v7(),
+        head.sealed.as_ref()
+    )
+    .is_err());
+    let mut moved = sealed.clone();
+    let mut other = plain.entry.clone();
+    other.id = Uuid::now_v7();
+    moved.sealed_detail = Some(
+        AuditRecorded::sealed_for(
+            sealed.tenant_id,
+            other,
+            plain.detail.clone(),
+            &ring,
+            &[crate::seal::Subject::User(sealed.tenant_id, "alice".into())],
+        )
+        .expect("seal")
+        .sealed_detail
+        .expect("detail"),
+    );
+    assert!(open_personal(&ring, &moved).is_err());
+    // With the key gone it is erased.
+    assert_eq!(Event::sealing_of(&bytes), Some(head.sealed.map(|s| s.keys)));
+    let keys = sealed.sealed.as_ref().expect("sealed").keys.clone();
+    assert_eq!(ring.destroy(&keys).expect("destroy"), 1);
+    assert!(matches!(open_personal(&ring, &sealed), Ok(Opened::Erased)));
+}
+
+#[test]
+fn plaintext_audit_records_of_earlier_builds_decode_as_such() {
+    // An AuditRecorded of three fields, as builds before sealing wrote it, in both layouts.
+    #[derive(Serialize)]
+    enum OldEvent {
+        AuditRecorded(OldRecorded),
+    }
+    #[derive(Serialize)]
+    struct OldRecorded {
+        tenant_id: Uuid,
+        entry: AuditEntry,
+        detail: AuditDetail,
+    }
+    let Event::AuditRecorded(rec) = sample_audit() else {
+        unreachable!()
+    };
+    let old = OldEvent::AuditRecorded(OldRecorded {
+        tenant_id: rec.tenant_id,
+        entry: rec.entry.clone(),
+        detail: rec.detail.clone(),
+    });
+    for bytes in [
+        rmp_serde::to_vec(&(2u16, &old)).expect("encode"),
+        rmp_serde::to_vec_named(&(1u16, &old)).expect("encode"),
+    ] {
+        assert_eq!(
+            Event::decode(&bytes).expect("decode"),
+            Event::AuditRecorded(rec.clone())
+        );
+        let head = Event::decode_audit_head(&bytes)
+            .expect("head")
+            .expect("audit");
+        assert_eq!((head.entry, head.sealed), (rec.entry.clone(), None));
+        assert_eq!(Event::sealing_of(&bytes), Some(None));
+        let ring = crate::seal::MemoryKeyring::default();
+        let Event::AuditRecorded(decoded) = Event::decode(&bytes).expect("decode") else {
+            unreachable!()
+        };
+        assert!(matches!(open_personal(&ring, &decoded), Ok(Opened::Plain)));
+    }
+    let other = Event::CreditsConsumed(CreditsConsumed {
+        tenant_id: rec.tenant_id,
+        credits: 1.0,
+        usd: 0.001,
+        at: 1,
+    })
+    .encode()
+    .expect("encode");
+    assert_eq!(Event::sealing_of(&other), None);
 }

@@ -83,9 +83,10 @@ pub struct AuditLogEntry<'a> {
     /// RFC 3339 UTC, milliseconds.
     #[schema(value_type = String)]
     pub created_at: Time,
-    /// blake3 (hex) of the entry's canonical detail, among the fields its chain `hash` covers
-    /// (tenant chain rule v2, docs/API.md); null on entries written before the detail was
-    /// hashed, whose `hash` follows rule v1.
+    /// The digest (hex) of the entry's detail, among the fields its chain `hash` covers
+    /// (docs/API.md, "Per-tenant chain"): keyed with the entry's `detail_salt` on a sealed
+    /// entry (rule v3), blake3 of its canonical detail on one written before sealing (rule
+    /// v2); null on entries written before the detail was hashed, whose `hash` follows rule v1.
     #[schema(value_type = Option<String>)]
     pub detail_hash: Option<Hex>,
     /// `true` on an entry whose personal fields (`ip_address`, `user_agent`, `error_msg`,

@@ -400,6 +400,7 @@ impl IngestEntry {
             },
             detail,
             sealed: None,
+            sealed_detail: None,
         }
     }
 }
