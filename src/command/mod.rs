@@ -34,9 +34,12 @@
 //!   still expired.
 //! - [`export`]: an export's plan gate (2202), retention (2201), and the one-export rule (2203)
 //!   and quotas (2204) as its precondition.
+//! - [`erase`]: an erasure's keys to destroy and memories erased, for a scope, some memories
+//!   or a tenant.
 //! - [`admin`]: tenants created and changed, keys issued and revoked, gateway entries ingested.
 
 pub mod admin;
+pub mod erase;
 pub mod export;
 #[doc(hidden)]
 pub mod given;

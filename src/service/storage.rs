@@ -69,6 +69,18 @@ impl Storage {
                 "projections caught up"
             );
         }
+        // Every key an erasure in the log named is destroyed before anything is served, even
+        // when the key store came back from a backup taken before the erasure.
+        let destroyed = projections
+            .erasures
+            .enforce()
+            .context("destroying the keys erasures named")?;
+        if destroyed > 0 {
+            tracing::warn!(
+                keys = destroyed,
+                "destroyed data keys that erasures in the log had named (the key store was restored, or a stop cut an erasure short)"
+            );
+        }
         build_tree(&db, dir, &log)?;
 
         // Everything read to build the projections stays in sled's memory (see

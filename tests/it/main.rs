@@ -23,6 +23,7 @@ mod edge;
 mod embed_model;
 mod embed_openai;
 mod entry_integrity;
+mod erasure;
 mod export;
 mod export_disk;
 mod export_quota;
