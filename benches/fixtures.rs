@@ -65,6 +65,8 @@ pub fn audit_event(tenant: Uuid, i: u64) -> Event {
             ),
             ..Default::default()
         },
+        sealed: None,
+        sealed_detail: None,
     }))
 }
 
@@ -103,6 +105,7 @@ pub fn memory_created(tenant: Uuid, i: u64) -> Event {
         model: "all-MiniLM-L6-v2".into(),
         vector: vector_to_bytes(&v),
         extra: None,
+        sealed: None,
     })
 }
 

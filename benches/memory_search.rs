@@ -125,6 +125,7 @@ fn feed(m: &Memories, tenant: Uuid, n: usize, seq: &mut u64, rng: &mut Rng) {
                         metadata: Some(format!(r#"{{"team":"{}"}}"#, user_of(i))),
                         ..MemoryExtra::default()
                     }),
+                    sealed: None,
                 })
             })
             .collect();
@@ -159,7 +160,7 @@ fn search(c: &mut Criterion) {
         dir: dir.path().to_path_buf(),
         rows: 20_000,
     };
-    let m = Memories::open(&db, &|_| Ok(None), Some(spill)).expect("open");
+    let m = Memories::open(&db, &|_| Ok(None), Some(spill), ring()).expect("open");
     let (big, small) = (Uuid::from_u128(0x100), Uuid::from_u128(0x200));
     let mut rng = Rng(42);
     let mut seq = 0;
@@ -300,3 +301,8 @@ fn search(c: &mut Criterion) {
 
 criterion_group!(benches, search);
 criterion_main!(benches);
+
+/// Memories sealed by these benches' events: none (they are built in the clear).
+fn ring() -> std::sync::Arc<dyn auditmem_projections::seal::Keyring> {
+    std::sync::Arc::new(auditmem_projections::seal::MemoryKeyring::default())
+}

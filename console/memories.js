@@ -1,6 +1,6 @@
 // Memories: browse by type (and by user, agent and session where the API has them), a
-// memory's versions, create/edit/delete with the API's own validation messages, and the
-// search playground with its scope fields and `filters` JSON (docs/API.md, "Scopes, metadata
+// memory's versions, create/edit/delete with the API's own validation messages, erasing a
+// user, agent or session scope for good (two steps, then the receipt), and the search playground with its scope fields and `filters` JSON (docs/API.md, "Scopes, metadata
 // and filters"). Optional fields (user_id, agent_id, session_id, metadata, expires_at,
 // final_score, keyword_score) are shown when responses carry them and sent only when filled,
 // so the console works with servers before and after they were added.
@@ -50,7 +50,7 @@ export function render(main, params) {
     }
   }
 
-  fill(main, h("section", h("h1", "Memories"), createForm(list), browse, playground()));
+  fill(main, h("section", h("h1", "Memories"), createForm(list), browse, playground(), eraseForm(list)));
   list();
   return null;
 }
@@ -89,6 +89,42 @@ function createForm(onDone) {
       const m = await post("/v1/memories", body);
       fill(msg, h("p", "Created ", h("a#created-link", { href: `#/memories/${m.id}` }, m.id), "."));
       content.value = "";
+      onDone();
+    } catch (err) {
+      fill(msg, errorBox(err));
+    }
+  });
+  return form;
+}
+
+/** `POST /v1/erasures` for a scope: armed by a first click, sent by the second; changing the
+ * subject disarms it. The receipt's position and checkpoint are shown as the API gives them. */
+function eraseForm(onDone) {
+  const scope = h("select#erase-field", SCOPES.map((k) => h("option", { value: k }, k)));
+  const value = h("input#erase-value", { type: "text", spellcheck: "false" });
+  const msg = h("div#erase-msg");
+  const go = h("button.danger#erase-go", { type: "submit" }, "Erase…");
+  const disarm = () => { delete go.dataset.armed; go.textContent = "Erase…"; };
+  scope.addEventListener("change", disarm);
+  value.addEventListener("input", disarm);
+  const form = h("form.card", { "aria-label": "Erase a subject" }, h("h2", "Erase"),
+    h("p.hint", "Deleting a memory hides it; erasing destroys the keys its data is sealed under, so every copy (history, audit entries, exports) becomes unreadable. It cannot be undone. Needs the memory.erase permission."),
+    h("div.row", field("Scope", scope), field("Value", value)), go, msg);
+  form.addEventListener("submit", async (e) => {
+    e.preventDefault();
+    const v = value.value.trim();
+    if (go.dataset.armed !== "1") {
+      go.dataset.armed = "1";
+      go.textContent = `Confirm: erase ${scope.value} ${v} for good`;
+      return;
+    }
+    disarm();
+    try {
+      const r = await post("/v1/erasures", { [scope.value]: v });
+      const n = r.erased.memories;
+      fill(msg, h("p#erase-receipt", `Erased ${n} ${n === 1 ? "memory" : "memories"} of ${scope.value} ${v}: the erasure event is log position ${r.seq}, covered by the signed checkpoint of tree size ${r.checkpoint.seq}.`),
+        r.notice ? h("p.warning#erase-notice", r.notice) : null,
+        h("details", h("summary", "Receipt (auditmem verify --proof checks it offline)"), jsonBlock(r)));
       onDone();
     } catch (err) {
       fill(msg, errorBox(err));

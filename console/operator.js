@@ -8,7 +8,9 @@ import { pinned } from "./audit.js";
 
 const PLANS = ["free", "basic", "pro", "business", "custom"];
 const RETENTION = { free: "7 days", basic: "30 days", pro: "90 days", business: "365 days", custom: "--custom-retention-days (365 by default)" };
-const PERMS = ["audit.read", "audit.export", "memory.read", "memory.write"];
+const PERMS = ["audit.read", "audit.export", "memory.read", "memory.write", "memory.erase"];
+// Erasing cannot be undone: a key gets it only when the operator ticks it.
+const UNTICKED = new Set(["memory.erase"]);
 const ISSUED = "auditmem.console.issued_keys";
 const POLL_MS = 5000;
 
@@ -53,7 +55,7 @@ export function render(main) {
 
   function issueForm(t) {
     const name = h("input#key-name", { type: "text" });
-    const boxes = PERMS.map((p) => h("input", { type: "checkbox", value: p, checked: true, id: `perm-${p.replace(".", "-")}` }));
+    const boxes = PERMS.map((p) => h("input", { type: "checkbox", value: p, checked: !UNTICKED.has(p), id: `perm-${p.replace(".", "-")}` }));
     const form = h("form.card#issue-form", h("h3", `Issue a key for ${t.name}`), field("Name (optional)", name),
       h("fieldset", h("legend", "Permissions"), boxes.map((b) => h("label.inline", b, ` ${b.value}`))),
       h("button#issue-key", { type: "submit" }, "Issue key"));

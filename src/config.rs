@@ -279,6 +279,11 @@ pub struct ServeArgs {
     // The log of record in a cluster (docs/SCALING.md).
     #[command(flatten)]
     pub cluster: ClusterArgs,
+    /// Where the data keys live, when not with the log of record (`sled`: the data dir's key
+    /// directory; `nats://...`: a cluster's key store): a copy of a cluster node's data dir
+    /// served alone with `--log sled` names its cluster here to open what is sealed.
+    #[arg(long, env = "AUDITMEM_KEY_STORE")]
+    pub key_store: Option<LogBackend>,
 }
 
 impl ServeArgs {
@@ -470,6 +475,10 @@ pub struct VerifyArgs {
     /// Print a JSON summary instead of text.
     #[arg(long)]
     pub json: bool,
+    /// With --data-dir: the key-encryption key of the data dir's keys (default: `master.key`
+    /// in the data dir), to count the records of erased subjects. Verifying never needs it.
+    #[arg(long, env = "AUDITMEM_MASTER_KEY_FILE")]
+    pub master_key_file: Option<PathBuf>,
     /// Verify the chain straight from a cluster's JetStream stream
     /// (`nats://HOST:PORT[,HOST:PORT...]`), without any node.
     #[arg(long, conflicts_with_all = ["url", "export", "data_dir"])]

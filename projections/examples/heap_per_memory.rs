@@ -75,7 +75,7 @@ fn main() {
         dir: dir.path().to_path_buf(),
         rows: 10_000,
     };
-    let store = Memories::open(&db, &|_| Ok(None), Some(spill)).expect("memory store");
+    let store = Memories::open(&db, &|_| Ok(None), Some(spill), ring()).expect("memory store");
     let tenants: Vec<Uuid> = (0..10).map(|i| Uuid::from_u128(1_000 + i)).collect();
     let mut pending = Vec::with_capacity(batch);
     let mut seq = 0u64;
@@ -96,6 +96,7 @@ fn main() {
             model: "local-minilm-l6-v2".into(),
             vector: vector_to_bytes(&vector),
             extra: None,
+            sealed: None,
         }));
         if pending.len() == batch || i + 1 == count {
             let applied: Vec<Applied<'_>> = pending
@@ -126,4 +127,9 @@ fn main() {
          {vector_bytes} B of them in vector tables; the rest {} B a memory",
         other / held.max(1) as isize
     );
+}
+
+/// The keyring the store opens sealed memories with (this example's are in the clear).
+fn ring() -> std::sync::Arc<dyn auditmem_projections::seal::Keyring> {
+    std::sync::Arc::new(auditmem_projections::seal::MemoryKeyring::default())
 }

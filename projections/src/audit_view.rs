@@ -5,7 +5,7 @@
 //! object of the entry's interface fields with keys in lexicographic order (nested objects
 //! too), compact, times in RFC 3339 UTC with milliseconds, numbers as serde_json writes them.
 //! An exported row carries the same fields, so a tenant can recompute its chain from an export
-//! without anything else from us. Two rules ([`ChainRule`]), told apart by the entry itself:
+//! without anything else from us. Three rules ([`ChainRule`]), told apart by the entry itself:
 //!
 //! - **v1**, an entry without `detail_hash` (written before the detail was hashed):
 //!   `blake3("auditmem/tenant-chain/v1" || prev || canonical bytes)`;
@@ -13,44 +13,67 @@
 //!   canonical bytes)`, `detail_hash` among the hashed fields, so the chain commits to the
 //!   detail too.
 //!
-//! `detail_hash = blake3("auditmem/detail/v1" || canonical bytes of the detail)`
+//! - **v3**, a sealed entry (its personal fields stored only sealed; its list item and export
+//!   row say `"sealed": true`): `blake3("auditmem/tenant-chain/v3" || prev || canonical
+//!   bytes)` over the clear fields only: the personal ones (`ip_address`, `user_agent`,
+//!   `error_msg`, `metadata`) and `erased` are left out, `sealed` and `detail_hash` are in. So
+//!   the chain is the same before and after the entry is erased.
+//!
+//! `detail_hash` of v2: `blake3("auditmem/detail/v1" || canonical bytes of the detail)`
 //! ([`detail_hash`]): the detail fields as a detail read shows them, with the response's
 //! reference in place of its body when it was recorded by reference.
+//!
+//! `detail_hash` of v3: `blake3::keyed_hash(salt, canonical bytes of the personal fields)`
+//! ([`personal_hash`]): the entry's four personal fields and the detail fields, keys sorted, as
+//! a detail read shows them; `salt` is 32 random bytes sealed with them, shown by a detail read
+//! as `detail_salt`. Without the salt (erased with the key) the hash confirms no guess.
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::ser::{SerializeMap, SerializeSeq};
 use serde::{Serialize, Serializer};
 use serde_json::{json, Map, Value};
 
-use crate::event::{AuditDetail, AuditEntry};
+use crate::event::{AuditDetail, AuditEntry, AuditPersonal, PersonalFields};
 
 /// The domain of chain rule v1 (entries without `detail_hash`).
 pub const TENANT_CHAIN_DOMAIN: &[u8] = b"auditmem/tenant-chain/v1";
 /// The domain of chain rule v2 (entries with `detail_hash`).
 pub const TENANT_CHAIN_DOMAIN_V2: &[u8] = b"auditmem/tenant-chain/v2";
+/// The domain of chain rule v3 (sealed entries).
+pub const TENANT_CHAIN_DOMAIN_V3: &[u8] = b"auditmem/tenant-chain/v3";
+/// The fields of an entry that a sealed entry holds only sealed, which rule v3 does not hash.
+pub const PERSONAL_ENTRY_FIELDS: [&str; 4] = ["error_msg", "ip_address", "metadata", "user_agent"];
 /// The domain of an entry's detail digest.
 pub const DETAIL_DOMAIN: &[u8] = b"auditmem/detail/v1";
 
-/// Which rule hashed an entry into its tenant chain: v2 when it carries a `detail_hash`.
+/// Which rule hashed an entry into its tenant chain: v3 when it is sealed, else v2 when it
+/// carries a `detail_hash`, else v1.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ChainRule {
     V1,
     V2,
+    V3,
 }
 
 impl ChainRule {
-    pub fn of(entry: &AuditEntry) -> Self {
-        if entry.detail_hash.is_some() {
+    /// The rule of a stored entry; `sealed`: whether its record holds a sealed part.
+    pub fn of(entry: &AuditEntry, sealed: bool) -> Self {
+        if sealed {
+            ChainRule::V3
+        } else if entry.detail_hash.is_some() {
             ChainRule::V2
         } else {
             ChainRule::V1
         }
     }
 
-    /// The rule of an entry given as its fields (an export row, a list item): v1 when
-    /// `detail_hash` is absent or null (a CSV cell cannot tell the two apart, and v1 entries
-    /// have neither), v2 otherwise.
+    /// The rule of an entry given as its fields (an export row, a list item): v3 when
+    /// `sealed` is true; else v1 when `detail_hash` is absent or null (a CSV cell cannot tell
+    /// the two apart, and v1 entries have neither), v2 otherwise.
     pub fn of_fields(fields: &Map<String, Value>) -> Self {
+        if fields.get("sealed") == Some(&Value::Bool(true)) {
+            return ChainRule::V3;
+        }
         match fields.get("detail_hash") {
             None | Some(Value::Null) => ChainRule::V1,
             Some(_) => ChainRule::V2,
@@ -61,6 +84,7 @@ impl ChainRule {
         match self {
             ChainRule::V1 => TENANT_CHAIN_DOMAIN,
             ChainRule::V2 => TENANT_CHAIN_DOMAIN_V2,
+            ChainRule::V3 => TENANT_CHAIN_DOMAIN_V3,
         }
     }
 }
@@ -85,13 +109,18 @@ pub fn millis_floor(micros: i64) -> i64 {
 }
 
 /// Canonical bytes of a field map (keys sorted, `hash` left out; a v1 entry's null or absent
-/// `detail_hash` left out too, as its rule hashed no such field).
+/// `detail_hash` left out too, as its rule hashed no such field; a v3 entry's personal fields
+/// and `erased` left out, as its rule hashes only what stays clear; a v1 or v2 entry's false
+/// or null `sealed`, which rows of a file mixing rules may carry, left out too).
 pub fn canonical_bytes(fields: &Map<String, Value>) -> Vec<u8> {
-    let v1 = ChainRule::of_fields(fields) == ChainRule::V1;
-    let mut sorted: Vec<(&String, &Value)> = fields
-        .iter()
-        .filter(|(k, _)| k.as_str() != "hash" && !(v1 && k.as_str() == "detail_hash"))
-        .collect();
+    let rule = ChainRule::of_fields(fields);
+    let hashed = |k: &str| match rule {
+        ChainRule::V1 => !matches!(k, "hash" | "detail_hash" | "sealed" | "erased"),
+        ChainRule::V2 => !matches!(k, "hash" | "sealed" | "erased"),
+        ChainRule::V3 => k != "hash" && k != "erased" && !PERSONAL_ENTRY_FIELDS.contains(&k),
+    };
+    let mut sorted: Vec<(&String, &Value)> =
+        fields.iter().filter(|(k, _)| hashed(k.as_str())).collect();
     sorted.sort_by(|a, b| a.0.cmp(b.0));
     let mut out = Vec::with_capacity(512);
     out.push(b'{');
@@ -141,8 +170,13 @@ pub fn chain_hash_fields(prev: &[u8; 32], fields: &Map<String, Value>) -> [u8; 3
 /// an export row shows it (the service's tests hold the two together), written field by field in
 /// key order without building a JSON map, since this runs once per audit event on the appender's
 /// path and in replay. It is the chain's format: a change to it breaks every stored chain.
-pub fn chain_hash(prev: &[u8; 32], entry: &AuditEntry) -> [u8; 32] {
-    chain_hash_canonical(ChainRule::of(entry), prev, &canonical_entry_bytes(entry))
+/// `sealed`: whether the entry's record holds a sealed part (rule v3).
+pub fn chain_hash(prev: &[u8; 32], entry: &AuditEntry, sealed: bool) -> [u8; 32] {
+    chain_hash_canonical(
+        ChainRule::of(entry, sealed),
+        prev,
+        &canonical_entry_bytes(entry, sealed),
+    )
 }
 
 /// The chain hash from an entry's canonical bytes computed beforehand (replay computes them
@@ -156,8 +190,9 @@ pub fn chain_hash_canonical(rule: ChainRule, prev: &[u8; 32], canonical: &[u8]) 
 }
 
 /// Canonical bytes of an entry's fields, keys in lexicographic order; `detail_hash` (lower-case
-/// hex) only on entries that have one (rule v2).
-pub fn canonical_entry_bytes(e: &AuditEntry) -> Vec<u8> {
+/// hex) only on entries that have one (rules v2 and v3); on a sealed entry (rule v3) no
+/// personal field, and `"sealed":true`.
+pub fn canonical_entry_bytes(e: &AuditEntry, sealed: bool) -> Vec<u8> {
     fn field<T: serde::Serialize + ?Sized>(out: &mut Vec<u8>, first: bool, key: &str, v: &T) {
         if !first {
             out.push(b',');
@@ -184,25 +219,36 @@ pub fn canonical_entry_bytes(e: &AuditEntry) -> Vec<u8> {
     }
     field(&mut out, false, "duration", &e.duration);
     field(&mut out, false, "error_code", &e.error_code);
-    field(&mut out, false, "error_msg", &e.error_msg);
+    if !sealed {
+        field(&mut out, false, "error_msg", &e.error_msg);
+    }
     field(&mut out, false, "gateway_id", &e.gateway_id);
     field(&mut out, false, "http_status", &e.http_status);
     field(&mut out, false, "id", &e.id.hyphenated().to_string());
-    field(&mut out, false, "ip_address", &e.ip_address);
+    if !sealed {
+        field(&mut out, false, "ip_address", &e.ip_address);
+    }
     field(&mut out, false, "is_cache_hit", &e.is_cache_hit);
     field(&mut out, false, "is_success", &e.is_success);
-    match &e.metadata {
-        Some(m) => field(&mut out, false, "metadata", &Canonical(m)),
-        None => field(&mut out, false, "metadata", &Value::Null),
+    if !sealed {
+        match &e.metadata {
+            Some(m) => field(&mut out, false, "metadata", &Canonical(m)),
+            None => field(&mut out, false, "metadata", &Value::Null),
+        }
     }
     field(&mut out, false, "model_id", &e.model_id);
     field(&mut out, false, "project_id", &e.project_id);
+    if sealed {
+        field(&mut out, false, "sealed", &true);
+    }
     match &e.tokens {
         // A small map: Canonical orders its keys.
         Some(t) => field(&mut out, false, "tokens", &Canonical(&json!(t))),
         None => field(&mut out, false, "tokens", &Value::Null),
     }
-    field(&mut out, false, "user_agent", &e.user_agent);
+    if !sealed {
+        field(&mut out, false, "user_agent", &e.user_agent);
+    }
     out.push(b'}');
     out
 }
@@ -228,6 +274,16 @@ pub fn canonical_detail_bytes(d: &AuditDetail) -> Vec<u8> {
 }
 
 fn write_canonical_detail<W: std::io::Write>(out: &mut W, d: &AuditDetail) {
+    write_canonical_fields(out, d, None)
+}
+
+/// The detail's fields, and with `personal` the entry's personal ones too, as one canonical
+/// object.
+fn write_canonical_fields<W: std::io::Write>(
+    out: &mut W,
+    d: &AuditDetail,
+    personal: Option<&PersonalFields>,
+) {
     /// `,"key":` then the value (`null` for none). Writes to a Vec or a hasher cannot fail.
     fn field<W: std::io::Write, T: Serialize>(out: &mut W, first: bool, key: &str, v: Option<T>) {
         let _ = out.write_all(if first { b"{\"" } else { b",\"" });
@@ -238,7 +294,18 @@ fn write_canonical_detail<W: std::io::Write>(out: &mut W, d: &AuditDetail) {
     fn value(v: &Option<Value>) -> Option<Canonical<'_>> {
         v.as_ref().map(Canonical)
     }
-    field(out, true, "input_content", value(&d.input_content));
+    if let Some(p) = personal {
+        field(out, true, "error_msg", p.error_msg.as_ref());
+    }
+    field(
+        out,
+        personal.is_none(),
+        "input_content",
+        value(&d.input_content),
+    );
+    if let Some(p) = personal {
+        field(out, false, "ip_address", p.ip_address.as_ref());
+    }
     field(out, false, "memory_query", d.memory_query.as_ref());
     field(
         out,
@@ -246,6 +313,9 @@ fn write_canonical_detail<W: std::io::Write>(out: &mut W, d: &AuditDetail) {
         "memory_results",
         d.memory_results.as_deref().map(CanonicalSeq),
     );
+    if let Some(p) = personal {
+        field(out, false, "metadata", value(&p.metadata));
+    }
     field(out, false, "output_content", value(&d.output_content));
     field(out, false, "rag_query", d.rag_query.as_ref());
     field(
@@ -268,7 +338,28 @@ fn write_canonical_detail<W: std::io::Write>(out: &mut W, d: &AuditDetail) {
             field(out, false, "response_ref", Some(Canonical(&v)))
         }
     }
+    if let Some(p) = personal {
+        field(out, false, "user_agent", p.user_agent.as_ref());
+    }
     let _ = out.write_all(b"}");
+}
+
+/// Canonical bytes of a sealed entry's personal part: the JSON object of `error_msg`,
+/// `ip_address`, `metadata`, `user_agent` and every detail field as in
+/// [`canonical_detail_bytes`], keys sorted at every level.
+pub fn canonical_personal_bytes(p: &AuditPersonal) -> Vec<u8> {
+    let mut out = Vec::with_capacity(256);
+    write_canonical_fields(&mut out, &p.detail, Some(&p.fields));
+    out
+}
+
+/// The `detail_hash` of a sealed entry (rule v3): `blake3::keyed_hash(salt,
+/// canonical_personal_bytes)`.
+pub fn personal_hash(p: &AuditPersonal) -> [u8; 32] {
+    let mut h = blake3::Hasher::new_keyed(&p.fields.salt);
+    // blake3's Hasher is an io::Write that cannot fail.
+    write_canonical_fields(&mut h, &p.detail, Some(&p.fields));
+    *h.finalize().as_bytes()
 }
 
 /// An array of JSON values written as [`Canonical`] writes each.
@@ -347,7 +438,7 @@ mod tests {
         // The v1 bytes are the chain format of every entry written before `detail_hash`
         // existed: they must never change.
         let e = entry();
-        let canonical = String::from_utf8(canonical_entry_bytes(&e)).expect("utf8");
+        let canonical = String::from_utf8(canonical_entry_bytes(&e, false)).expect("utf8");
         assert_eq!(
             canonical,
             concat!(
@@ -364,7 +455,7 @@ mod tests {
         h.update(b"auditmem/tenant-chain/v1");
         h.update(&[4; 32]);
         h.update(canonical.as_bytes());
-        assert_eq!(chain_hash(&[4; 32], &e), *h.finalize().as_bytes());
+        assert_eq!(chain_hash(&[4; 32], &e, false), *h.finalize().as_bytes());
     }
 
     #[test]
@@ -376,7 +467,7 @@ mod tests {
             ..Default::default()
         };
         e.detail_hash = Some(detail_hash(&detail));
-        let canonical = String::from_utf8(canonical_entry_bytes(&e)).expect("utf8");
+        let canonical = String::from_utf8(canonical_entry_bytes(&e, false)).expect("utf8");
         let shown = format!(
             r#""credits_consumed":0.5,"detail_hash":"{}","duration""#,
             hash_hex(&detail_hash(&detail))
@@ -386,7 +477,7 @@ mod tests {
         h.update(b"auditmem/tenant-chain/v2");
         h.update(&[4; 32]);
         h.update(canonical.as_bytes());
-        assert_eq!(chain_hash(&[4; 32], &e), *h.finalize().as_bytes());
+        assert_eq!(chain_hash(&[4; 32], &e, false), *h.finalize().as_bytes());
         // The detail's canonical bytes: every field, keys sorted at every level, the response
         // as parsed from the text sent.
         assert_eq!(
@@ -435,10 +526,94 @@ mod tests {
     #[test]
     fn chain_depends_on_prev_and_content() {
         let e = entry();
-        let h1 = chain_hash(&[0; 32], &e);
-        assert_ne!(h1, chain_hash(&[1; 32], &e));
+        let h1 = chain_hash(&[0; 32], &e, false);
+        assert_ne!(h1, chain_hash(&[1; 32], &e, false));
         let mut e2 = e.clone();
         e2.http_status = 500;
-        assert_ne!(h1, chain_hash(&[0; 32], &e2));
+        assert_ne!(h1, chain_hash(&[0; 32], &e2, false));
+    }
+
+    #[test]
+    fn rule_v3_hashes_the_clear_fields_and_a_salted_digest_of_the_personal_ones() {
+        let mut e = entry();
+        let personal = AuditPersonal {
+            fields: PersonalFields {
+                salt: [9; 32],
+                ip_address: Some("10.0.0.1".into()),
+                user_agent: Some("ua".into()),
+                error_msg: Some("bad".into()),
+                metadata: e.metadata.take(),
+            },
+            detail: AuditDetail {
+                memory_query: Some(vec!["078-05-1120".into()]),
+                ..Default::default()
+            },
+        };
+        e.detail_hash = Some(personal_hash(&personal));
+        // The stored entry's canonical bytes: no personal field, `sealed` and `detail_hash`.
+        let canonical = String::from_utf8(canonical_entry_bytes(&e, true)).expect("utf8");
+        assert_eq!(
+            canonical,
+            format!(
+                concat!(
+                    r#"{{"action":"rag.query","balance_consumed_usd":0.0,"#,
+                    r#""created_at":"2025-11-22T01:02:03.456Z","credits_consumed":0.5,"#,
+                    r#""detail_hash":"{}","duration":12.0,"error_code":null,"#,
+                    r#""gateway_id":null,"http_status":200,"#,
+                    r#""id":"00000000-0000-0000-0000-000000000000","is_cache_hit":false,"#,
+                    r#""is_success":true,"model_id":null,"project_id":null,"sealed":true,"#,
+                    r#""tokens":null}}"#
+                ),
+                hash_hex(&personal_hash(&personal))
+            )
+        );
+        let mut h = blake3::Hasher::new();
+        h.update(b"auditmem/tenant-chain/v3");
+        h.update(&[4; 32]);
+        h.update(canonical.as_bytes());
+        let want = *h.finalize().as_bytes();
+        assert_eq!(chain_hash(&[4; 32], &e, true), want);
+        // A list item shows the personal fields opened, or null and `erased` once erased:
+        // recomputed from either, the chain hash is the same.
+        let mut item: Map<String, Value> = serde_json::from_str(&canonical).expect("json");
+        item.insert("ip_address".into(), json!("10.0.0.1"));
+        item.insert("user_agent".into(), json!("ua"));
+        item.insert("error_msg".into(), json!("bad"));
+        item.insert("metadata".into(), json!({"a": 1}));
+        assert_eq!(ChainRule::of_fields(&item), ChainRule::V3);
+        assert_eq!(chain_hash_fields(&[4; 32], &item), want);
+        for f in PERSONAL_ENTRY_FIELDS {
+            item.insert(f.into(), Value::Null);
+        }
+        item.insert("erased".into(), json!(true));
+        assert_eq!(chain_hash_fields(&[4; 32], &item), want);
+        // A clear field changed is seen.
+        item.insert("http_status".into(), json!(500));
+        assert_ne!(chain_hash_fields(&[4; 32], &item), want);
+
+        // The digest: keyed with the salt over the personal fields and the detail, keys
+        // sorted; the right salt checks a read, another does not.
+        let bytes = String::from_utf8(canonical_personal_bytes(&personal)).expect("utf8");
+        assert_eq!(
+            bytes,
+            concat!(
+                r#"{"error_msg":"bad","input_content":null,"ip_address":"10.0.0.1","#,
+                r#""memory_query":["078-05-1120"],"memory_results":null,"#,
+                r#""metadata":{"a":{"y":2,"z":1},"b":1},"output_content":null,"#,
+                r#""rag_query":null,"rag_results":null,"request_body":null,"#,
+                r#""response_body":null,"user_agent":"ua"}"#
+            )
+        );
+        assert_eq!(
+            personal_hash(&personal),
+            *blake3::keyed_hash(&[9; 32], bytes.as_bytes()).as_bytes()
+        );
+        assert_ne!(
+            personal_hash(&personal),
+            *blake3::keyed_hash(&[8; 32], bytes.as_bytes()).as_bytes()
+        );
+        // Without the salt, a guess of the value cannot be checked against the digest.
+        let unsalted = blake3::hash(bytes.as_bytes());
+        assert_ne!(personal_hash(&personal), *unsalted.as_bytes());
     }
 }

@@ -8,6 +8,7 @@
 
 pub mod audit_index;
 pub mod audit_view;
+pub mod erasures;
 pub mod event;
 pub mod exports;
 pub mod keyword;
@@ -45,6 +46,8 @@ pub struct Projections {
     pub audit: audit_index::AuditIndex,
     pub exports: exports::Exports,
     pub memories: memories::Memories,
+    /// Every data key an erasure named: destroyed as each erasure is folded, and again at start.
+    pub erasures: erasures::Erasures,
     /// The data keys personal fields are sealed under (`seal`): what the read paths open
     /// them with, and what erasure destroys.
     pub keys: std::sync::Arc<dyn seal::Keyring>,
@@ -72,9 +75,10 @@ impl Projections {
             audit,
             exports,
             memories,
+            erasures,
             keys,
         } = self;
-        drop((tenants, exports));
+        drop((tenants, exports, erasures));
         Detached {
             audit: audit.detach(),
             memories: memories.detach(),
@@ -90,16 +94,18 @@ impl Projections {
             audit: audit_index::AuditIndex::attach(db, d.audit)?,
             exports: exports::Exports::open(db)?,
             memories: memories::Memories::attach(db, d.memories)?,
+            erasures: erasures::Erasures::open(db, d.keys.clone())?,
             keys: d.keys,
         })
     }
 
     /// The sled tree of every projection (what `auditmem replay` drops).
-    pub const TREES: [&'static str; 4] = [
+    pub const TREES: [&'static str; 5] = [
         tenants::TREE,
         audit_index::TREE,
         exports::TREE,
         memories::TREE,
+        erasures::TREE,
     ];
 
     /// Opens every projection; `vectors` reads a memory event's vector from the log, for the
@@ -120,7 +126,8 @@ impl Projections {
                 None => audit_index::AuditIndex::open(db)?,
             },
             exports: exports::Exports::open(db)?,
-            memories: memories::Memories::open(db, vectors, spill)?,
+            memories: memories::Memories::open(db, vectors, spill, keys.clone())?,
+            erasures: erasures::Erasures::open(db, keys.clone())?,
             keys,
         })
     }
@@ -130,7 +137,7 @@ impl Projections {
         match event {
             Event::AuditRecorded(rec) => Prepared {
                 audit: Some((
-                    audit_view::canonical_entry_bytes(&rec.entry),
+                    audit_view::canonical_entry_bytes(&rec.entry, rec.sealed.is_some()),
                     audit_index::action_key(&rec.entry.action),
                 )),
             },
@@ -138,8 +145,16 @@ impl Projections {
         }
     }
 
-    pub fn all(&self) -> [&dyn Projection; 4] {
-        [&self.tenants, &self.audit, &self.exports, &self.memories]
+    /// Erasures come last: a group's erasure destroys its keys once every other projection
+    /// has folded the group.
+    pub fn all(&self) -> [&dyn Projection; 5] {
+        [
+            &self.tenants,
+            &self.audit,
+            &self.exports,
+            &self.memories,
+            &self.erasures,
+        ]
     }
 
     /// The lowest checkpoint: catch-up starts right after it.

@@ -276,14 +276,29 @@ pub enum KeyError {
     Destroyed,
     #[error("key store: {0}")]
     Store(String),
+    /// The key store cannot be reached for now (a cluster without a quorum): a write that
+    /// needs a new key is answered as one the log cannot take, and may be retried.
+    #[error("the key store cannot be reached: {0}")]
+    Unavailable(String),
 }
 
 /// Where data keys live. The service's keyring keeps them wrapped by its key-encryption key
 /// (on disk, or in a JetStream bucket on a cluster); [`MemoryKeyring`] keeps them in memory.
 pub trait Keyring: Send + Sync {
-    /// The live key of `subject`, created (and durable where the ring stores keys) when the
-    /// subject has none yet.
+    /// The live key of `subject`, created when the subject has none yet. A ring may leave a
+    /// new key to be made durable by [`Keyring::sync`], which the log calls in the group
+    /// commit of the records sealed under it, before anyone is answered.
     fn key_of(&self, subject: &Subject) -> Result<KeyId, KeyError>;
+
+    /// Whether keys were created since the last [`Keyring::sync`] that are not durable yet.
+    fn unsynced(&self) -> bool {
+        false
+    }
+
+    /// Makes every key created so far durable.
+    fn sync(&self) -> Result<(), KeyError> {
+        Ok(())
+    }
 
     /// The live key of `subject`, if it has one; never creates.
     fn find(&self, subject: &Subject) -> Result<Option<KeyId>, KeyError>;

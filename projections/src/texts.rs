@@ -1,6 +1,7 @@
 //! The memories' contents, held off the heap: appended to an unlinked file in the spill
 //! directory and read back with `pread` when a memory is shown (without a spill directory,
-//! as with `--vector-spill-rows 0`, they stay on the heap).
+//! as with `--vector-spill-rows 0`, they stay on the heap). The memories projection writes
+//! a sealed memory's content here only sealed (`memories::sealing`): the file is on disk.
 //!
 //! On the heap a memory's content would be its largest part (its state takes 96 bytes, a
 //! content up to 10,000 characters), and it is read only for the few memories a list, a search
@@ -48,8 +49,13 @@ impl Texts {
 
     /// Appends `text`; where it is, to [`Texts::read`] it back.
     pub fn push(&mut self, text: &str) -> TextRef {
+        self.push_bytes(text.as_bytes())
+    }
+
+    /// Appends `bytes`; where they are, to [`Texts::read_bytes`] them back.
+    pub fn push_bytes(&mut self, text: &[u8]) -> TextRef {
         let at = self.stored + self.tail.len() as u64;
-        self.tail.extend_from_slice(text.as_bytes());
+        self.tail.extend_from_slice(text);
         if self.tail.len() >= TAIL_BYTES {
             if let Some(file) = &self.file {
                 // A failure keeps the tail, readable as it is, for the next push to write.
@@ -67,6 +73,11 @@ impl Texts {
     }
 
     pub fn read(&self, r: TextRef) -> io::Result<String> {
+        String::from_utf8(self.read_bytes(r)?)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+    }
+
+    pub fn read_bytes(&self, r: TextRef) -> io::Result<Vec<u8>> {
         let len = r.len as usize;
         let bytes = if r.at >= self.stored {
             let from = (r.at - self.stored) as usize;
@@ -83,7 +94,7 @@ impl Texts {
             file.read_at(&mut buf, r.at)?;
             buf
         };
-        String::from_utf8(bytes).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+        Ok(bytes)
     }
 
     /// Bytes written to the file so far.

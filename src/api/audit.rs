@@ -23,7 +23,9 @@
 //! from at most two entries' details and one list page.
 
 use auditmem_projections::audit_index::{AuditRef, Filter};
-use auditmem_projections::event::{ListRef, ReadRef, ResponseRef};
+use auditmem_projections::event::{
+    open_personal, AuditHead, KeyCache, ListRef, Opened, ReadRef, ResponseRef,
+};
 use auditmem_projections::{AuditDetail, AuditEntry, AuditRecorded, Event};
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderValue, StatusCode};
@@ -38,7 +40,8 @@ use super::gate::{Caller, PendingOps, Recorded};
 use super::state::AppState;
 use crate::wire::audit::bounds::{truncate_text, ACTION_MAX};
 use crate::wire::audit::{
-    AuditListQuery, AuditLogDetail, AuditLogPage, Cursor, ListQuery, ListedEntry, ShownBody,
+    AuditListQuery, AuditLogDetail, AuditLogPage, Cursor, ListQuery, ListedEntry, Personal,
+    ShownBody,
 };
 use crate::wire::envelope::{AuditOk, ErrorEnvelope};
 
@@ -80,20 +83,82 @@ fn missing(seq: u64) -> ApiError {
     ))
 }
 
-/// The whole audit event at `seq`, detail included.
-fn load_entry(state: &AppState, seq: u64) -> Result<AuditRecorded, ApiError> {
-    match state.log.event(seq)? {
-        Some((_, Event::AuditRecorded(rec))) => Ok(*rec),
-        _ => Err(missing(seq)),
-    }
+/// The whole audit event at `seq`, detail included, its personal part opened: the entry and
+/// detail as a read shows them, how its personal fields stand, and the salt of its
+/// `detail_hash` (a sealed entry not erased).
+fn load_entry(state: &AppState, seq: u64) -> Result<OpenedEntry, ApiError> {
+    let rec = match state.log.event(seq)? {
+        Some((_, Event::AuditRecorded(rec))) => *rec,
+        _ => return Err(missing(seq)),
+    };
+    let opened = open_personal(&*state.projections.keys, &rec).map_err(keyring_failed)?;
+    let AuditRecorded {
+        mut entry, detail, ..
+    } = rec;
+    Ok(match opened {
+        Opened::Plain => OpenedEntry {
+            entry,
+            detail,
+            personal: Personal::Plain,
+            salt: None,
+        },
+        Opened::Open(p) => {
+            p.fields.restore_entry(&mut entry);
+            OpenedEntry {
+                entry,
+                detail: p.detail,
+                personal: Personal::Opened,
+                salt: Some(p.fields.salt),
+            }
+        }
+        Opened::Erased => OpenedEntry {
+            entry,
+            detail,
+            personal: Personal::Erased,
+            salt: None,
+        },
+    })
 }
 
-/// The list fields of the audit entry at `seq`, without decoding its detail.
-fn load_list_entry(state: &AppState, seq: u64) -> Result<AuditEntry, ApiError> {
-    match state.log.audit_entry(seq)? {
-        Some((_, entry)) => Ok(entry),
-        None => Err(missing(seq)),
-    }
+/// An audit entry as a detail read shows it.
+struct OpenedEntry {
+    entry: AuditEntry,
+    detail: AuditDetail,
+    personal: Personal,
+    salt: Option<[u8; 32]>,
+}
+
+fn keyring_failed(e: auditmem_projections::seal::KeyError) -> ApiError {
+    ApiError::internal(format!("opening an audit entry: {e}"))
+}
+
+/// The list fields of the audit entry at `seq`, its personal ones opened (through `keys`),
+/// without reading its detail.
+fn load_list_entry(
+    state: &AppState,
+    keys: &mut KeyCache<'_>,
+    seq: u64,
+) -> Result<(AuditEntry, Personal), ApiError> {
+    let Some(head) = state.log.audit_entry(seq)? else {
+        return Err(missing(seq));
+    };
+    let AuditHead {
+        tenant_id,
+        mut entry,
+        sealed,
+    } = head;
+    let personal = match keys
+        .open_fields(tenant_id, entry.id, sealed.as_ref())
+        .map_err(keyring_failed)?
+    {
+        Opened::Plain => Personal::Plain,
+        Opened::Open(p) => {
+            p.restore_entry(&mut entry);
+            Personal::Opened
+        }
+        Opened::Erased => Personal::Erased,
+    };
+    Ok((entry, personal))
 }
 
 /// The audit index's ref of the entry at `seq` (its chain hash).
@@ -112,15 +177,13 @@ fn serialised<T: serde::Serialize>(body: &T) -> Result<Vec<u8>, ApiError> {
 /// The bytes of the list page `r` describes.
 pub(crate) fn render_list(state: &AppState, r: &ListRef) -> Result<Vec<u8>, ApiError> {
     let refs = state.projections.audit.at_seqs(&r.seqs)?;
+    let mut keys = KeyCache::new(&*state.projections.keys);
     let mut logs = Vec::with_capacity(r.seqs.len());
     for (seq, found) in r.seqs.iter().zip(refs) {
         let found = found
             .ok_or_else(|| ApiError::internal(format!("seq {seq} missing from the audit index")))?;
-        logs.push(ListedEntry::new(
-            load_list_entry(state, *seq)?,
-            &found,
-            r.show_hash,
-        ));
+        let (entry, personal) = load_list_entry(state, &mut keys, *seq)?;
+        logs.push(ListedEntry::with(entry, personal, &found, r.show_hash));
     }
     serialised(&AuditOk(AuditLogPage {
         logs,
@@ -139,14 +202,24 @@ const MAX_READ_DEPTH: u8 = 1;
 /// the reads being rendered around it.
 fn render_detail(
     state: &AppState,
-    rec: AuditRecorded,
+    rec: OpenedEntry,
     r: &AuditRef,
     show_hash: bool,
     depth: u8,
 ) -> Result<Vec<u8>, ApiError> {
-    let AuditRecorded { entry, detail, .. } = rec;
+    let OpenedEntry {
+        entry,
+        detail,
+        personal,
+        salt,
+    } = rec;
     let response = shown_response(state, &detail, depth)?;
-    let view = AuditLogDetail::new(ListedEntry::new(entry, r, show_hash), detail, response);
+    let view = AuditLogDetail::new(
+        ListedEntry::with(entry, personal, r, show_hash),
+        detail,
+        response,
+        salt,
+    );
     serialised(&AuditOk(view))
 }
 
@@ -171,7 +244,12 @@ fn shown_response(
             rendered(render_detail(state, rec, &r, read.show_hash, depth + 1)?)
         }
         Some(ResponseRef::Read(read)) => {
-            let id = load_list_entry(state, read.seq)?.id;
+            let id = state
+                .log
+                .audit_entry(read.seq)?
+                .ok_or_else(|| missing(read.seq))?
+                .entry
+                .id;
             Ok(Some(ShownBody::Value(json!({ "_detail_of": id }))))
         }
     }

@@ -151,14 +151,36 @@ pub(crate) async fn download_export(
             "this node is still writing its copy of the export (every node of the cluster writes one); retry in a few seconds",
         ));
     }
-    let file = tokio::fs::File::open(&path)
-        .await
+    let file = std::fs::File::open(&path)
         .map_err(|e| ApiError::internal(format!("opening {}: {e}", path.display())))?;
     let content_type = match v.format {
         ExportFormat::Csv => "text/csv; charset=utf-8",
         ExportFormat::Json => "application/json",
     };
-    let stream = tokio_util::io::ReaderStream::with_capacity(file, 256 * 1024);
+    let mut opener = crate::export::sealed_file::Opener::new(
+        std::io::BufReader::with_capacity(256 * 1024, file),
+        v.export_id,
+    )
+    .map_err(|e| ApiError::internal(format!("opening {}: {e}", path.display())))?;
+    // The stored file is opened as it is sent (`export::sealed_file`), a batch at a time on a
+    // blocking thread: opening reads the file and derives keys.
+    let ring = state.projections.keys.clone();
+    let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<Bytes>>(2);
+    tokio::task::spawn_blocking(move || loop {
+        let mut batch = Vec::with_capacity(256 * 1024);
+        let more = opener.fill(&*ring, &mut batch, 256 * 1024);
+        let (more, sent) = match more {
+            Ok(more) => (more, Ok(Bytes::from(batch))),
+            Err(e) => {
+                tracing::error!(error = %e, "an export download failed");
+                (false, Err(std::io::Error::other(e.to_string())))
+            }
+        };
+        if tx.blocking_send(sent).is_err() || !more {
+            return;
+        }
+    });
+    let stream = tokio_stream::wrappers::ReceiverStream::new(rx);
     let resp = (
         [
             (header::CONTENT_TYPE, content_type.to_string()),
@@ -170,7 +192,6 @@ pub(crate) async fn download_export(
                     v.format.as_str()
                 ),
             ),
-            (header::CONTENT_LENGTH, v.file_size.unwrap_or(0).to_string()),
         ],
         Body::from_stream(stream),
     )

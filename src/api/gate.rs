@@ -22,12 +22,19 @@
 //! the entry's `detail_hash` commits its tenant chain to the detail as stored. A response a
 //! handler recorded by reference (`AuditDetail::response_ref`: audit lists and detail reads)
 //! is sent as it is and not copied into the entry.
+//!
+//! **Sealed.** The entry's personal fields (peer address, user agent, tags, error message, the
+//! whole detail) are sealed ([`AuditRecorded::sealed_for`]) under the keys of its subjects: the
+//! request's own scope (each `user_id`, `agent_id`, `session_id` its query, its body or its
+//! body's `filters` names), or the tenant when it names none, plus whatever the handler says
+//! the answer showed ([`PendingOps::subjects`]). Erasing any of them erases the entry's personal fields;
+//! a keyring that fails is a 500 and nothing of the operation is stored.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use auditmem_projections::audit_view::detail_hash;
+use auditmem_projections::seal::Subject;
 use auditmem_projections::tenants::{ApiKey, Tenant};
 use auditmem_projections::{AuditDetail, AuditEntry, AuditRecorded, Event, Named, Permission};
 use axum::body::{Body, Bytes};
@@ -167,6 +174,8 @@ struct Entry {
     user_agent: Option<String>,
     metadata: Option<Value>,
     request_body: Option<Value>,
+    /// The scope ids the request's query names (its body's are added once it is read).
+    scope: Vec<Subject>,
 }
 
 /// The caller's `X-Audit-Metadata` tags, read once: `Err` (the refusal's message) when the
@@ -201,6 +210,7 @@ pub async fn v1_gate(State(gate): State<Gate>, req: Request, next: Next) -> Resp
             .map(|s| bounds::truncate_text(s, bounds::USER_AGENT_MAX).into_owned()),
         metadata: None,
         request_body: None,
+        scope: crate::wire::audit::scope_of(tenant.id, req.uri().query(), None),
     };
     if let Some(refused) = refused_unread(&state, &key, req.headers()) {
         // Refused before the body is read, so a throttled key costs as little as possible; the
@@ -218,6 +228,20 @@ pub async fn v1_gate(State(gate): State<Gate>, req: Request, next: Next) -> Resp
         Err(refused) => return record(&state, entry, refused).await,
     };
     entry.request_body = bounded_json(&bytes, state.settings.audit_body_limit);
+    // The body as sent, not as bounded: a scope id past the audit body limit still names whom
+    // the request is about (a body within it is the value just parsed).
+    let parsed;
+    let body_json = if bytes.len() <= state.settings.audit_body_limit {
+        entry.request_body.as_ref()
+    } else {
+        parsed = serde_json::from_slice::<Value>(&bytes).ok();
+        parsed.as_ref()
+    };
+    entry
+        .scope
+        .extend(crate::wire::audit::scope_of(tenant.id, None, body_json));
+    entry.scope.sort();
+    entry.scope.dedup();
     if let Err(refused) = authorize(policy, &tenant, &key, tags, &mut entry) {
         return record(&state, entry, refused.into_response()).await;
     }
@@ -423,6 +447,7 @@ async fn record(state: &AppState, entry: Entry, resp: Response) -> Response {
         mut detail,
         credits,
         usd,
+        subjects,
         ..
     } = pending;
     detail.request_body = entry.request_body.clone();
@@ -431,7 +456,10 @@ async fn record(state: &AppState, entry: Entry, resp: Response) -> Response {
     // The handlers' detail fields (memory results, extraction input and output) within the
     // limit the bodies already keep.
     bounds::bound_detail(&mut detail, state.settings.audit_body_limit);
-    events.push(audit_event(&entry, &resp, detail, credits, usd));
+    match audit_event(state, &entry, &resp, detail, credits, usd, &subjects) {
+        Ok(audit) => events.push(audit),
+        Err(e) => return e.into_response(),
+    }
     // A request that changed nothing (a read, a refusal) is answered while the cluster's log
     // cannot take writes: its audit entry waits on this node's disk and joins the log when the
     // cluster is back (`Appender::defer`). Anything that changes state is refused.
@@ -461,7 +489,10 @@ async fn record(state: &AppState, entry: Entry, resp: Response) -> Response {
                 response_body: Some(json_of(&error_body(r.code, &r.message))),
                 ..Default::default()
             };
-            let audit = audit_event(&entry, &refused, detail, 0.0, 0.0);
+            let audit = match audit_event(state, &entry, &refused, detail, 0.0, 0.0, &[]) {
+                Ok(audit) => audit,
+                Err(e) => return e.into_response(),
+            };
             match state.appender.append(vec![audit]).await {
                 Ok(c) => with_position(refused, c.last_seq),
                 Err(e) => ApiError::from(e).into_response(),
@@ -490,42 +521,55 @@ async fn recorded_body(
     Ok((Response::from_parts(parts, Body::from(b)), value, text))
 }
 
-/// The request's `AuditRecorded`, its entry committing to `detail` as given (bounded already).
+/// The request's `AuditRecorded`, sealed under the request's scope (or the tenant) and
+/// `shown`, its entry committing to `detail` as given (bounded already).
 fn audit_event(
+    state: &AppState,
     entry: &Entry,
     resp: &Response,
     detail: AuditDetail,
     credits: f64,
     usd: f64,
-) -> Event {
+    shown: &[Subject],
+) -> Result<Event, ApiError> {
     let status = resp.status().as_u16();
     let info = resp.extensions().get::<ErrorInfo>();
-    let detail_hash = Some(detail_hash(&detail));
-    Event::AuditRecorded(Box::new(AuditRecorded {
-        tenant_id: entry.tenant.id,
-        entry: AuditEntry {
-            id: Uuid::now_v7(),
-            action: entry.action.to_string(),
-            model_id: None,
-            project_id: None,
-            gateway_id: None,
-            ip_address: entry.ip.clone(),
-            user_agent: entry.user_agent.clone(),
-            http_status: status,
-            is_success: (200..300).contains(&status),
-            is_cache_hit: false,
-            error_code: info.map(|i| i.code),
-            error_msg: info.map(|i| i.message.clone()),
-            duration: Some(
-                (entry.started.elapsed().as_secs_f64() * 1000.0 * 1000.0).round() / 1000.0,
-            ),
-            credits_consumed: credits,
-            balance_consumed_usd: usd,
-            tokens: None,
-            metadata: entry.metadata.clone(),
-            created_at: crate::wire::time::now_stored(),
-            detail_hash,
-        },
+    let mut subjects = if entry.scope.is_empty() {
+        vec![Subject::Tenant(entry.tenant.id)]
+    } else {
+        entry.scope.clone()
+    };
+    subjects.extend(shown.iter().cloned());
+    subjects.sort();
+    subjects.dedup();
+    let audit = AuditEntry {
+        id: Uuid::now_v7(),
+        action: entry.action.to_string(),
+        model_id: None,
+        project_id: None,
+        gateway_id: None,
+        ip_address: entry.ip.clone(),
+        user_agent: entry.user_agent.clone(),
+        http_status: status,
+        is_success: (200..300).contains(&status),
+        is_cache_hit: false,
+        error_code: info.map(|i| i.code),
+        error_msg: info.map(|i| i.message.clone()),
+        duration: Some((entry.started.elapsed().as_secs_f64() * 1000.0 * 1000.0).round() / 1000.0),
+        credits_consumed: credits,
+        balance_consumed_usd: usd,
+        tokens: None,
+        metadata: entry.metadata.clone(),
+        created_at: crate::wire::time::now_stored(),
+        detail_hash: None,
+    };
+    let sealed = AuditRecorded::sealed_for(
+        entry.tenant.id,
+        audit,
         detail,
-    }))
+        &*state.projections.keys,
+        &subjects,
+    )
+    .map_err(|e| ApiError::from(crate::command::Refusal::from(e)))?;
+    Ok(Event::AuditRecorded(Box::new(sealed)))
 }

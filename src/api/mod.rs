@@ -18,6 +18,7 @@ pub mod audit;
 pub mod client_ip;
 pub mod console;
 pub mod envelope;
+pub mod erasure;
 pub mod error;
 pub mod export;
 pub mod extract;

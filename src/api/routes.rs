@@ -17,7 +17,7 @@ use utoipa_axum::routes;
 
 use super::gate::{self, Gate, Policy};
 use super::state::AppState;
-use super::{admin, audit, export, memory, transparency};
+use super::{admin, audit, erasure, export, memory, transparency};
 
 /// Who may call a route.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -146,10 +146,16 @@ pub fn table() -> Vec<Route> {
             "memory.extract",
             MemoryWrite,
         ),
+        tenant(
+            routes!(erasure::create_erasure),
+            "memory.erase",
+            MemoryErase,
+        ),
         admin(routes!(admin::tenants::create_tenant)),
         admin(routes!(admin::tenants::list_tenants)),
         admin(routes!(admin::tenants::get_tenant)),
         admin(routes!(admin::tenants::update_tenant)),
+        admin(routes!(admin::erasures::erase_tenant)),
         admin(routes!(admin::keys::create_key)),
         admin(routes!(admin::keys::revoke_key)),
         admin(routes!(admin::ingest::ingest_audit)),

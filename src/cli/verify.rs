@@ -34,7 +34,13 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
         return verify_export(file, args.manifest.as_deref(), pinned.as_ref(), args.json);
     }
     let report = if let Some(dir) = &args.data_dir {
-        verify_dir(dir, expect_head, &checkpoints, pinned.as_ref())?
+        verify_dir(
+            dir,
+            args.master_key_file.as_deref(),
+            expect_head,
+            &checkpoints,
+            pinned.as_ref(),
+        )?
     } else if let Some(url) = &args.url {
         verify_url(
             url,
@@ -225,6 +231,7 @@ fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
 
 fn verify_dir(
     dir: &Path,
+    kek: Option<&Path>,
     expect_head: Option<Head>,
     checkpoints: &[Checkpoint],
     pinned: Option<&VerifyingKey>,
@@ -257,9 +264,37 @@ fn verify_dir(
         .and_then(|log| log.head())
         .map_or(tree.len() as u64, |h| h.seq);
     let pb = super::progress(records, "verifying");
-    let report = verify_tree(&tree, expect_head, checkpoints, pinned, &|n| pb.inc(n));
+    let mut report = verify_tree(&tree, expect_head, checkpoints, pinned, &|n| pb.inc(n));
     pb.finish_and_clear();
+    count_erased(&mut report, tmp.path(), dir, kek);
     Ok(report)
+}
+
+/// Counts the records of erased subjects with the keyring of the copy `copy` of the data dir
+/// `dir`, when it has keys and the KEK is there; the chain's verdict never depends on it.
+fn count_erased(report: &mut Report, copy: &Path, dir: &Path, kek: Option<&Path>) {
+    if report.sealed == 0 {
+        report.erased = Some(0);
+        return;
+    }
+    // The KEK given is the original's; the default one is the copy's `master.key`. Opening
+    // only a key dir that has its check and a KEK that exists: opening writes neither then.
+    let kek = match kek {
+        Some(k) => k.to_path_buf(),
+        None => crate::config::master_key_path(copy, None),
+    };
+    let keys = copy.join(crate::keys::KEYS_DIR);
+    if !kek.is_file() || !keys.join("kek.check").is_file() {
+        return;
+    }
+    match crate::keys::open_in(copy, &kek) {
+        Ok(ring) => {
+            if let Err(e) = report.count_erased(&*ring) {
+                tracing::warn!(error = %e, dir = %dir.display(), "counting erased records");
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, dir = %dir.display(), "opening the keyring"),
+    }
 }
 
 /// GETs `path` of the server: an answer that is not a success (a redirect included: none is

@@ -10,7 +10,9 @@ use serde::de::DeserializeOwned;
 
 use crate::config::VerifyArgs;
 use crate::log::checkpoint::PinnedKey;
-use crate::tlog::proof::{self, ConsistencyProof, ExportProofsHead, InclusionProof, ProofError};
+use crate::tlog::proof::{
+    self, ConsistencyProof, ErasureProof, ExportProofsHead, InclusionProof, ProofError,
+};
 
 pub fn run(args: &VerifyArgs) -> anyhow::Result<ExitCode> {
     for (given, flag) in [
@@ -225,31 +227,50 @@ fn check_quorum(args: &VerifyArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `--proof FILE`: an audit entry's inclusion proof, or an erasure's (the `proof` of an
+/// erasure receipt, or the whole receipt).
 fn inclusion(
     file: &Path,
     pubkey: &PinnedKey,
     args: &VerifyArgs,
 ) -> anyhow::Result<Result<String, ProofError>> {
-    let p: InclusionProof = read_json(file)?;
-    let key = log_key(pubkey, p.checkpoint.as_deref().unwrap_or_default());
+    let v: serde_json::Value = read_json(file)?;
+    let erasure = match (v.get("erasure_id"), v.get("proof")) {
+        (_, Some(p)) if p.get("erasure_id").is_some() => Some(p.clone()),
+        (Some(_), _) => Some(v.clone()),
+        _ => None,
+    };
     let witnesses = witness_verifiers(&args.witness_keys)?;
     check_quorum(args)?;
+    let described = |ok: proof::IncludedIn, what: String| {
+        let cosigned = if ok.witnesses.is_empty() {
+            String::new()
+        } else {
+            format!("; cosigned by {}", ok.witnesses.join(", "))
+        };
+        format!(
+            "{what} is record {} (leaf {}) of the tree of size {} signed by {}{cosigned}",
+            ok.seq,
+            ok.seq - 1,
+            ok.tree_size,
+            ok.origin
+        )
+    };
+    if let Some(e) = erasure {
+        let p: ErasureProof = serde_json::from_value(e)
+            .with_context(|| format!("{} is not an erasure proof", file.display()))?;
+        let key = log_key(pubkey, &p.checkpoint);
+        return Ok(
+            proof::check_erasure_inclusion(&p, &key, witnesses, args.witness_quorum)
+                .map(|ok| described(ok, format!("erasure {}", p.erasure_id))),
+        );
+    }
+    let p: InclusionProof =
+        serde_json::from_value(v).with_context(|| format!("{} is not a proof", file.display()))?;
+    let key = log_key(pubkey, p.checkpoint.as_deref().unwrap_or_default());
     Ok(
-        proof::check_inclusion(&p, &key, witnesses, args.witness_quorum).map(|ok| {
-            let cosigned = if ok.witnesses.is_empty() {
-                String::new()
-            } else {
-                format!("; cosigned by {}", ok.witnesses.join(", "))
-            };
-            format!(
-                "audit entry {} is record {} (leaf {}) of the tree of size {} signed by {}{cosigned}",
-                p.audit_id,
-                ok.seq,
-                ok.seq - 1,
-                ok.tree_size,
-                ok.origin
-            )
-        }),
+        proof::check_inclusion(&p, &key, witnesses, args.witness_quorum)
+            .map(|ok| described(ok, format!("audit entry {}", p.audit_id))),
     )
 }
 

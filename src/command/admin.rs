@@ -4,8 +4,11 @@
 
 use std::collections::HashMap;
 
+use auditmem_projections::seal::Subject;
 use auditmem_projections::tenants::Tenant as TenantState;
-use auditmem_projections::{Event, KeyIssued, KeyRevoked, TenantCreated, TenantUpdated};
+use auditmem_projections::{
+    AuditRecorded, Event, KeyIssued, KeyRevoked, TenantCreated, TenantUpdated,
+};
 use uuid::Uuid;
 
 use super::{Context, Decision, Refusal};
@@ -179,7 +182,24 @@ pub fn ingest(
         }
         let id = ctx.id();
         ids.push(id);
-        let recorded = e.check(i, id, ctx.now, body_limit)?;
+        let checked = e.check(i, id, ctx.now, body_limit)?;
+        // Sealed under the scope the recorded request names, else the tenant's key.
+        let mut subjects = crate::wire::audit::scope_of(
+            checked.tenant_id,
+            None,
+            checked.detail.request_body.as_ref(),
+        );
+        if subjects.is_empty() {
+            subjects.push(Subject::Tenant(checked.tenant_id));
+        }
+        let recorded = AuditRecorded::sealed_for(
+            checked.tenant_id,
+            checked.entry,
+            checked.detail,
+            &*ctx.projections.keys,
+            &subjects,
+        )
+        .map_err(Refusal::from)?;
         events.push(Event::AuditRecorded(Box::new(recorded)));
     }
     Ok(Decision::new(Ingested { ids }, events))

@@ -204,6 +204,8 @@ mod tests {
                 detail_hash: None,
             },
             detail: AuditDetail::default(),
+            sealed: None,
+            sealed_detail: None,
         }))
     }
 

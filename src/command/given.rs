@@ -18,14 +18,18 @@ pub struct Given {
 impl Given {
     /// Empty projections.
     pub fn new() -> Result<Given, ProjectionError> {
+        Given::with_keys(std::sync::Arc::new(
+            auditmem_projections::seal::MemoryKeyring::default(),
+        ))
+    }
+
+    /// Empty projections whose sealed values are sealed and opened with `keys`.
+    pub fn with_keys(
+        keys: std::sync::Arc<dyn auditmem_projections::seal::Keyring>,
+    ) -> Result<Given, ProjectionError> {
         let db = sled::Config::new().temporary(true).open()?;
         // Vectors come with the applied events; there is no log to read them back from.
-        let projections = Projections::open(
-            &db,
-            &|_| Ok(None),
-            None,
-            std::sync::Arc::new(auditmem_projections::seal::MemoryKeyring::default()),
-        )?;
+        let projections = Projections::open(&db, &|_| Ok(None), None, keys)?;
         Ok(Given {
             projections,
             next_seq: 1,

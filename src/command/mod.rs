@@ -34,9 +34,12 @@
 //!   still expired.
 //! - [`export`]: an export's plan gate (2202), retention (2201), and the one-export rule (2203)
 //!   and quotas (2204) as its precondition.
+//! - [`erase`]: an erasure's keys to destroy and memories erased, for a scope, some memories
+//!   or a tenant.
 //! - [`admin`]: tenants created and changed, keys issued and revoked, gateway entries ingested.
 
 pub mod admin;
+pub mod erase;
 pub mod export;
 #[doc(hidden)]
 pub mod given;
@@ -201,6 +204,19 @@ impl Refusal {
         match self {
             Refusal::Rule { code, .. } => *code,
             Refusal::Internal(_) => ErrorCode::Internal,
+        }
+    }
+}
+
+impl From<auditmem_projections::seal::KeyError> for Refusal {
+    /// A key store out of reach is the log's 503 (retry); any other key failure is internal.
+    fn from(e: auditmem_projections::seal::KeyError) -> Self {
+        match e {
+            auditmem_projections::seal::KeyError::Unavailable(why) => Refusal::new(
+                crate::registry::ErrorCode::Unavailable,
+                format!("the key store cannot be reached: {why}"),
+            ),
+            e => Refusal::internal(e),
         }
     }
 }

@@ -20,6 +20,7 @@
 pub mod manifest;
 pub mod quota;
 pub mod rows;
+pub mod sealed_file;
 pub mod verify;
 
 use std::collections::HashSet;
@@ -39,8 +40,11 @@ use rayon::prelude::*;
 use crate::log::appender::{AppendError, Appender, Precondition, Rejection};
 use crate::log::LogReader;
 use crate::registry::ErrorCode;
-use crate::wire::audit::AuditLogEntry;
+use crate::wire::audit::{AuditLogEntry, Personal};
+use auditmem_projections::event::{AuditHead, KeyCache, Opened};
 use auditmem_projections::exports::ExportStatus;
+use auditmem_projections::seal::Keyring;
+use auditmem_projections::AuditEntry;
 
 /// Export files live in this subdirectory of the data dir (verify does not copy it).
 pub const EXPORTS_DIR: &str = "exports";
@@ -55,17 +59,35 @@ fn part_path(dir: &Path, view: &ExportView) -> PathBuf {
     dir.join(format!("{}.{}.part", view.export_id, view.format.as_str()))
 }
 
-/// Counts and hashes what passes through.
+/// Counts what passes through to the file; `hasher` and `shown` take the download's bytes
+/// ([`HashingWriter::show`]).
 struct HashingWriter<W: Write> {
     inner: W,
     hasher: blake3::Hasher,
     bytes: u64,
+    shown: u64,
+}
+
+impl<W: Write> HashingWriter<W> {
+    /// Notes `bytes` as part of the download (hashed and counted, not written).
+    fn show(&mut self, bytes: &[u8]) {
+        self.hasher.update(bytes);
+        self.shown += bytes.len() as u64;
+    }
+
+    /// Writes clear bytes: a clear frame stored, the same bytes shown.
+    fn clear(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        let mut framed = Vec::with_capacity(bytes.len() + 5);
+        sealed_file::clear_frame(&mut framed, bytes);
+        self.write_all(&framed)?;
+        self.show(bytes);
+        Ok(())
+    }
 }
 
 impl<W: Write> Write for HashingWriter<W> {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         let n = self.inner.write(buf)?;
-        self.hasher.update(&buf[..n]);
         self.bytes += n as u64;
         Ok(n)
     }
@@ -83,48 +105,125 @@ pub struct Exporter {
     pub settings: ExportSettings,
 }
 
-/// Rows of `refs` as file bytes (CSV records, or JSON objects joined by `,\n`) and their count.
+/// The rows of `refs` encoded: the bytes stored (frames, see [`sealed_file`]), the bytes a
+/// tenant downloads (what the export's digest covers), and how many rows.
+struct Part {
+    stored: Vec<u8>,
+    shown: Vec<u8>,
+    rows: u64,
+}
+
+/// Rows of `refs` as file bytes (CSV records, or JSON objects joined by `,\n`): each row of a
+/// sealed entry opened, written in full sealed under the entry's keys beside its erased form,
+/// so the stored bytes hold no personal field in the clear.
 fn encode_rows(
     log: &LogReader,
+    ring: &dyn Keyring,
     refs: &[AuditRef],
-    format: ExportFormat,
-    with_chain: bool,
-) -> Result<(Vec<u8>, u64), String> {
+    view: &ExportView,
+) -> Result<Part, String> {
+    let (format, with_chain) = (view.format, view.with_chain);
     // Rows are 300-400 bytes: sized once rather than grown by doubling.
     let capacity = refs.len() * 400;
-    let mut buf = Vec::with_capacity(if format == ExportFormat::Json {
-        capacity
-    } else {
-        0
-    });
-    let mut csv = rows::csv_writer(Vec::with_capacity(if format == ExportFormat::Csv {
-        capacity
-    } else {
-        0
-    }));
+    let mut stored = Vec::with_capacity(capacity + capacity / 2);
+    let mut shown = Vec::with_capacity(capacity);
+    // CSV rows go through two writers (rows as shown, rows erased) that keep what they wrote
+    // for the part: each row is the bytes past the previous one's end.
+    let mut csv = (
+        rows::csv_writer(Vec::with_capacity(if format == ExportFormat::Csv {
+            capacity
+        } else {
+            0
+        })),
+        0,
+    );
+    let mut csv_erased = (rows::csv_writer(Vec::new()), 0);
     let mut cell = Vec::new();
     let mut chunk = None;
+    // Entries of one subject share their key set: its seal key is derived once a part.
+    let mut keys = KeyCache::new(ring);
+    let mut row = Vec::new();
+    let mut erased_row = Vec::new();
     for (i, r) in refs.iter().enumerate() {
         // One lookup per row, not a scan of the range (see `encode_chunk`).
         let got = log.audit_entry_from(r.seq, &mut chunk);
-        let Some((_, entry)) = got.map_err(|e| e.to_string())? else {
+        let Some(head) = got.map_err(|e| e.to_string())? else {
             return Err(format!("seq {} holds no audit entry", r.seq));
         };
-        match format {
-            ExportFormat::Csv => rows::write_csv_row(&mut csv, &entry, r, with_chain, &mut cell)?,
-            ExportFormat::Json => {
-                if i > 0 {
-                    buf.extend_from_slice(b",\n");
+        let AuditHead {
+            tenant_id,
+            mut entry,
+            sealed,
+        } = head;
+        let opened = keys
+            .open_fields(tenant_id, entry.id, sealed.as_ref())
+            .map_err(|e| e.to_string())?;
+        if format == ExportFormat::Json && i > 0 {
+            sealed_file::clear_frame(&mut stored, b",\n");
+            shown.extend_from_slice(b",\n");
+        }
+        let mut encode = |entry: &AuditEntry, personal: Personal, out: &mut Vec<u8>| {
+            out.clear();
+            match format {
+                ExportFormat::Csv => {
+                    let (w, end) = if personal == Personal::Opened {
+                        &mut csv
+                    } else {
+                        &mut csv_erased
+                    };
+                    rows::write_csv_row_as(w, entry, personal, r, with_chain, &mut cell)?;
+                    w.flush().map_err(|e| e.to_string())?;
+                    let all = w.get_ref();
+                    out.extend_from_slice(&all[*end..]);
+                    *end = all.len();
+                    Ok::<(), String>(())
                 }
-                serde_json::to_writer(&mut buf, &AuditLogEntry::exported(&entry, r, with_chain))
-                    .map_err(|e| e.to_string())?;
+                ExportFormat::Json => serde_json::to_writer(
+                    &mut *out,
+                    &AuditLogEntry::exported_as(entry, personal, r, with_chain),
+                )
+                .map_err(|e| e.to_string()),
+            }
+        };
+        match opened {
+            Opened::Plain => {
+                encode(&entry, Personal::Plain, &mut row)?;
+                sealed_file::clear_frame(&mut stored, &row);
+            }
+            Opened::Erased => {
+                encode(&entry, Personal::Erased, &mut row)?;
+                sealed_file::clear_frame(&mut stored, &row);
+            }
+            Opened::Open(p) => {
+                encode(&entry, Personal::Erased, &mut erased_row)?;
+                p.restore_entry(&mut entry);
+                encode(&entry, Personal::Opened, &mut row)?;
+                let ids = sealed.map(|s| s.keys).unwrap_or_default();
+                match keys.key(&ids).map_err(|e| e.to_string())? {
+                    Some(key) => sealed_file::row_frame(
+                        &mut stored,
+                        view.export_id,
+                        r.seq,
+                        key,
+                        &ids,
+                        &row,
+                        &erased_row,
+                    )?,
+                    // Erased between opening the entry and deriving its key.
+                    None => {
+                        std::mem::swap(&mut row, &mut erased_row);
+                        sealed_file::clear_frame(&mut stored, &row);
+                    }
+                }
             }
         }
+        shown.extend_from_slice(&row);
     }
-    if format == ExportFormat::Csv {
-        buf = csv.into_inner().map_err(|e| e.to_string())?;
-    }
-    Ok((buf, refs.len() as u64))
+    Ok(Part {
+        stored,
+        shown,
+        rows: refs.len() as u64,
+    })
 }
 
 /// Starts the disk writing what is written so far, every 32 MiB, without waiting for it: the
@@ -244,7 +343,7 @@ const AHEAD: usize = 2;
 
 /// One chunk's encoded rows (one buffer per slice of 256, in order, with their counts), and its
 /// first and last places in the tenant chain.
-type Encoded = (Vec<(Vec<u8>, u64)>, Option<(ChainPoint, ChainPoint)>);
+type Encoded = (Vec<Part>, Option<(ChainPoint, ChainPoint)>);
 
 /// Encodes the rows of `seqs` (ascending). Reading, decoding and formatting entries dominates:
 /// every core encodes a slice of rows into bytes of its own, and the caller only writes and
@@ -271,8 +370,8 @@ fn encode_chunk(
         .collect::<Result<_, _>>()?;
     let parts = refs
         .par_chunks(256)
-        .map(|part| encode_rows(log, part, view.format, view.with_chain))
-        .collect::<Result<Vec<(Vec<u8>, u64)>, String>>()?;
+        .map(|part| encode_rows(log, &*projections.keys, part, view))
+        .collect::<Result<Vec<Part>, String>>()?;
     let ends = refs
         .first()
         .zip(refs.last())
@@ -300,18 +399,20 @@ fn write_part(
         inner: BufWriter::with_capacity(1 << 20, file),
         hasher: blake3::Hasher::new(),
         bytes: 0,
+        shown: 0,
     };
     let io = |e: std::io::Error| format!("writing the export file: {e}");
     let mut written = 0u64;
     let (mut first, mut last) = (None, None);
+    sealed_file::start(&mut out).map_err(io)?;
     match view.format {
         ExportFormat::Csv => {
             let mut w = rows::csv_writer(Vec::new());
             rows::write_header(&mut w, view.with_chain).map_err(|e| e.to_string())?;
             let header = w.into_inner().map_err(|e| e.to_string())?;
-            out.write_all(&header).map_err(io)?;
+            out.clear(&header).map_err(io)?;
         }
-        ExportFormat::Json => out.write_all(b"[").map_err(io)?,
+        ExportFormat::Json => out.clear(b"[").map_err(io)?,
     }
     let mut flushed_to = 0u64;
     let mut space_checked_at = 0u64;
@@ -354,19 +455,20 @@ fn write_part(
                 first.get_or_insert(a);
                 last = Some(b);
             }
-            for (bytes, n) in parts {
-                if n == 0 {
+            for part in parts {
+                if part.rows == 0 {
                     continue;
                 }
                 if view.format == ExportFormat::Json && written > 0 {
-                    out.write_all(b",\n").map_err(io)?;
+                    out.clear(b",\n").map_err(io)?;
                 }
-                if out.bytes + bytes.len() as u64 >= space_checked_at + SPACE_STEP {
+                if out.bytes + part.stored.len() as u64 >= space_checked_at + SPACE_STEP {
                     check_space(dir, limits)?;
                     space_checked_at = out.bytes;
                 }
-                out.write_all(&bytes).map_err(io)?;
-                written += n;
+                out.write_all(&part.stored).map_err(io)?;
+                out.show(&part.shown);
+                written += part.rows;
             }
             start_writeback(&mut out, &mut flushed_to).map_err(io)?;
         }
@@ -374,13 +476,14 @@ fn write_part(
     });
     encoded?;
     if view.format == ExportFormat::Json {
-        out.write_all(b"]\n").map_err(io)?;
+        out.clear(b"]\n").map_err(io)?;
     }
     out.flush().map_err(io)?;
     let HashingWriter {
         inner,
         hasher,
-        bytes,
+        shown: bytes,
+        ..
     } = out;
     let file = inner
         .into_inner()

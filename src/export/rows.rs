@@ -26,7 +26,7 @@ use serde::ser::{self, Impossible, Serialize, SerializeStruct, Serializer};
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
-use crate::wire::audit::AuditLogEntry;
+use crate::wire::audit::{AuditLogEntry, Personal};
 
 /// The CSV writer of exports, header and rows alike (RFC 4180: fields holding a comma, a quote
 /// or a line break are quoted, quotes doubled); [`parse`] reads its output back.
@@ -51,7 +51,8 @@ pub fn columns(with_chain: bool) -> &'static [Column] {
         let (entry, r) = full_entry();
         let mut learnt = Columns(Vec::new());
         // Serialising an entry's fields cannot fail: they are strings, numbers and JSON.
-        let _ = AuditLogEntry::exported(&entry, &r, with_chain).serialize(Row(&mut learnt));
+        let _ = AuditLogEntry::exported_as(&entry, Personal::Erased, &r, with_chain)
+            .serialize(Row(&mut learnt));
         learnt.0
     };
     if with_chain {
@@ -107,10 +108,23 @@ pub fn write_header<W: Write>(w: &mut csv::Writer<W>, with_chain: bool) -> csv::
     w.write_record(columns(with_chain).iter().map(|c| c.name.as_bytes()))
 }
 
-/// Writes one entry as a CSV record; `scratch` is space kept between rows.
+/// Writes one entry that predates encryption as a CSV record; `scratch` is space kept between
+/// rows.
 pub fn write_csv_row<W: Write>(
     w: &mut csv::Writer<W>,
     entry: &AuditEntry,
+    r: &AuditRef,
+    with_chain: bool,
+    scratch: &mut Vec<u8>,
+) -> Result<(), String> {
+    write_csv_row_as(w, entry, Personal::Plain, r, with_chain, scratch)
+}
+
+/// Writes one entry, its personal fields standing as `personal` says, as a CSV record.
+pub fn write_csv_row_as<W: Write>(
+    w: &mut csv::Writer<W>,
+    entry: &AuditEntry,
+    personal: Personal,
     r: &AuditRef,
     with_chain: bool,
     scratch: &mut Vec<u8>,
@@ -120,7 +134,7 @@ pub fn write_csv_row<W: Write>(
         scratch,
         columns: columns(with_chain).iter(),
     };
-    AuditLogEntry::exported(entry, r, with_chain)
+    AuditLogEntry::exported_as(entry, personal, r, with_chain)
         .serialize(Row(&mut sink))
         .map_err(|e| e.0)?;
     sink.w
@@ -443,6 +457,15 @@ impl<S: RowSink> SerializeStruct for Row<'_, S> {
         self.0.field(key, value)
     }
 
+    /// `sealed` and `erased` are columns of every row (an empty cell where a JSON row leaves
+    /// them out); the chain's columns are columns only of the exports that show the chain.
+    fn skip_field(&mut self, key: &'static str) -> Result<(), RowError> {
+        match key {
+            "sealed" | "erased" => self.0.field(key, &None::<bool>),
+            _ => Ok(()),
+        }
+    }
+
     fn end(self) -> Result<(), RowError> {
         Ok(())
     }
@@ -642,6 +665,50 @@ mod tests {
     use super::*;
 
     #[test]
+    fn rows_of_sealed_entries_recompute_their_chain_hash_opened_or_erased() {
+        use auditmem_projections::audit_view::{chain_hash, chain_hash_fields};
+        let (mut entry, r) = crate::wire::audit::tests::sample();
+        entry.user_agent = Some("=cmd, \"ua\"".into());
+        entry.error_msg = Some("boom".into());
+        let want = chain_hash(&[2; 32], &entry, true);
+        for personal in [Personal::Opened, Personal::Erased] {
+            let mut shown = entry.clone();
+            if personal == Personal::Erased {
+                (shown.ip_address, shown.user_agent) = (None, None);
+                (shown.error_msg, shown.metadata) = (None, None);
+            }
+            for with_chain in [true, false] {
+                let mut w = csv_writer(Vec::new());
+                write_header(&mut w, with_chain).expect("header");
+                write_csv_row_as(&mut w, &shown, personal, &r, with_chain, &mut Vec::new())
+                    .expect("row");
+                let csv = w.into_inner().expect("csv");
+                let json = serde_json::to_vec(&[AuditLogEntry::exported_as(
+                    &shown, personal, &r, with_chain,
+                )])
+                .expect("json");
+                for bytes in [csv, json] {
+                    let rows = parse(&bytes).expect("parse");
+                    let mut fields = rows[0].clone();
+                    assert_eq!(fields.get("sealed"), Some(&Value::Bool(true)));
+                    assert_eq!(
+                        fields.get("erased").cloned().unwrap_or(Value::Null),
+                        if personal == Personal::Erased {
+                            Value::Bool(true)
+                        } else {
+                            Value::Null
+                        }
+                    );
+                    for f in ["chain_index", "prev_hash", "hash"] {
+                        fields.remove(f);
+                    }
+                    assert_eq!(chain_hash_fields(&[2; 32], &fields), want, "{personal:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
     fn csv_cells_read_back_as_the_values_the_list_shows() {
         let (mut entry, r) = crate::wire::audit::tests::sample();
         for with_chain in [true, false] {
@@ -730,12 +797,14 @@ mod tests {
                 "metadata",
                 "created_at",
                 "detail_hash",
+                "sealed",
+                "erased",
                 "chain_index",
                 "prev_hash",
                 "hash"
             ]
         );
-        assert_eq!(columns(false).len(), 19);
+        assert_eq!(columns(false).len(), 21);
         let text: Vec<&str> = columns(true)
             .iter()
             .filter(|c| c.text)

@@ -44,6 +44,7 @@ use std::time::{Duration, Instant};
 
 use async_nats::jetstream::message::PublishMessage;
 use async_nats::jetstream::message::StreamMessage;
+use async_nats::jetstream::stream::DirectGetErrorKind;
 use async_nats::jetstream::stream::{self, LastRawMessageErrorKind};
 use async_nats::jetstream::{self, context::PublishErrorKind};
 use futures_util::StreamExt;
@@ -86,6 +87,13 @@ impl Names {
         format!("{}.k.{}", self.prefix, id.to_hex())
     }
 
+    /// The tombstone of a destroyed key: written before the key is erased, so that a key
+    /// missing from a read counts as destroyed only when it says so (a missing key without
+    /// one is a store that does not answer truly yet, e.g. a leader still recovering).
+    pub fn gone(&self, id: &KeyId) -> String {
+        format!("{}.gone.{}", self.prefix, id.to_hex())
+    }
+
     /// Every wrapped key's subject.
     pub fn all_keys(&self) -> String {
         format!("{}.k.*", self.prefix)
@@ -114,8 +122,10 @@ pub struct Store {
     pub names: Names,
 }
 
+/// A request to the key store that failed on the way (no quorum, a timeout, no responder):
+/// the caller may retry, as with a write the log cannot take.
 fn store_error(e: impl std::fmt::Display) -> KeyError {
-    KeyError::Store(e.to_string())
+    KeyError::Unavailable(e.to_string())
 }
 
 impl Store {
@@ -141,6 +151,10 @@ impl Store {
                     name: names.stream.clone(),
                     subjects: vec![names.all()],
                     num_replicas: config.replicas,
+                    // Reads from any replica: while the stream has no leader (no quorum), a
+                    // node still reads the keys it has not cached (never to conclude that a
+                    // key is absent: see `read_key`).
+                    allow_direct: true,
                     storage: stream::StorageType::File,
                     retention: stream::RetentionPolicy::Limits,
                     ..Default::default()
@@ -202,6 +216,32 @@ impl Store {
             Err(e) if matches!(e.kind(), PublishErrorKind::WrongLastSequence) => Ok(None),
             Err(e) => Err(store_error(format!("writing {subject}: {e}"))),
         }
+    }
+
+    /// The first message on `subject` from any replica (no leader needed); `None` when that
+    /// replica has none, which proves nothing: it may be behind.
+    pub async fn first_direct(&self, subject: &str) -> Result<Option<StreamMessage>, KeyError> {
+        match self.stream.direct_get_first_for_subject(subject).await {
+            Ok(m) => Ok(Some(m)),
+            Err(e) if matches!(e.kind(), DirectGetErrorKind::NotFound) => Ok(None),
+            Err(e) => Err(store_error(format!(
+                "reading {subject} from a replica: {e}"
+            ))),
+        }
+    }
+
+    /// Publishes an empty message on `subject`, acknowledged.
+    pub async fn mark(&self, subject: &str) -> Result<(), KeyError> {
+        let acked = async {
+            self.js
+                .send_publish(subject.to_string(), PublishMessage::build())
+                .await?
+                .await
+        };
+        acked
+            .await
+            .map(|_| ())
+            .map_err(|e| store_error(format!("writing {subject}: {e}")))
     }
 
     /// Replaces the message at `seq` on `subject` by `payload`: the new one is stored first
@@ -449,7 +489,7 @@ impl NatsKeyring {
         let rt = self.rt.get()?;
         // One call may make a few requests, each bounded by the timeout.
         wait_on(rt, 4 * self.inner.timeout, f(self.inner.clone()))
-            .map_err(|e| KeyError::Store(e.to_string()))?
+            .map_err(|e| KeyError::Unavailable(e.to_string()))?
     }
 }
 
@@ -492,11 +532,26 @@ impl Inner {
             .subject(subject.tenant(), &subject.digest_hex())
     }
 
-    /// A data key read from the stream; `None` when it does not exist (destroyed).
+    /// A data key read from the stream; `None` when it was destroyed (its tombstone is
+    /// there). Without a leader the key is read from a replica; a key missing without a
+    /// tombstone, or missing from a replica, is `Unavailable`, never destroyed.
     async fn read_key(&self, id: &KeyId) -> Result<Option<(u64, DataKey)>, KeyError> {
         let name = self.store.names.key(id);
-        let Some(m) = self.store.first(&name).await? else {
-            return Ok(None);
+        let m = match self.store.first(&name).await {
+            Ok(Some(m)) => m,
+            Ok(None) => {
+                return match self.store.first(&self.store.names.gone(id)).await? {
+                    Some(_) => Ok(None),
+                    None => Err(KeyError::Unavailable(format!(
+                        "{name} is not in the key store and no destroy of it is recorded"
+                    ))),
+                };
+            }
+            Err(KeyError::Unavailable(why)) => match self.store.first_direct(&name).await {
+                Ok(Some(m)) => m,
+                _ => return Err(KeyError::Unavailable(why)),
+            },
+            Err(e) => return Err(e),
         };
         let (_, key) = self
             .kek
@@ -507,8 +562,16 @@ impl Inner {
 
     async fn lookup(&self, subject: &Subject) -> Result<Lookup, KeyError> {
         let name = self.subject_name(subject);
-        let Some(m) = self.store.first(&name).await? else {
-            return Ok(Lookup::Absent);
+        let m = match self.store.first(&name).await {
+            Ok(Some(m)) => m,
+            Ok(None) => return Ok(Lookup::Absent),
+            // Without a leader a replica's copy names the key (a subject record is never
+            // changed, only erased with its key); a replica without one proves nothing.
+            Err(KeyError::Unavailable(why)) => match self.store.first_direct(&name).await {
+                Ok(Some(m)) => m,
+                _ => return Err(KeyError::Unavailable(why)),
+            },
+            Err(e) => return Err(e),
         };
         let (_, id) = self
             .kek
@@ -588,6 +651,8 @@ impl Inner {
             let Some(m) = self.store.first(&name).await? else {
                 continue;
             };
+            // The tombstone first: from then on a reader that misses the key knows why.
+            self.store.mark(&self.store.names.gone(id)).await?;
             let digest = self.kek.unwrap_key(id, &m.payload).ok().map(|(d, _)| d);
             let tenant = m
                 .headers
@@ -683,6 +748,7 @@ impl Keyring for NatsKeyring {
             }
         }
         if !missing.is_empty() {
+            let wanted = missing.clone();
             let read = self.call(|inner| async move {
                 let mut out = Vec::with_capacity(missing.len());
                 for id in missing {
@@ -698,7 +764,25 @@ impl Keyring for NatsKeyring {
                     }
                 }
                 Ok(Some(out))
-            })?;
+            });
+            let read = match read {
+                Ok(read) => read,
+                // The store cannot be read (no quorum, no replica answering): a key this node
+                // holds, however old, is still that key (a destroy made elsewhere meanwhile
+                // reaches this node when the store answers again).
+                Err(KeyError::Unavailable(why)) => {
+                    let cache = self.inner.lock();
+                    let mut held = Vec::with_capacity(wanted.len());
+                    for id in &wanted {
+                        match cache.keys.get(id) {
+                            Some((k, _)) => held.push((*id, k.clone())),
+                            None => return Err(KeyError::Unavailable(why)),
+                        }
+                    }
+                    Some(held)
+                }
+                Err(e) => return Err(e),
+            };
             match read {
                 Some(read) => keys.extend(read),
                 None => return Ok(None),

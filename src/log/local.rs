@@ -29,6 +29,8 @@ pub enum LocalError {
     Write(#[source] sled::Error),
     #[error("log flush failed: {0}")]
     Flush(#[source] sled::Error),
+    #[error("syncing the new data keys failed: {0}")]
+    Keys(auditmem_projections::seal::KeyError),
     #[error("log fdatasync failed: {0}")]
     Sync(#[source] std::io::Error),
 }
@@ -40,6 +42,8 @@ pub(crate) struct LocalLog {
     /// A second handle on sled's `db` file: sled 0.34's own flush does not fdatasync it.
     db_file: File,
     durability: Durability,
+    /// The keyring: keys created for the records of a group are made durable with it.
+    keys: Arc<dyn auditmem_projections::seal::Keyring>,
 }
 
 /// Starts the appender with the `log` tree as the log of record.
@@ -51,6 +55,8 @@ pub(crate) fn start(
     min_free_bytes: u64,
 ) -> Result<(Appender, AppenderThread), LogError> {
     let db_file = File::open(data_dir.join("db"))?;
+    let keys = projections.keys.clone();
+    let syncer_keys = keys.clone();
     let (appender, thread) = Appender::launch(
         &db,
         data_dir,
@@ -64,11 +70,12 @@ pub(crate) fn start(
                 log,
                 db_file,
                 durability,
+                keys,
             })
         },
     )?;
     if let Durability::BatchInterval(every) = durability {
-        spawn_interval_syncer(data_dir, every, thread.queue())?;
+        spawn_interval_syncer(data_dir, every, thread.queue(), syncer_keys)?;
     }
     Ok((appender, thread))
 }
@@ -102,6 +109,12 @@ impl LogOfRecord for LocalLog {
             .map_err(LocalError::Write)
             .and_then(|()| match self.durability {
                 Durability::Fsync => {
+                    // The group's new keys first: a record is never durable before its keys
+                    // are unless sled's own background flush got there in between, and then
+                    // the write was not acknowledged (it reads as erased).
+                    if self.keys.unsynced() {
+                        self.keys.sync().map_err(LocalError::Keys)?;
+                    }
                     self.db.flush().map_err(LocalError::Flush)?;
                     self.db_file.sync_data().map_err(LocalError::Sync)
                 }
@@ -116,6 +129,7 @@ impl LogOfRecord for LocalLog {
     async fn idle(&mut self) {}
 
     fn close(&mut self) {
+        let _ = self.keys.sync();
         let _ = self.db.flush();
         let _ = self.db_file.sync_data();
     }
@@ -127,12 +141,16 @@ fn spawn_interval_syncer(
     data_dir: &Path,
     every: Duration,
     queue: mpsc::Sender<Msg>,
+    keys: Arc<dyn auditmem_projections::seal::Keyring>,
 ) -> std::io::Result<()> {
     let file = File::open(data_dir.join("db"))?;
     std::thread::Builder::new()
         .name("log-syncer".into())
         .spawn(move || loop {
             std::thread::sleep(every);
+            if let Err(e) = keys.sync() {
+                tracing::error!(error = %e, "periodic sync of new data keys failed");
+            }
             if queue.is_closed() {
                 let _ = file.sync_data();
                 return;

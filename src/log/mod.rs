@@ -22,9 +22,9 @@ pub use cluster::nats;
 
 use std::path::Path;
 
+use auditmem_projections::event::AuditHead;
 use auditmem_projections::vector_table::Spill;
-use auditmem_projections::{AuditEntry, Event, Projections};
-use uuid::Uuid;
+use auditmem_projections::{Event, Projections};
 
 pub use record::{Record, RecordRef};
 
@@ -119,19 +119,42 @@ impl LogReader {
         }
     }
 
-    /// The vector (f32 little-endian bytes) carried by the memory event at `seq`: the memories
-    /// projection keeps only that seq and reads the vector back from here at open.
-    pub fn vector_at(&self, seq: u64) -> Result<Option<Vec<u8>>, LogError> {
+    /// The vector (f32 little-endian bytes) carried by the memory event at `seq`, opened with
+    /// `keys` when it is sealed: the memories projection keeps only that seq and reads the
+    /// vector back from here at open. A sealed vector whose keys are gone is an error: the
+    /// projection reads only live memories' vectors, whose keys exist.
+    pub fn vector_at(
+        &self,
+        seq: u64,
+        keys: &dyn auditmem_projections::seal::Keyring,
+    ) -> Result<Option<Vec<u8>>, LogError> {
+        let sealed = |why: String| LogError::Undecodable {
+            seq,
+            why: format!("sealed vector: {why}"),
+        };
+        let erased = || sealed("its keys were destroyed".into());
         Ok(match self.event(seq)? {
-            Some((_, Event::MemoryCreated(e))) => Some(e.vector),
-            Some((_, Event::MemoryUpdated(e))) => e.vector,
+            Some((_, Event::MemoryCreated(e))) => Some(
+                e.opened(keys)
+                    .map_err(|e| sealed(e.to_string()))?
+                    .ok_or_else(erased)?
+                    .into_owned()
+                    .vector,
+            ),
+            Some((_, Event::MemoryUpdated(e))) => {
+                e.opened(keys)
+                    .map_err(|e| sealed(e.to_string()))?
+                    .ok_or_else(erased)?
+                    .into_owned()
+                    .vector
+            }
             _ => None,
         })
     }
 
     /// The tenant and entry of the audit event at `seq` (`None` for another event), its
     /// detail left undecoded: what lists and exports show.
-    pub fn audit_entry(&self, seq: u64) -> Result<Option<(Uuid, AuditEntry)>, LogError> {
+    pub fn audit_entry(&self, seq: u64) -> Result<Option<AuditHead>, LogError> {
         match self.locate(seq)? {
             Some((v, range)) => audit_entry_of(seq, &v[range]),
             None => Ok(None),
@@ -146,7 +169,7 @@ impl LogReader {
         &self,
         seq: u64,
         chunk: &mut Option<u64>,
-    ) -> Result<Option<(Uuid, AuditEntry)>, LogError> {
+    ) -> Result<Option<AuditHead>, LogError> {
         let near = chunk.filter(|key| seq >= *key && seq - key < record::CHUNK_RECORDS as u64);
         if let Some(key) = near {
             if let Some(v) = self.tree.get(record::seq_key(key))? {
@@ -273,11 +296,12 @@ fn record_in(seq: u64, key: u64, value: &[u8]) -> Result<Option<std::ops::Range<
     }
 }
 
-/// The tenant and entry of the stored record `value` at `seq`, if it holds an audit event.
-fn audit_entry_of(seq: u64, value: &[u8]) -> Result<Option<(Uuid, AuditEntry)>, LogError> {
+/// The tenant, entry and sealed part of the stored record `value` at `seq`, if it holds an
+/// audit event.
+fn audit_entry_of(seq: u64, value: &[u8]) -> Result<Option<AuditHead>, LogError> {
     let undecodable = |why: String| LogError::Undecodable { seq, why };
     let r = RecordRef::decode(value).map_err(|e| undecodable(e.to_string()))?;
-    Event::decode_audit_entry(r.event).map_err(|e| undecodable(e.to_string()))
+    Event::decode_audit_head(r.event).map_err(|e| undecodable(e.to_string()))
 }
 
 /// Opens every projection over `db`, the memories projection reading vectors from its log;
@@ -289,8 +313,8 @@ pub fn open_projections(
     keys: std::sync::Arc<dyn auditmem_projections::seal::Keyring>,
 ) -> anyhow::Result<Projections> {
     let log = LogReader::open(db)?;
-    let vectors = |seq: u64| log.vector_at(seq).map_err(|e| e.to_string());
-    Ok(Projections::open(db, &vectors, spill, keys)?)
+    let vectors = |seq: u64| log.vector_at(seq, &*keys).map_err(|e| e.to_string());
+    Ok(Projections::open(db, &vectors, spill, keys.clone())?)
 }
 
 /// The spill settings of a data dir: its vector tables' f32 rows in files in the dir itself
@@ -345,15 +369,17 @@ mod tests {
     use super::*;
     use auditmem_projections::{AuditRecorded, CreditsConsumed};
 
-    fn audit(tenant: Uuid, n: u64) -> Event {
+    fn audit(tenant: uuid::Uuid, n: u64) -> Event {
         let (mut entry, _) = crate::wire::audit::tests::sample();
-        entry.id = Uuid::now_v7();
+        entry.id = uuid::Uuid::now_v7();
         entry.action = format!("gateway.chat{n}");
         entry.created_at = n as i64;
         Event::AuditRecorded(Box::new(AuditRecorded {
             tenant_id: tenant,
             entry,
             detail: Default::default(),
+            sealed: None,
+            sealed_detail: None,
         }))
     }
 
@@ -382,7 +408,7 @@ mod tests {
         _dir: tempfile::TempDir,
         log: LogReader,
         /// The tenant of most audit entries.
-        tenant: Uuid,
+        tenant: uuid::Uuid,
         /// Every record's stored bytes, seq 1 first.
         stored: Vec<Vec<u8>>,
     }
@@ -391,7 +417,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let db = sled::open(dir.path()).expect("open");
         let log = LogReader::open(&db).expect("log");
-        let (a, b) = (Uuid::now_v7(), Uuid::now_v7());
+        let (a, b) = (uuid::Uuid::now_v7(), uuid::Uuid::now_v7());
         let mut prev = [0u8; 32];
         let mut stored = Vec::new();
         let mut groups = [1usize, 7, 40, 1, 33, 64, 4].into_iter().cycle();
@@ -559,10 +585,10 @@ mod tests {
                 .map(|&s| log.audit_entry_from(s, &mut chunk).expect("read"))
                 .collect();
             assert_eq!(in_order, one_by_one);
-            assert_eq!(in_order[0].as_ref().map(|(t, _)| *t), Some(a));
+            assert_eq!(in_order[0].as_ref().map(|h| h.tenant_id), Some(a));
             assert!(in_order.iter().any(Option::is_none));
             for (seq, got) in seqs.iter().zip(&in_order) {
-                if let Some((_, entry)) = got {
+                if let Some(AuditHead { entry, .. }) = got {
                     assert_eq!(entry.action, format!("gateway.chat{seq}"));
                 }
             }

@@ -8,7 +8,9 @@
 //! 2. the providers (the embedding model): a start that cannot embed fails before it writes
 //!    anything to disk;
 //! 3. the storage ([`storage::Storage`]): the data dir, the projections caught up with the
-//!    log, the Merkle tree, the appender over the log of record;
+//!    log, every data key an erasure in the log named destroyed (a key store restored from a
+//!    backup taken before an erasure loses it again here), the Merkle tree, the appender over
+//!    the log of record;
 //! 4. the checkpoint signer, bound to this log (a checkpoints file of another log refuses the
 //!    start), and its key;
 //! 5. the listeners, then the handlers' state and the background tasks (checkpoints,

@@ -43,7 +43,11 @@ impl Storage {
         })?;
         let spill = crate::log::spill_in(dir, args.vector_spill_rows);
         // A cluster's keys live in its JetStream store, which every node reads.
-        let cluster = match args.cluster.backend() {
+        let cluster = match args
+            .key_store
+            .clone()
+            .unwrap_or_else(|| args.cluster.backend())
+        {
             LogBackend::Sled => None,
             LogBackend::Nats(servers) => Some(nats_config(args, &servers)),
         };
@@ -63,6 +67,18 @@ impl Storage {
                 records = n,
                 elapsed_ms = started.elapsed().as_millis() as u64,
                 "projections caught up"
+            );
+        }
+        // Every key an erasure in the log named is destroyed before anything is served, even
+        // when the key store came back from a backup taken before the erasure.
+        let destroyed = projections
+            .erasures
+            .enforce()
+            .context("destroying the keys erasures named")?;
+        if destroyed > 0 {
+            tracing::warn!(
+                keys = destroyed,
+                "destroyed data keys that erasures in the log had named (the key store was restored, or a stop cut an erasure short)"
             );
         }
         build_tree(&db, dir, &log)?;

@@ -90,6 +90,8 @@ pub enum ProofError {
     },
     #[error("the record holds audit entry {found}, not {claimed}")]
     WrongEntry { claimed: String, found: String },
+    #[error("the record holds {found}, not erasure {claimed}")]
+    WrongErasure { claimed: String, found: String },
     #[error(transparent)]
     Checkpoint(#[from] NoteCheckError),
     #[error("the proof carries no signed checkpoint to check its root against")]
@@ -151,16 +153,15 @@ pub fn check_inclusion(
     quorum: usize,
 ) -> Result<IncludedIn, ProofError> {
     let root = parse_hash(&p.root_hash, "root_hash")?;
-    let cp = p.checkpoint.as_deref().ok_or(ProofError::NoCheckpoint)?;
-    let opened = note::open(cp.as_bytes(), log_key, witnesses, quorum)?;
-    if opened.size != p.tree_size || opened.root != root {
-        return Err(ProofError::CheckpointMismatch {
-            cp_size: opened.size,
-            cp_root: opened.root.to_string(),
-            size: p.tree_size,
-            root: p.root_hash.clone(),
-        });
-    }
+    let opened = open_checkpoint(
+        p.checkpoint.as_deref(),
+        p.tree_size,
+        &root,
+        &p.root_hash,
+        log_key,
+        witnesses,
+        quorum,
+    )?;
     let seq = check_record_in(p, &root)?;
     Ok(IncludedIn {
         seq,
@@ -170,9 +171,147 @@ pub fn check_inclusion(
     })
 }
 
+/// The checkpoint `cp`, opened with `log_key`, when it signs `size` and `root`.
+fn open_checkpoint(
+    cp: Option<&str>,
+    size: u64,
+    root: &Hash,
+    root_b64: &str,
+    log_key: &str,
+    witnesses: Vec<Box<dyn signed_note::Verifier>>,
+    quorum: usize,
+) -> Result<note::Opened, ProofError> {
+    let cp = cp.ok_or(ProofError::NoCheckpoint)?;
+    let opened = note::open(cp.as_bytes(), log_key, witnesses, quorum)?;
+    if opened.size != size || opened.root != *root {
+        return Err(ProofError::CheckpointMismatch {
+            cp_size: opened.size,
+            cp_root: opened.root.to_string(),
+            size,
+            root: root_b64.to_string(),
+        });
+    }
+    Ok(opened)
+}
+
 /// Checks the record of `p` and its audit path to `root` (whose checkpoint the caller has
 /// checked): the record against its hash, the leaf, the entry, the path. The record's seq.
 pub fn check_record_in(p: &InclusionProof, root: &Hash) -> Result<u64, ProofError> {
+    let leaf = Leaf {
+        seq: p.seq,
+        leaf_index: p.leaf_index,
+        record: &p.record,
+        record_hash: &p.record_hash,
+        tree_size: p.tree_size,
+        inclusion: &p.inclusion,
+    };
+    check_leaf(
+        &leaf,
+        root,
+        |event| match auditmem_projections::Event::decode_audit_entry(event) {
+            Ok(Some((_, entry))) if entry.id == p.audit_id => Ok(()),
+            Ok(Some((_, entry))) => Err(ProofError::WrongEntry {
+                claimed: p.audit_id.to_string(),
+                found: entry.id.to_string(),
+            }),
+            Ok(None) => Err(ProofError::WrongEntry {
+                claimed: p.audit_id.to_string(),
+                found: "no audit entry".into(),
+            }),
+            Err(e) => Err(ProofError::Malformed(format!("record's event: {e}"))),
+        },
+    )
+}
+
+/// An erasure receipt's `proof`: the erasure event's record and its inclusion proof in the
+/// tree of the receipt's checkpoint.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ErasureProof {
+    /// The erasure the record holds.
+    pub erasure_id: Uuid,
+    /// The record's place in the log (1-based).
+    pub seq: u64,
+    /// The record's leaf in the Merkle tree: `seq - 1`.
+    pub leaf_index: u64,
+    /// Base64 of the record as stored.
+    pub record: String,
+    /// Lowercase hex of the record's blake3 hash.
+    pub record_hash: String,
+    pub tree_size: u64,
+    /// Base64 of that tree's root hash.
+    pub root_hash: String,
+    /// The RFC 6962 audit path, leaf to root, each hash base64.
+    pub inclusion: Vec<String>,
+    /// The signed checkpoint of `tree_size`, as a C2SP signed note.
+    pub checkpoint: String,
+}
+
+/// Checks an erasure receipt's proof offline, as [`check_inclusion`] checks an entry's: the
+/// record must hold the `SubjectsErased` event of `erasure_id`.
+pub fn check_erasure_inclusion(
+    p: &ErasureProof,
+    log_key: &str,
+    witnesses: Vec<Box<dyn signed_note::Verifier>>,
+    quorum: usize,
+) -> Result<IncludedIn, ProofError> {
+    let root = parse_hash(&p.root_hash, "root_hash")?;
+    let opened = open_checkpoint(
+        Some(&p.checkpoint),
+        p.tree_size,
+        &root,
+        &p.root_hash,
+        log_key,
+        witnesses,
+        quorum,
+    )?;
+    let leaf = Leaf {
+        seq: p.seq,
+        leaf_index: p.leaf_index,
+        record: &p.record,
+        record_hash: &p.record_hash,
+        tree_size: p.tree_size,
+        inclusion: &p.inclusion,
+    };
+    let seq = check_leaf(&leaf, &root, |event| {
+        let wrong = |found: String| ProofError::WrongErasure {
+            claimed: p.erasure_id.to_string(),
+            found,
+        };
+        match auditmem_projections::Event::decode(event) {
+            Ok(auditmem_projections::Event::SubjectsErased(e)) if e.erasure_id == p.erasure_id => {
+                Ok(())
+            }
+            Ok(auditmem_projections::Event::SubjectsErased(e)) => {
+                Err(wrong(format!("erasure {}", e.erasure_id)))
+            }
+            Ok(other) => Err(wrong(format!("a {} event", other.kind()))),
+            Err(e) => Err(ProofError::Malformed(format!("record's event: {e}"))),
+        }
+    })?;
+    Ok(IncludedIn {
+        seq,
+        tree_size: p.tree_size,
+        origin: opened.origin,
+        witnesses: opened.witnesses,
+    })
+}
+
+/// The parts of a proof that place a record in a tree.
+struct Leaf<'a> {
+    seq: u64,
+    leaf_index: u64,
+    record: &'a str,
+    record_hash: &'a str,
+    tree_size: u64,
+    inclusion: &'a [String],
+}
+
+/// The record against its hash, the leaf, the event (`event_is`), the path to `root`.
+fn check_leaf(
+    p: &Leaf<'_>,
+    root: &Hash,
+    event_is: impl FnOnce(&[u8]) -> Result<(), ProofError>,
+) -> Result<u64, ProofError> {
     let bytes = B64
         .decode(p.record.trim())
         .map_err(|e| ProofError::Malformed(format!("record is not base64: {e}")))?;
@@ -188,7 +327,7 @@ pub fn check_record_in(p: &InclusionProof, root: &Hash) -> Result<u64, ProofErro
     let actual = hex::encode(computed);
     if p.record_hash.trim().to_ascii_lowercase() != actual {
         return Err(ProofError::LeafMismatch {
-            claimed: p.record_hash.clone(),
+            claimed: p.record_hash.to_string(),
             actual,
         });
     }
@@ -199,23 +338,8 @@ pub fn check_record_in(p: &InclusionProof, root: &Hash) -> Result<u64, ProofErro
             leaf: p.leaf_index,
         });
     }
-    match auditmem_projections::Event::decode_audit_entry(r.event) {
-        Ok(Some((_, entry))) if entry.id == p.audit_id => {}
-        Ok(Some((_, entry))) => {
-            return Err(ProofError::WrongEntry {
-                claimed: p.audit_id.to_string(),
-                found: entry.id.to_string(),
-            })
-        }
-        Ok(None) => {
-            return Err(ProofError::WrongEntry {
-                claimed: p.audit_id.to_string(),
-                found: "no audit entry".into(),
-            })
-        }
-        Err(e) => return Err(ProofError::Malformed(format!("record's event: {e}"))),
-    }
-    let path = parse_path(&p.inclusion, "inclusion")?;
+    event_is(r.event)?;
+    let path = parse_path(p.inclusion, "inclusion")?;
     let leaf = super::leaf_hash(r.seq, &computed);
     tlog_tiles::check_record(&path, p.tree_size, *root, p.leaf_index, leaf).map_err(|_| {
         ProofError::InclusionFails {

@@ -11,6 +11,7 @@
 pub mod admin;
 pub mod audit;
 pub mod envelope;
+pub mod erasure;
 pub mod export;
 pub mod field;
 pub mod filter;

@@ -391,6 +391,16 @@ try {
   await page.locator("#save-memory").click();
   await page.locator("#edit-msg .error").waitFor();
   eq(await text("#edit-msg .error"), "Error 400 · code 4000: metadata must be a JSON object", "metadata that is not an object");
+  // Erase Bob's scope: a first click asks to confirm, the second erases and shows the receipt.
+  await page.goto(`${URL_}/console/#/memories`);
+  await page.locator("#erase-value").waitFor();
+  await page.locator("#erase-field").selectOption("user_id");
+  await page.locator("#erase-value").fill("bob");
+  await page.locator("#erase-go").click();
+  eq(await page.locator("#erase-go").innerText(), "Confirm: erase user_id bob for good", "erasure asks to confirm");
+  await page.locator("#erase-go").click();
+  await page.locator("#erase-receipt").waitFor();
+  ok(/^Erased 1 memory of user_id bob: the erasure event is log position \d+, covered by the signed checkpoint of tree size \d+\.$/.test(await text("#erase-receipt")), "the erasure's receipt", await text("#erase-receipt"));
   await signOut();
 
   // --- another tenant sees nothing of acme's --------------------------------------------------

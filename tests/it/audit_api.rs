@@ -403,7 +403,9 @@ fn entries_record_the_request_faithfully() {
     }
     assert_eq!(d["rag_results"][0]["source"]["file_size"], json!(10));
     assert_eq!(d["hash"].as_str().map(str::len), Some(64));
-    assert_eq!(d.as_object().map(|o| o.len()), Some(29), "{d}");
+    // The interface's 28 fields, `detail_hash`, and on a sealed entry `sealed` and the
+    // `detail_salt` its digest is keyed with.
+    assert_eq!(d.as_object().map(|o| o.len()), Some(31), "{d}");
 
     // The tenant's own call: peer address, user agent, metadata header, measured duration,
     // the response recorded, no Authorization anywhere, a large body truncated with a marker.

@@ -514,8 +514,15 @@ pub fn assert_same_answers(before: &[Value], after: &[Value]) {
 
 /// A copy of `data_dir` at `to`, with every projection rebuilt by `auditmem replay`.
 pub fn replayed_copy(data_dir: &Path, to: &Path) {
+    replayed_copy_with(data_dir, to, &[]);
+}
+
+/// [`replayed_copy`] with more `replay` arguments (a cluster node's copy names its key store).
+pub fn replayed_copy_with(data_dir: &Path, to: &Path, args: &[&str]) {
     copy_dir(data_dir, to);
-    let (code, out, err) = cli(&["replay", "--data-dir", path_str(to)], &[]);
+    let mut all = vec!["replay", "--data-dir", path_str(to)];
+    all.extend_from_slice(args);
+    let (code, out, err) = cli(&all, &[]);
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.starts_with("replayed "), "{out}");
 }
@@ -546,9 +553,21 @@ pub fn blake3_hex(parts: &[&[u8]]) -> String {
     h.finalize().to_hex().to_string()
 }
 
-/// The detail digest a tenant computes from a detail read (docs/API.md, "Per-tenant chain").
+/// The detail digest a tenant computes from a detail read (docs/API.md, "Per-tenant chain"):
+/// of a sealed entry (a read showing `detail_salt`, rule v3) keyed with the salt over its
+/// personal fields and detail; of an older entry (rule v2) over its detail.
 pub fn detail_digest(d: &Value) -> String {
+    let salt = d["detail_salt"].as_str().map(|s| {
+        let mut k = [0u8; 32];
+        k.copy_from_slice(&hex::decode(s).expect("hex salt"));
+        k
+    });
     let mut m = serde_json::Map::new();
+    if salt.is_some() {
+        for f in ["error_msg", "ip_address", "metadata", "user_agent"] {
+            m.insert(f.into(), d[f].clone());
+        }
+    }
     for f in [
         "input_content",
         "memory_query",
@@ -567,7 +586,41 @@ pub fn detail_digest(d: &Value) -> String {
     }
     // serde_json's maps are ordered by key: this is the canonical form.
     let canonical = serde_json::to_string(&Value::Object(m)).expect("json");
-    blake3_hex(&[b"auditmem/detail/v1", canonical.as_bytes()])
+    match salt {
+        Some(k) => blake3::keyed_hash(&k, canonical.as_bytes())
+            .to_hex()
+            .to_string(),
+        None => blake3_hex(&[b"auditmem/detail/v1", canonical.as_bytes()]),
+    }
+}
+
+/// The chain rule of a list item and its canonical bytes (docs/API.md, "Per-tenant chain"):
+/// v3 for a sealed entry (`"sealed": true`; its personal fields and `erased` are not hashed),
+/// else v2 with a `detail_hash`, else v1 (its null `detail_hash` not hashed).
+pub fn chain_fields(item: &Value) -> (&'static str, String) {
+    let mut fields = item.as_object().expect("object").clone();
+    fields.remove("hash");
+    let rule = if item["sealed"] == json!(true) {
+        for f in [
+            "error_msg",
+            "ip_address",
+            "metadata",
+            "user_agent",
+            "erased",
+        ] {
+            fields.remove(f);
+        }
+        "v3"
+    } else if item["detail_hash"].is_null() {
+        fields.remove("detail_hash");
+        "v1"
+    } else {
+        "v2"
+    };
+    (
+        rule,
+        serde_json::to_string(&Value::Object(fields)).expect("json"),
+    )
 }
 
 /// GET with a key: (status, the body exactly as sent).

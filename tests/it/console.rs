@@ -136,7 +136,13 @@ fn tenant(s: &Server, name: &str, plan: &str) -> (String, String) {
     let id = v["data"]["id"].as_str().expect("id").to_string();
     let key = s.create_key(
         &id,
-        &["audit.read", "audit.export", "memory.read", "memory.write"],
+        &[
+            "audit.read",
+            "audit.export",
+            "memory.read",
+            "memory.write",
+            "memory.erase",
+        ],
     );
     (id, key)
 }
@@ -367,7 +373,7 @@ fn console_end_to_end_in_chromium() {
     let elapsed = started.elapsed();
     let last = stdout.lines().last().unwrap_or("");
     assert!(
-        last.starts_with("console e2e: 92 checks passed"),
+        last.starts_with("console e2e: 94 checks passed"),
         "last line: {last}"
     );
     assert!(

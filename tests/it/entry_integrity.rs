@@ -4,7 +4,9 @@
 use crate::common;
 
 use base64::Engine;
-use common::{assert_error, blake3_hex, detail_digest, get_text, replayed_copy, Server};
+use common::{
+    assert_error, blake3_hex, chain_fields, detail_digest, get_text, replayed_copy, Server,
+};
 use reqwest::Method;
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -199,19 +201,20 @@ fn the_tenant_hash_covers_the_detail_and_a_detail_read_checks_against_it() {
     let mut items = v["data"]["logs"].as_array().expect("logs").clone();
     assert_eq!(items.len(), 3, "{v}");
     // Oldest first is chain order here (no entry is dated in the past): recompute the chain
-    // from the list items alone under rule v2, and each detail read against its digest.
+    // from the list items alone under rule v3 (every new entry is sealed), and each detail
+    // read against its digest.
     items.reverse();
     let mut prev = "0".repeat(64);
     for item in &items {
         let digest = item["detail_hash"]
             .as_str()
             .expect("every new entry has one");
-        let mut fields = item.as_object().expect("object").clone();
-        let hash = fields.remove("hash").expect("hash");
-        let canonical = serde_json::to_string(&Value::Object(fields)).expect("json");
+        let hash = item["hash"].clone();
+        let (rule, canonical) = chain_fields(item);
+        assert_eq!(rule, "v3", "{item}");
         let prev_bytes = hex::decode(&prev).expect("hex");
         let want = blake3_hex(&[
-            b"auditmem/tenant-chain/v2",
+            b"auditmem/tenant-chain/v3",
             &prev_bytes,
             canonical.as_bytes(),
         ]);

@@ -257,7 +257,9 @@ fn csv_and_json_exports_parse_back_and_verify() {
             .map(|f| (f["row"].clone(), f["kind"].clone()))
     };
     let text = String::from_utf8(bytes.clone()).expect("utf8");
-    let modified = text.replacen("ua, with comma", "ua, with cOmma", 1);
+    // A clear field: a sealed entry's chain hash (rule v3) leaves its personal fields to the
+    // file digest the manifest signs.
+    let modified = text.replacen("rag.query", "rag.querY", 1);
     let (code, v) = run(&write("modified.csv", modified.as_bytes()), &csv_manifest);
     assert_eq!(code, 1);
     assert_eq!(v["report"]["failures"][0]["kind"], json!("digest_mismatch"));

@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 /// Every `/v1` route of the route table (src/api/routes.rs).
 /// The test checks this list against the routes the gate knows and the served OpenAPI document,
 /// so a route added later without a row here fails the test.
-const ROUTES: [(&str, &str); 21] = [
+const ROUTES: [(&str, &str); 22] = [
     ("GET", "/v1/audit/logs"),
     ("GET", "/v1/audit/logs/{audit_id}"),
     ("GET", "/v1/audit/logs/{audit_id}/proof"),
@@ -35,6 +35,7 @@ const ROUTES: [(&str, &str); 21] = [
     ("POST", "/v1/memories/batch"),
     ("PATCH", "/v1/memories/batch"),
     ("POST", "/v1/memories/query"),
+    ("POST", "/v1/erasures"),
 ];
 
 const TYPES: [&str; 3] = ["rule", "fact", "context"];
@@ -163,7 +164,7 @@ fn tenant_a_can_reach_nothing_of_tenant_b_on_any_route() {
         .collect();
     assert_eq!(documented, listed, "the /v1 routes changed: update ROUTES");
 
-    let (_, a) = s.tenant_with_key("business");
+    let (a_tenant, a) = s.tenant_with_key("business");
     let (b_tenant, b) = s.tenant_with_key("business");
 
     // B: memories of every type, one updated, one deleted, extracted ones, a gateway entry,
@@ -337,6 +338,23 @@ fn tenant_a_can_reach_nothing_of_tenant_b_on_any_route() {
     for id in owned.memories.iter().chain([&owned.deleted_memory]) {
         assert_eq!(batch_update(id), unknown, "a batch update with B's {id}");
     }
+    // So is an erasure naming B's memory (C again: the ids are in its body).
+    let c_tenant = s.create_tenant("business");
+    let c_eraser = s.create_key(&c_tenant, &["memory.erase"]);
+    let erase = |id: &str| {
+        call(
+            &s,
+            Method::POST,
+            "/v1/erasures",
+            &c_eraser,
+            Some(json!({"memory_ids": [id]})),
+        )
+    };
+    let unknown = erase(never);
+    assert_error(&unknown, 400, 4000);
+    for id in owned.memories.iter().chain([&owned.deleted_memory]) {
+        assert_eq!(erase(id), unknown, "an erasure of B's {id}");
+    }
     let unknown = s.get(&format!("/v1/audit/logs/{never}"), &a);
     assert_error(&unknown, 404, 4040);
     for id in &owned.audit {
@@ -438,6 +456,18 @@ fn tenant_a_can_reach_nothing_of_tenant_b_on_any_route() {
         (200, json!({"deleted": 0})),
         "{v}"
     );
+    // A erasing the user id B uses too erases A's scope alone.
+    let a_eraser = s.create_key(&a_tenant, &["memory.erase"]);
+    let (status, v) = call(
+        &s,
+        Method::POST,
+        "/v1/erasures",
+        &a_eraser,
+        Some(json!({"user_id": SHARED_USER})),
+    );
+    assert_eq!(status, 201, "{v}");
+    assert_eq!(v["data"]["erased"]["memories"], json!(0), "{v}");
+    assert_nothing_of(&owned, "A's erasure", &v.to_string());
     // Deduplication compares with A's own memories only: B's identical ones are not duplicates.
     let (status, v) = s.post(
         "/v1/memories/extract",

@@ -12,11 +12,11 @@ use common::{get_text, Server};
 use reqwest::Method;
 use serde_json::{json, Value};
 
-/// The largest list item (docs/API.md, "Bounds on what an entry records"): 847 bytes of keys,
+/// The largest list item (docs/API.md, "Bounds on what an entry records"): 861 bytes of keys,
 /// punctuation and fixed-width values, plus the caller-supplied texts at their bounds made of
 /// control characters, which JSON writes in six bytes each (`\u0001`), plus 4,096 bytes of
 /// metadata (bounded as compact JSON, so as the list writes it).
-const ITEM_MAX: usize = 847 + 6 * (3 * 256 + 512 + 1024) + 4096;
+const ITEM_MAX: usize = 861 + 6 * (3 * 256 + 512 + 1024) + 4096;
 /// The largest page: 100 items, 99 commas between them, and 235 bytes of envelope (`total`
 /// and `page` of 20 digits, a cursor of 83 characters).
 const PAGE_MAX: usize = 235 + 100 * ITEM_MAX + 99;
@@ -63,7 +63,7 @@ fn worst_entry(tenant: &str) -> Value {
 
 #[test]
 fn the_worst_list_page_stays_within_its_documented_bound() {
-    assert_eq!((ITEM_MAX, PAGE_MAX), (18_767, 1_877_034), "docs/API.md");
+    assert_eq!((ITEM_MAX, PAGE_MAX), (18_781, 1_878_434), "docs/API.md");
     let s = Server::start();
     let (tenant, key) = s.tenant_with_key("business");
 

@@ -17,8 +17,8 @@ use auditmem::log::record::{seq_key, Record};
 use auditmem::log::{open_db, LogReader};
 use auditmem::projections::Tokens;
 use common::{
-    answers, assert_same_answers, blake3_hex, cli, copy_dir, detail_digest, get_text, now_end_time,
-    path_str, replayed_copy, Server,
+    answers, assert_same_answers, blake3_hex, chain_fields, cli, copy_dir, detail_digest, get_text,
+    now_end_time, path_str, replayed_copy, Server,
 };
 use reqwest::Method;
 use serde::Serialize;
@@ -118,25 +118,19 @@ fn append_old(dir: &Path, events: Vec<OldRecorded>) {
 }
 
 /// Recomputes the tenant chain from list items, oldest first, under each entry's own rule (v1
-/// without `detail_hash`, v2 with it), and asserts every item's `hash`; returns the rules seen.
+/// without `detail_hash`, v2 with it, v3 for a sealed entry), and asserts every item's `hash`;
+/// returns the rules seen.
 fn assert_chain(oldest_first: &[Value]) -> Vec<&'static str> {
     let mut prev = [0u8; 32];
     let mut rules = Vec::new();
     for item in oldest_first {
-        let mut fields = item.as_object().expect("object").clone();
-        let hash = fields.remove("hash").expect("hash");
+        let hash = item["hash"].clone();
         // Every item has the field; entries of rule v1 show it null.
-        let detail_hash = fields
-            .get("detail_hash")
-            .unwrap_or_else(|| panic!("no detail_hash in {item}"));
-        let rule = if detail_hash.is_null() {
-            // Rule v1 hashed no such field.
-            fields.remove("detail_hash");
-            "v1"
-        } else {
-            "v2"
-        };
-        let canonical = serde_json::to_string(&Value::Object(fields)).expect("json");
+        assert!(
+            item.get("detail_hash").is_some(),
+            "no detail_hash in {item}"
+        );
+        let (rule, canonical) = chain_fields(item);
         let domain = format!("auditmem/tenant-chain/{rule}");
         let want = blake3_hex(&[domain.as_bytes(), &prev, canonical.as_bytes()]);
         assert_eq!(hash, json!(want), "{item}");
@@ -248,7 +242,7 @@ fn a_data_dir_of_the_release_before_tenant_hash_v2_verifies_lists_reads_and_repl
         .map(|i| i["id"].as_str().expect("id").to_string())
         .collect();
     assert_eq!(ids[..3], old_ids);
-    assert_eq!(assert_chain(&items), ["v1", "v1", "v1", "v2", "v2"]);
+    assert_eq!(assert_chain(&items), ["v1", "v1", "v1", "v3", "v3"]);
     let old_gateway = &items[0];
     assert_eq!(
         (

@@ -224,7 +224,7 @@ fn the_admin_apis_403_and_429_are_documented_on_every_route_that_answers_them() 
             admin_ops.push((path.clone(), method.clone(), concrete));
         }
     }
-    assert_eq!(admin_ops.len(), 13, "{admin_ops:?}");
+    assert_eq!(admin_ops.len(), 14, "{admin_ops:?}");
     let in_envelope = |response: &Value| {
         response["content"]["application/json"]["schema"]["$ref"]
             == json!("#/components/schemas/ErrorEnvelope")

@@ -278,6 +278,8 @@ fn event() -> impl Strategy<Value = Event> {
                     tenant_id,
                     entry,
                     detail,
+                    sealed: None,
+                    sealed_detail: None,
                 }))
             }
         ),
@@ -314,6 +316,7 @@ fn event() -> impl Strategy<Value = Event> {
                         model,
                         vector,
                         extra,
+                        sealed: None,
                     })
                 }
             ),
@@ -355,6 +358,7 @@ fn event() -> impl Strategy<Value = Event> {
                         model,
                         vector,
                         amend,
+                        sealed: None,
                     })
                 }
             ),

@@ -55,13 +55,18 @@ impl Projection for AuditIndex {
                         .copied()
                         .unwrap_or(([0; 32], 0)),
                 };
-                let rule = ChainRule::of(&rec.entry);
+                let sealed = rec.sealed.is_some();
+                let rule = ChainRule::of(&rec.entry, sealed);
                 let (hash, action) = match a.prepared.and_then(|p| p.audit.as_ref()) {
                     Some((canonical, action)) => {
                         (chain_hash_canonical(rule, &head.0, canonical), *action)
                     }
                     None => (
-                        chain_hash_canonical(rule, &head.0, &canonical_entry_bytes(&rec.entry)),
+                        chain_hash_canonical(
+                            rule,
+                            &head.0,
+                            &canonical_entry_bytes(&rec.entry, sealed),
+                        ),
                         action_key(&rec.entry.action),
                     ),
                 };

@@ -50,6 +50,8 @@ fn given_a_block_file_then_the_index_answers_as_on_the_heap_and_holds_little() {
             tenant_id: tenant,
             entry: entry(action, 1_000_000 + at),
             detail: Default::default(),
+            sealed: None,
+            sealed_detail: None,
         })));
     }
     let applied = Applied::in_order(&events);
@@ -162,6 +164,8 @@ fn given_entries_of_two_tenants_then_counts_pages_and_chains_are_per_tenant() {
             tenant_id: tenant,
             entry: entry(action, 1000 + i),
             detail: Default::default(),
+            sealed: None,
+            sealed_detail: None,
         })));
     }
     let applied = Applied::in_order(&events);
@@ -211,7 +215,7 @@ fn given_entries_of_two_tenants_then_counts_pages_and_chains_are_per_tenant() {
         assert_eq!(got.prev_hash, prev);
         n += 1;
         assert_eq!(got.chain_index, n);
-        assert_eq!(got.hash, chain_hash(&prev, &r.entry));
+        assert_eq!(got.hash, chain_hash(&prev, &r.entry, r.sealed.is_some()));
         prev = got.hash;
     }
     assert_eq!(prev, head_a);
@@ -245,6 +249,8 @@ fn ids_past_the_recent_window_are_found_in_the_stored_runs_and_still_refused_twi
                 tenant_id: tenant,
                 entry: e,
                 detail: Default::default(),
+                sealed: None,
+                sealed_detail: None,
             }))
         })
         .collect();

@@ -5,6 +5,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
 
+use crate::seal::Sealed;
+
 /// Token usage of a gateway operation.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
@@ -51,10 +53,12 @@ pub struct AuditEntry {
     pub metadata: Option<Value>,
     /// Microseconds since the Unix epoch, UTC.
     pub created_at: i64,
-    /// blake3 of the entry's canonical detail (`audit_view::detail_hash`): set on every entry
-    /// written by this build, which its tenant chain then hashes under rule v2; `None` on
-    /// entries written before it, whose chain hash keeps rule v1 (`audit_view::ChainRule`).
-    /// Last and defaulted, so entries written without it decode.
+    /// The digest of the entry's detail its tenant chain hashes (`audit_view::ChainRule`): on
+    /// a sealed entry (every entry this build writes, rule v3) keyed with the salt sealed with
+    /// its personal fields (`audit_view::personal_hash`); on an entry written before sealing,
+    /// blake3 of its canonical detail (`audit_view::detail_hash`, rule v2); `None` on entries
+    /// written before that, whose chain hash keeps rule v1. Last and defaulted, so entries
+    /// written without it decode.
     #[serde(default, with = "serde_bytes")]
     pub detail_hash: Option<[u8; 32]>,
 }
@@ -163,4 +167,242 @@ pub struct AuditRecorded {
     pub entry: AuditEntry,
     #[serde(default)]
     pub detail: AuditDetail,
+    /// The entry's personal fields and the salt of its `detail_hash` ([`PersonalFields`],
+    /// msgpack) sealed under its subjects' keys, bound to [`audit_aad`]: on every entry this
+    /// build writes, whose `ip_address`, `user_agent`, `error_msg` and `metadata` are then
+    /// `None`. `None` on records that predate encryption, which hold those fields in the
+    /// clear. Last and defaulted, so records written without it decode.
+    #[serde(default)]
+    pub sealed: Option<Sealed>,
+    /// The entry's detail (msgpack) sealed under the same keys, bound to
+    /// [`audit_detail_aad`]; the clear `detail` is then empty. Apart from `sealed` so that a
+    /// list, which shows no detail, neither reads nor decrypts one (details reach the audit
+    /// body limit in each field). Last and defaulted, so records written without it decode.
+    #[serde(default)]
+    pub sealed_detail: Option<Sealed>,
+}
+
+/// The personal part of an audit entry: what a sealed entry holds only sealed.
+///
+/// Personal: what a caller or a client wrote (bodies, contents, queries, results, the
+/// `X-Audit-Metadata` tags, an error message quoting input) and what identifies a person's
+/// device (`ip_address`, `user_agent`). `salt` keys the entry's `detail_hash` (tenant chain
+/// rule v3): gone with the key, it leaves that hash unable to confirm a guess.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AuditPersonal {
+    pub fields: PersonalFields,
+    pub detail: AuditDetail,
+}
+
+/// The personal fields of an audit entry's list item, and the salt of its `detail_hash`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PersonalFields {
+    #[serde(with = "serde_bytes")]
+    pub salt: [u8; 32],
+    pub ip_address: Option<String>,
+    pub user_agent: Option<String>,
+    pub error_msg: Option<String>,
+    pub metadata: Option<Value>,
+}
+
+impl PersonalFields {
+    /// Writes the personal fields back into `entry`, as a read shows it.
+    pub fn restore_entry(&self, entry: &mut AuditEntry) {
+        entry.ip_address.clone_from(&self.ip_address);
+        entry.user_agent.clone_from(&self.user_agent);
+        entry.error_msg.clone_from(&self.error_msg);
+        entry.metadata.clone_from(&self.metadata);
+    }
+}
+
+impl AuditPersonal {
+    /// Moves the personal fields out of `entry` and `detail` (left `None` and empty), with a
+    /// fresh random salt.
+    pub fn take(entry: &mut AuditEntry, detail: &mut AuditDetail) -> AuditPersonal {
+        let mut salt = [0u8; 32];
+        crate::seal::fill_random(&mut salt);
+        AuditPersonal {
+            fields: PersonalFields {
+                salt,
+                ip_address: entry.ip_address.take(),
+                user_agent: entry.user_agent.take(),
+                error_msg: entry.error_msg.take(),
+                metadata: entry.metadata.take(),
+            },
+            detail: std::mem::take(detail),
+        }
+    }
+}
+
+impl AuditRecorded {
+    /// The entry sealed: its personal fields and its detail moved into `sealed` and
+    /// `sealed_detail` under the keys of `subjects` (created when missing), its `detail_hash`
+    /// the salted digest of chain rule v3 (`audit_view::personal_hash`). What every writer of
+    /// audit entries stores.
+    pub fn sealed_for(
+        tenant_id: Uuid,
+        mut entry: AuditEntry,
+        mut detail: AuditDetail,
+        ring: &dyn crate::seal::Keyring,
+        subjects: &[crate::seal::Subject],
+    ) -> Result<AuditRecorded, crate::seal::KeyError> {
+        use crate::seal::KeyError;
+        let personal = AuditPersonal::take(&mut entry, &mut detail);
+        entry.detail_hash = Some(crate::audit_view::personal_hash(&personal));
+        let encode =
+            |e: rmp_serde::encode::Error| KeyError::Store(format!("encoding an entry: {e}"));
+        let fields = zeroize::Zeroizing::new(rmp_serde::to_vec(&personal.fields).map_err(encode)?);
+        let detail_bytes =
+            zeroize::Zeroizing::new(rmp_serde::to_vec(&personal.detail).map_err(encode)?);
+        let ids = subjects
+            .iter()
+            .map(|s| ring.key_of(s))
+            .collect::<Result<Vec<_>, _>>()?;
+        let key = ring.seal_key(&ids)?.ok_or(KeyError::Destroyed)?;
+        Ok(AuditRecorded {
+            tenant_id,
+            sealed: Some(Sealed::seal(
+                &key,
+                &ids,
+                &audit_aad(tenant_id, entry.id),
+                &fields,
+            )),
+            sealed_detail: Some(Sealed::seal(
+                &key,
+                &ids,
+                &audit_detail_aad(tenant_id, entry.id),
+                &detail_bytes,
+            )),
+            entry,
+            detail,
+        })
+    }
+}
+
+/// The associated data an entry's personal fields are sealed with: `audit/v1`, the tenant and
+/// the entry id, so a sealed value moved to another entry does not open.
+pub fn audit_aad(tenant_id: Uuid, entry_id: Uuid) -> Vec<u8> {
+    let mut aad = Vec::with_capacity(8 + 32);
+    aad.extend_from_slice(b"audit/v1");
+    aad.extend_from_slice(tenant_id.as_bytes());
+    aad.extend_from_slice(entry_id.as_bytes());
+    aad
+}
+
+/// The associated data an entry's detail is sealed with: `audit-detail/v1`, the tenant and the
+/// entry id.
+pub fn audit_detail_aad(tenant_id: Uuid, entry_id: Uuid) -> Vec<u8> {
+    let mut aad = Vec::with_capacity(15 + 32);
+    aad.extend_from_slice(b"audit-detail/v1");
+    aad.extend_from_slice(tenant_id.as_bytes());
+    aad.extend_from_slice(entry_id.as_bytes());
+    aad
+}
+
+/// What an audit record opens to.
+#[derive(Debug)]
+pub enum Opened<T> {
+    /// A record that predates encryption: its fields are all in the clear.
+    Plain,
+    /// A sealed record whose keys exist: its personal part.
+    Open(Box<T>),
+    /// A sealed record one of whose keys was destroyed: its personal part is erased.
+    Erased,
+}
+
+/// Opens `sealed`, bound to `aad`, with `ring`, and decodes it as a `T`.
+fn open_as<T: serde::de::DeserializeOwned>(
+    ring: &dyn crate::seal::Keyring,
+    sealed: Option<&Sealed>,
+    aad: &[u8],
+) -> Result<Opened<T>, crate::seal::KeyError> {
+    let Some(sealed) = sealed else {
+        return Ok(Opened::Plain);
+    };
+    match sealed.open_with(ring, aad)? {
+        None => Ok(Opened::Erased),
+        Some(bytes) => rmp_serde::from_slice(&bytes)
+            .map(|p| Opened::Open(Box::new(p)))
+            .map_err(|e| crate::seal::KeyError::Store(format!("a sealed audit entry: {e}"))),
+    }
+}
+
+/// Opens the personal fields `sealed` of the entry `entry_id` of `tenant_id` with `ring`: what
+/// a list item shows.
+pub fn open_fields(
+    ring: &dyn crate::seal::Keyring,
+    tenant_id: Uuid,
+    entry_id: Uuid,
+    sealed: Option<&Sealed>,
+) -> Result<Opened<PersonalFields>, crate::seal::KeyError> {
+    open_as(ring, sealed, &audit_aad(tenant_id, entry_id))
+}
+
+/// Opens the whole personal part of a record: its fields and its detail. Erased when either
+/// does not open.
+pub fn open_personal(
+    ring: &dyn crate::seal::Keyring,
+    rec: &AuditRecorded,
+) -> Result<Opened<AuditPersonal>, crate::seal::KeyError> {
+    let (t, id) = (rec.tenant_id, rec.entry.id);
+    let fields = match open_fields(ring, t, id, rec.sealed.as_ref())? {
+        Opened::Plain => return Ok(Opened::Plain),
+        Opened::Erased => return Ok(Opened::Erased),
+        Opened::Open(f) => *f,
+    };
+    let detail =
+        match open_as::<AuditDetail>(ring, rec.sealed_detail.as_ref(), &audit_detail_aad(t, id))? {
+            Opened::Erased => return Ok(Opened::Erased),
+            Opened::Open(d) => *d,
+            // Sealed fields without a sealed detail: the clear detail is the detail.
+            Opened::Plain => rec.detail.clone(),
+        };
+    Ok(Opened::Open(Box::new(AuditPersonal { fields, detail })))
+}
+
+/// The seal keys of the key sets met so far, for opening many entries at once (a list page,
+/// an export): entries of one subject share a key set, whose key is derived once.
+pub struct KeyCache<'a> {
+    ring: &'a dyn crate::seal::Keyring,
+    keys: std::collections::HashMap<Vec<crate::seal::KeyId>, Option<crate::seal::SealKey>>,
+}
+
+impl<'a> KeyCache<'a> {
+    pub fn new(ring: &'a dyn crate::seal::Keyring) -> Self {
+        KeyCache {
+            ring,
+            keys: std::collections::HashMap::new(),
+        }
+    }
+
+    /// The seal key of `ids`; `None` when one of them is destroyed.
+    pub fn key(
+        &mut self,
+        ids: &[crate::seal::KeyId],
+    ) -> Result<Option<&crate::seal::SealKey>, crate::seal::KeyError> {
+        if !self.keys.contains_key(ids) {
+            let key = self.ring.seal_key(ids)?;
+            self.keys.insert(ids.to_vec(), key);
+        }
+        Ok(self.keys.get(ids).and_then(Option::as_ref))
+    }
+
+    /// [`open_fields`] through the cache.
+    pub fn open_fields(
+        &mut self,
+        tenant_id: Uuid,
+        entry_id: Uuid,
+        sealed: Option<&Sealed>,
+    ) -> Result<Opened<PersonalFields>, crate::seal::KeyError> {
+        let Some(sealed) = sealed else {
+            return Ok(Opened::Plain);
+        };
+        let Some(key) = self.key(&sealed.keys)? else {
+            return Ok(Opened::Erased);
+        };
+        let bytes = sealed.open(key, &audit_aad(tenant_id, entry_id))?;
+        rmp_serde::from_slice(&bytes)
+            .map(|p| Opened::Open(Box::new(p)))
+            .map_err(|e| crate::seal::KeyError::Store(format!("a sealed audit entry: {e}")))
+    }
 }

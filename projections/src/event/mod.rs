@@ -56,10 +56,18 @@ pub enum Event {
     SubjectsErased(SubjectsErased),
 }
 
-/// [`Event::decode_audit_entry`] on the v2 layout: `Ok(None)` when the bytes are laid out
+/// The list fields of an audit record: its tenant, its entry (personal fields `None` when
+/// sealed) and its sealed personal fields, without its detail.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AuditHead {
+    pub tenant_id: Uuid,
+    pub entry: AuditEntry,
+    pub sealed: Option<crate::seal::Sealed>,
+}
+
+/// [`Event::decode_audit_head`] on the v2 layout: `Ok(None)` when the bytes are laid out
 /// otherwise (the caller then decodes them whole), `Ok(Some(None))` for another event.
-#[allow(clippy::type_complexity)]
-fn audit_head_v2(bytes: &[u8]) -> Result<Option<Option<(Uuid, AuditEntry)>>, EventCodecError> {
+fn audit_head_v2(bytes: &[u8], sealed: bool) -> Result<Option<Option<AuditHead>>, EventCodecError> {
     use rmp::decode;
     let mut rd = bytes;
     let Ok(2) = decode::read_array_len(&mut rd) else {
@@ -87,13 +95,26 @@ fn audit_head_v2(bytes: &[u8]) -> Result<Option<Option<(Uuid, AuditEntry)>>, Eve
         return Ok(Some(None));
     }
     let mut rd = rest;
-    let Ok(3..) = decode::read_array_len(&mut rd) else {
+    let Ok(fields @ 3..) = decode::read_array_len(&mut rd) else {
         return Ok(None);
     };
     let mut de = rmp_serde::Deserializer::from_read_ref(rd);
     let tenant_id = Uuid::deserialize(&mut de)?;
     let entry = AuditEntry::deserialize(&mut de)?;
-    Ok(Some(Some((tenant_id, entry))))
+    // The sealed fields follow the detail, which a sealed record keeps empty (ten nils): read
+    // past it only when the caller wants them and the record has them; the sealed detail
+    // after them is left unread.
+    let sealed = if sealed && fields >= 4 {
+        serde::de::IgnoredAny::deserialize(&mut de)?;
+        Option::<crate::seal::Sealed>::deserialize(&mut de)?
+    } else {
+        None
+    };
+    Ok(Some(Some(AuditHead {
+        tenant_id,
+        entry,
+        sealed,
+    })))
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -128,16 +149,77 @@ impl Event {
     /// The detail holds whole request and response bodies (an audit list's response is tens of
     /// kilobytes): lists and exports need only the entry, and decoding the detail into JSON
     /// values costs many times what the entry does. The v2 layout is
-    /// `[version, {"AuditRecorded": [tenant_id, entry, detail]}]`, so the entry is read and the
-    /// rest left unread; any other layout (v1 named maps) takes the full decode.
+    /// `[version, {"AuditRecorded": [tenant_id, entry, detail, sealed, sealed_detail]}]` (the
+    /// last two absent on records written before sealing), so the entry is read and the rest
+    /// left unread; any other layout (v1 named maps) takes the full decode.
     pub fn decode_audit_entry(bytes: &[u8]) -> Result<Option<(Uuid, AuditEntry)>, EventCodecError> {
-        if let Some(head) = audit_head_v2(bytes)? {
-            return Ok(head);
+        if let Some(head) = audit_head_v2(bytes, false)? {
+            return Ok(head.map(|h| (h.tenant_id, h.entry)));
         }
         Ok(match Event::decode(bytes)? {
             Event::AuditRecorded(rec) => Some((rec.tenant_id, rec.entry)),
             _ => None,
         })
+    }
+
+    /// [`Event::decode_audit_entry`] with the record's sealed personal part, which a list item
+    /// opens to show its personal fields.
+    pub fn decode_audit_head(bytes: &[u8]) -> Result<Option<AuditHead>, EventCodecError> {
+        if let Some(head) = audit_head_v2(bytes, true)? {
+            return Ok(head);
+        }
+        Ok(match Event::decode(bytes)? {
+            Event::AuditRecorded(rec) => Some(AuditHead {
+                tenant_id: rec.tenant_id,
+                entry: rec.entry,
+                sealed: rec.sealed,
+            }),
+            _ => None,
+        })
+    }
+
+    /// How the record `bytes` holds personal fields, without decoding them: `None` for an
+    /// event without any (or bytes that do not decode: the verifier reports those on its own
+    /// terms), `Some(None)` for an audit entry that predates encryption (in the clear),
+    /// `Some(Some(keys))` for one sealed under `keys`.
+    pub fn sealing_of(bytes: &[u8]) -> Option<Option<Vec<crate::seal::KeyId>>> {
+        use rmp::decode;
+        let mut rd = bytes;
+        let v2 = (|| {
+            let Ok(2) = decode::read_array_len(&mut rd) else {
+                return None;
+            };
+            let Ok(2..) = decode::read_int::<u16, _>(&mut rd) else {
+                return None;
+            };
+            let Ok(1) = decode::read_map_len(&mut rd) else {
+                return None;
+            };
+            let name_len = decode::read_str_len(&mut rd).ok()?;
+            let (name, rest) = rd.split_at_checked(name_len as usize)?;
+            if name != b"AuditRecorded" {
+                return Some(None);
+            }
+            let mut rd = rest;
+            let fields = decode::read_array_len(&mut rd).ok()?;
+            if fields < 4 {
+                return Some(Some(None));
+            }
+            let mut de = rmp_serde::Deserializer::from_read_ref(rd);
+            for _ in 0..3 {
+                serde::de::IgnoredAny::deserialize(&mut de).ok()?;
+            }
+            let sealed = Option::<crate::seal::Sealed>::deserialize(&mut de).ok()?;
+            Some(Some(sealed.map(|s| s.keys)))
+        })();
+        match v2 {
+            Some(found) => found,
+            // Another layout (v1 named maps): decoded whole.
+            None => match Event::decode(bytes).ok()? {
+                Event::AuditRecorded(rec) => Some(rec.sealed.map(|s| s.keys)),
+                _ => None,
+            },
+        }
     }
 
     /// Short name of the variant, for logs and the history view.

@@ -100,6 +100,11 @@ pub enum Permission {
     #[serde(rename = "memory.write")]
     #[strum(serialize = "memory.write")]
     MemoryWrite,
+    /// Erasing a subject's data for good (`POST /v1/erasures`): apart from `memory.write`,
+    /// since a delete hides and an erasure cannot be undone.
+    #[serde(rename = "memory.erase")]
+    #[strum(serialize = "memory.erase")]
+    MemoryErase,
 }
 
 impl Named for Permission {

@@ -4,6 +4,7 @@
 use serde_json::Value;
 
 use super::*;
+use crate::seal::{Keyring, Subject};
 
 fn sample_audit() -> Event {
     Event::AuditRecorded(Box::new(AuditRecorded {
@@ -50,6 +51,8 @@ fn sample_audit() -> Event {
             })),
             ..Default::default()
         },
+        sealed: None,
+        sealed_detail: None,
     }))
 }
 
@@ -179,7 +182,7 @@ fn audit_entry_decodes_alone_from_both_layouts() {
     let want = Some((rec.tenant_id, rec.entry.clone()));
     let v2 = event.encode().expect("encode");
     assert!(
-        audit_head_v2(&v2).expect("v2").is_some(),
+        audit_head_v2(&v2, false).expect("v2").is_some(),
         "v2 takes the light path"
     );
     assert_eq!(Event::decode_audit_entry(&v2).expect("v2"), want);
@@ -285,10 +288,247 @@ fn names_parse_and_print() {
     );
     assert_eq!(
         "x".parse::<Permission>(),
-        Err("unknown permission 'x' (expected audit.read, audit.export, memory.read or memory.write)".into())
+        Err("unknown permission 'x' (expected audit.read, audit.export, memory.read, memory.write or memory.erase)".into())
     );
     assert_eq!(
         "opinion".parse::<MemoryType>(),
         Err("unknown memory_type 'opinion' (expected rule, fact or context)".into())
     );
+}
+
+/// `sample_audit` sealed under alice's key, as the gate writes it.
+fn sealed_sample(ring: &crate::seal::MemoryKeyring) -> (AuditRecorded, AuditRecorded) {
+    let Event::AuditRecorded(rec) = sample_audit() else {
+        unreachable!()
+    };
+    let mut plain = *rec;
+    plain.entry.error_msg = Some("no such user 078-05-1120".into());
+    plain.detail.memory_query = Some(vec!["078-05-1120".into()]);
+    let alice = crate::seal::Subject::User(plain.tenant_id, "alice".into());
+    let sealed = AuditRecorded::sealed_for(
+        plain.tenant_id,
+        plain.entry.clone(),
+        plain.detail.clone(),
+        ring,
+        &[alice],
+    )
+    .expect("seal");
+    (plain, sealed)
+}
+
+#[test]
+fn a_sealed_audit_record_holds_no_personal_field_in_the_clear() {
+    let ring = crate::seal::MemoryKeyring::default();
+    let (plain, sealed) = sealed_sample(&ring);
+    let bytes = Event::AuditRecorded(Box::new(sealed.clone()))
+        .encode()
+        .expect("encode");
+    for secret in [
+        &b"078-05-1120"[..],
+        b"curl/8",
+        b"127.0.0.1",
+        b"team",
+        b"content",
+        b"gateway.chat",
+    ] {
+        assert!(
+            !bytes.windows(secret.len()).any(|w| w == secret),
+            "{}",
+            String::from_utf8_lossy(secret)
+        );
+    }
+    // The clear part: the personal fields empty, the clear ones kept.
+    assert_eq!(
+        (
+            &sealed.entry.ip_address,
+            &sealed.entry.user_agent,
+            &sealed.entry.error_msg,
+            &sealed.entry.metadata,
+        ),
+        (&None, &None, &None, &None)
+    );
+    assert_eq!(sealed.detail, AuditDetail::default());
+    assert_eq!(sealed.entry.project_id, plain.entry.project_id);
+    assert_eq!(sealed.entry.tokens, plain.entry.tokens);
+    // It decodes whole and through the list's light path, and opens to what was sealed.
+    assert_eq!(
+        Event::decode(&bytes).expect("decode"),
+        Event::AuditRecorded(Box::new(sealed.clone()))
+    );
+    let head = Event::decode_audit_head(&bytes)
+        .expect("head")
+        .expect("audit");
+    assert_eq!(head.sealed.as_ref(), sealed.sealed.as_ref());
+    assert_eq!(head.entry, sealed.entry);
+    let Opened::Open(p) = open_personal(&ring, &sealed).expect("open") else {
+        panic!("a sealed entry with its key opens")
+    };
+    assert_eq!(p.detail, plain.detail);
+    assert_eq!(p.fields.error_msg, plain.entry.error_msg);
+    let mut shown = sealed.entry.clone();
+    p.fields.restore_entry(&mut shown);
+    shown.detail_hash = plain.entry.detail_hash;
+    assert_eq!(shown, plain.entry);
+    assert_eq!(
+        sealed.entry.detail_hash,
+        Some(crate::audit_view::personal_hash(&p))
+    );
+    // A list item opens the fields alone, from the light path.
+    let Opened::Open(fields) =
+        open_fields(&ring, head.tenant_id, head.entry.id, head.sealed.as_ref()).expect("open")
+    else {
+        panic!("opens")
+    };
+    assert_eq!(*fields, p.fields);
+    // Moved to another entry neither part opens.
+    assert!(open_fields(
+        &ring,
+        sealed.tenant_id,
+        Uuid::now_v7(),
+        head.sealed.as_ref()
+    )
+    .is_err());
+    let mut moved = sealed.clone();
+    let mut other = plain.entry.clone();
+    other.id = Uuid::now_v7();
+    moved.sealed_detail = Some(
+        AuditRecorded::sealed_for(
+            sealed.tenant_id,
+            other,
+            plain.detail.clone(),
+            &ring,
+            &[crate::seal::Subject::User(sealed.tenant_id, "alice".into())],
+        )
+        .expect("seal")
+        .sealed_detail
+        .expect("detail"),
+    );
+    assert!(open_personal(&ring, &moved).is_err());
+    // With the key gone it is erased.
+    assert_eq!(Event::sealing_of(&bytes), Some(head.sealed.map(|s| s.keys)));
+    let keys = sealed.sealed.as_ref().expect("sealed").keys.clone();
+    assert_eq!(ring.destroy(&keys).expect("destroy"), 1);
+    assert!(matches!(open_personal(&ring, &sealed), Ok(Opened::Erased)));
+}
+
+#[test]
+fn plaintext_audit_records_of_earlier_builds_decode_as_such() {
+    // An AuditRecorded of three fields, as builds before sealing wrote it, in both layouts.
+    #[derive(Serialize)]
+    enum OldEvent {
+        AuditRecorded(OldRecorded),
+    }
+    #[derive(Serialize)]
+    struct OldRecorded {
+        tenant_id: Uuid,
+        entry: AuditEntry,
+        detail: AuditDetail,
+    }
+    let Event::AuditRecorded(rec) = sample_audit() else {
+        unreachable!()
+    };
+    let old = OldEvent::AuditRecorded(OldRecorded {
+        tenant_id: rec.tenant_id,
+        entry: rec.entry.clone(),
+        detail: rec.detail.clone(),
+    });
+    for bytes in [
+        rmp_serde::to_vec(&(2u16, &old)).expect("encode"),
+        rmp_serde::to_vec_named(&(1u16, &old)).expect("encode"),
+    ] {
+        assert_eq!(
+            Event::decode(&bytes).expect("decode"),
+            Event::AuditRecorded(rec.clone())
+        );
+        let head = Event::decode_audit_head(&bytes)
+            .expect("head")
+            .expect("audit");
+        assert_eq!((head.entry, head.sealed), (rec.entry.clone(), None));
+        assert_eq!(Event::sealing_of(&bytes), Some(None));
+        let ring = crate::seal::MemoryKeyring::default();
+        let Event::AuditRecorded(decoded) = Event::decode(&bytes).expect("decode") else {
+            unreachable!()
+        };
+        assert!(matches!(open_personal(&ring, &decoded), Ok(Opened::Plain)));
+    }
+    let other = Event::CreditsConsumed(CreditsConsumed {
+        tenant_id: rec.tenant_id,
+        credits: 1.0,
+        usd: 0.001,
+        at: 1,
+    })
+    .encode()
+    .expect("encode");
+    assert_eq!(Event::sealing_of(&other), None);
+}
+
+#[test]
+fn sealed_memory_events_round_trip_with_or_without_extra_and_older_ones_still_decode() {
+    use crate::seal::MemoryKeyring;
+    let ring = MemoryKeyring::default();
+    let plain = MemoryCreated {
+        memory_id: Uuid::from_u128(7),
+        tenant_id: Uuid::from_u128(1),
+        content: "wombat-secret-1234".into(),
+        memory_type: MemoryType::Fact,
+        importance: 0.5,
+        created_at: 1,
+        model: "m".into(),
+        vector: vector_to_bytes(&[0.6, 0.8]),
+        extra: None,
+        sealed: None,
+    };
+    // No scope: only the memory's own key; `extra` absent, `sealed` still in its place.
+    let subjects = plain.subjects();
+    assert_eq!(
+        subjects,
+        vec![Subject::Memory(Uuid::from_u128(1), Uuid::from_u128(7))]
+    );
+    let sealed = plain.clone().sealed_for(&ring, &subjects).expect("seal");
+    let event = Event::MemoryCreated(sealed.clone());
+    let bytes = event.encode().expect("encode");
+    assert!(!bytes.windows(18).any(|w| w == b"wombat-secret-1234"));
+    assert_eq!(Event::decode(&bytes).expect("decode"), event);
+    let opened = sealed.opened(&ring).expect("ring").expect("open");
+    assert_eq!(*opened, plain);
+    // The id is bound: moved to another memory, the sealed fields do not open.
+    let mut moved = sealed.clone();
+    moved.memory_id = Uuid::from_u128(8);
+    assert!(moved.opened(&ring).is_err());
+    // A record from before `sealed` (and written without `extra`) decodes as it was.
+    #[derive(Serialize)]
+    struct Before {
+        memory_id: Uuid,
+        tenant_id: Uuid,
+        content: String,
+        memory_type: MemoryType,
+        importance: f64,
+        created_at: i64,
+        model: String,
+        #[serde(with = "serde_bytes")]
+        vector: Vec<u8>,
+    }
+    #[derive(Serialize)]
+    enum OldEvent {
+        MemoryCreated(Before),
+    }
+    let old = OldEvent::MemoryCreated(Before {
+        memory_id: plain.memory_id,
+        tenant_id: plain.tenant_id,
+        content: plain.content.clone(),
+        memory_type: plain.memory_type,
+        importance: plain.importance,
+        created_at: plain.created_at,
+        model: plain.model.clone(),
+        vector: plain.vector.clone(),
+    });
+    let bytes = rmp_serde::to_vec(&(EVENT_FORMAT_VERSION, old)).expect("encode");
+    assert_eq!(
+        Event::decode(&bytes).expect("decode"),
+        Event::MemoryCreated(plain.clone())
+    );
+    // Once its key is destroyed, it is erased.
+    let key = ring.find(&subjects[0]).expect("ring").expect("a key");
+    ring.destroy(&[key]).expect("destroy");
+    assert_eq!(sealed.opened(&ring).expect("ring"), None);
 }

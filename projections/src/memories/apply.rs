@@ -13,39 +13,62 @@ use uuid::Uuid;
 use super::block::plan;
 use super::state::{Home, State};
 use super::tenant::TenantMemories;
-use super::{Extra, Memories, StoredMemory, TREE};
+use super::{sealing, Extra, Memories, StoredMemory, TREE};
 use crate::event::{vector_from_bytes, Event};
 use crate::overlay::fold_new;
 use crate::projection::{Applied, Projection, Result};
+use crate::seal::Keyring;
 use crate::{FastMap, FastSet};
 
+/// What a batch's fold learned beside the memories' latest states.
+#[derive(Default)]
+struct Learned {
+    /// The new vector (f32 LE, opened) of each touched memory that was given one.
+    vectors: FastMap<Uuid, Vec<u8>>,
+    /// The memories given a content (indexed again for keyword search).
+    texts: FastSet<Uuid>,
+}
+
 /// Folds one event into `finals`, the latest state of each memory the batch touched (what
-/// the stored and in-memory state take once the batch landed); `vectors` records which
-/// event holds each touched memory's new vector, `texts` which were given a content. Reads
-/// only the state before the batch (and contents from the texts file).
+/// the stored and in-memory state take once the batch landed), opening sealed events with
+/// `ring`. A state is taken in its sealed form and opened only when the event changes its
+/// content or metadata (see `sealing`). Reads only the state before the batch (and contents
+/// from the texts file).
 fn fold(
     state: &State,
+    ring: &dyn Keyring,
     finals: &mut FastMap<Uuid, StoredMemory>,
-    vectors: &mut FastMap<Uuid, u64>,
-    texts: &mut FastSet<Uuid>,
+    learned: &mut Learned,
     a: &Applied<'_>,
 ) -> io::Result<()> {
-    // Applies `f` to the memory's latest state unless it is deleted or unknown.
-    let update = |finals: &mut FastMap<Uuid, StoredMemory>,
-                  id: &Uuid,
-                  f: &mut dyn FnMut(&mut StoredMemory)|
-     -> io::Result<()> {
+    // The memory's latest state in `finals` (taken from `state` the first time), if it exists.
+    let load = |finals: &mut FastMap<Uuid, StoredMemory>, id: &Uuid| -> io::Result<bool> {
         if !finals.contains_key(id) {
             let Some(k) = state.all.get(id) else {
-                return Ok(());
+                return Ok(false);
             };
             finals.insert(*id, state.names.stored(*id, k)?);
+        }
+        Ok(true)
+    };
+    // Applies `f` to the memory's latest state unless it is deleted or unknown; opened first
+    // when `personal` (`f` changes its content or metadata).
+    let update = |finals: &mut FastMap<Uuid, StoredMemory>,
+                  id: &Uuid,
+                  personal: bool,
+                  f: &mut dyn FnMut(&mut StoredMemory)|
+     -> io::Result<()> {
+        if !load(finals, id)? {
+            return Ok(());
         }
         let Some(current) = finals.get_mut(id) else {
             return Ok(());
         };
         if current.deleted_at.is_some() {
             return Ok(());
+        }
+        if personal {
+            sealing::open_state(current, ring)?;
         }
         f(current);
         if current.versions.last() != Some(&a.seq) {
@@ -57,10 +80,12 @@ fn fold(
         Event::MemoryCreated(e)
             if !state.all.contains_key(&e.memory_id) && !finals.contains_key(&e.memory_id) =>
         {
-            let m = StoredMemory {
+            let opened = e.opened(ring).map_err(sealing::key_err)?;
+            let clear = opened.as_deref().unwrap_or(e);
+            let mut m = StoredMemory {
                 id: e.memory_id,
                 tenant_id: e.tenant_id,
-                content: e.content.clone(),
+                content: clear.content.clone(),
                 memory_type: e.memory_type,
                 importance: e.importance,
                 created_at: e.created_at,
@@ -70,73 +95,119 @@ fn fold(
                 versions: vec![a.seq],
                 deleted_at: None,
                 vector_seq: a.seq,
-                extra: e.extra.clone().and_then(|x| Extra::from(x).or_none()),
+                extra: clear.extra.clone().and_then(|x| Extra::from(x).or_none()),
+                sealed: None,
+                erased: false,
+                keys: e
+                    .sealed
+                    .as_ref()
+                    .map(|s| s.keys.clone())
+                    .unwrap_or_default(),
             };
+            match opened {
+                Some(clear) => {
+                    learned
+                        .vectors
+                        .insert(e.memory_id, clear.into_owned().vector);
+                    learned.texts.insert(e.memory_id);
+                }
+                // Its keys are gone (a replay after an erasure): erased from the start, its
+                // clear fields still followed so that its history is what it was.
+                None => sealing::erase(&mut m),
+            }
             finals.insert(e.memory_id, m);
-            vectors.insert(e.memory_id, a.seq);
-            texts.insert(e.memory_id);
         }
         Event::MemoryUpdated(e) => {
+            let opened = e.opened(ring).map_err(sealing::key_err)?;
+            let erased = opened.is_none();
+            let clear = opened.as_deref().unwrap_or(e);
+            let personal = !erased && e.sealed.is_some()
+                || clear.content.is_some()
+                || clear.amend.as_ref().is_some_and(|a| a.set_metadata);
             let mut new_vector = false;
-            update(finals, &e.memory_id, &mut |m| {
-                if let Some(c) = &e.content {
-                    m.content = c.clone();
-                    texts.insert(e.memory_id);
+            update(finals, &e.memory_id, personal, &mut |m| {
+                if let Some(s) = &e.sealed {
+                    // A memory that predates sealing is sealed from its first sealed change.
+                    m.keys = s.keys.clone();
                 }
-                if let Some(i) = e.importance {
+                if let Some(c) = &clear.content {
+                    m.content = c.clone();
+                    learned.texts.insert(e.memory_id);
+                }
+                if let Some(i) = clear.importance {
                     m.importance = i;
                 }
-                m.extra = Extra::amended(m.extra.take(), e.amend.as_ref());
-                if let (Some(model), Some(_)) = (&e.model, &e.vector) {
+                m.extra = Extra::amended(m.extra.take(), clear.amend.as_ref());
+                if let Some(model) = &clear.model {
                     m.model = model.clone();
                     m.vector = Vec::new();
                     m.vector_seq = a.seq;
-                    new_vector = true;
+                    new_vector = clear.vector.is_some();
                 }
                 m.updated_at = e.updated_at;
+                if erased {
+                    sealing::erase(m);
+                }
             })?;
             if new_vector {
-                vectors.insert(e.memory_id, a.seq);
+                if let Some(v) = &clear.vector {
+                    learned.vectors.insert(e.memory_id, v.clone());
+                }
             }
         }
-        Event::MemoryDeleted(e) => update(finals, &e.memory_id, &mut |m| {
+        Event::MemoryDeleted(e) => update(finals, &e.memory_id, false, &mut |m| {
             m.deleted_at = Some(e.deleted_at)
         })?,
         Event::MemoriesDeletedByType(e) => {
             for id in &e.memory_ids {
-                update(finals, id, &mut |m| m.deleted_at = Some(e.deleted_at))?;
+                update(finals, id, false, &mut |m| {
+                    m.deleted_at = Some(e.deleted_at)
+                })?;
             }
         }
         Event::MemoriesDeleted(e) => {
             for id in &e.memory_ids {
-                update(finals, id, &mut |m| m.deleted_at = Some(e.deleted_at))?;
+                update(finals, id, false, &mut |m| {
+                    m.deleted_at = Some(e.deleted_at)
+                })?;
             }
         }
         // An expired memory is gone as a deleted one is; its history says why.
         Event::MemoriesExpired(e) => {
             for id in &e.memory_ids {
-                update(finals, id, &mut |m| m.deleted_at = Some(e.expired_at))?;
+                update(finals, id, false, &mut |m| {
+                    m.deleted_at = Some(e.expired_at)
+                })?;
             }
         }
-        Event::MemorySuperseded(e) => update(finals, &e.memory_id, &mut |m| {
+        Event::MemorySuperseded(e) => update(finals, &e.memory_id, false, &mut |m| {
             let mut x = m.extra.take().unwrap_or_default();
             x.superseded_by = Some(e.superseded_by);
             x.superseded_at = Some(e.superseded_at);
             m.extra = Some(x);
         })?,
+        // Erased at once, deleted ones too (their history shows their contents), while their
+        // keys may still exist: the erasure destroys them once this is applied.
+        Event::SubjectsErased(e) => {
+            for id in &e.memory_ids {
+                if !load(finals, id)? {
+                    continue;
+                }
+                let Some(m) = finals.get_mut(id).filter(|m| m.tenant_id == e.tenant_id) else {
+                    continue;
+                };
+                sealing::erase(m);
+                m.deleted_at.get_or_insert(e.erased_at);
+                if m.versions.last() != Some(&a.seq) {
+                    m.versions.push(a.seq);
+                }
+                learned.vectors.remove(id);
+                learned.texts.remove(id);
+            }
+        }
         _ => {}
     }
     Ok(())
-}
-
-/// The vector bytes carried by the event at `seq` among `events` (ascending seqs).
-fn vector_in<'e>(events: &'e [Applied<'_>], seq: u64) -> Option<&'e [u8]> {
-    let i = events.binary_search_by_key(&seq, |a| a.seq).ok()?;
-    match events[i].event {
-        Event::MemoryCreated(e) => Some(&e.vector),
-        Event::MemoryUpdated(e) => e.vector.as_deref(),
-        _ => None,
-    }
 }
 
 impl Projection for Memories {
@@ -150,19 +221,25 @@ impl Projection for Memories {
 
     fn apply(&self, events: &[Applied<'_>]) -> Result<()> {
         let mut finals: FastMap<Uuid, StoredMemory> = FastMap::default();
-        let mut new_vectors: FastMap<Uuid, u64> = FastMap::default();
-        let mut new_texts: FastSet<Uuid> = FastSet::default();
+        let mut learned = Learned::default();
+        let mut resealed: FastSet<Uuid> = FastSet::default();
+        let ring = &*self.keys;
         // `apply` is the only writer, so the state read here is still current when the batch
         // lands below.
         let (ov, last, plan) = {
             let state = self.state();
             let Some((mut ov, last)) = fold_new(&self.tree, TREE, events, |_, a| {
-                fold(&state, &mut finals, &mut new_vectors, &mut new_texts, a)?;
+                fold(&state, ring, &mut finals, &mut learned, a)?;
                 Ok(())
             })?
             else {
                 return Ok(());
             };
+            for m in finals.values_mut() {
+                if sealing::seal_state(m, ring)? {
+                    resealed.insert(m.id);
+                }
+            }
             let plan = plan(&self.tree, &state, &finals, last, &mut ov)?;
             (ov, last, plan)
         };
@@ -175,24 +252,23 @@ impl Projection for Memories {
             let tenant = m.tenant_id;
             let before = state.all.get(&id);
             let home = before.map_or(Home::Single, |k| k.home());
-            // A content that did not change stays where it is in the texts file.
+            // A text that did not change stays where it is in the texts file; a state sealed in
+            // this batch changed (its content, its metadata, or its first seal).
             let text = before
-                .filter(|_| !new_texts.contains(&id))
+                .filter(|_| !learned.texts.contains(&id) && !resealed.contains(&id) && !m.erased)
                 .map(|k| k.text());
             // A new or changed content is indexed again for keyword search.
-            let content = (text.is_none() && m.deleted_at.is_none()).then(|| m.content.clone());
+            let live = m.deleted_at.is_none() && !m.erased;
+            let content = (learned.texts.contains(&id) && live).then(|| m.content.clone());
             // What the memory was indexed under by its scopes and metadata, if it was live.
             let indexed = state.names.take_held(&id);
             let kept = state.names.keep(m, home, text);
             let held = state.names.held(&id);
             let t = TenantMemories::of(&mut state.tenants, state.spill.as_ref(), tenant);
-            if kept.is_deleted() {
+            if !kept.is_live() {
                 t.drop_memory(id, &kept, indexed.as_deref())?;
             } else {
-                let vector = new_vectors
-                    .get(&id)
-                    .and_then(|seq| vector_in(events, *seq))
-                    .map(vector_from_bytes);
+                let vector = learned.vectors.get(&id).map(|v| vector_from_bytes(v));
                 t.put(
                     id,
                     &kept,

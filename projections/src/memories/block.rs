@@ -2,7 +2,7 @@
 //!
 //! Tree `proj_memories` holds the states in blocks: each `apply` writes the states it changed
 //! as `b|last seq|part` → up to [`BLOCK_STATES`] [`StoredMemory`]s (MessagePack, named
-//! fields), one sled value per few hundred memories instead of one per memory (a sled insert
+//! fields; a sealed memory's content and metadata only in its `sealed` value), one sled value per few hundred memories instead of one per memory (a sled insert
 //! costs ~10 µs here, as much as the whole budget of a replayed event). Trees written by
 //! older builds also hold one `m|id` key per memory, read as the oldest states and removed as
 //! their memories change.
@@ -18,6 +18,7 @@ use std::io;
 use serde::Deserialize;
 use uuid::Uuid;
 
+use super::sealing::at_rest;
 use super::state::{Home, State};
 use super::{StoredMemory, TREE};
 use crate::overlay::{prefixed, Overlay};
@@ -76,8 +77,10 @@ fn dec_members(bytes: &[u8]) -> Result<Vec<Uuid>> {
 }
 
 fn enc_block(states: &[&StoredMemory]) -> Vec<u8> {
+    // What is sealed is stored sealed only (`sealing::at_rest`).
+    let states: Vec<_> = states.iter().map(|m| at_rest(m)).collect();
     // Plain structs of strings, numbers and bytes: encoding into a Vec cannot fail.
-    rmp_serde::to_vec_named(states).unwrap_or_default()
+    rmp_serde::to_vec_named(&states).unwrap_or_default()
 }
 
 /// Reads every stored state into `state` (empty before), and counts each block's states that

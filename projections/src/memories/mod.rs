@@ -1,5 +1,12 @@
 //! The memory store and its vector tables, folded from `MemoryCreated`, `MemoryUpdated`,
-//! `MemoryDeleted` and `MemoriesDeletedByType`.
+//! `MemoryDeleted`, `MemoriesDeletedByType`, `MemoriesDeleted`, `MemoriesExpired`,
+//! `MemorySuperseded` and `SubjectsErased`.
+//!
+//! Sealed at rest: a memory whose events are sealed keeps its content and metadata in the
+//! tree and the texts file only sealed under its subjects' keys (`sealing`), opened with the
+//! projections' keyring when a read, the keyword index or the filters need them. A memory an
+//! erasure names, or whose keys are gone, is *erased*: in no index (vectors, postings,
+//! scopes), never shown, its history saying `erased`.
 //!
 //! In memory: every memory ever created with its current state, held compact (type,
 //! importance, times, the model, where its content is in an unlinked file of the spill
@@ -17,10 +24,11 @@
 //! - `block`: the stored block format, reading it at open, and compaction;
 //! - `tenant`: the per-tenant indexes and vector tables, and their rebuild at open;
 //! - `apply`: the [`Projection`](crate::projection::Projection) impl (fold, plan, land);
+//! - `sealing`: a state's sealed and open forms, and what the tree and texts file keep;
 //! - here: [`Memories`] and its queries.
 
 use std::io;
-use std::sync::{RwLock, RwLockReadGuard};
+use std::sync::{Arc, RwLock, RwLockReadGuard};
 
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
@@ -28,6 +36,7 @@ use uuid::Uuid;
 use crate::event::MemoryType;
 use crate::keyword::{fuse, Fusion};
 use crate::projection::Result;
+use crate::seal::{KeyId, Keyring, Sealed};
 use crate::vector_table::{
     candidates_for, Hit, RowFilter, Spill, IMPORTANCE_WEIGHT, SIMILARITY_WEIGHT,
 };
@@ -36,6 +45,9 @@ mod apply;
 mod block;
 pub mod filter;
 mod scopes;
+#[cfg(test)]
+mod sealed_tests;
+mod sealing;
 mod state;
 mod tenant;
 #[cfg(test)]
@@ -69,6 +81,20 @@ pub struct StoredMemory {
     /// Scope, metadata, expiry and supersession, when the memory has any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub extra: Option<Extra>,
+    /// The content and metadata sealed under the memory's keys (see `sealing`): in the stored
+    /// form, `content` is then empty and `extra.metadata` absent. Absent for a memory whose
+    /// events predate sealing (its fields are in the clear) and for an erased one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sealed: Option<Sealed>,
+    /// Its sealed fields no longer open (a key of one of its subjects was destroyed), or an
+    /// erasure named it: it is in no index and answers nothing; its history says `erased`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub erased: bool,
+    /// While a batch is applied, with the content and metadata in the clear: the keys they are
+    /// sealed under before they are stored (none: a memory that predates sealing). Never
+    /// stored: the stored form names them in `sealed`.
+    #[serde(skip)]
+    pub keys: Vec<KeyId>,
 }
 
 /// What a memory may carry beyond the interface's fields. Held beside the packed states, only
@@ -225,34 +251,48 @@ pub struct MemoryView {
 pub struct Memories {
     tree: sled::Tree,
     state: RwLock<State>,
+    /// Opens the memories' sealed contents and metadata (see `sealing`).
+    keys: Arc<dyn Keyring>,
 }
 
 /// [`Memories`]' in-memory part, detached from its tree.
-pub struct Detached(State);
+pub struct Detached(State, Arc<dyn Keyring>);
 
 impl Memories {
     /// The in-memory state without the tree handle (see `Projections::detach`).
     pub fn detach(self) -> Detached {
-        Detached(self.state.into_inner().unwrap_or_else(|p| p.into_inner()))
+        Detached(
+            self.state.into_inner().unwrap_or_else(|p| p.into_inner()),
+            self.keys,
+        )
     }
 
     pub fn attach(db: &sled::Db, d: Detached) -> Result<Self> {
         Ok(Self {
             tree: db.open_tree(TREE)?,
             state: RwLock::new(d.0),
+            keys: d.1,
         })
     }
 
-    /// Opens the store over `db`, reading each live memory's vector through `vectors`; large
+    /// Opens the store over `db`, reading each live memory's vector through `vectors` and
+    /// opening its sealed content with `keys` (a memory whose keys are gone is erased); large
     /// tenants' f32 rows go to files as `spill` says (none: every row stays on the heap).
-    pub fn open(db: &sled::Db, vectors: VectorSource<'_>, spill: Option<Spill>) -> Result<Self> {
+    pub fn open(
+        db: &sled::Db,
+        vectors: VectorSource<'_>,
+        spill: Option<Spill>,
+        keys: Arc<dyn Keyring>,
+    ) -> Result<Self> {
         let tree = db.open_tree(TREE)?;
         let mut state = State::new(spill);
         block::read_states(&tree, &mut state)?;
-        state.tenants = tenant::read_tenants(&state, vectors)?;
+        let contents = state.open_live(&*keys)?;
+        state.tenants = tenant::read_tenants(&state, vectors, contents)?;
         Ok(Self {
             tree,
             state: RwLock::new(state),
+            keys,
         })
     }
 
@@ -267,8 +307,9 @@ impl Memories {
         state
             .live(tenant, id)
             .filter(|_| !state.names.extra(id).is_some_and(|e| e.expired(now)))
-            .map(|m| state.names.view(*id, m))
+            .map(|m| state.names.view(*id, m, &*self.keys))
             .transpose()
+            .map(Option::flatten)
     }
 
     /// The stored record, live or deleted, of any tenant (history reads it).
@@ -315,8 +356,15 @@ impl Memories {
                 .filter(|((_, id), ty)| of_type(ty) && (!check || state.admits(id, &query, now)))
                 .skip(offset)
                 .take(limit)
-                .filter_map(|((_, id), _)| state.live(tenant, id).map(|m| state.names.view(*id, m)))
-                .collect::<io::Result<_>>()?;
+                .filter_map(|((_, id), _)| {
+                    state
+                        .live(tenant, id)
+                        .map(|m| state.names.view(*id, m, &*self.keys))
+                })
+                .collect::<io::Result<Vec<_>>>()?
+                .into_iter()
+                .flatten()
+                .collect();
             return Ok((all.saturating_sub(hidden), page));
         }
         // A filter: every memory is looked at for the total.
@@ -328,7 +376,7 @@ impl Memories {
             }
             if total >= offset && page.len() < limit {
                 if let Some(m) = state.live(tenant, id) {
-                    page.push(state.names.view(*id, m)?);
+                    page.extend(state.names.view(*id, m, &*self.keys)?);
                 }
             }
             total += 1;
@@ -443,9 +491,13 @@ impl Memories {
         t.semantic(query, &which, filter, min_similarity, k, None)?
             .into_iter()
             .filter_map(|h| {
-                state
-                    .live(tenant, &h.id)
-                    .map(|m| state.names.view(h.id, m).map(|v| (v, h)))
+                state.live(tenant, &h.id).and_then(|m| {
+                    state
+                        .names
+                        .view(h.id, m, &*self.keys)
+                        .transpose()
+                        .map(|v| v.map(|v| (v, h)))
+                })
             })
             .collect()
     }
@@ -512,6 +564,9 @@ impl Memories {
             let Some(m) = state.live(tenant, &id) else {
                 continue;
             };
+            let Some(memory) = state.names.view(id, m, &*self.keys)? else {
+                continue;
+            };
             let sem = semantic.iter().position(|h| h.id == id);
             let kw = match &gated {
                 Some(g) => g.iter().position(|g| *g == id),
@@ -525,7 +580,7 @@ impl Memories {
                 },
             };
             out.push(Found {
-                memory: state.names.view(id, m)?,
+                memory,
                 score,
                 final_score,
                 semantic_final_score: SIMILARITY_WEIGHT * score

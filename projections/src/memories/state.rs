@@ -15,11 +15,14 @@ use std::io;
 use uuid::Uuid;
 
 use super::block::{BlockId, BlockUse};
+use super::sealing;
 use super::tenant::TenantMemories;
 use super::{Extra, MemoryView, StoredMemory};
 use crate::event::MemoryType;
+use crate::seal::Keyring;
 use crate::texts::{TextRef, Texts};
 use crate::vector_table::Spill;
+use crate::FastMap;
 
 /// Where a memory's current state is persisted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -61,6 +64,10 @@ pub(super) struct Kept {
     model: u32,
     text_len: u32,
     pub(super) memory_type: MemoryType,
+    /// See [`StoredMemory::erased`].
+    erased: bool,
+    /// The text is the memory's sealed state, not its content (see `sealing::text_bytes`).
+    sealed_text: bool,
 }
 
 impl Kept {
@@ -85,6 +92,11 @@ impl Kept {
 
     pub(super) fn is_deleted(&self) -> bool {
         self.deleted_at != NOT_DELETED
+    }
+
+    /// Neither deleted nor erased: what lists, searches and the indexes hold.
+    pub(super) fn is_live(&self) -> bool {
+        !self.is_deleted() && !self.erased
     }
 
     pub(super) fn text(&self) -> TextRef {
@@ -169,11 +181,28 @@ impl Names {
         self.extras.remove(id)
     }
 
+    /// Puts back the metadata of a memory read from its sealed state.
+    fn set_metadata(&mut self, id: Uuid, metadata: String) {
+        let parsed = serde_json::from_str(&metadata).ok();
+        let held = self.extras.entry(id).or_insert_with(|| {
+            Box::new(Held {
+                extra: Extra::default(),
+                metadata: None,
+            })
+        });
+        held.extra.metadata = Some(metadata);
+        held.metadata = parsed;
+    }
+
     pub(super) fn extra(&self, id: &Uuid) -> Option<&Extra> {
         self.held(id).map(|h| &h.extra)
     }
 
+    /// `m` (either form, see `sealing`) as held in memory; its text (sealed, or its content
+    /// when it has no seal) is appended to the texts unless `text` says where it already is.
     pub(super) fn keep(&mut self, m: StoredMemory, home: Home, text: Option<TextRef>) -> Box<Kept> {
+        let sealed_text = m.sealed.is_some();
+        let text = text.unwrap_or_else(|| self.texts.push_bytes(&sealing::text_bytes(&m)));
         match m.extra {
             Some(extra) => {
                 let metadata = extra
@@ -192,7 +221,6 @@ impl Names {
         } else {
             self.old_vectors.insert(m.id, m.vector.into_boxed_slice());
         }
-        let text = text.unwrap_or_else(|| self.texts.push(&m.content));
         let mut kept = Box::new(Kept {
             tenant: self.tenants.index_of(&m.tenant_id),
             model: self.models.index_of(m.model.as_str()),
@@ -207,28 +235,65 @@ impl Names {
             home_seq: 0,
             home_part: SINGLE_PART,
             memory_type: m.memory_type,
+            erased: m.erased,
+            sealed_text,
         });
         kept.set_home(home);
         kept
     }
 
-    pub(super) fn view(&self, id: Uuid, k: &Kept) -> io::Result<MemoryView> {
-        Ok(MemoryView {
+    /// The memory's content: `Ok(None)` when it is erased, or its keys are gone.
+    pub(super) fn content(
+        &self,
+        id: &Uuid,
+        k: &Kept,
+        ring: &dyn Keyring,
+    ) -> io::Result<Option<String>> {
+        if k.erased {
+            return Ok(None);
+        }
+        match sealing::text_of(self.texts.read_bytes(k.text())?, k.sealed_text)? {
+            sealing::Text::Clear(c) => Ok(Some(c)),
+            sealing::Text::Sealed(s) => Ok(sealing::open_sealed(&s, id, ring)?.map(|(c, _)| c)),
+        }
+    }
+
+    /// The memory as the API shows it; `Ok(None)` when its content does not open (erased).
+    pub(super) fn view(
+        &self,
+        id: Uuid,
+        k: &Kept,
+        ring: &dyn Keyring,
+    ) -> io::Result<Option<MemoryView>> {
+        let Some(content) = self.content(&id, k, ring)? else {
+            return Ok(None);
+        };
+        Ok(Some(MemoryView {
             id,
-            content: self.texts.read(k.text())?,
+            content,
             memory_type: k.memory_type,
             importance: k.importance,
             created_at: k.created_at,
             updated_at: k.updated_at,
             extra: self.extra(&id).cloned(),
-        })
+        }))
     }
 
+    /// The memory's state in the sealed form (see `sealing`; the open form for a memory that
+    /// predates sealing): nothing is opened.
     pub(super) fn stored(&self, id: Uuid, k: &Kept) -> io::Result<StoredMemory> {
+        // An erased memory keeps nothing of its personal fields, sealed or not.
+        let (content, sealed) = match k.erased {
+            true => (String::new(), None),
+            false => match sealing::text_of(self.texts.read_bytes(k.text())?, k.sealed_text)? {
+                sealing::Text::Clear(c) => (c, None),
+                sealing::Text::Sealed(s) => (String::new(), Some(s)),
+            },
+        };
         Ok(StoredMemory {
             id,
             tenant_id: self.tenant(k.tenant),
-            content: self.texts.read(k.text())?,
+            content,
             memory_type: k.memory_type,
             importance: k.importance,
             created_at: k.created_at,
@@ -243,6 +308,9 @@ impl Names {
             deleted_at: k.is_deleted().then_some(k.deleted_at),
             vector_seq: k.vector_seq,
             extra: self.extra(&id).cloned(),
+            keys: sealed.as_ref().map(|s| s.keys.clone()).unwrap_or_default(),
+            sealed,
+            erased: k.erased,
         })
     }
 }
@@ -275,11 +343,64 @@ impl State {
         }
     }
 
+    /// Opens every live memory's sealed state once, at open: its metadata goes back beside
+    /// its state (filters read it), and its content is returned for the keyword index. A
+    /// memory whose keys are gone is erased here. Contents of memories that predate sealing
+    /// are read as they are.
+    pub(super) fn open_live(&mut self, ring: &dyn Keyring) -> io::Result<FastMap<Uuid, String>> {
+        use rayon::prelude::*;
+        let live: Vec<(Uuid, &Kept)> = self
+            .all
+            .iter()
+            .filter(|(_, k)| k.is_live())
+            .map(|(id, k)| (*id, &**k))
+            .collect();
+        // Each open is a key derivation and a decryption: on every core.
+        let names = &self.names;
+        let opened: Vec<(Uuid, io::Result<Option<sealing::Personal>>)> = live
+            .par_iter()
+            .map(|(id, k)| {
+                let text = names
+                    .texts
+                    .read_bytes(k.text())
+                    .and_then(|b| sealing::text_of(b, k.sealed_text));
+                let personal = match text {
+                    Err(e) => Err(e),
+                    Ok(sealing::Text::Clear(c)) => Ok(Some((c, None))),
+                    Ok(sealing::Text::Sealed(s)) => sealing::open_sealed(&s, id, ring),
+                };
+                (*id, personal)
+            })
+            .collect();
+        let mut contents = FastMap::default();
+        for (id, personal) in opened {
+            match personal? {
+                Some((content, metadata)) => {
+                    // A clear state's metadata is held already; a sealed one's was not stored.
+                    if let Some(md) = metadata {
+                        self.names.set_metadata(id, md);
+                    }
+                    contents.insert(id, content);
+                }
+                None => {
+                    if let Some(k) = self.all.get_mut(&id) {
+                        k.erased = true;
+                    }
+                    if let Some(h) = self.names.extras.get_mut(&id) {
+                        h.extra.metadata = None;
+                        h.metadata = None;
+                    }
+                }
+            }
+        }
+        Ok(contents)
+    }
+
     pub(super) fn live(&self, tenant: &Uuid, id: &Uuid) -> Option<&Kept> {
         self.all
             .get(id)
             .map(|k| &**k)
-            .filter(|m| !m.is_deleted() && self.names.tenant(m.tenant) == *tenant)
+            .filter(|m| m.is_live() && self.names.tenant(m.tenant) == *tenant)
     }
 }
 

@@ -218,17 +218,19 @@ impl TenantMemories {
 }
 
 /// Every tenant's entry for the live memories of `state`, each memory's vector read back
-/// through `vectors` (or from an older build's copy in the state).
+/// through `vectors` (or from an older build's copy in the state) and its content taken from
+/// `contents` (see `State::open_live`).
 pub(super) fn read_tenants(
     state: &State,
     vectors: VectorSource<'_>,
+    mut contents: crate::FastMap<Uuid, String>,
 ) -> Result<HashMap<Uuid, TenantMemories>> {
     // Reading the vectors back from the log is random reads and decoding: on every core.
     let mut live: Vec<(Uuid, &Kept)> = state
         .all
         .iter()
         .map(|(id, k)| (*id, &**k))
-        .filter(|(_, m)| !m.is_deleted())
+        .filter(|(_, m)| m.is_live())
         .collect();
     // In log order: each leaf of the log is paged in once and read in one go. Read in
     // random order, sled keeps many more of the log's nodes in memory after opening, though
@@ -258,6 +260,9 @@ pub(super) fn read_tenants(
         .collect();
     let mut tenants: HashMap<Uuid, TenantMemories> = HashMap::new();
     for ((id, m), v) in live.iter().zip(found) {
+        let content = contents
+            .remove(id)
+            .ok_or_else(|| corrupt(TREE, format!("memory {id}: content not read at open")))?;
         TenantMemories::of(
             &mut tenants,
             state.spill.as_ref(),
@@ -268,7 +273,7 @@ pub(super) fn read_tenants(
             m,
             None,
             state.names.held(id),
-            Some(&state.names.texts.read(m.text())?),
+            Some(&content),
             Some(&v?),
         )?;
     }

@@ -22,14 +22,20 @@ fn created(tenant: Uuid, id: u128, ty: MemoryType, v: [f32; 2], at: i64) -> Even
         model: "m".into(),
         vector: vector_to_bytes(&v),
         extra: None,
+        sealed: None,
     })
+}
+
+/// A keyring for a store whose events are in the clear (as records that predate sealing).
+fn ring() -> Arc<dyn Keyring> {
+    Arc::new(crate::seal::MemoryKeyring::default())
 }
 
 /// An empty projection on a new database (whose directory goes with the `TempDir`).
 fn fresh() -> (tempfile::TempDir, sled::Db, Memories) {
     let dir = tempfile::tempdir().expect("tempdir");
     let db = sled::open(dir.path()).expect("open");
-    let p = Memories::open(&db, &|_| Ok(None), None).expect("open");
+    let p = Memories::open(&db, &|_| Ok(None), None, ring()).expect("open");
     (dir, db, p)
 }
 
@@ -51,6 +57,7 @@ fn given_memory_events_then_lists_search_and_history_follow() {
             model: Some("m".into()),
             vector: Some(vector_to_bytes(&[1.0, 0.0])),
             amend: None,
+            sealed: None,
         }),
         Event::MemoryDeleted(MemoryDeleted {
             memory_id: Uuid::from_u128(1),
@@ -114,14 +121,14 @@ fn given_memory_events_then_lists_search_and_history_follow() {
     drop(p);
     // Reopening reads each live memory's vector back from "the log" (here: the events).
     let from_log = log_of(&events);
-    let p = Memories::open(&db, &from_log, None).expect("reopen");
+    let p = Memories::open(&db, &from_log, None, ring()).expect("reopen");
     assert_eq!((p.count(&t), p.count(&other)), (0, 1));
     let hits = p.search(&other, &[1.0, 0.0], None, 0.0, 5).expect("search");
     assert_eq!(hits.len(), 1);
     assert_eq!(hits[0].0.id.as_u128(), 4);
     assert!((hits[0].1.score - 1.0).abs() < 1e-6, "{:?}", hits[0].1);
     // A vector the log does not have is a clear error, not an empty table.
-    assert!(Memories::open(&db, &|_| Ok(None), None).is_err());
+    assert!(Memories::open(&db, &|_| Ok(None), None, ring()).is_err());
 }
 
 #[test]
@@ -154,7 +161,7 @@ fn state_detached_and_attached_to_the_reopened_database_answers_and_takes_writes
     assert_eq!(p.checkpoint().expect("checkpoint"), 3);
     drop(p);
     let from_log = log_of(&events);
-    let p = Memories::open(&db, &from_log, None).expect("open from the tree");
+    let p = Memories::open(&db, &from_log, None, ring()).expect("open from the tree");
     assert_eq!(p.count(&t), 1);
     assert_eq!(p.get(&t, &Uuid::from_u128(1)).expect("get"), None);
 }
@@ -177,7 +184,7 @@ fn updates_supersede_block_states_and_compaction_bounds_the_tree() {
     let dir = tempfile::tempdir().expect("tempdir");
     let db = sled::open(dir.path()).expect("open");
     // Contents in a file of the dir, as in the service (the rows on the heap).
-    let p = Memories::open(&db, &|_| Ok(None), texts_in(dir.path())).expect("open");
+    let p = Memories::open(&db, &|_| Ok(None), texts_in(dir.path()), ring()).expect("open");
     let t = Uuid::from_u128(100);
     let mut events: Vec<Event> = (0..600)
         .map(|i| created(t, i, MemoryType::Fact, [1.0, i as f32], i as i64))
@@ -192,6 +199,7 @@ fn updates_supersede_block_states_and_compaction_bounds_the_tree() {
             model: None,
             vector: None,
             amend: None,
+            sealed: None,
         }));
     }
     let applied = Applied::in_order(&events);
@@ -214,7 +222,7 @@ fn updates_supersede_block_states_and_compaction_bounds_the_tree() {
     let listed = p.list(&t, None, 0, 600).expect("list");
     drop(p);
     let from_log = log_of(&events);
-    let p = Memories::open(&db, &from_log, texts_in(dir.path())).expect("reopen");
+    let p = Memories::open(&db, &from_log, texts_in(dir.path()), ring()).expect("reopen");
     assert!(p.state().names.texts.in_file() > 0, "contents in the file");
     for (i, want) in before.iter().enumerate() {
         let got = p.stored(&Uuid::from_u128(i as u128)).expect("read");
@@ -257,7 +265,7 @@ fn texts_in(dir: &std::path::Path) -> Option<Spill> {
 fn a_content_is_written_to_the_texts_once_until_it_changes() {
     let dir = tempfile::tempdir().expect("tempdir");
     let db = sled::open(dir.path()).expect("open");
-    let p = Memories::open(&db, &|_| Ok(None), texts_in(dir.path())).expect("open");
+    let p = Memories::open(&db, &|_| Ok(None), texts_in(dir.path()), ring()).expect("open");
     let t = Uuid::from_u128(100);
     let id = Uuid::from_u128(1);
     let first = created(t, 1, MemoryType::Fact, [1.0, 0.0], 10);
@@ -276,6 +284,7 @@ fn a_content_is_written_to_the_texts_once_until_it_changes() {
                 model: None,
                 vector: None,
                 amend: None,
+                sealed: None,
             })
         })
         .collect();
@@ -293,6 +302,7 @@ fn a_content_is_written_to_the_texts_once_until_it_changes() {
         model: None,
         vector: None,
         amend: None,
+        sealed: None,
     });
     p.apply(&[Applied::at(400, &changed)]).expect("apply");
     assert_eq!(p.state().names.texts.len(), written + 500);
@@ -303,7 +313,7 @@ fn a_content_is_written_to_the_texts_once_until_it_changes() {
     // and the stored state carries it across a reopen.
     drop(p);
     let from_log = log_of(std::slice::from_ref(&first));
-    let p = Memories::open(&db, &from_log, texts_in(dir.path())).expect("reopen");
+    let p = Memories::open(&db, &from_log, texts_in(dir.path()), ring()).expect("reopen");
     let stored = p.stored(&id).expect("read").expect("kept");
     assert_eq!(stored.content, "x".repeat(500));
     assert_eq!(stored.versions.len(), 302);
@@ -369,6 +379,9 @@ fn records_of_an_older_build_are_read_and_replaced_when_changed() {
         deleted_at: None,
         vector_seq: 0,
         extra: None,
+        sealed: None,
+        erased: false,
+        keys: Vec::new(),
     };
     let tree = db.open_tree(TREE).expect("tree");
     let key = prefixed(b'm', &[c.memory_id.as_bytes()]);
@@ -377,7 +390,7 @@ fn records_of_an_older_build_are_read_and_replaced_when_changed() {
     tree.insert(crate::projection::CHECKPOINT_KEY, &1u64.to_be_bytes())
         .expect("checkpoint");
 
-    let p = Memories::open(&db, &|_| Ok(None), None).expect("open");
+    let p = Memories::open(&db, &|_| Ok(None), None, ring()).expect("open");
     assert_eq!(
         p.get(&t, &c.memory_id).expect("get").map(|m| m.content),
         Some(c.content.clone())
@@ -394,7 +407,7 @@ fn records_of_an_older_build_are_read_and_replaced_when_changed() {
         "the old record is gone"
     );
     drop(p);
-    let p = Memories::open(&db, &|_| Ok(None), None).expect("reopen");
+    let p = Memories::open(&db, &|_| Ok(None), None, ring()).expect("reopen");
     assert_eq!(p.get(&t, &c.memory_id).expect("get"), None);
     let kept = p.stored(&c.memory_id).expect("read").expect("kept");
     assert_eq!((kept.deleted_at, kept.versions), (Some(20), vec![1, 2]));
@@ -507,6 +520,7 @@ fn a_scope_filtered_search_follows_deletes_expiry_metadata_and_reopening() {
             metadata: Some(r#"{"team":"blue"}"#.into()),
             ..MemoryAmend::default()
         }),
+        sealed: None,
     }));
     p.apply(&Applied::in_order(&events)).expect("apply");
     let red = Filter::Cond {
@@ -545,5 +559,5 @@ fn a_scope_filtered_search_follows_deletes_expiry_metadata_and_reopening() {
     };
     check(&p);
     drop(p);
-    check(&Memories::open(&db, &log_of(&events), None).expect("reopen"));
+    check(&Memories::open(&db, &log_of(&events), None, ring()).expect("reopen"));
 }

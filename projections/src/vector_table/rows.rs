@@ -4,7 +4,8 @@
 //! Invariants: a row is `dim` f32 values; rows `0..stored` of a spilled table are in the file
 //! in native byte order (the file never leaves this process and is rebuilt from the log at
 //! every start), the rows after them in `tail`, fewer than [`TAIL_ROWS`] of them. Removing a
-//! row moves the last one into its place, so rows stay dense.
+//! row moves the last one into its place, so rows stay dense, and leaves none of its bytes in
+//! the file (a removed memory may be an erased one).
 
 use std::fs::File;
 use std::io;
@@ -94,11 +95,13 @@ impl Rows {
             data.truncate(last * dim);
             return Ok(());
         }
+        let mut row = vec![0f32; dim];
         if p != last {
-            let mut row = vec![0f32; dim];
             self.read_into(last, &mut row, dim)?;
-            self.set(p, &row, dim)?;
         }
+        // The removed row is overwritten (by the last, or by zeros when it is the last), so
+        // the vector of a memory taken out (an erased one) stays nowhere in the file.
+        self.set(p, &row, dim)?;
         if let Rows::File { stored, tail, .. } = self {
             // The file keeps its length: the rows past `stored` are overwritten by the next
             // appends, and the file goes when the table does.
@@ -157,5 +160,44 @@ impl Rows {
             Rows::Heap(data) => data.capacity() * 4,
             Rows::File { tail, .. } => tail.capacity() * 4,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The bytes of the whole file, past `stored` too.
+    fn file_bytes(rows: &Rows) -> Vec<u8> {
+        let Rows::File { file, .. } = rows else {
+            panic!("a spilled table")
+        };
+        let len = file.metadata().expect("metadata").len() as usize;
+        let mut out = vec![0u8; len];
+        file.read_exact_at(&mut out, 0).expect("read");
+        out
+    }
+
+    fn holds(bytes: &[u8], row: &[f32]) -> bool {
+        let row: &[u8] = cast_slice(row);
+        bytes.windows(row.len()).any(|w| w == row)
+    }
+
+    #[test]
+    fn a_removed_row_stays_nowhere_in_the_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let dim = 3;
+        let rows: Vec<[f32; 3]> = (0..4).map(|i| [i as f32 + 0.25, 7.5, -1.0]).collect();
+        let data: Vec<f32> = rows.iter().flatten().copied().collect();
+        let mut r = Rows::spill(dir.path(), &data, dim).expect("spill");
+        // The last row, then one in the middle (the last takes its place).
+        r.swap_remove(3, 3, dim).expect("remove last");
+        r.swap_remove(1, 2, dim).expect("remove middle");
+        let bytes = file_bytes(&r);
+        assert!(!holds(&bytes, &rows[3]) && !holds(&bytes, &rows[1]));
+        assert!(holds(&bytes, &rows[0]) && holds(&bytes, &rows[2]));
+        let mut back = vec![0f32; 2 * dim];
+        r.read_into(0, &mut back, dim).expect("read");
+        assert_eq!(back, [rows[0], rows[2]].concat());
     }
 }

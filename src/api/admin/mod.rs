@@ -10,6 +10,7 @@
 //! are operator actions, not tenant operations: they append their own events (tenants, keys,
 //! ingested entries, decided by `crate::command::admin`) but no tenant audit entry.
 
+pub mod erasures;
 pub mod ingest;
 pub mod keys;
 pub mod log;

@@ -11,7 +11,7 @@ use crate::api::error::ApiError;
 use crate::api::extract::{Json, Query};
 use crate::api::gate::{Caller, PendingOps, Recorded};
 use crate::api::state::AppState;
-use crate::command::memory::{create, delete, update, Embedding};
+use crate::command::memory::{all_subjects, create, delete, update, Embedding};
 use crate::command::Context;
 use crate::wire::envelope::{Data, ErrorEnvelope};
 use crate::wire::memory::{
@@ -57,7 +57,7 @@ pub(crate) async fn list_memories(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     Query(q): Query<MemoryListQuery>,
-) -> Result<Data<MemoryPage>, ApiError> {
+) -> Result<Recorded<Data<MemoryPage>>, ApiError> {
     let MemoryListing {
         paging,
         memory_type,
@@ -75,24 +75,31 @@ pub(crate) async fn list_memories(
     )
 }
 
-/// A page of the caller's memories a query takes, newest first.
+/// A page of the caller's memories a query takes, newest first; its audit entry is about
+/// every memory on the page.
 fn page(
     state: &AppState,
     caller: &Caller,
     paging: Paging,
     query: MemoryQuery<'_>,
-) -> Result<Data<MemoryPage>, ApiError> {
+) -> Result<Recorded<Data<MemoryPage>>, ApiError> {
     let (total, items) = state
         .projections
         .memories
         .list(&caller.tenant.id, query, paging.offset(), paging.page_size)
         .map_err(ApiError::internal)?;
-    Ok(Data(MemoryPage {
-        memories: items.into_iter().map(Memory::from).collect(),
+    let memories: Vec<Memory> = items.into_iter().map(Memory::from).collect();
+    let ops = PendingOps {
+        subjects: all_subjects(caller.tenant.id, &memories),
+        ..Default::default()
+    };
+    let page = MemoryPage {
+        memories,
         total,
         page: paging.page,
         page_size: paging.page_size,
-    }))
+    };
+    Ok(Recorded::new(Data(page), ops))
 }
 
 #[utoipa::path(get, path = "/v1/memories/{id}", tag = "memory", security(("api_key" = [])),
@@ -110,6 +117,7 @@ pub(crate) async fn get_memory(
             memory_results: Some(vec![memory.audited()]),
             ..Default::default()
         },
+        subjects: all_subjects(caller.tenant.id, [&memory]),
         ..Default::default()
     };
     Ok(Recorded::new(Data(memory), ops))
@@ -141,7 +149,7 @@ pub(crate) async fn update_memory(
         vector,
     });
     let ctx = Context::service(&state.projections);
-    let decision = update::decide(&ctx, caller.tenant.id, planned, embedding);
+    let decision = update::decide(&ctx, caller.tenant.id, planned, embedding)?;
     Ok(Recorded::decided(decision, Data))
 }
 
@@ -178,7 +186,7 @@ pub(crate) async fn query_memories(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     Json(q): Json<MemoryQueryRequest>,
-) -> Result<Data<MemoryPage>, ApiError> {
+) -> Result<Recorded<Data<MemoryPage>>, ApiError> {
     let MemoryQuerying {
         paging,
         memory_type,

@@ -15,6 +15,7 @@ use crate::api::extract::{params, read};
 use crate::registry::ErrorCode;
 use crate::wire::admin::{CreateKeyRequest, CreateTenantRequest, LogQuery, UpdateTenantRequest};
 use crate::wire::audit::{AuditListQuery, IngestRequest};
+use crate::wire::erasure::ErasureRequest;
 use crate::wire::export::ExportRequest;
 use crate::wire::memory::{
     BatchDeleteRequest, ExtractRequest, MemoryBatchCreateRequest, MemoryBatchUpdateRequest,
@@ -118,6 +119,7 @@ fn item(schema: &str, i: usize) -> Value {
         "IngestEntry" => json!({"tenant_id": id, "action": "gateway.chat", "http_status": 200}),
         "GivenMessage" => json!({"role": "user", "content": "I live in Lisbon."}),
         "Tokens" => json!({"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3}),
+        "MemoryId" => json!(id),
         other => panic!("no valid {other} to build a request of: add one here"),
     }
 }
@@ -137,6 +139,12 @@ fn base(schema: &str, field: &str) -> Value {
             json!({"messages": [item("GivenMessage", 0)]})
         }
         "ExtractRequest" => json!({"text": "I live in Lisbon."}),
+        // Exactly one subject: the field tried alone.
+        "ErasureRequest" => match field {
+            "memory_ids" => json!({"memory_ids": [item("MemoryId", 0)]}),
+            "agent_id" | "session_id" => json!({field: "alice"}),
+            _ => json!({"user_id": "alice"}),
+        },
         "CreateTenantRequest" => json!({"name": "acme", "plan": "pro"}),
         "UpdateTenantRequest" => json!({"credits": 1}),
         "CreateKeyRequest" => json!({"permissions": ["audit.read"]}),
@@ -173,6 +181,7 @@ fn take(schema: &str, body: &Value) -> Result<(), ApiError> {
         "SearchRequest" => read::<SearchRequest>(true, &bytes).map(drop),
         "ExtractRequest" => read::<ExtractRequest>(true, &bytes).map(drop),
         "ExportRequest" => read::<ExportRequest>(true, &bytes).map(drop),
+        "ErasureRequest" => read::<ErasureRequest>(true, &bytes).map(drop),
         "CreateTenantRequest" => read::<CreateTenantRequest>(true, &bytes).map(drop),
         "UpdateTenantRequest" => {
             read::<UpdateTenantRequest>(true, &bytes)?.changes()?;

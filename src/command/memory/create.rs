@@ -7,7 +7,11 @@
 use auditmem_projections::{AuditDetail, Event};
 use uuid::Uuid;
 
-use super::{new_memory, owned, resolve, Embedding, Fresh};
+use auditmem_projections::seal::Subject;
+
+use super::{
+    all_subjects, new_memory, owned, resolve, subjects_of, view_subjects, Embedding, Fresh,
+};
 use crate::command::{Context, Decision, Refusal};
 use crate::extract::Resolution;
 use crate::wire::memory::{Memory, MemoryBatch, MemoryResolution, NewMemory};
@@ -24,14 +28,27 @@ impl From<NewMemory> for Fresh {
 }
 
 /// The answer of one memory, which its audit entry records in `memory_results`, with the
-/// content written in `memory_query`.
-fn answered(memory: Memory, content: String, events: Vec<Event>) -> Decision<Memory> {
+/// content written in `memory_query`; the entry is about the answered memory's subjects and
+/// `more` (the memories the create changed).
+fn answered(
+    tenant: Uuid,
+    memory: Memory,
+    content: String,
+    events: Vec<Event>,
+    more: Vec<Subject>,
+) -> Decision<Memory> {
     let detail = AuditDetail {
         memory_query: Some(vec![content]),
         memory_results: Some(vec![memory.audited()]),
         ..Default::default()
     };
-    Decision::new(memory, events).recording(detail)
+    let mut subjects = subjects_of(tenant, &memory);
+    subjects.extend(more);
+    subjects.sort();
+    subjects.dedup();
+    let mut d = Decision::new(memory, events).recording(detail);
+    d.audit.subjects = subjects;
+    d
 }
 
 /// Stores `new`, embedded as `embedding`. When `new.resolve`, `resolution` is what
@@ -46,8 +63,8 @@ pub fn create(
     let content = new.content.clone();
     let at = ctx.now_stored();
     if !new.resolve {
-        let (event, memory) = new_memory(tenant, ctx.id(), at, new.into(), embedding);
-        return Ok(answered(memory, content, vec![event]));
+        let (event, memory) = new_memory(ctx, tenant, ctx.id(), at, new.into(), embedding)?;
+        return Ok(answered(tenant, memory, content, vec![event], Vec::new()));
     }
     let resolution = resolution.unwrap_or_default();
     if let Some(dup) = resolution.duplicate_of {
@@ -58,9 +75,9 @@ pub fn create(
             superseded: Vec::new(),
             duplicate_of: Some(dup),
         });
-        return Ok(answered(memory, content, Vec::new()));
+        return Ok(answered(tenant, memory, content, Vec::new(), Vec::new()));
     }
-    let (event, mut memory) = new_memory(tenant, ctx.id(), at, new.into(), embedding);
+    let (event, mut memory) = new_memory(ctx, tenant, ctx.id(), at, new.into(), embedding)?;
     let mut events = vec![event];
     events.extend(resolve::superseded(
         tenant,
@@ -68,12 +85,20 @@ pub fn create(
         memory.id,
         at,
     ));
+    // The superseded memories change: the entry is about them too.
+    let mut changed = Vec::new();
+    for id in &resolution.supersedes {
+        match ctx.projections.memories.get(&tenant, id)? {
+            Some(m) => changed.extend(view_subjects(tenant, &m)),
+            None => changed.push(Subject::Memory(tenant, *id)),
+        }
+    }
     memory.resolution = Some(MemoryResolution {
         stored: true,
         superseded: resolution.supersedes,
         duplicate_of: None,
     });
-    Ok(answered(memory, content, events))
+    Ok(answered(tenant, memory, content, events, changed))
 }
 
 /// Stores every memory of a batch, each with its vector (in the same order), in one append.
@@ -97,17 +122,18 @@ pub fn create_batch(
     let mut written = Vec::with_capacity(batch.len());
     for (new, vector) in batch.into_iter().zip(vectors) {
         let embedding = Embedding { model, vector };
-        let (event, memory) = new_memory(tenant, ctx.id(), at, new.into(), embedding);
+        let (event, memory) = new_memory(ctx, tenant, ctx.id(), at, new.into(), embedding)?;
         written.push(memory.content.clone());
         events.push(event);
         memories.push(memory);
     }
-    Ok(batch_answer(memories, written, events))
+    Ok(batch_answer(tenant, memories, written, events))
 }
 
 /// A batch's answer, which its audit entry records in `memory_results` (and the contents
-/// written in `memory_query`).
+/// written in `memory_query`), about every answered memory's subjects.
 pub(super) fn batch_answer(
+    tenant: Uuid,
     memories: Vec<Memory>,
     written: Vec<String>,
     events: Vec<Event>,
@@ -117,7 +143,10 @@ pub(super) fn batch_answer(
         memory_results: Some(memories.iter().map(Memory::audited).collect()),
         ..Default::default()
     };
-    Decision::new(MemoryBatch { memories }, events).recording(detail)
+    let subjects = all_subjects(tenant, &memories);
+    let mut d = Decision::new(MemoryBatch { memories }, events).recording(detail);
+    d.audit.subjects = subjects;
+    d
 }
 
 #[cfg(test)]
@@ -130,7 +159,7 @@ mod tests {
 
     use super::*;
     use crate::command::given::{Counter, Given, NOON};
-    use crate::command::memory::cases::{memory, tenant, unit, MODEL, TENANT};
+    use crate::command::memory::cases::{memory, opened, tenant, unit, MODEL, TENANT};
 
     fn new(content: &str, resolve: bool) -> NewMemory {
         NewMemory {
@@ -164,7 +193,7 @@ mod tests {
         .expect("decided");
         let at = NOON; // now_stored: whole milliseconds
         assert_eq!(
-            d.events,
+            opened(&d.events, &*given.projections.keys),
             vec![Event::MemoryCreated(MemoryCreated {
                 memory_id: Uuid::from_u128(1),
                 tenant_id: TENANT,
@@ -178,6 +207,7 @@ mod tests {
                     user_id: Some("u1".into()),
                     ..Default::default()
                 }),
+                sealed: None,
             })]
         );
         assert!(d.check.is_none());
@@ -205,6 +235,135 @@ mod tests {
             serde_json::to_value(Memory::from(stored)).expect("json"),
             serde_json::to_value(&d.answer).expect("json")
         );
+    }
+
+    #[test]
+    fn given_a_memory_when_created_then_its_event_is_sealed_under_its_subjects_and_the_audit_names_them(
+    ) {
+        use auditmem_projections::seal::Subject;
+        let given = Given::with(&[tenant(TENANT, Plan::Pro, 0.0)]).expect("given");
+        let ids = Counter::new();
+        let ctx = given.at(NOON, &ids);
+        let v = unit(0, 0.0);
+        let mut asked = new("ssn 078-05-1120", false);
+        asked.extra.metadata = Some(r#"{"card":"4111-1111"}"#.into());
+        let embedding = Embedding {
+            model: MODEL,
+            vector: &v,
+        };
+        let d = create(&ctx, TENANT, asked, embedding, None).expect("decided");
+        let id = Uuid::from_u128(1);
+        let subjects = vec![
+            Subject::User(TENANT, "u1".into()),
+            Subject::Memory(TENANT, id),
+        ];
+        let keys = &*given.projections.keys;
+        let [Event::MemoryCreated(c)] = &d.events[..] else {
+            panic!("{:?}", d.events)
+        };
+        // In the clear: no content, no metadata, no vector; the scope and the rest stay.
+        assert_eq!((c.content.as_str(), c.vector.len()), ("", 0));
+        let x = c.extra.clone().expect("scope");
+        assert_eq!((x.user_id.as_deref(), x.metadata), (Some("u1"), None));
+        let encoded = d.events[0].encode().expect("encode");
+        for secret in ["078-05-1120", "4111-1111"] {
+            assert!(!encoded
+                .windows(secret.len())
+                .any(|w| w == secret.as_bytes()));
+        }
+        // Sealed under the keys of exactly its subjects.
+        let mut want: Vec<_> = subjects
+            .iter()
+            .map(|s| keys.find(s).expect("ring").expect("a key"))
+            .collect();
+        want.sort();
+        assert_eq!(c.sealed.as_ref().map(|s| s.keys.clone()), Some(want));
+        let open = c.opened(keys).expect("ring").expect("opens");
+        assert_eq!(open.content, "ssn 078-05-1120");
+        assert_eq!(
+            open.extra.as_ref().and_then(|x| x.metadata.as_deref()),
+            Some(r#"{"card":"4111-1111"}"#)
+        );
+        assert_eq!(open.vector, vector_to_bytes(&v));
+        assert_eq!(d.audit.subjects, subjects);
+    }
+
+    /// A keyring whose store is down.
+    struct Down;
+
+    impl auditmem_projections::seal::Keyring for Down {
+        fn key_of(
+            &self,
+            _: &auditmem_projections::seal::Subject,
+        ) -> Result<auditmem_projections::seal::KeyId, auditmem_projections::seal::KeyError>
+        {
+            Err(auditmem_projections::seal::KeyError::Store("down".into()))
+        }
+        fn find(
+            &self,
+            _: &auditmem_projections::seal::Subject,
+        ) -> Result<Option<auditmem_projections::seal::KeyId>, auditmem_projections::seal::KeyError>
+        {
+            Err(auditmem_projections::seal::KeyError::Store("down".into()))
+        }
+        fn seal_key(
+            &self,
+            _: &[auditmem_projections::seal::KeyId],
+        ) -> Result<Option<auditmem_projections::seal::SealKey>, auditmem_projections::seal::KeyError>
+        {
+            Err(auditmem_projections::seal::KeyError::Store("down".into()))
+        }
+        fn destroy(
+            &self,
+            _: &[auditmem_projections::seal::KeyId],
+        ) -> Result<usize, auditmem_projections::seal::KeyError> {
+            Err(auditmem_projections::seal::KeyError::Store("down".into()))
+        }
+        fn keys_of_tenant(
+            &self,
+            _: Uuid,
+        ) -> Result<
+            Vec<(
+                auditmem_projections::seal::Subject,
+                auditmem_projections::seal::KeyId,
+            )>,
+            auditmem_projections::seal::KeyError,
+        > {
+            Err(auditmem_projections::seal::KeyError::Store("down".into()))
+        }
+    }
+
+    #[test]
+    fn given_a_keyring_that_fails_when_created_then_an_internal_refusal_and_nothing_decided() {
+        let mut given = Given::with_keys(std::sync::Arc::new(Down)).expect("given");
+        given
+            .apply(&[tenant(TENANT, Plan::Pro, 0.0)])
+            .expect("tenant");
+        let ids = Counter::new();
+        let ctx = given.at(NOON, &ids);
+        let v = unit(0, 0.0);
+        let embedding = Embedding {
+            model: MODEL,
+            vector: &v,
+        };
+        let refused = create(&ctx, TENANT, new("lives in Porto", false), embedding, None).err();
+        assert!(
+            matches!(&refused, Some(Refusal::Internal(why)) if why.contains("down")),
+            "{refused:?}"
+        );
+        assert_eq!(
+            refused.map(|r| r.code()),
+            Some(crate::registry::ErrorCode::Internal)
+        );
+        let batch = create_batch(
+            &ctx,
+            TENANT,
+            vec![new("a", false)],
+            MODEL,
+            std::slice::from_ref(&v),
+        )
+        .err();
+        assert!(matches!(batch, Some(Refusal::Internal(_))), "{batch:?}");
     }
 
     #[test]
@@ -342,19 +501,19 @@ mod tests {
             &vectors,
         )
         .expect("decided");
-        let created: Vec<(Uuid, String, i64, Vec<u8>)> = d
-            .events
-            .iter()
-            .map(|e| match e {
-                Event::MemoryCreated(c) => (
-                    c.memory_id,
-                    c.content.clone(),
-                    c.created_at,
-                    c.vector.clone(),
-                ),
-                other => panic!("{other:?}"),
-            })
-            .collect();
+        let created: Vec<(Uuid, String, i64, Vec<u8>)> =
+            opened(&d.events, &*given.projections.keys)
+                .iter()
+                .map(|e| match e {
+                    Event::MemoryCreated(c) => (
+                        c.memory_id,
+                        c.content.clone(),
+                        c.created_at,
+                        c.vector.clone(),
+                    ),
+                    other => panic!("{other:?}"),
+                })
+                .collect();
         assert_eq!(
             created,
             vec![

@@ -8,7 +8,7 @@ use auditmem_projections::{
 };
 use uuid::Uuid;
 
-use super::owned;
+use super::{owned, view_subjects};
 use crate::command::{Context, Decision, Refusal};
 use crate::wire::memory::{BatchDelete, BatchDeleted, DeletedMemory, Memory};
 
@@ -23,6 +23,7 @@ pub fn delete_one(
 ) -> Result<Decision<DeletedMemory>, Refusal> {
     let m = owned(ctx, tenant, id)?;
     let id = m.id;
+    let subjects = view_subjects(tenant, &m);
     let event = Event::MemoryDeleted(MemoryDeleted {
         memory_id: id,
         tenant_id: tenant,
@@ -32,7 +33,9 @@ pub fn delete_one(
         memory_results: Some(vec![Memory::from(m).audited()]),
         ..Default::default()
     };
-    Ok(Decision::new(DeletedMemory { id, deleted: true }, vec![event]).recording(detail))
+    let mut d = Decision::new(DeletedMemory { id, deleted: true }, vec![event]).recording(detail);
+    d.audit.subjects = subjects;
+    Ok(d)
 }
 
 /// Every live memory of the tenant the delete takes (of its type, matching its filter,
@@ -59,13 +62,16 @@ pub fn delete_many(
         ),
     };
     let mut audited = Vec::new();
+    // The entry is about the memories it shows.
+    let mut subjects = Vec::new();
     for id in ids.iter().take(MAX_AUDITED_RESULTS) {
-        audited.extend(
-            memories
-                .get(&tenant, id)?
-                .map(|m| Memory::from(m).audited()),
-        );
+        if let Some(m) = memories.get(&tenant, id)? {
+            subjects.extend(view_subjects(tenant, &m));
+            audited.push(Memory::from(m).audited());
+        }
     }
+    subjects.sort();
+    subjects.dedup();
     let deleted = ids.len();
     let mut events = Vec::new();
     if deleted > 0 {
@@ -89,14 +95,16 @@ pub fn delete_many(
         memory_results: Some(audited),
         ..Default::default()
     };
-    Ok(Decision::new(
+    let mut d = Decision::new(
         BatchDeleted {
             memory_type,
             deleted,
         },
         events,
     )
-    .recording(detail))
+    .recording(detail);
+    d.audit.subjects = subjects;
+    Ok(d)
 }
 
 #[cfg(test)]

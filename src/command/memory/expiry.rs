@@ -199,6 +199,7 @@ mod tests {
                     set_expires_at: true,
                     expires_at: Some(NOON + 86_400_000_000),
                 }),
+                sealed: None,
             }),
         ] {
             let mut given = given();

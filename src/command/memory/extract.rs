@@ -18,7 +18,9 @@ use auditmem_projections::{
 use serde_json::Value;
 use uuid::Uuid;
 
-use super::{new_memory, resolve, scope_filter, Embedding, Fresh};
+use auditmem_projections::seal::Subject;
+
+use super::{all_subjects, new_memory, resolve, scope_filter, view_subjects, Embedding, Fresh};
 use crate::command::{Audit, Context, Decision, Refusal};
 use crate::extract::{Candidate, Resolution};
 use crate::log::appender::{Precondition, Rejection};
@@ -225,6 +227,8 @@ pub fn decide(
     let mut resolutions = resolutions.map(Vec::into_iter);
     let mut events = Vec::with_capacity(kept.len() + 1);
     let mut memories = Vec::with_capacity(kept.len());
+    // The superseded memories change: the entry is about them too.
+    let mut changed = Vec::new();
     for (i, id) in kept {
         let c = &found.candidates[i];
         let resolution = match resolutions.as_mut().and_then(Iterator::next) {
@@ -234,6 +238,12 @@ pub fn decide(
                     continue;
                 }
                 events.extend(resolve::superseded(tenant, &r.supersedes, id, at));
+                for old in &r.supersedes {
+                    match ctx.projections.memories.get(&tenant, old)? {
+                        Some(m) => changed.extend(view_subjects(tenant, &m)),
+                        None => changed.push(Subject::Memory(tenant, *old)),
+                    }
+                }
                 Some(MemoryResolution {
                     stored: true,
                     superseded: r.supersedes,
@@ -252,7 +262,7 @@ pub fn decide(
             model: found.model,
             vector: &found.vectors[i],
         };
-        let (event, mut memory) = new_memory(tenant, id, at, fresh, embedding);
+        let (event, mut memory) = new_memory(ctx, tenant, id, at, fresh, embedding)?;
         events.push(event);
         memory.resolution = resolution;
         memories.push(memory);
@@ -269,6 +279,10 @@ pub fn decide(
         credits_consumed: charge.credits,
         skipped_messages: asked.skipped_messages,
     };
+    let mut subjects = all_subjects(tenant, &answer.memories);
+    subjects.extend(changed);
+    subjects.sort();
+    subjects.dedup();
     let audit = Audit {
         detail: AuditDetail {
             input_content: Some(asked.input_value),
@@ -279,7 +293,7 @@ pub fn decide(
         },
         credits: charge.credits,
         usd: charge.usd,
-        subjects: Vec::new(),
+        subjects,
     };
     Ok(Decision {
         answer,

@@ -14,8 +14,10 @@ pub mod resolve;
 pub mod search;
 pub mod update;
 
+use auditmem_projections::event::memory_subjects;
 use auditmem_projections::memories::filter::Filter;
 use auditmem_projections::memories::{Extra, MemoryView};
+use auditmem_projections::seal::Subject;
 use auditmem_projections::{vector_to_bytes, Event, MemoryCreated, MemoryExtra, MemoryType};
 use uuid::Uuid;
 
@@ -56,15 +58,17 @@ pub struct Fresh {
     pub extra: MemoryExtra,
 }
 
-/// A new memory's creation event and the memory the answer shows: the one place either is
-/// built, for a create, a batch and an extraction.
+/// A new memory's creation event, its personal fields sealed under the memory's subjects,
+/// and the memory the answer shows: the one place either is built, for a create, a batch and
+/// an extraction. A keyring that fails is an internal refusal.
 pub fn new_memory(
+    ctx: &Context<'_>,
     tenant: Uuid,
     id: Uuid,
     at: i64,
     fresh: Fresh,
     embedding: Embedding<'_>,
-) -> (Event, Memory) {
+) -> Result<(Event, Memory), Refusal> {
     let Fresh {
         content,
         memory_type,
@@ -72,7 +76,7 @@ pub fn new_memory(
         extra,
     } = fresh;
     let extra = extra.or_none();
-    let event = Event::MemoryCreated(MemoryCreated {
+    let created = MemoryCreated {
         memory_id: id,
         tenant_id: tenant,
         content: content.clone(),
@@ -82,7 +86,14 @@ pub fn new_memory(
         model: embedding.model.to_string(),
         vector: vector_to_bytes(embedding.vector),
         extra: extra.clone(),
-    });
+        sealed: None,
+    };
+    let subjects = created.subjects();
+    let event = Event::MemoryCreated(
+        created
+            .sealed_for(&*ctx.projections.keys, &subjects)
+            .map_err(Refusal::from)?,
+    );
     let memory = Memory::from(MemoryView {
         id,
         content,
@@ -92,7 +103,45 @@ pub fn new_memory(
         updated_at: at,
         extra: extra.and_then(|x| Extra::from(x).or_none()),
     });
-    (event, memory)
+    Ok((event, memory))
+}
+
+/// The subjects of a memory as the API shows it (see `memory_subjects`): the audit entry that
+/// shows it is sealed under them too.
+pub fn subjects_of(tenant: Uuid, m: &Memory) -> Vec<Subject> {
+    memory_subjects(
+        tenant,
+        m.id,
+        m.user_id.as_deref(),
+        m.agent_id.as_deref(),
+        m.session_id.as_deref(),
+    )
+}
+
+/// [`subjects_of`] for a memory as the projection holds it.
+pub fn view_subjects(tenant: Uuid, m: &MemoryView) -> Vec<Subject> {
+    let x = m.extra.as_ref();
+    memory_subjects(
+        tenant,
+        m.id,
+        x.and_then(|x| x.user_id.as_deref()),
+        x.and_then(|x| x.agent_id.as_deref()),
+        x.and_then(|x| x.session_id.as_deref()),
+    )
+}
+
+/// The subjects of every memory in `memories`, each once, in a stable order.
+pub fn all_subjects<'m>(
+    tenant: Uuid,
+    memories: impl IntoIterator<Item = &'m Memory>,
+) -> Vec<Subject> {
+    let mut all: Vec<Subject> = memories
+        .into_iter()
+        .flat_map(|m| subjects_of(tenant, m))
+        .collect();
+    all.sort();
+    all.dedup();
+    all
 }
 
 /// The memories a new one's duplicates and contradictions are looked for among: those of the
@@ -151,6 +200,29 @@ pub(crate) mod cases {
         })
     }
 
+    /// `events` with every sealed memory event opened (its personal fields in the clear, no
+    /// seal): what a test compares with the events it expects.
+    pub fn opened(events: &[Event], keys: &dyn auditmem_projections::seal::Keyring) -> Vec<Event> {
+        events
+            .iter()
+            .map(|e| match e {
+                Event::MemoryCreated(c) => Event::MemoryCreated(
+                    c.opened(keys)
+                        .expect("keyring")
+                        .expect("not erased")
+                        .into_owned(),
+                ),
+                Event::MemoryUpdated(u) => Event::MemoryUpdated(
+                    u.opened(keys)
+                        .expect("keyring")
+                        .expect("not erased")
+                        .into_owned(),
+                ),
+                other => other.clone(),
+            })
+            .collect()
+    }
+
     /// A memory of `tenant` created at `at`.
     pub fn memory(
         tenant: Uuid,
@@ -171,6 +243,7 @@ pub(crate) mod cases {
             model: MODEL.into(),
             vector: vector_to_bytes(vector),
             extra: extra.or_none(),
+            sealed: None,
         })
     }
 }

@@ -7,6 +7,7 @@ use auditmem_projections::memories::{Found, MemoryQuery, SearchMode};
 use auditmem_projections::AuditDetail;
 use uuid::Uuid;
 
+use super::view_subjects;
 use crate::command::{Context, Decision, Refusal};
 use crate::wire::memory::{
     json_of, shown_score, AuditedHit, Search, SearchExplain, SearchResult, SearchResults,
@@ -70,6 +71,12 @@ pub fn search(
         memory_query: Some(vec![query]),
         ..Default::default()
     };
+    let mut subjects: Vec<_> = found
+        .iter()
+        .flat_map(|f| view_subjects(tenant, &f.memory))
+        .collect();
+    subjects.sort();
+    subjects.dedup();
     let hybrid = mode == SearchMode::Hybrid;
     let results = found
         .into_iter()
@@ -104,7 +111,9 @@ pub fn search(
             }
         })
         .collect();
-    Ok(Decision::new(SearchResults { results }, Vec::new()).recording(detail))
+    let mut d = Decision::new(SearchResults { results }, Vec::new()).recording(detail);
+    d.audit.subjects = subjects;
+    Ok(d)
 }
 
 /// The search's recorded result: each hit as its audit entry keeps it, with how it was found.

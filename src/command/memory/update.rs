@@ -10,7 +10,7 @@ use auditmem_projections::{vector_to_bytes, AuditDetail, Event, MemoryUpdated};
 use uuid::Uuid;
 
 use super::create::batch_answer;
-use super::{owned, Embedding};
+use super::{all_subjects, owned, view_subjects, Embedding};
 use crate::command::{Context, Decision, Refusal};
 use crate::wire::memory::{BatchUpdate, Changes, Memory, MemoryBatch, MemoryUpdate};
 
@@ -61,24 +61,29 @@ pub fn decide(
     tenant: Uuid,
     planned: Planned,
     embedding: Option<Embedding<'_>>,
-) -> Decision<Memory> {
+) -> Result<Decision<Memory>, Refusal> {
     let written = planned.changes.content.clone();
-    let (event, memory) = updated(tenant, planned, embedding, ctx.now_stored());
+    let (event, memory) = updated(ctx, tenant, planned, embedding, ctx.now_stored())?;
     let detail = AuditDetail {
         memory_query: written.map(|c| vec![c]),
         memory_results: Some(vec![memory.audited()]),
         ..Default::default()
     };
-    Decision::new(memory, vec![event]).recording(detail)
+    let subjects = all_subjects(tenant, [&memory]);
+    let mut d = Decision::new(memory, vec![event]).recording(detail);
+    d.audit.subjects = subjects;
+    Ok(d)
 }
 
-/// One update's event and the memory it gives.
+/// One update's event, what it sets of the personal fields sealed under the memory's
+/// subjects (its scopes never change), and the memory it gives.
 fn updated(
+    ctx: &Context<'_>,
     tenant: Uuid,
     planned: Planned,
     embedding: Option<Embedding<'_>>,
     at: i64,
-) -> (Event, Memory) {
+) -> Result<(Event, Memory), Refusal> {
     let Planned {
         memory: m,
         changes: Changes {
@@ -87,7 +92,8 @@ fn updated(
         changed,
     } = planned;
     let embedding = embedding.filter(|_| changed.is_some());
-    let event = Event::MemoryUpdated(MemoryUpdated {
+    let subjects = view_subjects(tenant, &m);
+    let event = MemoryUpdated {
         memory_id: m.id,
         tenant_id: tenant,
         content: changed.clone(),
@@ -96,7 +102,11 @@ fn updated(
         model: embedding.map(|e| e.model.to_string()),
         vector: embedding.map(|e| vector_to_bytes(e.vector)),
         amend: amend.clone(),
-    });
+        sealed: None,
+    }
+    .sealed_for(&*ctx.projections.keys, &subjects)
+    .map_err(Refusal::from)?;
+    let event = Event::MemoryUpdated(event);
     let extra = Extra::amended(m.extra.clone(), amend.as_ref());
     let memory = Memory::from(MemoryView {
         content: changed.unwrap_or_else(|| m.content.clone()),
@@ -105,7 +115,7 @@ fn updated(
         extra,
         ..m
     });
-    (event, memory)
+    Ok((event, memory))
 }
 
 /// Every item's memory found (a missing one is 404, named by its index, whatever the values),
@@ -176,11 +186,11 @@ pub fn decide_batch(
             .and_then(|_| vectors.next())
             .map(|v| Embedding { model, vector: v });
         written.extend(p.changes.content.clone());
-        let (event, memory) = updated(tenant, p, embedding, at);
+        let (event, memory) = updated(ctx, tenant, p, embedding, at)?;
         events.push(event);
         memories.push(memory);
     }
-    Ok(batch_answer(memories, written, events))
+    Ok(batch_answer(tenant, memories, written, events))
 }
 
 #[cfg(test)]
@@ -191,7 +201,7 @@ mod tests {
     use super::*;
     use crate::api::extract::read;
     use crate::command::given::{Counter, Given, NOON};
-    use crate::command::memory::cases::{memory, tenant, unit, MODEL, OTHER, TENANT};
+    use crate::command::memory::cases::{memory, opened, tenant, unit, MODEL, OTHER, TENANT};
     use crate::wire::memory::{MemoryBatchUpdateRequest, MemoryUpdateRequest};
 
     fn given() -> Given {
@@ -238,7 +248,7 @@ mod tests {
         )
         .expect("planned");
         assert_eq!(p.to_embed(), None);
-        let d = decide(&ctx, TENANT, p, None);
+        let d = decide(&ctx, TENANT, p, None).expect("decided");
         assert_eq!(
             d.events,
             vec![Event::MemoryUpdated(MemoryUpdated {
@@ -250,6 +260,7 @@ mod tests {
                 model: None,
                 vector: None,
                 amend: None,
+                sealed: None,
             })]
         );
         assert_eq!(
@@ -274,9 +285,10 @@ mod tests {
                 model: MODEL,
                 vector: &v,
             }),
-        );
+        )
+        .expect("decided");
         assert_eq!(
-            d.events,
+            opened(&d.events, &*given.projections.keys),
             vec![Event::MemoryUpdated(MemoryUpdated {
                 memory_id: Uuid::from_u128(1),
                 tenant_id: TENANT,
@@ -291,6 +303,7 @@ mod tests {
                     set_expires_at: true,
                     expires_at: None,
                 }),
+                sealed: None,
             })]
         );
         assert_eq!(d.answer.content, "likes green tea");
@@ -354,7 +367,7 @@ mod tests {
         let d =
             decide_batch(&ctx, TENANT, planned, MODEL, std::slice::from_ref(&v)).expect("decided");
         assert!(matches!(
-            &d.events[..],
+            &opened(&d.events, &*given.projections.keys)[..],
             [Event::MemoryUpdated(u)] if u.vector == Some(vector_to_bytes(&v)) && u.updated_at == NOON
         ));
         assert_eq!(d.answer.memories[0].content, "likes oolong");

@@ -2,6 +2,9 @@
 //! its stored hash is the hash of its own bytes, and that those bytes are the canonical
 //! encoding. These checks are independent per record, so they run in parallel.
 
+use auditmem_projections::seal::KeyId;
+use auditmem_projections::Event;
+
 use crate::log::record::{self, RecordRef};
 
 /// A record checked on its own, with the key it was found at.
@@ -16,6 +19,8 @@ pub(super) struct Checked {
     pub(super) prev: [u8; 32],
     pub(super) hash: [u8; 32],
     pub(super) hash_ok: bool,
+    /// Whether the record holds personal fields, and how (`Event::sealing_of`).
+    pub(super) sealing: Option<Option<Vec<KeyId>>>,
 }
 
 pub(super) fn check_one(key: u64, bytes: &[u8]) -> Parsed {
@@ -45,6 +50,7 @@ fn check_decoded(key: u64, bytes: &[u8], decoded: Result<RecordRef<'_>, String>)
             prev,
             hash,
             hash_ok,
+            sealing: Event::sealing_of(r.event),
         })
     });
     Parsed { key, result }

@@ -5,6 +5,7 @@
 //! sorted by seq; a report is clean exactly when the count is zero. The kinds' snake_case
 //! names are part of the JSON report.
 
+use auditmem_projections::seal::{KeyError, KeyId, Keyring};
 use serde::Serialize;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -99,9 +100,32 @@ pub struct Report {
     pub head_seq: u64,
     pub head_hash: String,
     pub checkpoints_checked: usize,
+    /// Records whose personal fields are sealed under their subjects' keys.
+    pub sealed: u64,
+    /// Records holding personal fields in the clear: written before encryption, they cannot
+    /// be shredded.
+    pub plaintext: u64,
+    /// Sealed records one of whose keys is destroyed (their subjects erased), counted when
+    /// the verifier could open the keyring ([`Report::count_erased`]); `null` otherwise.
+    pub erased: Option<u64>,
+    /// The key sets of the sealed records and how many records each seals.
+    #[serde(skip)]
+    pub key_sets: Vec<(Vec<KeyId>, u64)>,
 }
 
 impl Report {
+    /// Counts the sealed records that no longer open in `ring`: one of their keys is gone.
+    pub fn count_erased(&mut self, ring: &dyn Keyring) -> Result<(), KeyError> {
+        let mut erased = 0;
+        for (keys, n) in &self.key_sets {
+            if ring.seal_key(keys)?.is_none() {
+                erased += n;
+            }
+        }
+        self.erased = Some(erased);
+        Ok(())
+    }
+
     pub fn clean(&self) -> bool {
         self.failure_count == 0
     }
@@ -150,6 +174,15 @@ impl Report {
                 self.checkpoints_checked
             ));
         }
+        s.push_str(&format!(
+            "{} sealed records, {} plaintext records that predate encryption{}\n",
+            self.sealed,
+            self.plaintext,
+            match self.erased {
+                Some(n) => format!(", {n} sealed records of erased subjects (keys destroyed)"),
+                None => String::new(),
+            }
+        ));
         s.push_str(&format!(
             "{}/{} records valid; head seq {} hash {}\n{}",
             self.valid,

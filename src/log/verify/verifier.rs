@@ -7,7 +7,9 @@
 //! that breaks the seq order is reported and left out, so the records after it are still
 //! checked against the chain.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+
+use auditmem_projections::seal::KeyId;
 
 use ed25519_dalek::VerifyingKey;
 use rayon::prelude::*;
@@ -46,6 +48,10 @@ pub struct Verifier {
     leaves: u64,
     /// The tree's root after each anchor's seq.
     roots: BTreeMap<u64, tlog_tiles::Hash>,
+    /// Records holding personal fields in the clear (written before encryption).
+    plaintext: u64,
+    /// Sealed records, by the set of keys they are sealed under.
+    key_sets: HashMap<Vec<KeyId>, u64>,
 }
 
 impl Verifier {
@@ -70,6 +76,8 @@ impl Verifier {
             frontier: Vec::new(),
             leaves: 0,
             roots: BTreeMap::new(),
+            plaintext: 0,
+            key_sets: HashMap::new(),
         }
     }
 
@@ -154,6 +162,11 @@ impl Verifier {
             Ok(c) => c,
         };
         self.last_hash = c.hash;
+        match c.sealing {
+            Some(Some(keys)) => *self.key_sets.entry(keys).or_default() += 1,
+            Some(None) => self.plaintext += 1,
+            None => {}
+        }
         if let Some(slot) = self.wanted.get_mut(&key) {
             *slot = Some(c.hash);
         }
@@ -324,6 +337,10 @@ impl Verifier {
             head_seq: self.last_key,
             head_hash: hex::encode(self.last_hash),
             checkpoints_checked: checkpoints.len(),
+            sealed: self.key_sets.values().sum(),
+            plaintext: self.plaintext,
+            erased: None,
+            key_sets: self.key_sets.into_iter().collect(),
         }
     }
 }

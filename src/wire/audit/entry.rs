@@ -83,11 +83,24 @@ pub struct AuditLogEntry<'a> {
     /// RFC 3339 UTC, milliseconds.
     #[schema(value_type = String)]
     pub created_at: Time,
-    /// blake3 (hex) of the entry's canonical detail, among the fields its chain `hash` covers
-    /// (tenant chain rule v2, docs/API.md); null on entries written before the detail was
-    /// hashed, whose `hash` follows rule v1.
+    /// The digest (hex) of the entry's detail, among the fields its chain `hash` covers
+    /// (docs/API.md, "Per-tenant chain"): keyed with the entry's `detail_salt` on a sealed
+    /// entry (rule v3), blake3 of its canonical detail on one written before sealing (rule
+    /// v2); null on entries written before the detail was hashed, whose `hash` follows rule v1.
     #[schema(value_type = Option<String>)]
     pub detail_hash: Option<Hex>,
+    /// `true` on an entry whose personal fields (`ip_address`, `user_agent`, `error_msg`,
+    /// `metadata` and the detail) are stored sealed under its subjects' keys: its `hash`
+    /// follows tenant chain rule v3, which leaves those fields out. Absent on entries that
+    /// predate encryption.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<bool>)]
+    pub sealed: Option<bool>,
+    /// `true` when the entry's subject was erased: its personal fields are gone for good and
+    /// shown as null. Absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<bool>)]
+    pub erased: Option<bool>,
     // An entry's place in its tenant's chain, in the rows of an export of a plan that sees it
     // (and only there, so not in the list item's schema).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -102,9 +115,33 @@ pub struct AuditLogEntry<'a> {
     pub hash: EntryHash,
 }
 
+/// How an entry's personal fields stand: in the clear (an entry that predates encryption),
+/// sealed and opened (the entry holds them again), or sealed and erased.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Personal {
+    Plain,
+    Opened,
+    Erased,
+}
+
+impl Personal {
+    fn sealed(self) -> Option<bool> {
+        (self != Personal::Plain).then_some(true)
+    }
+
+    fn erased(self) -> Option<bool> {
+        (self == Personal::Erased).then_some(true)
+    }
+}
+
 impl<'a> AuditLogEntry<'a> {
     /// `chain`: the entry's place in its chain and the hash before it.
-    fn new(e: &'a AuditEntry, chain: Option<(u64, Hex)>, hash: EntryHash) -> Self {
+    fn new(
+        e: &'a AuditEntry,
+        personal: Personal,
+        chain: Option<(u64, Hex)>,
+        hash: EntryHash,
+    ) -> Self {
         AuditLogEntry {
             id: e.id,
             action: &e.action,
@@ -125,6 +162,8 @@ impl<'a> AuditLogEntry<'a> {
             metadata: e.metadata.as_ref(),
             created_at: Time(e.created_at),
             detail_hash: e.detail_hash.map(Hex),
+            sealed: personal.sealed(),
+            erased: personal.erased(),
             chain_index: chain.map(|c| c.0),
             prev_hash: chain.map(|c| c.1),
             hash,
@@ -134,11 +173,22 @@ impl<'a> AuditLogEntry<'a> {
     /// The entry as an export row: with its place in the chain and its hash when the plan sees
     /// the chain, without either otherwise.
     pub fn exported(e: &'a AuditEntry, r: &AuditRef, with_chain: bool) -> Self {
+        Self::exported_as(e, Personal::Plain, r, with_chain)
+    }
+
+    /// [`AuditLogEntry::exported`] for an entry whose personal fields stand as `personal`
+    /// says.
+    pub fn exported_as(
+        e: &'a AuditEntry,
+        personal: Personal,
+        r: &AuditRef,
+        with_chain: bool,
+    ) -> Self {
         if with_chain {
             let place = (r.chain_index, Hex(r.prev_hash));
-            Self::new(e, Some(place), EntryHash::Shown(Hex(r.hash)))
+            Self::new(e, personal, Some(place), EntryHash::Shown(Hex(r.hash)))
         } else {
-            Self::new(e, None, EntryHash::LeftOut)
+            Self::new(e, personal, None, EntryHash::LeftOut)
         }
     }
 }
@@ -147,14 +197,23 @@ impl<'a> AuditLogEntry<'a> {
 /// chain, else null. Its schema is [`AuditLogEntry`]'s.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ListedEntry {
+    /// The entry with its personal fields as shown (opened, or `None` when erased).
     pub entry: AuditEntry,
+    pub personal: Personal,
     pub hash: Option<[u8; 32]>,
 }
 
 impl ListedEntry {
+    /// An entry that predates encryption.
     pub fn new(entry: AuditEntry, r: &AuditRef, show_hash: bool) -> Self {
+        Self::with(entry, Personal::Plain, r, show_hash)
+    }
+
+    /// An entry whose personal fields stand as `personal` says.
+    pub fn with(entry: AuditEntry, personal: Personal, r: &AuditRef, show_hash: bool) -> Self {
         ListedEntry {
             entry,
+            personal,
             hash: show_hash.then_some(r.hash),
         }
     }
@@ -164,7 +223,7 @@ impl ListedEntry {
             Some(h) => EntryHash::Shown(Hex(h)),
             None => EntryHash::Hidden,
         };
-        AuditLogEntry::new(&self.entry, None, hash)
+        AuditLogEntry::new(&self.entry, self.personal, None, hash)
     }
 }
 
@@ -252,13 +311,26 @@ pub struct AuditLogDetail {
     /// `response_body`. Null for every other entry.
     #[schema(value_type = Option<Object>)]
     pub response_ref: Option<ResponseRef>,
+    /// On a sealed entry not erased: the 32-byte salt (hex) its `detail_hash` is keyed with,
+    /// `blake3::keyed_hash(salt, canonical personal fields)` (tenant chain rule v3), so this
+    /// read can be checked against the chain. Absent otherwise: an erased entry's salt is
+    /// gone with its key.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>)]
+    pub detail_salt: Option<Hex>,
 }
 
 impl AuditLogDetail {
     /// The detail view of `entry` with its detail `d`, the response shown as `response_body`
     /// (the stored body, or the one rendered from `d.response_ref`).
-    pub fn new(entry: ListedEntry, d: AuditDetail, response_body: Option<ShownBody>) -> Self {
+    pub fn new(
+        entry: ListedEntry,
+        d: AuditDetail,
+        response_body: Option<ShownBody>,
+        detail_salt: Option<[u8; 32]>,
+    ) -> Self {
         AuditLogDetail {
+            detail_salt: detail_salt.map(Hex),
             entry,
             response_body,
             request_body: d.request_body,
@@ -339,15 +411,15 @@ mod tests {
             let fields = row_fields(&e, &r);
             assert_eq!(
                 canonical_bytes(&fields),
-                canonical_entry_bytes(&e),
+                canonical_entry_bytes(&e, false),
                 "{change}"
             );
             assert_eq!(
                 chain_hash_fields(&[3; 32], &fields),
-                chain_hash(&[3; 32], &e)
+                chain_hash(&[3; 32], &e, false)
             );
         }
-        let text = String::from_utf8(canonical_entry_bytes(&e)).expect("utf8");
+        let text = String::from_utf8(canonical_entry_bytes(&e, false)).expect("utf8");
         assert!(
             text.starts_with("{\"action\":\"gateway.chat\",\"balance_consumed_usd\":1e-7,"),
             "{text}"

@@ -399,6 +399,8 @@ impl IngestEntry {
                 detail_hash: Some(detail_hash(&detail)),
             },
             detail,
+            sealed: None,
+            sealed_detail: None,
         }
     }
 }

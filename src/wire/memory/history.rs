@@ -12,7 +12,7 @@ use crate::wire::time::Time;
 /// One version of a memory, from the log: what the change set and when.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct MemoryVersion {
-    /// created, updated, superseded, deleted or expired.
+    /// created, updated, superseded, deleted, expired or erased.
     pub change: &'static str,
     pub seq: u64,
     #[schema(value_type = Option<String>)]
@@ -52,6 +52,10 @@ pub struct MemoryVersion {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<String>)]
     pub superseded_by: Option<Uuid>,
+    /// The memory was erased: this version's personal fields (`content`, `metadata`) are
+    /// null, whatever they were. Absent (false) otherwise.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub erased: bool,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -59,6 +63,9 @@ pub struct MemoryHistory {
     #[schema(value_type = String)]
     pub id: Uuid,
     pub deleted: bool,
+    /// The memory was erased (it is then deleted too). Absent (false) otherwise.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub erased: bool,
     pub versions: Vec<MemoryVersion>,
 }
 

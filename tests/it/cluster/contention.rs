@@ -8,7 +8,7 @@ use super::harness::{
     api_node, clean_report, env_u64, poll, request, tenant_with_key, verify_mirror, verify_nats,
     wait_same_head, NatsCluster,
 };
-use crate::common::{blake3_hex, now_end_time, Server, ADMIN_TOKEN};
+use crate::common::{blake3_hex, chain_fields, now_end_time, Server, ADMIN_TOKEN};
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -117,7 +117,7 @@ fn audit_items(s: &Server, key: &str, end: &str) -> Vec<Value> {
 }
 
 /// Links the tenant chain (docs/API.md, "Per-tenant chain", rule v2) through every listed item:
-/// from 32 zero bytes, each entry's `hash` must be `blake3(v2 || prev || canonical item)` of
+/// from 32 zero bytes, each entry's `hash` must be `blake3(v3 || prev || canonical item)` of
 /// exactly one unused item. The list is in `created_at` order, which follows log order only
 /// approximately when several nodes commit, so the next link is searched among the oldest
 /// unused items. Returns the number of links.
@@ -132,13 +132,12 @@ fn link_tenant_chain(listed: &[Value]) -> usize {
                 item["detail_hash"].is_string(),
                 "a new entry without detail_hash: {item}"
             );
-            let mut fields = item.as_object().expect("object").clone();
-            let hash = fields.remove("hash").expect("hash");
-            let hash = hash
+            let hash = item["hash"]
                 .as_str()
                 .expect("a business tenant sees hashes")
                 .to_string();
-            let canonical = serde_json::to_string(&Value::Object(fields)).expect("json");
+            let (rule, canonical) = chain_fields(item);
+            assert_eq!(rule, "v3", "every new entry is sealed: {item}");
             Some((hash, canonical.into_bytes()))
         })
         .collect();
@@ -151,7 +150,7 @@ fn link_tenant_chain(listed: &[Value]) -> usize {
         let end = (first_unused + WINDOW).min(items.len());
         let found = (first_unused..end).find(|&i| {
             items[i].as_ref().is_some_and(|(hash, canonical)| {
-                blake3_hex(&[b"auditmem/tenant-chain/v2", &prev, canonical]) == *hash
+                blake3_hex(&[b"auditmem/tenant-chain/v3", &prev, canonical]) == *hash
             })
         });
         let Some(i) = found else {

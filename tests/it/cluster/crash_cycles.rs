@@ -29,7 +29,9 @@ use super::harness::{
     api_node, clean_report, env_u64, poll, verify_mirror, verify_nats, wait_same_head,
     without_cursor_snapshots, NatsCluster, MIN_POSITION, POSITION,
 };
-use crate::common::{all_audit_entries, answers, now_end_time, replayed_copy, Server, ADMIN_TOKEN};
+use crate::common::{
+    all_audit_entries, answers, now_end_time, path_str, replayed_copy_with, Server, ADMIN_TOKEN,
+};
 
 use std::collections::{HashMap, HashSet};
 use std::io::Write;
@@ -725,7 +727,15 @@ fn acknowledged_writes_survive_repeated_sigkill_of_nats_servers_and_api_nodes() 
         let k = cycle % NODES;
         nodes[k].stop();
         let replayed = tmp.path().join(format!("replayed-{cycle}"));
-        replayed_copy(&nodes[k].data_dir, &replayed);
+        // The node's keys are the cluster's: the copy is replayed and served with its store.
+        let urls = nats.urls();
+        let keys = [
+            "--log",
+            urls.as_str(),
+            "--master-key-file",
+            path_str(nats.kek()),
+        ];
+        replayed_copy_with(&nodes[k].data_dir, &replayed, &keys);
         nodes[k].spawn();
         let audit_ids: Vec<String> = writers
             .iter()
@@ -736,7 +746,17 @@ fn acknowledged_writes_survive_repeated_sigkill_of_nats_servers_and_api_nodes() 
             .flat_map(|w| w.touched.iter().take(3).cloned())
             .collect();
         // The rebuilt copy is served alone, from its own sled log.
-        let r = Server::start_on_with(&replayed, &["--log", "sled"]);
+        let r = Server::start_on_with(
+            &replayed,
+            &[
+                "--log",
+                "sled",
+                "--key-store",
+                urls.as_str(),
+                "--master-key-file",
+                path_str(nats.kek()),
+            ],
+        );
         let rebuilt =
             without_cursor_snapshots(&answers(&r, &all_keys, &audit_ids, &memory_ids, &end));
         drop(r);

@@ -258,8 +258,9 @@ fn nodes_share_one_key_per_subject_see_a_destroy_at_once_and_the_kek_rotates_off
         },
     );
 
-    // A destroy whose notice node two missed (the messages erased, no notice sent): two
-    // reads the key from the stream again once its cached copy is CACHE_TTL old.
+    // A destroy whose notice node two missed (the tombstone written and the key erased as
+    // a destroy does, no notice sent): two reads the key from the stream again once its
+    // cached copy is CACHE_TTL old.
     let carol = Sealed::seal_for(&one, &subjects[2..3], b"aad", b"carol's").expect("seal");
     assert!(carol.open_with(&two, b"aad").expect("open").is_some());
     let cached_at = Instant::now();
@@ -267,6 +268,8 @@ fn nodes_share_one_key_per_subject_see_a_destroy_at_once_and_the_kek_rotates_off
         .block_on(store.first(&store.names.key(&ids_one[2])))
         .expect("read")
         .expect("carol's wrapped key");
+    rt.block_on(store.mark(&store.names.gone(&ids_one[2])))
+        .expect("tombstone");
     assert!(rt.block_on(store.erase(carol_key.sequence)).expect("erase"));
     poll(
         CACHE_TTL * 2,

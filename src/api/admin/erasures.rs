@@ -1,0 +1,29 @@
+//! A whole tenant erased (`POST /admin/v1/tenants/{id}/erasures`): every key of the tenant
+//! destroyed once the erasure event is durable, answered with the same receipt as
+//! `POST /v1/erasures`.
+
+use axum::extract::{Path, State};
+
+use super::{context, record};
+use crate::api::envelope::Created;
+use crate::api::erasure::receipt;
+use crate::api::error::ApiError;
+use crate::api::position::Position;
+use crate::api::state::AppState;
+use crate::command::{admin, erase};
+use crate::wire::envelope::{Data, ErrorEnvelope};
+use crate::wire::erasure::{ErasureReceipt, ErasureTarget};
+
+type ErasureReceiptEnvelope = Data<ErasureReceipt>;
+
+#[utoipa::path(post, path = "/admin/v1/tenants/{id}/erasures", tag = "admin", security(("admin_token" = [])), params(("id" = String, Path, description = "id")),
+    responses((status = 201, description = "erased: the receipt", body = ErasureReceiptEnvelope), (status = 404, description = "tenant not found (4040)", body = ErrorEnvelope)))]
+pub(crate) async fn erase_tenant(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<(Position, Created<ErasureReceipt>), ApiError> {
+    let tenant = admin::tenant_by_path(&context(&state), &id)?;
+    let decision = erase::erase(&context(&state), tenant.id, ErasureTarget::Tenant)?;
+    let (position, planned) = record(&state, decision).await?;
+    Ok((position, Created(receipt(&state, &planned)?)))
+}

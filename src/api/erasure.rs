@@ -1,0 +1,221 @@
+//! `POST /v1/erasures`: a subject of the caller's tenant erased for good, answered with a
+//! receipt (the handler of `crate::command::erase`).
+//!
+//! The gate appends the erasure event with the request's audit entry, as for every operation;
+//! folding it destroys the keys (`auditmem_projections::erasures`), so by the time the gate
+//! answers, the event is durable and the keys are gone. The receipt names where the event is
+//! and a checkpoint that covers it, which exist only after that append: its body is written
+//! then, as the response is sent (a one-item stream), and the entry records no response body,
+//! as for an export download.
+
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::Response;
+use axum::Extension;
+use base64::Engine;
+
+use super::error::ApiError;
+use super::extract::Json;
+use super::gate::{Caller, Recorded};
+use super::state::AppState;
+use auditmem_projections::seal::KeyId;
+
+use crate::command::erase::{self, Planned};
+use crate::command::Context;
+use crate::log::checkpoint::Checkpoint;
+use crate::log::record::RecordRef;
+use crate::tlog::proof::ErasureProof;
+use crate::wire::envelope::{Data, ErrorEnvelope};
+use crate::wire::erasure::{Erased, ErasureReceipt, ErasureRequest};
+
+type ErasureReceiptEnvelope = Data<ErasureReceipt>;
+
+#[utoipa::path(post, path = "/v1/erasures", tag = "memory", security(("api_key" = [])),
+    request_body = ErasureRequest,
+    responses((status = 201, description = "erased: the receipt", body = ErasureReceiptEnvelope), (status = 400, description = "not exactly one subject, an invalid one, or a memory id the tenant does not have (4000)", body = ErrorEnvelope), (status = 403, description = "permission memory.erase (4030)", body = ErrorEnvelope)))]
+pub(crate) async fn create_erasure(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Json(target): Json<ErasureRequest>,
+) -> Result<Recorded<Response>, ApiError> {
+    let ctx = Context::service(&state.projections);
+    let decision = erase::erase(&ctx, caller.tenant.id, target)?;
+    let planned = decision.answer.clone();
+    let mut recorded = Recorded::decided(decision, |_| receipt_response(state, planned));
+    recorded.ops.streamed = true;
+    Ok(recorded)
+}
+
+/// 201 whose body, the receipt, is made when the response is sent: after the gate appended
+/// the event (a failed append answers the failure instead, and this body is never read).
+fn receipt_response(state: AppState, planned: Planned) -> Response {
+    let body = futures_util::stream::once(async move {
+        match receipt(&state, &planned) {
+            Ok(r) => serde_json::to_vec(&Data(r))
+                .map(Bytes::from)
+                .map_err(std::io::Error::other),
+            Err(e) => {
+                tracing::error!(error = %e.message, erasure_id = %planned.erasure_id, "erasure receipt");
+                Err(std::io::Error::other(e.message))
+            }
+        }
+    });
+    let mut resp = Response::new(Body::from_stream(body));
+    *resp.status_mut() = StatusCode::CREATED;
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    resp
+}
+
+/// The receipt of an erasure whose event is in the log: its position, and a checkpoint that
+/// covers it (the latest when it does, else one signed now at the head).
+pub(crate) fn receipt(state: &AppState, planned: &Planned) -> Result<ErasureReceipt, ApiError> {
+    let view = state
+        .projections
+        .erasures
+        .get(&planned.erasure_id)
+        .map_err(ApiError::internal)?
+        .ok_or_else(|| ApiError::internal("the erasure event is not folded"))?;
+    let checkpoint = match state.signer.latest() {
+        Some(cp) if cp.seq >= view.seq => cp,
+        _ => state
+            .signer
+            .sign(state.appender.head())
+            .map_err(ApiError::internal)?,
+    };
+    let proof = erasure_proof(state, planned, view.seq, &checkpoint)?;
+    let (audit_entries, exports) = touched(state, view.tenant_id, &planned.key_ids, view.seq)?;
+    let notice = (planned.predate_encryption > 0).then(|| {
+        format!(
+            "{} records predate encryption and cannot be shredded",
+            planned.predate_encryption
+        )
+    });
+    Ok(ErasureReceipt {
+        erasure_id: planned.erasure_id,
+        erased: Erased {
+            memories: planned.memories,
+            keys: planned.keys,
+            audit_entries,
+            exports,
+        },
+        predate_encryption: planned.predate_encryption,
+        notice,
+        erased_at: auditmem_projections::audit_view::format_time(planned.erased_at),
+        seq: view.seq,
+        checkpoint,
+        proof,
+    })
+}
+
+/// How many of the tenant's audit entries logged before the erasure (`before_seq`) are
+/// sealed under one of `key_ids`, and how many export files (completed and not expired, or
+/// being written) hold at least one of them: a pass over the tenant's entries in the audit
+/// index, reading each entry's clear head from the log (its sealed part is not opened), so
+/// it costs one log read per entry of the tenant.
+fn touched(
+    state: &AppState,
+    tenant: uuid::Uuid,
+    key_ids: &[KeyId],
+    before_seq: u64,
+) -> Result<(usize, usize), ApiError> {
+    if key_ids.is_empty() {
+        return Ok((0, 0));
+    }
+    let filter = auditmem_projections::audit_index::Filter {
+        tenant_id: tenant,
+        action: None,
+        from: i64::MIN,
+        to: i64::MAX,
+    };
+    // (seq, created_at) of every entry an erased key sealed.
+    let mut erased: Vec<(u64, i64)> = Vec::new();
+    let mut after = None;
+    let mut chunk = None;
+    loop {
+        let seqs = state
+            .projections
+            .audit
+            .in_log_order(&filter, after, before_seq, TOUCHED_WINDOW)
+            .map_err(ApiError::internal)?;
+        let Some(last) = seqs.last().copied() else {
+            break;
+        };
+        for seq in seqs {
+            let head = state
+                .log
+                .audit_entry_from(seq, &mut chunk)
+                .map_err(ApiError::internal)?;
+            let Some(head) = head else { continue };
+            let sealed_under = head
+                .sealed
+                .as_ref()
+                .is_some_and(|s| s.keys.iter().any(|k| key_ids.contains(k)));
+            if sealed_under {
+                erased.push((seq, head.entry.created_at));
+            }
+        }
+        after = Some(last);
+    }
+    let exports = &state.projections.exports;
+    let now = crate::wire::time::now();
+    let mut files = exports.live_completed(now).map_err(ApiError::internal)?;
+    files.extend(exports.processing().map_err(ApiError::internal)?);
+    let holding = files
+        .iter()
+        .filter(|x| x.tenant_id == tenant)
+        .filter(|x| {
+            erased
+                .iter()
+                .any(|(seq, at)| *seq < x.request_seq && (x.start_time..=x.end_time).contains(at))
+        })
+        .count();
+    Ok((erased.len(), holding))
+}
+
+/// The tenant's entries read per pass of the audit index when counting an erasure's.
+const TOUCHED_WINDOW: usize = 65_536;
+
+/// The erasure event's record at `seq` and its inclusion path in the tree `checkpoint` signs.
+fn erasure_proof(
+    state: &AppState,
+    planned: &Planned,
+    seq: u64,
+    checkpoint: &Checkpoint,
+) -> Result<ErasureProof, ApiError> {
+    let (Some(note), Some(root)) = (&checkpoint.note, &checkpoint.root) else {
+        return Err(ApiError::internal(
+            "the checkpoint covering the erasure signs no tree root",
+        ));
+    };
+    let record = match state.log.records_from(seq).next() {
+        Some(Ok((found, record))) if found == seq => record,
+        Some(Ok((found, _))) => {
+            return Err(ApiError::internal(format!(
+                "record {seq} is missing (the next is {found})"
+            )))
+        }
+        Some(Err(e)) => return Err(ApiError::internal(e)),
+        None => return Err(ApiError::internal(format!("record {seq} is missing"))),
+    };
+    let r = RecordRef::decode(&record).map_err(ApiError::internal)?;
+    let path = state
+        .appender
+        .tlog()
+        .inclusion(seq - 1, checkpoint.seq)
+        .map_err(ApiError::internal)?;
+    Ok(ErasureProof {
+        erasure_id: planned.erasure_id,
+        seq,
+        leaf_index: seq - 1,
+        record: base64::engine::general_purpose::STANDARD.encode(&record),
+        record_hash: hex::encode(r.hash),
+        tree_size: checkpoint.seq,
+        root_hash: root.clone(),
+        inclusion: path.iter().map(ToString::to_string).collect(),
+        checkpoint: note.clone(),
+    })
+}
