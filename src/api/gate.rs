@@ -242,6 +242,12 @@ pub async fn v1_gate(State(gate): State<Gate>, req: Request, next: Next) -> Resp
         .extend(crate::wire::audit::scope_of(tenant.id, None, body_json));
     entry.scope.sort();
     entry.scope.dedup();
+    // An erasure's own entry is the tenant's record that it happened: sealed under the
+    // scope it names, it would be erased by itself, and a scope erased already would get a
+    // new key just to seal it.
+    if policy.permission == Permission::MemoryErase {
+        entry.scope.clear();
+    }
     if let Err(refused) = authorize(policy, &tenant, &key, tags, &mut entry) {
         return record(&state, entry, refused.into_response()).await;
     }

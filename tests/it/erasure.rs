@@ -303,6 +303,14 @@ fn erasing_alice_keeps_bob_and_the_receipt_verifies_against_the_log() {
     assert_ne!(again["data"]["erasure_id"], r["erasure_id"]);
     assert!(again["data"]["seq"].as_u64().expect("seq") > seq, "{again}");
     assert_eq!(again["data"]["erased"]["keys"], json!(0), "{again}");
+    // The erasures' own entries are the tenant's, not alice's: they stay readable.
+    let (_, v) = s.get("/v1/audit/logs?action=memory.erase", &key);
+    let logs = v["data"]["logs"].as_array().expect("logs");
+    assert_eq!(logs.len(), 2, "{v}");
+    for e in logs {
+        assert_eq!(e["erased"], json!(null), "{e}");
+        assert_eq!(e["ip_address"], json!("127.0.0.1"), "{e}");
+    }
     let (status, _) = s.get(&format!("/v1/memories/{bob}"), &key);
     assert_eq!(status, 200);
 
@@ -400,7 +408,7 @@ fn erased_data_reads_erased_and_no_file_of_the_data_dir_holds_it() {
         "{r}"
     );
     // The entries the receipt counts are those the audit list now shows erased (the
-    // erasure's own entry, which names alice, aside): her two writes and the search at least.
+    // erasures' own entries, the tenant's, aside): her two writes and the search at least.
     let shown_erased = common::all_audit_entries(&s, &key)
         .iter()
         .filter(|e| e["erased"] == json!(true) && e["action"] != json!("memory.erase"))
