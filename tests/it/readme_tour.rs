@@ -171,6 +171,15 @@ fn the_readme_tour_runs_as_written() {
             .is_some_and(|s| s > 0.0),
         "{search}"
     );
+    // Bob's erasure: its receipt verifies against the signed log, and his secret is found
+    // no more (the last search of the tour answers nothing).
+    assert!(stdout.contains("OK: erasure "), "{stdout}");
+    let last_search = tour
+        .iter()
+        .rev()
+        .find(|v| v["data"]["results"].is_array())
+        .unwrap_or_else(|| panic!("no search: {stdout}"));
+    assert_eq!(last_search["data"]["results"], json!([]), "{last_search}");
     // The proofs and the export verified, live and offline.
     for line in [
         "OK: the export is complete and exactly as the service wrote it",
