@@ -133,16 +133,8 @@ impl Store {
     /// error), retrying until a deadline: right after the servers start there may be no
     /// JetStream meta leader to create it.
     pub async fn connect(config: &NatsConfig, create: bool) -> anyhow::Result<Store> {
-        let client = async_nats::ConnectOptions::new()
-            .name("auditmem-keys")
-            .retry_on_initial_connect()
-            .connection_timeout(config.timeout)
-            .max_reconnects(None)
-            .connect(config.servers.clone())
-            .await?;
-        let js = jetstream::ContextBuilder::new()
-            .timeout(config.timeout)
-            .build(client.clone());
+        let (client, js) =
+            crate::log::cluster::nats::connect_jetstream(config, "auditmem-keys").await?;
         let names = Names::of_log_stream(&config.stream);
         let deadline = Instant::now() + config.timeout.max(Duration::from_secs(30));
         let stream = loop {

@@ -70,16 +70,7 @@ impl NatsLog {
     /// Connects (retrying the initial connection until `timeout`), creates the stream if
     /// missing and makes sure it starts with the genesis message.
     pub async fn connect(config: NatsConfig) -> anyhow::Result<NatsLog> {
-        let client = async_nats::ConnectOptions::new()
-            .name("auditmem")
-            .retry_on_initial_connect()
-            .connection_timeout(config.timeout)
-            .max_reconnects(None)
-            .connect(config.servers.clone())
-            .await?;
-        let js = jetstream::ContextBuilder::new()
-            .timeout(config.timeout)
-            .build(client.clone());
+        let (client, js) = connect_jetstream(&config, "auditmem").await?;
         let turns = Arc::new(TurnOrder::new(client.new_inbox()));
         let mut subscription = client
             .subscribe(turns_subject(&config.stream))
@@ -266,6 +257,26 @@ impl LogStream for NatsLog {
                 .await;
         }
     }
+}
+
+/// A client of `config`'s servers named `name` (retrying the initial connection, reconnecting
+/// for ever) and its JetStream context, both bounded by `config.timeout`: the log's and the
+/// key store's connections.
+pub async fn connect_jetstream(
+    config: &NatsConfig,
+    name: &str,
+) -> anyhow::Result<(async_nats::Client, jetstream::Context)> {
+    let client = async_nats::ConnectOptions::new()
+        .name(name)
+        .retry_on_initial_connect()
+        .connection_timeout(config.timeout)
+        .max_reconnects(None)
+        .connect(config.servers.clone())
+        .await?;
+    let js = jetstream::ContextBuilder::new()
+        .timeout(config.timeout)
+        .build(client.clone());
+    Ok((client, js))
 }
 
 fn turns_subject(stream: &str) -> String {
