@@ -39,7 +39,7 @@ impl Node {
     }
 
     fn start_in(stream: &FakeStream, name: &str, dir: tempfile::TempDir) -> Node {
-        let db = crate::log::open_db(dir.path()).expect("open the data dir");
+        let db = open_when_released(dir.path());
         let projections = Arc::new(
             crate::log::open_projections(
                 &db,
@@ -68,6 +68,7 @@ impl Node {
     }
 
     /// Stops the writer and closes the data dir, which is handed back.
+    /// The node's data dir, held by nothing else.
     async fn stop(self) -> tempfile::TempDir {
         let Node {
             db,
@@ -430,7 +431,7 @@ async fn a_node_that_starts_behind_folds_the_whole_stream_then_writes_after_it()
     // are found in the mirror, compared, and skipped.
     let dir = a.stop().await;
     {
-        let db = crate::log::open_db(dir.path()).expect("reopen");
+        let db = open_when_released(dir.path());
         db.open_tree("cluster")
             .expect("the position's tree")
             .insert("stream_seq", &3u64.to_be_bytes())
@@ -548,4 +549,20 @@ async fn a_node_refuses_a_stream_that_does_not_continue_its_chain() {
         "the log stream does not continue this node's chain: stream message 4: record 3 differs from the mirror's"
     );
     a.stop().await;
+}
+
+/// Opens the data dir `dir`, waiting (at most 10 s) for a stopped node's last sled handle to
+/// go: sled unlocks the dir when its last handle drops, which a stopped appender's threads may
+/// do a moment after `stop` returns on a loaded machine.
+fn open_when_released(dir: &std::path::Path) -> sled::Db {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        match crate::log::open_db(dir) {
+            Ok(db) => return db,
+            Err(_) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            Err(e) => panic!("open {}: {e}", dir.display()),
+        }
+    }
 }
