@@ -188,3 +188,20 @@ impl Projections {
         Ok(())
     }
 }
+
+/// Opens the sled database in `dir` again right after its last handle was dropped, waiting
+/// (at most 10 s) for sled's background flusher to let go of the directory's lock, which on
+/// a loaded machine it may hold a moment after the drop.
+#[cfg(test)]
+pub(crate) fn reopen_db(dir: &std::path::Path) -> sled::Db {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        match sled::open(dir) {
+            Ok(db) => return db,
+            Err(_) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            Err(e) => panic!("reopen {}: {e}", dir.display()),
+        }
+    }
+}

@@ -314,7 +314,7 @@ fn ids_past_the_recent_window_are_found_in_the_stored_runs_and_still_refused_twi
     // Detached and attached to the database opened again, nothing is read back,
     let detached = idx.detach();
     drop(db);
-    let db = sled::open(dir.path()).expect("reopen");
+    let db = crate::reopen_db(dir.path());
     let idx = AuditIndex::attach(&db, detached).expect("attach");
     check(&idx);
     assert_eq!(idx.head(&tenant), head);

@@ -149,7 +149,7 @@ fn state_detached_and_attached_to_the_reopened_database_answers_and_takes_writes
     // Given the state detached, the database closed and opened again,
     let detached = p.detach();
     drop(db);
-    let db = sled::open(dir.path()).expect("reopen");
+    let db = crate::reopen_db(dir.path());
     let p = Memories::attach(&db, detached).expect("attach");
     // then it answers as before, without reading anything back,
     assert_eq!(p.count(&t), 2);
