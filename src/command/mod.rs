@@ -212,10 +212,14 @@ impl From<auditmem_projections::seal::KeyError> for Refusal {
     /// A key store out of reach is the log's 503 (retry); any other key failure is internal.
     fn from(e: auditmem_projections::seal::KeyError) -> Self {
         match e {
-            auditmem_projections::seal::KeyError::Unavailable(why) => Refusal::new(
-                crate::registry::ErrorCode::Unavailable,
-                format!("the key store cannot be reached: {why}"),
-            ),
+            // The store's own names (subject digests) go to the server log, not to callers.
+            auditmem_projections::seal::KeyError::Unavailable(why) => {
+                tracing::warn!(error = %why, "the key store cannot be reached");
+                Refusal::new(
+                    crate::registry::ErrorCode::Unavailable,
+                    "the key store cannot be reached (a cluster without a quorum): retry",
+                )
+            }
             e => Refusal::internal(e),
         }
     }
