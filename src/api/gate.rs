@@ -471,10 +471,17 @@ async fn record(state: &AppState, entry: Entry, resp: Response) -> Response {
     // cluster is back (`Appender::defer`). Anything that changes state is refused.
     let deferred = (events.len() == 1 && check.is_none() && state.appender.defers())
         .then(|| events[0].clone());
+    // A request the handler already refused because the cluster (its log or its key store)
+    // did not answer is not made to wait for the stream a second time: its entry is deferred
+    // at once, so the caller has its 503 within one `--nats-timeout-ms`.
+    let refused_unreachable = resp
+        .extensions()
+        .get::<ErrorInfo>()
+        .is_some_and(|i| i.code == ErrorCode::Unavailable.code());
     let outcome = match (check, &deferred) {
-        (None, Some(_)) if state.appender.cluster_down() => Err(AppendError::ClusterUnavailable(
-            "the log cluster is not taking writes".into(),
-        )),
+        (None, Some(_)) if refused_unreachable || state.appender.cluster_down() => Err(
+            AppendError::ClusterUnavailable("the log cluster is not taking writes".into()),
+        ),
         (Some(check), _) => state.appender.append_checked(events, check).await,
         (None, _) => state.appender.append(events).await,
     };

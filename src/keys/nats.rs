@@ -120,6 +120,47 @@ pub struct Store {
     pub js: jetstream::Context,
     pub stream: stream::Stream,
     pub names: Names,
+    leader: Arc<LeaderWatch>,
+}
+
+/// Whether the stream's leader answers. A request to it that failed only after half of
+/// `--nats-timeout-ms` means no leader (a cluster without a quorum): for the next
+/// `--nats-timeout-ms` the leader is not asked again, so one write that needs several keys
+/// waits for one timeout, not one per key, and reads go straight to a replica.
+#[derive(Debug)]
+struct LeaderWatch {
+    timeout: Duration,
+    silent_until: Mutex<Option<Instant>>,
+}
+
+impl LeaderWatch {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Instant>> {
+        self.silent_until
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The time of asking, or `Unavailable` while the leader is known to be silent.
+    fn ask(&self) -> Result<Instant, KeyError> {
+        let now = Instant::now();
+        match *self.lock() {
+            Some(until) if now < until => Err(KeyError::Unavailable(format!(
+                "the key store's leader did not answer within {:?} a moment ago",
+                self.timeout
+            ))),
+            _ => Ok(now),
+        }
+    }
+
+    /// Notes how a request asked at `asked` ended.
+    fn answered(&self, asked: Instant, failed: bool) {
+        let mut silent = self.lock();
+        if !failed {
+            *silent = None;
+        } else if asked.elapsed() >= self.timeout / 2 {
+            *silent = Some(Instant::now() + self.timeout);
+        }
+    }
 }
 
 /// A request to the key store that failed on the way (no quorum, a timeout, no responder):
@@ -172,20 +213,27 @@ impl Store {
             js,
             stream,
             names,
+            leader: Arc::new(LeaderWatch {
+                timeout: config.timeout,
+                silent_until: Mutex::new(None),
+            }),
         })
     }
 
     /// The first message on `subject`, read from the stream's leader.
     pub async fn first(&self, subject: &str) -> Result<Option<StreamMessage>, KeyError> {
-        match self
+        let asked = self.leader.ask()?;
+        let read = self
             .stream
             .get_first_raw_message_by_subject(subject, 1)
-            .await
-        {
+            .await;
+        let out = match read {
             Ok(m) => Ok(Some(m)),
             Err(e) if matches!(e.kind(), LastRawMessageErrorKind::NoMessageFound) => Ok(None),
             Err(e) => Err(store_error(format!("reading {subject}: {e}"))),
-        }
+        };
+        self.leader.answered(asked, out.is_err());
+        out
     }
 
     /// Publishes `payload` on `subject` only if the subject holds no message: the stored
@@ -202,12 +250,15 @@ impl Store {
         if let Some(t) = tenant {
             m = m.header(TENANT_HEADER, t.to_string().as_str());
         }
+        let asked = self.leader.ask()?;
         let acked = async { self.js.send_publish(subject.to_string(), m).await?.await };
-        match acked.await {
+        let out = match acked.await {
             Ok(ack) => Ok(Some(ack.sequence)),
             Err(e) if matches!(e.kind(), PublishErrorKind::WrongLastSequence) => Ok(None),
             Err(e) => Err(store_error(format!("writing {subject}: {e}"))),
-        }
+        };
+        self.leader.answered(asked, out.is_err());
+        out
     }
 
     /// The first message on `subject` from any replica (no leader needed); `None` when that
@@ -224,16 +275,19 @@ impl Store {
 
     /// Publishes an empty message on `subject`, acknowledged.
     pub async fn mark(&self, subject: &str) -> Result<(), KeyError> {
+        let asked = self.leader.ask()?;
         let acked = async {
             self.js
                 .send_publish(subject.to_string(), PublishMessage::build())
                 .await?
                 .await
         };
-        acked
+        let out = acked
             .await
             .map(|_| ())
-            .map_err(|e| store_error(format!("writing {subject}: {e}")))
+            .map_err(|e| store_error(format!("writing {subject}: {e}")));
+        self.leader.answered(asked, out.is_err());
+        out
     }
 
     /// Replaces the message at `seq` on `subject` by `payload`: the new one is stored first
@@ -257,16 +311,22 @@ impl Store {
                 m = m.header(name.clone(), v.clone());
             }
         }
+        let asked = self.leader.ask()?;
         let acked = async { self.js.send_publish(subject.to_string(), m).await?.await };
-        acked
+        let out = acked
             .await
-            .map_err(|e| store_error(format!("rewriting {subject}: {e}")))?;
+            .map_err(|e| store_error(format!("rewriting {subject}: {e}")));
+        self.leader.answered(asked, out.is_err());
+        out?;
         self.erase(seq).await.map(|_| ())
     }
 
     /// Securely erases the message at `seq` on every replica; `false` when it was not there.
     pub async fn erase(&self, seq: u64) -> Result<bool, KeyError> {
-        match self.stream.delete_message(seq).await {
+        let asked = self.leader.ask()?;
+        let deleted = self.stream.delete_message(seq).await;
+        self.leader.answered(asked, deleted.is_err());
+        match deleted {
             Ok(done) => Ok(done),
             Err(e) => match e.kind() {
                 async_nats::jetstream::stream::DeleteMessageErrorKind::JetStream(j)
