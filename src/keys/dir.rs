@@ -44,7 +44,15 @@ pub struct DirKeyring {
 struct Cache {
     keys: HashMap<KeyId, DataKey>,
     subjects: HashMap<Subject, KeyId>,
+    /// Seal keys by the ids they were asked for (in that order): every audit entry of a tenant
+    /// asks for the same one, and its HKDF took ~0.4 µs of an ingested entry's ~16 µs. Any
+    /// destroy empties it.
+    sealing: HashMap<Vec<KeyId>, SealKey>,
 }
+
+/// Seal keys kept at most: past it the map starts again (a request showing many memories asks
+/// for a set of its own).
+const SEALING_CACHED: usize = 4096;
 
 impl DirKeyring {
     /// Opens the key directory `dir` with the KEK at `kek_path`. A KEK is generated there when
@@ -224,6 +232,9 @@ impl Keyring for DirKeyring {
     }
 
     fn seal_key(&self, ids: &[KeyId]) -> Result<Option<SealKey>, KeyError> {
+        if let Some(k) = self.lock().sealing.get(ids) {
+            return Ok(Some(k.clone()));
+        }
         let mut keys: Vec<(KeyId, DataKey)> = Vec::with_capacity(ids.len());
         for id in ids {
             let cached = self.lock().keys.get(id).cloned();
@@ -240,11 +251,22 @@ impl Keyring for DirKeyring {
             keys.push((*id, key));
         }
         let refs: Vec<(KeyId, &DataKey)> = keys.iter().map(|(id, k)| (*id, k)).collect();
-        Ok(Some(SealKey::derive(&refs)))
+        let key = SealKey::derive(&refs);
+        let mut cache = self.lock();
+        // Only while every key is still held: a destroy that ran since the reads above must
+        // not leave a seal key of it behind.
+        if ids.iter().all(|id| cache.keys.contains_key(id)) {
+            if cache.sealing.len() >= SEALING_CACHED {
+                cache.sealing.clear();
+            }
+            cache.sealing.insert(ids.to_vec(), key.clone());
+        }
+        Ok(Some(key))
     }
 
     fn destroy(&self, ids: &[KeyId]) -> Result<usize, KeyError> {
         let mut cache = self.lock();
+        cache.sealing.clear();
         let mut n = 0;
         for id in ids {
             cache.keys.remove(id);

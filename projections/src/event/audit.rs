@@ -220,7 +220,7 @@ impl AuditPersonal {
     /// fresh random salt.
     pub fn take(entry: &mut AuditEntry, detail: &mut AuditDetail) -> AuditPersonal {
         let mut salt = [0u8; 32];
-        crate::seal::fill_random(&mut salt);
+        crate::seal::fill_nonce(&mut salt);
         AuditPersonal {
             fields: PersonalFields {
                 salt,
