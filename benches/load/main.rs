@@ -23,6 +23,7 @@ use clap::{Parser, ValueEnum};
 use serde::Serialize;
 use serde_json::{json, Value};
 
+mod erasure;
 mod measure;
 mod ops;
 mod scenarios;
@@ -70,6 +71,11 @@ pub(crate) enum Scenario {
     /// memories each, in a loop): the search's p99 in both and their ratio (target ≤ 3×).
     /// Needs no seeded data (`--audit-entries 0`).
     Fairness,
+    /// One tenant's user with `--erase-memories` memories and `--erase-entries` audit entries
+    /// that show it, erased (`POST /v1/erasures`) while another tenant searches (one client):
+    /// the erasure's time and the searches' p99 beside it against idle (target ≤ 2×). Needs
+    /// no seeded data (`--audit-entries 0`).
+    Erasure,
 }
 
 impl Scenario {
@@ -125,6 +131,12 @@ pub(crate) struct Args {
     /// Memories to seed in the memory tenant (for search and mixed).
     #[arg(long, default_value_t = 100_000)]
     pub(crate) memories: u64,
+    /// The `erasure` scenario's user: its memories.
+    #[arg(long, default_value_t = 10_000)]
+    pub(crate) erase_memories: u64,
+    /// The `erasure` scenario's user: audit entries that show it.
+    #[arg(long, default_value_t = 100_000)]
+    pub(crate) erase_entries: u64,
     /// Write the results as JSON to this file.
     #[arg(long)]
     pub(crate) json: Option<PathBuf>,
@@ -227,6 +239,7 @@ async fn run(args: Args) -> Result<()> {
                 tokio::task::spawn_blocking(move || limits(&dir)).await??
             }
             Scenario::Fairness => fairness(&ctx, &admin, &args).await?,
+            Scenario::Erasure => erasure::erasure(&ctx, &admin, &args).await?,
             _ => {
                 drive(
                     &ctx,
