@@ -322,7 +322,10 @@ impl Store {
     }
 
     /// Securely erases the message at `seq` on every replica; `false` when it was not there.
+    /// Every node folding an erasure destroys its keys, so another node may have erased the
+    /// message since it was read: the server answers that as "sequence not found".
     pub async fn erase(&self, seq: u64) -> Result<bool, KeyError> {
+        use async_nats::jetstream::ErrorCode;
         let asked = self.leader.ask()?;
         let deleted = self.stream.delete_message(seq).await;
         self.leader.answered(asked, deleted.is_err());
@@ -330,7 +333,8 @@ impl Store {
             Ok(done) => Ok(done),
             Err(e) => match e.kind() {
                 async_nats::jetstream::stream::DeleteMessageErrorKind::JetStream(j)
-                    if j.error_code() == async_nats::jetstream::ErrorCode::NO_MESSAGE_FOUND =>
+                    if j.error_code() == ErrorCode::NO_MESSAGE_FOUND
+                        || j.error_code() == ErrorCode::SEQUENCE_NOT_FOUND =>
                 {
                     Ok(false)
                 }
