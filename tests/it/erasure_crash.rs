@@ -5,8 +5,9 @@
 //! user's) and `INGESTED` audit entries scoped to the user, each holding the cycle's secret;
 //! then sends `POST /v1/erasures` (alternately naming the memories, whose hundreds of keys take
 //! seconds to destroy one by one, and the user, one key) and SIGKILLs the server at one of
-//! several points: at once, while the keys are being destroyed (seen from their files
-//! disappearing), after a random delay, or right after the answer. On restart:
+//! several points: at once (before the decision or among the first destroys), while the keys
+//! are being destroyed (seen from their files disappearing), after a random delay, or right
+//! after the answer. On restart:
 //!
 //! - the erasure is in the log (its `SubjectsErased` event, and its audit entry) and then
 //!   every key it named is gone, every memory it erased answers 404 with an erased history,
@@ -49,7 +50,8 @@ enum Target {
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum KillAt {
-    /// 0-30 ms after the request is sent: before it is decided, as a rule.
+    /// 0-30 ms after the request is sent: before it is decided or among its first keys'
+    /// destroys (deciding and appending take a few milliseconds).
     Early,
     /// While the keys are destroyed: once one of the user's key files is gone, after 0-300 ms.
     Destroying,
@@ -215,6 +217,10 @@ fn an_erasure_killed_at_any_point_is_complete_or_absent_after_restart() {
     let started = Instant::now();
     let cycles = env_u64("AUDITMEM_ERASURE_CRASH_CYCLES").unwrap_or(4).max(1) as usize;
     let seed = common::seed_or_clock("AUDITMEM_ERASURE_CRASH_SEED");
+    let _ = writeln!(
+        std::io::stderr(),
+        "erasure_crash: seed {seed} (AUDITMEM_ERASURE_CRASH_SEED={seed} repeats it), {cycles} cycles"
+    );
     let mut rng = StdRng::seed_from_u64(seed);
     let mut s = Server::start();
     let (tenant, key, _) = forget::tenant_with_erase(&s);
