@@ -476,7 +476,8 @@ pub struct VerifyArgs {
     #[arg(long)]
     pub json: bool,
     /// With --data-dir: the key-encryption key of the data dir's keys (default: `master.key`
-    /// in the data dir), to count the records of erased subjects. Verifying never needs it.
+    /// in the data dir); with --nats: the cluster's KEK, which opens its key store (no
+    /// default). To count the records of erased subjects; verifying never needs it.
     #[arg(long, env = "AUDITMEM_MASTER_KEY_FILE")]
     pub master_key_file: Option<PathBuf>,
     /// Verify the chain straight from a cluster's JetStream stream

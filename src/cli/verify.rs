@@ -51,13 +51,17 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
             pinned.as_ref(),
         )?
     } else if let Some(LogBackend::Nats(servers)) = &args.nats {
-        verify_nats(
+        let mut report = verify_nats(
             servers,
             &args.nats_stream,
             expect_head,
             &checkpoints,
             pinned.as_ref(),
-        )?
+        )?;
+        if let Some(kek) = &args.master_key_file {
+            count_erased_in_cluster(&mut report, servers, &args.nats_stream, kek);
+        }
+        report
     } else if args.nats.is_some() {
         bail!("--nats takes nats://HOST:PORT[,HOST:PORT...]");
     } else {
@@ -294,6 +298,30 @@ fn count_erased(report: &mut Report, copy: &Path, dir: &Path, kek: Option<&Path>
             }
         }
         Err(e) => tracing::warn!(error = %e, dir = %dir.display(), "opening the keyring"),
+    }
+}
+
+/// Counts the records of erased subjects with the cluster's key store (`<stream>_KEYS`), opened
+/// with the KEK `kek` and never written to; the chain's verdict never depends on it.
+fn count_erased_in_cluster(report: &mut Report, servers: &[String], stream: &str, kek: &Path) {
+    if report.sealed == 0 {
+        report.erased = Some(0);
+        return;
+    }
+    let config = crate::log::cluster::NatsConfig {
+        servers: servers.to_vec(),
+        stream: stream.to_string(),
+        subject: String::new(),
+        replicas: 3,
+        timeout: std::time::Duration::from_secs(10),
+    };
+    match crate::keys::NatsKeyring::open_existing(&config, kek) {
+        Ok(ring) => {
+            if let Err(e) = report.count_erased(&ring) {
+                tracing::warn!(error = %e, stream, "counting erased records");
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, stream, "opening the key store"),
     }
 }
 

@@ -114,13 +114,17 @@ impl DirKeyring {
         KeyError::Store(e.to_string())
     }
 
-    /// Reads the subject file at `path`: the subject and its live key's id.
+    /// Reads the subject file at `path`: the subject and its live key's id. A file a shred
+    /// left zeroed names no key.
     fn read_subject(&self, path: &Path) -> Result<Option<(Subject, KeyId)>, KeyError> {
         let bytes = match fs::read(path) {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(Self::store(e)),
         };
+        if shredded(&bytes) {
+            return Ok(None);
+        }
         self.kek
             .unwrap_subject(&bytes)
             .map(Some)
@@ -143,17 +147,23 @@ impl DirKeyring {
             }
             let dir = tenant.path();
             let path = dir.join(&name);
-            if let Some((_, named)) = self.read_subject(&path)? {
-                if named == *id {
-                    shred(&path).map_err(Self::store)?;
-                    sync_dir(&dir).map_err(Self::store)?;
-                }
+            let left_zeroed = fs::read(&path).is_ok_and(|b| shredded(&b));
+            let names_it = self.read_subject(&path)?.is_some_and(|(_, k)| k == *id);
+            if names_it || left_zeroed {
+                shred(&path).map_err(Self::store)?;
+                sync_dir(&dir).map_err(Self::store)?;
             }
         }
         Ok(())
     }
 
-    /// Reads a data key from its file; `None` when it was destroyed.
+    /// Whether key `id`'s file is there, whole: not destroyed, nor left zeroed by a shred.
+    fn holds_key(&self, id: &KeyId) -> bool {
+        fs::read(self.data_path(id)).is_ok_and(|b| !shredded(&b))
+    }
+
+    /// Reads a data key from its file; `None` when it was destroyed (its file gone, or left
+    /// zeroed by a shred that a crash cut short).
     fn read_key(&self, id: &KeyId) -> Result<Option<DataKey>, KeyError> {
         let path = self.data_path(id);
         let bytes = match fs::read(&path) {
@@ -161,6 +171,9 @@ impl DirKeyring {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(Self::store(e)),
         };
+        if shredded(&bytes) {
+            return Ok(None);
+        }
         self.kek
             .unwrap_key(id, &bytes)
             .map(|(_, key)| Some(key))
@@ -223,8 +236,9 @@ impl Keyring for DirKeyring {
         let Some((_, id)) = found else {
             return Ok(None);
         };
-        // A subject file whose key was destroyed (a crash between the two unlinks) has no key.
-        if !self.data_path(&id).exists() {
+        // A subject file whose key was destroyed (a crash between the two unlinks, or inside
+        // the key's shred) has no key.
+        if !self.holds_key(&id) {
             return Ok(None);
         }
         self.lock().subjects.insert(subject.clone(), id);
@@ -304,7 +318,7 @@ impl Keyring for DirKeyring {
                 continue;
             }
             if let Some((subject, id)) = self.read_subject(&path)? {
-                if self.data_path(&id).exists() {
+                if self.holds_key(&id) {
                     out.push((subject, id));
                 }
             }
@@ -317,6 +331,13 @@ impl Keyring for DirKeyring {
 /// A file a durable write had not yet renamed into place when it stopped.
 pub(crate) fn is_temporary(path: &Path) -> bool {
     path.extension().is_some_and(|e| e == "tmp")
+}
+
+/// Whether a key or subject file holds only zeros: a [`shred`] that a crash stopped between
+/// its overwrite and its unlink. A wrapped value is never all zeros (it is ciphertext), so
+/// such a file is one destroyed: it names no key and holds none.
+pub(crate) fn shredded(bytes: &[u8]) -> bool {
+    !bytes.is_empty() && bytes.iter().all(|b| *b == 0)
 }
 
 /// Overwrites a file with zeros, syncs it and unlinks it; `false` when it did not exist.
@@ -441,6 +462,46 @@ mod tests {
         assert_eq!(ring.find(&alice()).expect("find"), None);
         assert!(ring.keys_of_tenant(Uuid::nil()).expect("list").is_empty());
         assert_ne!(ring.key_of(&alice()).expect("new"), id);
+    }
+
+    #[test]
+    fn files_a_shred_cut_short_left_zeroed_read_as_destroyed() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let (dir, kek) = (tmp.path().join("keys"), tmp.path().join("master.key"));
+        let ring = DirKeyring::open(&dir, &kek).expect("open");
+        let bob = Subject::User(Uuid::nil(), "bob".into());
+        let a = Sealed::seal_for(&ring, &[alice()], b"", b"a").expect("seal");
+        let b = Sealed::seal_for(&ring, std::slice::from_ref(&bob), b"", b"b").expect("seal");
+        let subject_file = |s: &Subject| {
+            dir.join("subjects")
+                .join(Uuid::nil().to_string())
+                .join(s.digest_hex())
+        };
+        let zero = |path: &Path| {
+            let len = fs::metadata(path).expect("a file").len() as usize;
+            fs::write(path, vec![0u8; len]).expect("zero");
+        };
+        drop(ring);
+        // Alice's destroy stopped inside the shred of her subject file (her key's file is
+        // gone), bob's inside the shred of his key's file.
+        fs::remove_file(dir.join("data").join(a.keys[0].to_hex())).expect("rm");
+        zero(&subject_file(&alice()));
+        zero(&dir.join("data").join(b.keys[0].to_hex()));
+
+        let ring = DirKeyring::open(&dir, &kek).expect("reopen");
+        assert_eq!(ring.find(&alice()).expect("find"), None);
+        assert!(a.open_with(&ring, b"").expect("ring").is_none());
+        assert!(b.open_with(&ring, b"").expect("ring").is_none());
+        assert_eq!(ring.find(&bob).expect("find"), None);
+        assert!(ring.keys_of_tenant(Uuid::nil()).expect("list").is_empty());
+        // Bob's destroy finishes; alice gets a new key in place of the zeroed record.
+        assert_eq!(ring.destroy(&b.keys).expect("destroy"), 1);
+        let again = ring.key_of(&alice()).expect("a new key");
+        assert_ne!(again, a.keys[0]);
+        assert_eq!(
+            ring.keys_of_tenant(Uuid::nil()).expect("list"),
+            vec![(alice(), again)]
+        );
     }
 
     #[test]

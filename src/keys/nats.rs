@@ -322,7 +322,10 @@ impl Store {
     }
 
     /// Securely erases the message at `seq` on every replica; `false` when it was not there.
+    /// Every node folding an erasure destroys its keys, so another node may have erased the
+    /// message since it was read: the server answers that as "sequence not found".
     pub async fn erase(&self, seq: u64) -> Result<bool, KeyError> {
+        use async_nats::jetstream::ErrorCode;
         let asked = self.leader.ask()?;
         let deleted = self.stream.delete_message(seq).await;
         self.leader.answered(asked, deleted.is_err());
@@ -330,7 +333,8 @@ impl Store {
             Ok(done) => Ok(done),
             Err(e) => match e.kind() {
                 async_nats::jetstream::stream::DeleteMessageErrorKind::JetStream(j)
-                    if j.error_code() == async_nats::jetstream::ErrorCode::NO_MESSAGE_FOUND =>
+                    if j.error_code() == ErrorCode::NO_MESSAGE_FOUND
+                        || j.error_code() == ErrorCode::SEQUENCE_NOT_FOUND =>
                 {
                     Ok(false)
                 }
@@ -417,6 +421,20 @@ impl NatsKeyring {
     /// against it. The first node of a cluster writes the store's check value; every node
     /// must have the KEK file (the cluster's one KEK, which no node generates).
     pub fn open(config: &NatsConfig, kek_path: &Path) -> Result<NatsKeyring, OpenError> {
+        Self::open_store(config, kek_path, true)
+    }
+
+    /// [`NatsKeyring::open`] for a reader (`verify --nats`): a store that has no stream or
+    /// no check value is an error, and neither is created.
+    pub fn open_existing(config: &NatsConfig, kek_path: &Path) -> Result<NatsKeyring, OpenError> {
+        Self::open_store(config, kek_path, false)
+    }
+
+    fn open_store(
+        config: &NatsConfig,
+        kek_path: &Path,
+        create: bool,
+    ) -> Result<NatsKeyring, OpenError> {
         let own = OwnRuntime(Some(
             tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(1)
@@ -440,10 +458,10 @@ impl NatsKeyring {
         };
         let wait = config.timeout.max(Duration::from_secs(30)) + Duration::from_secs(5);
         let cfg = config.clone();
-        let store = wait_on(rt, wait, async move { Store::connect(&cfg, true).await })
+        let store = wait_on(rt, wait, async move { Store::connect(&cfg, create).await })
             .map_err(|e| cluster(e.to_string()))?
             .map_err(|e| cluster(format!("{e:#}")))?;
-        let kek = Self::check_kek(rt, &store, kek_path, config.timeout, &store_name)?;
+        let kek = Self::check_kek(rt, &store, kek_path, config.timeout, &store_name, create)?;
         let inner = Arc::new(Inner {
             store,
             kek,
@@ -481,6 +499,7 @@ impl NatsKeyring {
         kek_path: &Path,
         timeout: Duration,
         store_name: &str,
+        create: bool,
     ) -> Result<Kek, OpenError> {
         let cluster = |reason: String| OpenError::Cluster {
             store: store_name.to_string(),
@@ -508,6 +527,11 @@ impl NatsKeyring {
                 })
             }
             Some(_) => Kek::load(kek_path)?,
+            None if !create => {
+                return Err(cluster(
+                    "it holds no check value: no API node has started on it".into(),
+                ))
+            }
             None => {
                 let kek = Kek::load(kek_path)?;
                 let s = store.clone();

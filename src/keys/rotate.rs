@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context};
 use auditmem_projections::seal::KeyId;
 
-use super::dir::{is_temporary, write_replace, CHECK_FILE};
+use super::dir::{is_temporary, shredded, write_replace, CHECK_FILE};
 use super::kek::{Kek, Rewrap, WrappedBy};
 use super::nats::Store;
 use crate::log::cluster::NatsConfig;
@@ -91,6 +91,9 @@ pub fn rotate_dir(data_dir: &Path, old: &Kek, new: &Kek) -> anyhow::Result<Rotat
             .and_then(KeyId::from_hex)
             .with_context(|| format!("{} is not named by a key id", path.display()))?;
         let bytes = fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+        if shredded(&bytes) {
+            continue;
+        }
         let changed = rewrap
             .key(&id, &bytes)
             .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
@@ -98,6 +101,9 @@ pub fn rotate_dir(data_dir: &Path, old: &Kek, new: &Kek) -> anyhow::Result<Rotat
     }
     for path in &subjects {
         let bytes = fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+        if shredded(&bytes) {
+            continue;
+        }
         let changed = rewrap
             .subject(&bytes)
             .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;

@@ -3,7 +3,8 @@
 //! A group is stored as one atomic sled batch; with [`Durability::Fsync`] it is then made
 //! durable before anyone is answered (sled's `flush()`, which on Linux ends in
 //! `sync_file_range`, followed by a real `fdatasync` of sled's `db` file), with
-//! [`Durability::BatchInterval`] a sidecar thread `fdatasync`s the file on a timer. One sync
+//! [`Durability::BatchInterval`] a sidecar thread `fdatasync`s the file on a timer (a group
+//! holding an erasure is made durable first in either mode: [`syncs`]). One sync
 //! serves a whole group, so its cost is shared by every request in it. Nothing else writes the
 //! `log` tree, so a group is never stored on another head than the one it was sealed on.
 
@@ -103,22 +104,23 @@ impl LogOfRecord for LocalLog {
     ) -> Result<Stored, StoreError> {
         let started = Instant::now();
         let batch = std::mem::take(&mut sealed.chunks).into_batch();
+        let sync = syncs(self.durability, sealed.erasure);
         self.log
             .tree()
             .apply_batch(batch)
             .map_err(LocalError::Write)
-            .and_then(|()| match self.durability {
-                Durability::Fsync => {
-                    // The group's new keys first: a record is never durable before its keys
-                    // are unless sled's own background flush got there in between, and then
-                    // the write was not acknowledged (it reads as erased).
-                    if self.keys.unsynced() {
-                        self.keys.sync().map_err(LocalError::Keys)?;
-                    }
-                    self.db.flush().map_err(LocalError::Flush)?;
-                    self.db_file.sync_data().map_err(LocalError::Sync)
+            .and_then(|()| {
+                if !sync {
+                    return Ok(());
                 }
-                Durability::BatchInterval(_) => Ok(()),
+                // The group's new keys first: a record is never durable before its keys are
+                // unless sled's own background flush got there in between, and then the write
+                // was not acknowledged (it reads as erased).
+                if self.keys.unsynced() {
+                    self.keys.sync().map_err(LocalError::Keys)?;
+                }
+                self.db.flush().map_err(LocalError::Flush)?;
+                self.db_file.sync_data().map_err(LocalError::Sync)
             })
             .map_err(|e| StoreError::Failed(Failure::log(e)))?;
         Ok(Stored::Appended {
@@ -132,6 +134,17 @@ impl LogOfRecord for LocalLog {
         let _ = self.keys.sync();
         let _ = self.db.flush();
         let _ = self.db_file.sync_data();
+    }
+}
+
+/// Whether a group is made durable before it is folded: always with [`Durability::Fsync`];
+/// with [`Durability::BatchInterval`] when it holds an erasure, because folding it destroys
+/// keys for good, and an erasure lost with the last interval (a power loss) would leave its
+/// subject's keys gone with no record in the log that they were erased, nor why.
+fn syncs(durability: Durability, erasure: bool) -> bool {
+    match durability {
+        Durability::Fsync => true,
+        Durability::BatchInterval(_) => erasure,
     }
 }
 
@@ -160,4 +173,18 @@ fn spawn_interval_syncer(
             }
         })?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_erasure_is_synced_before_it_is_folded_in_either_mode() {
+        let interval = Durability::BatchInterval(Duration::from_millis(10));
+        assert!(syncs(Durability::Fsync, false));
+        assert!(syncs(Durability::Fsync, true));
+        assert!(!syncs(interval, false));
+        assert!(syncs(interval, true));
+    }
 }

@@ -4,7 +4,7 @@ use crate::common;
 
 use std::collections::HashSet;
 
-use common::{assert_error, Server};
+use common::{assert_error, metrics_text, Server};
 use reqwest::Method;
 use serde_json::{json, Value};
 
@@ -14,16 +14,6 @@ fn ingest(s: &Server, entries: Vec<Value>) -> (u16, Value) {
         "/admin/v1/audit/logs",
         Some(json!({"entries": entries})),
     )
-}
-
-/// The server's `GET /metrics` text.
-fn metrics_text(s: &Server) -> String {
-    s.raw()
-        .get(format!("{}/metrics", s.url))
-        .send()
-        .expect("send")
-        .text()
-        .expect("text")
 }
 
 fn ago(days: f64) -> String {

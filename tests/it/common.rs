@@ -535,12 +535,47 @@ pub fn ingest_filler(s: &Server, tenant: &str, n: usize) {
             .iter()
             .map(|i| json!({"tenant_id": tenant, "action": "gateway.chat", "http_status": 200, "user_agent": format!("agent/{i:08}"), "error_msg": "e".repeat(300)}))
             .collect();
-        let (status, v) = s.admin(
-            Method::POST,
-            "/admin/v1/audit/logs",
-            Some(json!({ "entries": entries })),
-        );
-        assert_eq!(status, 200, "{v}");
+        ingest(s, entries);
+    }
+}
+
+/// Ingests `entries` (at most 1,000) in one admin call; gives their ids.
+pub fn ingest(s: &Server, entries: Vec<Value>) -> Vec<String> {
+    let (status, v) = s.admin(
+        Method::POST,
+        "/admin/v1/audit/logs",
+        Some(json!({ "entries": entries })),
+    );
+    assert_eq!(status, 200, "{v}");
+    v["data"]["ids"]
+        .as_array()
+        .expect("ids")
+        .iter()
+        .map(|i| i.as_str().expect("id").to_string())
+        .collect()
+}
+
+/// The server's `GET /metrics` text.
+pub fn metrics_text(s: &Server) -> String {
+    s.raw()
+        .get(format!("{}/metrics", s.url))
+        .send()
+        .and_then(|r| r.text())
+        .expect("metrics")
+}
+
+/// The seed a randomized test runs with: the whole number in the environment variable `name`
+/// (to repeat a run), else one from the clock.
+pub fn seed_or_clock(name: &str) -> u64 {
+    match std::env::var(name) {
+        Ok(v) => v
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("{name} must be a whole number, got '{v}'")),
+        Err(_) => std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0),
     }
 }
 

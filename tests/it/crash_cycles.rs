@@ -494,12 +494,7 @@ fn acknowledged_writes_survive_repeated_sigkill() {
     let started = Instant::now();
     let cycles = env_u64("AUDITMEM_CRASH_CYCLES").unwrap_or(20).max(1) as usize;
     let replay_every = env_u64("AUDITMEM_CRASH_REPLAY_EVERY").unwrap_or(1).max(1) as usize;
-    let seed = env_u64("AUDITMEM_CRASH_SEED").unwrap_or_else(|| {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(0)
-    });
+    let seed = common::seed_or_clock("AUDITMEM_CRASH_SEED");
     let mut stderr = std::io::stderr();
     let _ = writeln!(
         stderr,

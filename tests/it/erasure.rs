@@ -1,13 +1,15 @@
 //! Erasure (`POST /v1/erasures`, `POST /admin/v1/tenants/{id}/erasures`) on the real binary:
 //! what it takes and refuses, its receipt checked against the log offline, another user's data
-//! left intact, no copy of an erased secret in any file of the data dir, and keys erased again
-//! when a key store from before the erasure is restored.
+//! left intact, every read of the erased user's data erased (`crate::forget`, as on a cluster:
+//! `cluster::erasure`), no copy of an erased secret in any file of the data dir, and keys
+//! erased again when a key store from before the erasure is restored. Erasures cut by SIGKILL:
+//! `erasure_crash`.
 
 use crate::common;
+use crate::forget::{self, erasure_event};
 
 use std::path::Path;
 
-use base64::Engine;
 use common::{assert_error, cli, copy_dir, path_str, Server};
 use reqwest::Method;
 use serde_json::{json, Value};
@@ -18,17 +20,9 @@ const SECRET_META: &str = "QX-PASSPORT-55192";
 /// Bob's, which outlive alice's erasure.
 const BOB_SECRET: &str = "locker code 5512";
 
-const ALL: [&str; 5] = [
-    "audit.read",
-    "audit.export",
-    "memory.read",
-    "memory.write",
-    "memory.erase",
-];
-
 fn key_with_erase(s: &Server) -> (String, String) {
     let tenant = s.create_tenant("business");
-    let key = s.create_key(&tenant, &ALL);
+    let key = s.create_key(&tenant, &forget::ALL);
     (tenant, key)
 }
 
@@ -170,33 +164,6 @@ fn a_key_without_memory_erase_is_refused_and_the_refusal_is_recorded() {
     );
     assert_eq!(status, 201, "{v}");
     assert_eq!(v["data"]["permissions"], json!(["memory.erase"]), "{v}");
-}
-
-/// The record at `seq`, from the admin log stream.
-fn record_at(s: &Server, seq: u64) -> Vec<u8> {
-    let text = s
-        .raw()
-        .get(format!("{}/admin/v1/log?from={seq}", s.url))
-        .bearer_auth(common::ADMIN_TOKEN)
-        .send()
-        .expect("send")
-        .text()
-        .expect("text");
-    let line: Value = serde_json::from_str(text.lines().next().expect("a line")).expect("json");
-    assert_eq!(line["seq"], json!(seq));
-    base64::engine::general_purpose::STANDARD
-        .decode(line["record"].as_str().expect("record"))
-        .expect("base64")
-}
-
-/// The erasure event at `seq`.
-fn erasure_event(s: &Server, seq: u64) -> auditmem_projections::event::SubjectsErased {
-    let bytes = record_at(s, seq);
-    let r = auditmem::log::record::RecordRef::decode(&bytes).expect("record");
-    match auditmem_projections::Event::decode(r.event).expect("event") {
-        auditmem_projections::Event::SubjectsErased(e) => e,
-        other => panic!("record {seq} holds {}", other.kind()),
-    }
 }
 
 fn write(dir: &Path, name: &str, text: &str) -> std::path::PathBuf {
@@ -358,29 +325,6 @@ fn an_admin_erases_a_whole_tenant() {
     assert_eq!(status, 200);
 }
 
-/// Every file under `dir` that holds one of `needles`, with the needle.
-fn files_holding(dir: &Path, needles: &[&str]) -> Vec<(String, String)> {
-    let mut found = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for entry in std::fs::read_dir(&d).expect("read_dir") {
-            let entry = entry.expect("entry");
-            let path = entry.path();
-            if entry.file_type().expect("type").is_dir() {
-                stack.push(path);
-                continue;
-            }
-            let bytes = std::fs::read(&path).expect("read");
-            for n in needles {
-                if bytes.windows(n.len()).any(|w| w == n.as_bytes()) {
-                    found.push((path.display().to_string(), n.to_string()));
-                }
-            }
-        }
-    }
-    found
-}
-
 #[test]
 fn erased_data_reads_erased_and_no_file_of_the_data_dir_holds_it() {
     let mut s = Server::start();
@@ -450,13 +394,10 @@ fn erased_data_reads_erased_and_no_file_of_the_data_dir_holds_it() {
         assert_eq!(ids, want, "{mode}: {v}");
     }
     s.stop();
-    let found = files_holding(&s.data_dir, &[SECRET, "05-1120", SECRET_META, "55192"]);
-    assert_eq!(found, Vec::<(String, String)>::new());
+    let found = forget::scan(&s.data_dir, &[SECRET, "05-1120", SECRET_META, "55192"]).found;
+    assert_eq!(found, Vec::new());
     // Bob's secret is still there, sealed: not in any file in the clear either.
-    assert_eq!(
-        files_holding(&s.data_dir, &[BOB_SECRET]),
-        Vec::<(String, String)>::new()
-    );
+    assert_eq!(forget::scan(&s.data_dir, &[BOB_SECRET]).found, Vec::new());
 }
 
 #[test]
@@ -516,4 +457,28 @@ fn keys_restored_from_a_backup_taken_before_an_erasure_are_destroyed_again_at_st
     }
     let (status, v) = s.get(&format!("/v1/memories/{bob}"), &key);
     assert_eq!(status, 200, "{v}");
+}
+
+#[test]
+fn every_read_and_file_of_one_node_forgets_alice_and_keeps_bob() {
+    let mut s = Server::start();
+    let (_, key, at) = forget::tenant_with_erase(&s);
+    let mut c = forget::Client {
+        nodes: vec![&s],
+        key,
+        at,
+    };
+    let people = [&forget::ALICE, &forget::BOB];
+    let planted = forget::plant(&mut c, &people);
+    let before = forget::before(&mut c, 0, &planted, &people);
+    let case = forget::Case {
+        planted: &planted,
+        before: &before,
+        gone: people[0],
+        kept: people[1],
+    };
+    forget::erase_and_check(&mut c, 0, &case);
+    drop(c);
+    s.stop();
+    forget::assert_node_forgets(&s, people[0], people[1]);
 }

@@ -43,13 +43,8 @@ fn max_size_input(tag: &str) -> String {
 
 /// A counter or gauge without labels from the server's `/metrics` (0 when not there yet).
 fn metric(s: &Server, name: &str) -> f64 {
-    let text = s
-        .raw()
-        .get(format!("{}/metrics", s.url))
-        .send()
-        .and_then(|r| r.text())
-        .expect("metrics");
-    text.lines()
+    crate::common::metrics_text(s)
+        .lines()
         .filter_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
         .find_map(|v| v.trim().parse().ok())
         .unwrap_or(0.0)

@@ -79,7 +79,8 @@ pub enum Durability {
     /// the write itself on sled's own threads, and a sidecar thread `fdatasync`s the file every
     /// interval. An acknowledged append survives a crash of the process, short of a buffer
     /// sled was still writing at that instant; a power loss or kernel crash can lose the last
-    /// interval of acknowledged appends.
+    /// interval of acknowledged appends. A group holding an erasure is the exception: it is
+    /// synced as with `Fsync` before it is folded, since folding it destroys keys.
     BatchInterval(Duration),
 }
 

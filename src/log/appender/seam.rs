@@ -85,6 +85,10 @@ pub(crate) struct Sealed {
     pub(crate) count: usize,
     /// Each record's hash, in order (the Merkle tree's leaves).
     pub(crate) leaves: Vec<[u8; 32]>,
+    /// The group holds an erasure (`SubjectsErased`), whose keys are destroyed when the group
+    /// is folded: it must be durable before that, whatever the durability mode, so that the
+    /// erasure is never lost while its keys are gone.
+    pub(crate) erasure: bool,
 }
 
 impl Sealed {

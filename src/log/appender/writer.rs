@@ -11,7 +11,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
-use auditmem_projections::Projections;
+use auditmem_projections::{Event, Projections};
 use tokio::sync::mpsc;
 
 use super::applier::ApplyJob;
@@ -256,6 +256,11 @@ impl<L: LogOfRecord> Writer<L> {
                 ts_micros: ts,
             });
         }
+        let erasure = group.iter().any(|s| {
+            s.events
+                .iter()
+                .any(|(e, _, _)| matches!(e, Event::SubjectsErased(_)))
+        });
         Sealed {
             outcomes,
             chunks,
@@ -263,6 +268,7 @@ impl<L: LogOfRecord> Writer<L> {
             ts,
             count,
             leaves,
+            erasure,
         }
     }
 

@@ -584,12 +584,7 @@ fn check_exports(nodes: &[Server], key: &str, exports: &[String]) -> Vec<String>
 fn acknowledged_writes_survive_repeated_sigkill_of_nats_servers_and_api_nodes() {
     let started = Instant::now();
     let cycles = env_u64("AUDITMEM_CLUSTER_CYCLES").unwrap_or(10).max(1) as usize;
-    let seed = env_u64("AUDITMEM_CLUSTER_SEED").unwrap_or_else(|| {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(0)
-    });
+    let seed = crate::common::seed_or_clock("AUDITMEM_CLUSTER_SEED");
     let mut stderr = std::io::stderr();
     let _ = writeln!(
         stderr,

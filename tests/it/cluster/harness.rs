@@ -369,15 +369,29 @@ pub fn request(
     body: Option<&Value>,
     min_position: Option<u64>,
 ) -> Reply {
+    let min = min_position.map(|p| p.to_string());
+    let headers: Vec<(&str, &str)> = min.iter().map(|p| (MIN_POSITION, p.as_str())).collect();
+    request_with(s, method, path, bearer, body, &headers)
+}
+
+/// A request to a node with a bearer, a JSON body and `headers`.
+pub fn request_with(
+    s: &Server,
+    method: Method,
+    path: &str,
+    bearer: &str,
+    body: Option<&Value>,
+    headers: &[(&str, &str)],
+) -> Reply {
     let mut req = s
         .raw()
         .request(method, format!("{}{path}", s.url))
         .bearer_auth(bearer);
+    for (name, value) in headers {
+        req = req.header(*name, *value);
+    }
     if let Some(b) = body {
         req = req.json(b);
-    }
-    if let Some(p) = min_position {
-        req = req.header(MIN_POSITION, p.to_string());
     }
     let started = Instant::now();
     let resp = req.send().expect("request");

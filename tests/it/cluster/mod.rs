@@ -8,6 +8,7 @@ pub mod harness;
 
 mod contention;
 mod crash_cycles;
+mod erasure;
 mod expiry_once;
 mod keys;
 mod node_joins_empty;
