@@ -20,6 +20,7 @@ pub mod extract;
 pub mod fuzzing;
 pub mod http_client;
 pub mod keys;
+pub mod locomo;
 pub mod log;
 mod openai_compat;
 pub mod registry;
