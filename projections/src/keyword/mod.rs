@@ -65,7 +65,7 @@ struct Doc {
 /// scores. A deleted memory must be [`removed`](Self::remove) to leave the statistics.
 #[derive(Debug)]
 pub struct KeywordIndex {
-    stemming: bool,
+    analyzer: tokenize::Analyzer,
     docs: Vec<Doc>,
     free: Vec<u32>,
     slots: FastMap<Uuid, u32>,
@@ -81,9 +81,10 @@ pub struct KeywordIndex {
 }
 
 impl Default for KeywordIndex {
-    /// The index the service uses: plural stemming on (the eval measured it, docs/SEARCH.md).
+    /// The index the service uses: [`tokenize::Analyzer::default`] (Snowball stemming, the
+    /// English stop list: the LoCoMo eval measured it, docs/SEARCH.md).
     fn default() -> Self {
-        Self::with_stemming(true)
+        Self::with_analyzer(tokenize::Analyzer::default())
     }
 }
 
@@ -111,11 +112,16 @@ impl PartialOrd for Candidate {
 }
 
 impl KeywordIndex {
-    /// An empty index; `stemming` applies the plural stemmer ([`tokenize::stem`]) to documents
-    /// and queries alike.
+    /// An empty index under [`tokenize::Analyzer::plural`]: `stemming` applies the plural
+    /// stemmer ([`tokenize::stem`]) to documents and queries alike, with the short stop list.
     pub fn with_stemming(stemming: bool) -> Self {
+        Self::with_analyzer(tokenize::Analyzer::plural(stemming))
+    }
+
+    /// An empty index whose documents and queries `analyzer` tokenizes.
+    pub fn with_analyzer(analyzer: tokenize::Analyzer) -> Self {
         Self {
-            stemming,
+            analyzer,
             docs: Vec::new(),
             free: Vec::new(),
             slots: FastMap::default(),
@@ -141,7 +147,8 @@ impl KeywordIndex {
         // Count the text's terms first, so each term gets one posting with its frequency.
         let mut counts: FastMap<u32, u32> = FastMap::default();
         let mut len = 0u32;
-        tokenize::tokens(text, self.stemming, |t| {
+        let analyzer = self.analyzer;
+        tokenize::analyze(text, &analyzer, |t| {
             len += 1;
             let term = self.term_id(t);
             *counts.entry(term).or_insert(0) += 1;
@@ -254,7 +261,7 @@ impl KeywordIndex {
             return Vec::new();
         }
         let mut seen: FastSet<u32> = FastSet::default();
-        tokenize::tokens(query, self.stemming, |t| {
+        tokenize::analyze(query, &self.analyzer, |t| {
             if let Some(&term) = self.terms.get(t) {
                 seen.insert(term);
             }
@@ -317,7 +324,7 @@ impl KeywordIndex {
     pub fn query_weight(&self, query: &str) -> f32 {
         let n = self.slots.len() as f32;
         let mut seen: FastSet<String> = FastSet::default();
-        tokenize::tokens(query, self.stemming, |t| {
+        tokenize::analyze(query, &self.analyzer, |t| {
             seen.insert(t.to_string());
         });
         seen.iter()

@@ -160,7 +160,13 @@ fn terms_no_document_uses_leave_the_dictionary() {
 #[test]
 fn fusion_sums_weighted_reciprocal_ranks() {
     let (a, b, c) = (id(1), id(2), id(3));
-    let f = Fusion::default();
+    // The paper's fusion: k 60, lists weighted alike.
+    let f = Fusion {
+        k: 60.0,
+        semantic_weight: 1.0,
+        keyword_weight: 1.0,
+        keyword_min_share: 0.0,
+    };
     let got = fuse(&[a, b], &[b, c], &f);
     assert_hits(
         &got,
