@@ -15,7 +15,7 @@
 use std::path::{Path, PathBuf};
 
 use auditmem_projections::keyword::tokenize::{Analyzer, Stemmer, StopWords};
-use auditmem_projections::keyword::{fuse, Fusion, KeywordIndex};
+use auditmem_projections::keyword::{fuse, Bm25, Fusion, KeywordIndex, SERVICE_BM25};
 use auditmem_projections::memories::HYBRID_DEPTH;
 use uuid::Uuid;
 
@@ -41,36 +41,44 @@ fn data() -> Option<PathBuf> {
     path.is_file().then_some(path)
 }
 
-const ANALYZERS: [(&str, Analyzer); 4] = [
+/// The keyword indexes measured: (name, analyzer, BM25's parameters).
+const ANALYZERS: [(&str, Analyzer, Bm25); 5] = [
     (
-        "plural stemmer, 55 stop words",
-        Analyzer {
-            stemmer: Stemmer::Plural,
-            stop_words: StopWords::Short,
-        },
+        "plural stemmer, 55 stop words, BM25 1.2/0.75",
+        PLURAL,
+        LUCENE,
+    ),
+    ("Snowball, 55 stop words, BM25 1.2/0.75", SNOWBALL, LUCENE),
+    (
+        "Snowball, NLTK stop list, BM25 1.2/0.75",
+        SNOWBALL_NLTK,
+        LUCENE,
     ),
     (
-        "plural stemmer, English stop list",
-        Analyzer {
-            stemmer: Stemmer::Plural,
-            stop_words: StopWords::English,
-        },
+        "Snowball, 55 stop words, BM25 0.6/0",
+        SNOWBALL,
+        SERVICE_BM25,
     ),
     (
-        "Snowball, 55 stop words",
-        Analyzer {
-            stemmer: Stemmer::Snowball,
-            stop_words: StopWords::Short,
-        },
-    ),
-    (
-        "Snowball, English stop list",
-        Analyzer {
-            stemmer: Stemmer::Snowball,
-            stop_words: StopWords::English,
-        },
+        "Snowball, NLTK stop list, BM25 0.6/0",
+        SNOWBALL_NLTK,
+        SERVICE_BM25,
     ),
 ];
+
+const LUCENE: Bm25 = Bm25 { k1: 1.2, b: 0.75 };
+const PLURAL: Analyzer = Analyzer {
+    stemmer: Stemmer::Plural,
+    stop_words: StopWords::Short,
+};
+const SNOWBALL: Analyzer = Analyzer {
+    stemmer: Stemmer::Snowball,
+    stop_words: StopWords::Short,
+};
+const SNOWBALL_NLTK: Analyzer = Analyzer {
+    stemmer: Stemmer::Snowball,
+    stop_words: StopWords::English,
+};
 
 fn uuid(i: usize) -> Uuid {
     Uuid::from_u128(i as u128 + 1)
@@ -87,8 +95,8 @@ fn rank_all<'a>(conversations: &'a [Conversation], turn_ids: &'a [String]) -> Ve
         .collect();
     let indexes: Vec<KeywordIndex> = ANALYZERS
         .iter()
-        .map(|(_, a)| {
-            let mut ix = KeywordIndex::with_analyzer(*a);
+        .map(|(_, a, bm25)| {
+            let mut ix = KeywordIndex::with_analyzer(*a).with_bm25(*bm25);
             for (i, t) in texts.iter().enumerate() {
                 ix.upsert(uuid(i), t);
             }
@@ -205,7 +213,7 @@ fn locomo_ablation() {
         "ranking", "r@5", "r@10"
     );
     line("semantic (MiniLM)", &score(&all, |r| r.semantic.clone()));
-    for (i, (name, _)) in ANALYZERS.iter().enumerate() {
+    for (i, (name, _, _)) in ANALYZERS.iter().enumerate() {
         let kw = |r: &Ranked<'_>| r.keyword[i].0.iter().map(|h| h.0).collect::<Vec<_>>();
         line(&format!("keyword: {name}"), &score(&all, kw));
         line(
@@ -218,10 +226,10 @@ fn locomo_ablation() {
         );
     }
 
-    // The grid the service's fusion is chosen from, on each Snowball analyzer.
+    // The grid the service's fusion is chosen from, on each analyzer with the service's BM25.
     let mut best: Option<(f64, usize, Fusion)> = None;
-    for (i, (name, a)) in ANALYZERS.iter().enumerate() {
-        if a.stemmer != Stemmer::Snowball {
+    for (i, (name, _, bm25)) in ANALYZERS.iter().enumerate() {
+        if *bm25 != SERVICE_BM25 {
             continue;
         }
         println!("\nfusion grid ({name}), semantic weight 1:");
@@ -257,10 +265,62 @@ fn locomo_ablation() {
     );
     let service = ANALYZERS
         .iter()
-        .position(|(_, a)| *a == Analyzer::default())
+        .position(|(_, a, bm25)| *a == Analyzer::default() && *bm25 == SERVICE_BM25)
         .expect("the service's analyzer is measured");
+    bm25_sweep(&conversations, &turn_ids, &all);
     line(
         "hybrid, Fusion::default()",
         &score(&all, |r| hybrid(r, service, &Fusion::default())),
     );
+}
+
+/// Keyword search and the service's hybrid under other BM25 parameters (service analyzer).
+fn bm25_sweep(conversations: &[Conversation], turn_ids: &[String], all: &[Ranked<'_>]) {
+    let texts: Vec<String> = conversations
+        .iter()
+        .flat_map(|c| c.turns.iter().map(|t| t.content.clone()))
+        .collect();
+    println!("\nBM25 parameters (service analyzer): keyword r@5 r@10 | hybrid (Fusion::default()) r@5 r@10");
+    for k1 in [0.6, 0.9, 1.2, 1.5, 2.0] {
+        for b in [0.0, 0.25, 0.5, 0.75, 1.0] {
+            let mut ix = KeywordIndex::with_analyzer(Analyzer::default()).with_bm25(Bm25 { k1, b });
+            for (i, t) in texts.iter().enumerate() {
+                ix.upsert(uuid(i), t);
+            }
+            let mut first = 0;
+            let mut lists: Vec<(Vec<(Uuid, f32)>, f32)> = Vec::new();
+            for c in conversations {
+                let range = first..first + c.turns.len();
+                first = range.end;
+                let mine = |u: &Uuid| range.contains(&(u.as_u128() as usize - 1));
+                for q in &c.questions {
+                    lists.push((
+                        ix.search(&q.question, HYBRID_DEPTH, mine),
+                        ix.query_weight(&q.question),
+                    ));
+                }
+            }
+            let mut kw = Tally::default();
+            let mut hy = Tally::default();
+            for (r, (hits, weight)) in all.iter().zip(&lists) {
+                let f = Fusion::default();
+                let to_turns = |ids: Vec<Uuid>| -> Vec<String> {
+                    ids.into_iter()
+                        .map(|u| turn_ids[u.as_u128() as usize - 1].clone())
+                        .collect()
+                };
+                kw.add(r.question, &to_turns(hits.iter().map(|h| h.0).collect()));
+                let fused = fuse(&r.semantic, &f.keyword_ranking(hits, *weight), &f);
+                hy.add(
+                    r.question,
+                    &to_turns(fused.into_iter().map(|h| h.0).collect()),
+                );
+            }
+            let (k, h) = (kw.overall(), hy.overall());
+            println!(
+                "k1 {k1:<4} b {b:<5} {:.3} {:.3} | {:.3} {:.3}",
+                k.at5, k.at10, h.at5, h.at10
+            );
+        }
+    }
 }

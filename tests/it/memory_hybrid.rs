@@ -79,12 +79,12 @@ fn keyword_and_hybrid_search_find_exact_terms_per_tenant() {
     let e = &hy[0]["explain"];
     assert_eq!(e["search_mode"], json!("hybrid"));
     assert_eq!(e["keyword_rank"], json!(1));
-    assert_eq!(e["rrf_k"], json!(1.0));
-    assert_eq!(e["keyword_weight"], json!(1.25));
+    assert_eq!(e["rrf_k"], json!(2.0));
+    assert_eq!(e["keyword_weight"], json!(1.5));
     assert_eq!(e["keyword_score"], hy[0]["keyword_score"]);
-    // The fused score is the weighted reciprocal ranks' sum (k 1, keyword weight 1.25)
-    let sem_rank = e["semantic_rank"].as_u64().map(|r| 1.0 / (1.0 + r as f64));
-    let want = 1.25 / 2.0 + sem_rank.unwrap_or(0.0);
+    // The fused score is the weighted reciprocal ranks' sum (k 2, keyword weight 1.5)
+    let sem_rank = e["semantic_rank"].as_u64().map(|r| 1.0 / (2.0 + r as f64));
+    let want = 1.5 / 3.0 + sem_rank.unwrap_or(0.0);
     assert!((finals[0] - want).abs() < 2e-6, "{} vs {want}", finals[0]);
     // A result keyword search did not contribute shows no keyword score
     assert!(

@@ -200,13 +200,13 @@ pub struct SearchRequest {
     /// Default false: true adds each result's ranking breakdown (`explain`).
     #[schema(inline)]
     pub explain: Option<Field<Explain>>,
-    /// Hybrid: the fusion's constant added to every rank (0 to 1000, default 1).
+    /// Hybrid: the fusion's constant added to every rank (0 to 1000, default 2).
     #[schema(inline)]
     pub rrf_k: Option<Field<RrfK>>,
     /// Hybrid: the semantic list's weight (0 to 10, default 1).
     #[schema(inline)]
     pub semantic_weight: Option<Field<SemanticWeight>>,
-    /// Hybrid: the keyword list's weight (0 to 10, default 1.25).
+    /// Hybrid: the keyword list's weight (0 to 10, default 1.5).
     #[schema(inline)]
     pub keyword_weight: Option<Field<KeywordWeight>>,
 }
