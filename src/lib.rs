@@ -20,6 +20,9 @@ pub mod extract;
 pub mod fuzzing;
 pub mod http_client;
 pub mod keys;
+pub mod locomo;
+#[cfg(test)]
+mod locomo_ablation;
 pub mod log;
 mod openai_compat;
 pub mod registry;

@@ -8,13 +8,14 @@
 //!   `POST /v1/memories/search` does (`search_fast`, `min_similarity` 0, every memory at the
 //!   default importance 0.5, so the order is the cosine's);
 //! - `keyword`: [`KeywordIndex`] (BM25);
-//! - `hybrid`: [`fuse`] of the top [`DEPTH`] of each.
+//! - `hybrid`: [`fuse`] of the top [`DEPTH`] of each, with the service's fusion and with the
+//!   one this set alone would choose.
 //!
 //! Recall@k of a query is the share of its relevant memories in the top k, out of at most k
 //! (so a query with two relevant memories scores 1 at k = 1 when either is first).
 //!
-//! The set and the fusion's tuning were written by the same hand: the figures are optimistic
-//! for other data (docs/SEARCH.md says so).
+//! The set was written knowing the tokenizer: the figures are optimistic for other data
+//! (docs/SEARCH.md says so). The service's fusion is tuned on LoCoMo (`locomo_ablation`).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -30,15 +31,25 @@ use crate::embed::{Embedder, MiniLm};
 /// How deep each ranking goes into the fusion: the lead's API should fuse the same depth.
 pub(crate) const DEPTH: usize = 50;
 
-/// The fusion the service should default to, as tuned below on this set: the paper's k and
-/// equal weights, with keyword hits covering under 70% of the query's weight left out. At
-/// that share k and the weights change nothing on this set; lower shares let incidental
-/// matches through and cost paraphrases up to 13 points of recall@1 (the grid printed below).
-pub(crate) const TUNED: Fusion = Fusion {
+/// The fusion this set alone would choose: the paper's k and equal weights, with keyword hits
+/// covering under 70% of the query's weight left out. At that share k and the weights change
+/// nothing on this set; lower shares let incidental matches through and cost paraphrases up
+/// to 27 points of recall@1 (the grid printed below). The service's default is not this one
+/// but [`Fusion::default`], chosen on LoCoMo's development half (`locomo_ablation`), which
+/// keeps this set's recall@5 and not its paraphrases' recall@1 (docs/SEARCH.md).
+const OWN_SET: Fusion = Fusion {
     k: 60.0,
     semantic_weight: 1.0,
     keyword_weight: 1.0,
     keyword_min_share: 0.7,
+};
+
+/// The service's fusion, as `locomo_ablation` chose it.
+const SERVICE: Fusion = Fusion {
+    k: 2.0,
+    semantic_weight: 1.0,
+    keyword_weight: 1.5,
+    keyword_min_share: 0.3,
 };
 
 /// Reciprocal rank fusion as first proposed: every keyword hit fused.
@@ -279,7 +290,7 @@ fn hybrid_beats_semantic_on_exact_terms_and_keeps_paraphrases() {
     println!("\nmode                           kind        recall@1  recall@5");
     let mut table: BTreeMap<(&str, &str), (f64, f64)> = BTreeMap::new();
     for kind in ["paraphrase", "exact"] {
-        let rows: [(&str, (f64, f64)); 5] = [
+        let rows: [(&str, (f64, f64)); 6] = [
             ("semantic", score(&ranked, kind, |r| r.semantic.clone())),
             ("keyword", score(&ranked, kind, |r| r.keyword.clone())),
             (
@@ -291,8 +302,12 @@ fn hybrid_beats_semantic_on_exact_terms_and_keeps_paraphrases() {
                 score(&ranked, kind, |r| hybrid(r, &PLAIN)),
             ),
             (
-                "hybrid (tuned)",
-                score(&ranked, kind, |r| hybrid(r, &TUNED)),
+                "hybrid (gate 0.7, k 60, 1:1)",
+                score(&ranked, kind, |r| hybrid(r, &OWN_SET)),
+            ),
+            (
+                "hybrid (service: k 2, 1:1.5, 0.3)",
+                score(&ranked, kind, |r| hybrid(r, &SERVICE)),
             ),
         ];
         for (mode, (r1, r5)) in rows {
@@ -301,11 +316,11 @@ fn hybrid_beats_semantic_on_exact_terms_and_keeps_paraphrases() {
         }
     }
 
-    // The tuning grid: what TUNED was chosen from (the same set, so optimistic).
+    // The grid OWN_SET was chosen from (the same set, so optimistic).
     println!("\nfusion grid (semantic weight 1): paraphrase r@1 r@5 | exact r@1 r@5");
-    for share in [0.0, 0.3, 0.5, 0.7] {
-        for k in [5.0, 10.0, 20.0, 60.0] {
-            for w in [1.0, 1.5, 2.0, 3.0] {
+    for share in [0.0, 0.1, 0.2, 0.3, 0.5, 0.7] {
+        for k in [1.0, 2.0, 5.0, 10.0, 20.0, 60.0] {
+            for w in [1.0, 1.25, 1.5, 2.0, 3.0] {
                 let f = Fusion {
                     k,
                     semantic_weight: 1.0,
@@ -323,23 +338,31 @@ fn hybrid_beats_semantic_on_exact_terms_and_keeps_paraphrases() {
     }
 
     // The service's default is the fusion measured here.
-    assert_eq!(Fusion::default(), TUNED);
+    assert_eq!(Fusion::default(), SERVICE);
     let sem = |kind| table[&("semantic", kind)];
-    let hyb = |kind| table[&("hybrid (tuned)", kind)];
-    // The bar: hybrid beats semantic on exact terms, at both depths...
-    assert!(
-        hyb("exact").0 > sem("exact").0,
-        "{:?} vs {:?}",
-        hyb("exact"),
-        sem("exact")
-    );
-    assert!(
-        hyb("exact").1 > sem("exact").1,
-        "{:?} vs {:?}",
-        hyb("exact"),
-        sem("exact")
-    );
-    // ...and loses at most 2 points on paraphrases.
-    assert!(hyb("paraphrase").0 >= sem("paraphrase").0 - 2.0);
-    assert!(hyb("paraphrase").1 >= sem("paraphrase").1 - 2.0);
+    for fusion in [
+        "hybrid (gate 0.7, k 60, 1:1)",
+        "hybrid (service: k 2, 1:1.5, 0.3)",
+    ] {
+        let hyb = |kind| table[&(fusion, kind)];
+        // The bar: hybrid beats semantic on exact terms, at both depths...
+        assert!(
+            hyb("exact").0 > sem("exact").0,
+            "{fusion}: {:?} vs {:?}",
+            hyb("exact"),
+            sem("exact")
+        );
+        assert!(
+            hyb("exact").1 > sem("exact").1,
+            "{fusion}: {:?} vs {:?}",
+            hyb("exact"),
+            sem("exact")
+        );
+        // ...and loses at most 2 points of recall@5 on paraphrases.
+        assert!(hyb("paraphrase").1 >= sem("paraphrase").1 - 2.0, "{fusion}");
+    }
+    // At recall@1 only the gate at 0.7 keeps the paraphrases: the service's fusion trades
+    // them for LoCoMo's questions (docs/SEARCH.md).
+    let own = table[&("hybrid (gate 0.7, k 60, 1:1)", "paraphrase")];
+    assert!(own.0 >= sem("paraphrase").0 - 2.0);
 }

@@ -45,10 +45,10 @@ pub(crate) enum Scenario {
     Create,
     /// `POST /v1/memories/batch` of 100 memories with distinct content (units: memories).
     BatchCreate,
-    /// `POST /v1/memories/search` over the seeded memories.
+    /// `POST /v1/memories/search` over the seeded memories, `search_mode: semantic`.
     Search,
-    /// The same searches with `search_mode: hybrid` (the query embedded, semantic and BM25
-    /// lists of 50 each fused by reciprocal rank).
+    /// The same searches with `search_mode: hybrid`, the default (the query embedded,
+    /// semantic and BM25 lists of 50 each fused by reciprocal rank).
     HybridSearch,
     /// The same searches with `search_mode: keyword` (BM25 alone: no embedding).
     KeywordSearch,

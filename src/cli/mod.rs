@@ -1,9 +1,10 @@
-//! The command line: `serve`, `verify`, `replay`, `admin`.
+//! The command line: `serve`, `verify`, `replay`, `admin`, `witness`, `eval`.
 //!
 //! Exit codes mean something: 0 success (verify: the chain is intact), 1 verify found
 //! tampering, 2 the command could not run.
 
 pub mod admin;
+pub mod eval;
 pub mod replay;
 pub mod serve;
 pub mod verify;
@@ -47,6 +48,8 @@ pub enum Command {
     Admin(admin::AdminArgs),
     /// Run or query a C2SP tlog-witness that cosigns transparency log checkpoints.
     Witness(crate::witness::WitnessArgs),
+    /// Measure retrieval quality on a public benchmark through a server of this binary.
+    Eval(eval::EvalArgs),
 }
 
 pub fn init_tracing(format: LogFormat) {
@@ -77,6 +80,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Replay(args) => replay::run(args),
         Command::Admin(args) => admin::run(args),
         Command::Witness(args) => crate::witness::run(args),
+        Command::Eval(args) => eval::run(args),
     };
     match result {
         Ok(code) => code,

@@ -39,6 +39,7 @@ mod isolation;
 mod keys;
 mod limits;
 mod list_bound;
+mod locomo_eval;
 mod memory_api;
 mod memory_batch;
 mod memory_hybrid;

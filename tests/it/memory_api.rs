@@ -422,7 +422,7 @@ fn semantic_search_finds_paraphrases_and_follows_updates() {
     let (_, v) = s.post(
         "/v1/memories/search",
         &key,
-        json!({"query": "peanut allergy"}),
+        json!({"query": "peanut allergy", "search_mode": "semantic"}),
     );
     let results = v["data"]["results"].as_array().expect("results");
     assert_eq!(results.len(), 5, "top_k defaults to 5");
@@ -440,7 +440,7 @@ fn semantic_search_finds_paraphrases_and_follows_updates() {
     let (_, filtered) = s.post(
         "/v1/memories/search",
         &key,
-        json!({"query": "peanut allergy", "min_similarity": score}),
+        json!({"query": "peanut allergy", "min_similarity": score, "search_mode": "semantic"}),
     );
     // The shown score given back as the threshold keeps that result: the filter compares
     // what the client sees (six decimals), not the unrounded similarity.
@@ -453,13 +453,13 @@ fn semantic_search_finds_paraphrases_and_follows_updates() {
     let (_, none) = s.post(
         "/v1/memories/search",
         &key,
-        json!({"query": "peanut allergy", "min_similarity": score + 1e-6}),
+        json!({"query": "peanut allergy", "min_similarity": score + 1e-6, "search_mode": "semantic"}),
     );
     assert_eq!(none["data"]["results"], json!([]), "{none}");
     let (_, rules) = s.post(
         "/v1/memories/search",
         &key,
-        json!({"query": "peanut allergy", "memory_type": "rule"}),
+        json!({"query": "peanut allergy", "memory_type": "rule", "search_mode": "semantic"}),
     );
     assert!(rules["data"]["results"]
         .as_array()

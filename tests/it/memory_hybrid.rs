@@ -79,11 +79,12 @@ fn keyword_and_hybrid_search_find_exact_terms_per_tenant() {
     let e = &hy[0]["explain"];
     assert_eq!(e["search_mode"], json!("hybrid"));
     assert_eq!(e["keyword_rank"], json!(1));
-    assert_eq!(e["rrf_k"], json!(60.0));
+    assert_eq!(e["rrf_k"], json!(2.0));
+    assert_eq!(e["keyword_weight"], json!(1.5));
     assert_eq!(e["keyword_score"], hy[0]["keyword_score"]);
-    // The fused score is the reciprocal ranks' sum
-    let sem_rank = e["semantic_rank"].as_u64().map(|r| 1.0 / (60.0 + r as f64));
-    let want = 1.0 / 61.0 + sem_rank.unwrap_or(0.0);
+    // The fused score is the weighted reciprocal ranks' sum (k 2, keyword weight 1.5)
+    let sem_rank = e["semantic_rank"].as_u64().map(|r| 1.0 / (2.0 + r as f64));
+    let want = 1.5 / 3.0 + sem_rank.unwrap_or(0.0);
     assert!((finals[0] - want).abs() < 2e-6, "{} vs {want}", finals[0]);
     // A result keyword search did not contribute shows no keyword score
     assert!(
@@ -93,8 +94,18 @@ fn keyword_and_hybrid_search_find_exact_terms_per_tenant() {
         "{hy:?}"
     );
 
-    // Semantic (the default) is the interface's search: no keyword part, no explain
-    let sem = search(&s, &key, json!({"query": "E1243", "top_k": 3}));
+    // Hybrid is the default: a search naming no mode answers what hybrid does
+    let default = search(&s, &key, json!({"query": "E1243", "top_k": 3}));
+    let ids_of = |rs: &[Value]| rs.iter().map(|r| r["id"].clone()).collect::<Vec<_>>();
+    assert_eq!(ids_of(&default), ids_of(&hy));
+    assert_eq!(default[0]["final_score"], hy[0]["final_score"]);
+
+    // Semantic is the interface's search: no keyword part, no explain
+    let sem = search(
+        &s,
+        &key,
+        json!({"query": "E1243", "top_k": 3, "search_mode": "semantic"}),
+    );
     assert!(
         sem.iter()
             .all(|r| r.get("keyword_score").is_none() && r.get("explain").is_none()),

@@ -243,7 +243,7 @@ fn scoped_memories_are_filtered_expire_and_survive_replay() {
     let (status, v) = s.post(
         "/v1/memories/search",
         &key,
-        json!({"query": "which language should answers be in", "top_k": 5, "filters": {"user_id": "bob"}}),
+        json!({"query": "which language should answers be in", "top_k": 5, "filters": {"user_id": "bob"}, "search_mode": "semantic"}),
     );
     assert_eq!(status, 200, "{v}");
     let results = v["data"]["results"].as_array().expect("results");

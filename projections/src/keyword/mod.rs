@@ -39,6 +39,26 @@ pub const K1: f32 = 1.2;
 /// BM25's length normalisation.
 pub const B: f32 = 0.75;
 
+/// BM25's two parameters; the default is [`K1`] and [`B`], Lucene's.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Bm25 {
+    pub k1: f32,
+    pub b: f32,
+}
+
+impl Default for Bm25 {
+    fn default() -> Self {
+        Bm25 { k1: K1, b: B }
+    }
+}
+
+/// The service's BM25: strong saturation and no length normalisation, the best of the grid of
+/// k1 0.6-2 and b 0-1 on LoCoMo's development half (`locomo_ablation`, docs/SEARCH.md). Why no
+/// length normalisation: a memory is a sentence or a few, and the longer ones are not padded
+/// with the query's words but hold more of what was said (a turn with its photo's caption);
+/// normalising by length pushed exactly those down. k1 0.6 lets a repeated word count little.
+pub const SERVICE_BM25: Bm25 = Bm25 { k1: 0.6, b: 0.0 };
+
 /// One term's occurrence in one document.
 #[derive(Clone, Copy, Debug)]
 struct Posting {
@@ -57,7 +77,8 @@ struct Doc {
     terms: Box<[u32]>,
 }
 
-/// One tenant's BM25 index over memory contents (`k1` = [`K1`], `b` = [`B`]).
+/// One tenant's BM25 index over memory contents (`k1` = [`K1`], `b` = [`B`] unless
+/// [`with_bm25`](Self::with_bm25) says otherwise).
 ///
 /// Statistics count every document upserted and not removed: a memory the caller's `allow`
 /// hides from a search (another type, expired, superseded) still counts in N, the mean length
@@ -65,7 +86,8 @@ struct Doc {
 /// scores. A deleted memory must be [`removed`](Self::remove) to leave the statistics.
 #[derive(Debug)]
 pub struct KeywordIndex {
-    stemming: bool,
+    analyzer: tokenize::Analyzer,
+    bm25: Bm25,
     docs: Vec<Doc>,
     free: Vec<u32>,
     slots: FastMap<Uuid, u32>,
@@ -81,9 +103,11 @@ pub struct KeywordIndex {
 }
 
 impl Default for KeywordIndex {
-    /// The index the service uses: plural stemming on (the eval measured it, docs/SEARCH.md).
+    /// The index the service uses: [`tokenize::Analyzer::default`] (Snowball stemming, the
+    /// short stop list) scoring with [`SERVICE_BM25`]; the LoCoMo eval measured both
+    /// (docs/SEARCH.md).
     fn default() -> Self {
-        Self::with_stemming(true)
+        Self::with_analyzer(tokenize::Analyzer::default()).with_bm25(SERVICE_BM25)
     }
 }
 
@@ -111,11 +135,18 @@ impl PartialOrd for Candidate {
 }
 
 impl KeywordIndex {
-    /// An empty index; `stemming` applies the plural stemmer ([`tokenize::stem`]) to documents
-    /// and queries alike.
+    /// An empty index under [`tokenize::Analyzer::plural`]: `stemming` applies the plural
+    /// stemmer ([`tokenize::stem`]) to documents and queries alike, with the short stop list.
     pub fn with_stemming(stemming: bool) -> Self {
+        Self::with_analyzer(tokenize::Analyzer::plural(stemming))
+    }
+
+    /// An empty index whose documents and queries `analyzer` tokenizes, scoring with Lucene's
+    /// BM25 ([`Bm25::default`]).
+    pub fn with_analyzer(analyzer: tokenize::Analyzer) -> Self {
         Self {
-            stemming,
+            analyzer,
+            bm25: Bm25::default(),
             docs: Vec::new(),
             free: Vec::new(),
             slots: FastMap::default(),
@@ -125,6 +156,12 @@ impl KeywordIndex {
             dead_terms: 0,
             total_len: 0,
         }
+    }
+
+    /// The same index scoring with `bm25`'s parameters (the ablation measures others).
+    pub fn with_bm25(mut self, bm25: Bm25) -> Self {
+        self.bm25 = bm25;
+        self
     }
 
     /// Live documents.
@@ -141,7 +178,8 @@ impl KeywordIndex {
         // Count the text's terms first, so each term gets one posting with its frequency.
         let mut counts: FastMap<u32, u32> = FastMap::default();
         let mut len = 0u32;
-        tokenize::tokens(text, self.stemming, |t| {
+        let analyzer = self.analyzer;
+        tokenize::analyze(text, &analyzer, |t| {
             len += 1;
             let term = self.term_id(t);
             *counts.entry(term).or_insert(0) += 1;
@@ -254,7 +292,7 @@ impl KeywordIndex {
             return Vec::new();
         }
         let mut seen: FastSet<u32> = FastSet::default();
-        tokenize::tokens(query, self.stemming, |t| {
+        tokenize::analyze(query, &self.analyzer, |t| {
             if let Some(&term) = self.terms.get(t) {
                 seen.insert(term);
             }
@@ -267,13 +305,14 @@ impl KeywordIndex {
         // Per-slot sums; a dense array is faster than a map once a common term touches many.
         let mut acc = vec![0f32; self.docs.len()];
         let mut touched: Vec<u32> = Vec::new();
+        let Bm25 { k1, b } = self.bm25;
         for &term in &seen {
             let list = &self.postings[term as usize];
             let idf = Self::idf(n, list.len() as f32);
             for p in list {
                 let dl = self.docs[p.slot as usize].len as f32;
                 let tf = p.tf as f32;
-                let s = idf * tf * (K1 + 1.0) / (tf + K1 * (1.0 - B + B * dl / avgdl));
+                let s = idf * tf * (k1 + 1.0) / (tf + k1 * (1.0 - b + b * dl / avgdl));
                 let a = &mut acc[p.slot as usize];
                 if *a == 0.0 {
                     touched.push(p.slot);
@@ -317,7 +356,7 @@ impl KeywordIndex {
     pub fn query_weight(&self, query: &str) -> f32 {
         let n = self.slots.len() as f32;
         let mut seen: FastSet<String> = FastSet::default();
-        tokenize::tokens(query, self.stemming, |t| {
+        tokenize::analyze(query, &self.analyzer, |t| {
             seen.insert(t.to_string());
         });
         seen.iter()

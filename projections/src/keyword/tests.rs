@@ -3,7 +3,7 @@
 
 use uuid::Uuid;
 
-use super::{fuse, Fusion, KeywordIndex};
+use super::{fuse, Bm25, Fusion, KeywordIndex, SERVICE_BM25};
 
 fn id(n: u128) -> Uuid {
     Uuid::from_u128(n)
@@ -56,6 +56,36 @@ fn scores_are_bm25_computed_by_hand() {
     assert_hits(&ix.search("apple", 1, all), &[(id(2), 0.566_579_7)]);
     assert!(ix.search("kiwi the", 10, all).is_empty());
     assert!(ix.search("apple", 0, all).is_empty());
+}
+
+#[test]
+fn without_length_normalisation_only_the_term_frequency_counts() {
+    // The service's BM25 (k1 0.6, b 0) on tiny(): apple's idf ln(1.6) = 0.470004;
+    // d2 tf 2: idf * 2 * 1.6 / (2 + 0.6) = 0.578466 whatever its length; d1 tf 1: idf.
+    let mut ix = KeywordIndex::with_stemming(false).with_bm25(SERVICE_BM25);
+    ix.upsert(id(1), "Apple, banana.");
+    ix.upsert(id(2), "apple APPLE cherry");
+    ix.upsert(id(3), "durian");
+    assert_eq!(SERVICE_BM25, Bm25 { k1: 0.6, b: 0.0 });
+    assert_hits(
+        &ix.search("apple", 10, all),
+        &[(id(2), 0.578_466), (id(1), 0.470_003_6)],
+    );
+    // A longer document with the term once scores as a shorter one does.
+    ix.upsert(id(4), "apple with many more words than the others hold");
+    let hits = ix.search("apple", 10, all);
+    let score = |n| hits.iter().find(|h| h.0 == id(n)).map(|h| h.1);
+    assert_eq!(score(1), score(4));
+    // The service's index scores so too.
+    let mut d = KeywordIndex::default();
+    d.upsert(id(1), "apple");
+    d.upsert(id(2), "apple apple pear pear pear");
+    d.upsert(id(3), "durian");
+    let idf = (1.0f32 + 1.5 / 2.5).ln();
+    assert_hits(
+        &d.search("apple", 10, all),
+        &[(id(2), idf * 2.0 * 1.6 / 2.6), (id(1), idf)],
+    );
 }
 
 #[test]
@@ -160,7 +190,13 @@ fn terms_no_document_uses_leave_the_dictionary() {
 #[test]
 fn fusion_sums_weighted_reciprocal_ranks() {
     let (a, b, c) = (id(1), id(2), id(3));
-    let f = Fusion::default();
+    // The paper's fusion: k 60, lists weighted alike.
+    let f = Fusion {
+        k: 60.0,
+        semantic_weight: 1.0,
+        keyword_weight: 1.0,
+        keyword_min_share: 0.0,
+    };
     let got = fuse(&[a, b], &[b, c], &f);
     assert_hits(
         &got,

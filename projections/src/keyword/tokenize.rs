@@ -1,5 +1,5 @@
-//! The one tokenizer of documents and queries: a query matches only what the same function
-//! made of a memory's text.
+//! The one tokenizer of documents and queries: a query matches only what the same function,
+//! with the same [`Analyzer`], made of a memory's text.
 //!
 //! Text is lowercased (Unicode) and cut into *words*: maximal runs of alphanumerics joined by
 //! connectors (`-`, `_`, `.`, `/`, `:`, `#`, `@`, `+`), trimmed of connectors at either end
@@ -10,8 +10,10 @@
 //! its pieces (`sku-4471` against one holding `sku` and `4471` apart); the parts let a query
 //! name a piece (`reset`, `4471`).
 //!
-//! Stop words are dropped; parts made only of letters may be stemmed by a plural rule (see
-//! [`stem`]); anything holding a digit or a connector is never stemmed, as a code is exact.
+//! Stop words are dropped ([`StopWords`]); parts made only of letters may be stemmed
+//! ([`Stemmer`]); anything holding a digit or a connector is never stemmed, as a code is exact.
+//! The service's analyzer is [`Analyzer::default`]: Snowball's English stemmer and the short
+//! stop list, what the LoCoMo eval measured best (docs/SEARCH.md).
 
 use std::borrow::Cow;
 
@@ -23,7 +25,7 @@ fn is_connector(c: char) -> bool {
 /// English function words, which match nearly every memory and so only add noise (BM25's idf
 /// makes them nearly worthless anyway, but they would still cost a posting walk per query).
 /// Short on purpose: "not", "no", "never" stay, they carry meaning in a preference.
-const STOP_WORDS: &[&str] = &[
+const SHORT_STOP_WORDS: &[&str] = &[
     "a", "an", "and", "are", "as", "at", "be", "been", "but", "by", "did", "do", "does", "for",
     "from", "had", "has", "have", "he", "her", "his", "i", "in", "is", "it", "its", "me", "my",
     "of", "on", "or", "our", "s", "she", "so", "that", "the", "their", "them", "then", "there",
@@ -31,9 +33,220 @@ const STOP_WORDS: &[&str] = &[
     "you", "your",
 ];
 
-fn is_stop_word(t: &str) -> bool {
-    // Sorted, so a binary search; checked by a test.
-    STOP_WORDS.binary_search(&t).is_ok()
+/// NLTK's English stop list (the Snowball project's, with contractions' pieces: the tokenizer
+/// cuts "didn't" into "didn" and "t"), less the negations "no", "nor" and "not", which carry
+/// meaning in a preference. Conversation is mostly these words ("what did you do when..."):
+/// left in, they give every turn a BM25 score and the fusion a long tail of noise.
+const ENGLISH_STOP_WORDS: &[&str] = &[
+    "a",
+    "about",
+    "above",
+    "after",
+    "again",
+    "against",
+    "ain",
+    "all",
+    "am",
+    "an",
+    "and",
+    "any",
+    "are",
+    "aren",
+    "as",
+    "at",
+    "be",
+    "because",
+    "been",
+    "before",
+    "being",
+    "below",
+    "between",
+    "both",
+    "but",
+    "by",
+    "can",
+    "couldn",
+    "d",
+    "did",
+    "didn",
+    "do",
+    "does",
+    "doesn",
+    "doing",
+    "don",
+    "down",
+    "during",
+    "each",
+    "few",
+    "for",
+    "from",
+    "further",
+    "had",
+    "hadn",
+    "has",
+    "hasn",
+    "have",
+    "haven",
+    "having",
+    "he",
+    "her",
+    "here",
+    "hers",
+    "herself",
+    "him",
+    "himself",
+    "his",
+    "how",
+    "i",
+    "if",
+    "in",
+    "into",
+    "is",
+    "isn",
+    "it",
+    "its",
+    "itself",
+    "just",
+    "ll",
+    "m",
+    "ma",
+    "me",
+    "mightn",
+    "more",
+    "most",
+    "mustn",
+    "my",
+    "myself",
+    "needn",
+    "now",
+    "o",
+    "of",
+    "off",
+    "on",
+    "once",
+    "only",
+    "or",
+    "other",
+    "our",
+    "ours",
+    "ourselves",
+    "out",
+    "over",
+    "own",
+    "re",
+    "s",
+    "same",
+    "shan",
+    "she",
+    "should",
+    "shouldn",
+    "so",
+    "some",
+    "such",
+    "t",
+    "than",
+    "that",
+    "the",
+    "their",
+    "theirs",
+    "them",
+    "themselves",
+    "then",
+    "there",
+    "these",
+    "they",
+    "this",
+    "those",
+    "through",
+    "to",
+    "too",
+    "under",
+    "until",
+    "up",
+    "ve",
+    "very",
+    "was",
+    "wasn",
+    "we",
+    "were",
+    "weren",
+    "what",
+    "when",
+    "where",
+    "which",
+    "while",
+    "who",
+    "whom",
+    "why",
+    "will",
+    "with",
+    "won",
+    "wouldn",
+    "y",
+    "you",
+    "your",
+    "yours",
+    "yourself",
+    "yourselves",
+];
+
+/// Which words the tokenizer drops.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum StopWords {
+    /// 55 articles, pronouns and auxiliaries.
+    #[default]
+    Short,
+    /// NLTK's English list less the negations (150 words): measured on LoCoMo, it finds no
+    /// more than the short list (docs/SEARCH.md), so the service keeps the short one; the
+    /// ablation still measures it.
+    English,
+}
+
+impl StopWords {
+    fn contains(self, t: &str) -> bool {
+        // Sorted, so a binary search; checked by a test.
+        let list = match self {
+            StopWords::Short => SHORT_STOP_WORDS,
+            StopWords::English => ENGLISH_STOP_WORDS,
+        };
+        list.binary_search(&t).is_ok()
+    }
+}
+
+/// How the tokenizer reduces the letter-only parts of words.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Stemmer {
+    /// Words as written (lowercased).
+    None,
+    /// Plurals only ([`stem`]).
+    Plural,
+    /// Snowball's English stemmer (Porter 2, the `rust-stemmers` crate): `went`, `going` and
+    /// `goes` stay apart but `painting`, `paints` and `painted` meet, as do `adopted` and
+    /// `adoption`'s `adopt`.
+    #[default]
+    Snowball,
+}
+
+/// The tokenizer's settings: documents and queries must share one.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Analyzer {
+    pub stemmer: Stemmer,
+    pub stop_words: StopWords,
+}
+
+impl Analyzer {
+    /// The analyzer the plural-stemmer index had: [`Stemmer::Plural`] (or none) and the short
+    /// stop list; what [`tokens`] uses.
+    pub fn plural(stemming: bool) -> Self {
+        Analyzer {
+            stemmer: if stemming {
+                Stemmer::Plural
+            } else {
+                Stemmer::None
+            },
+            stop_words: StopWords::Short,
+        }
+    }
 }
 
 /// A light plural stemmer (Harman's "S" stemmer): `policies` -> `policy`, `boxes` -> `boxe`,
@@ -57,9 +270,14 @@ pub fn stem(t: &str) -> Cow<'_, str> {
     Cow::Borrowed(t)
 }
 
-/// Calls `emit` with each token of `text`, in order. `stemming` applies [`stem`] to the
-/// letter-only parts.
-pub fn tokens(text: &str, stemming: bool, mut emit: impl FnMut(&str)) {
+/// Calls `emit` with each token of `text`, in order, under [`Analyzer::plural`]`(stemming)`:
+/// `stemming` applies [`stem`] to the letter-only parts.
+pub fn tokens(text: &str, stemming: bool, emit: impl FnMut(&str)) {
+    analyze(text, &Analyzer::plural(stemming), emit)
+}
+
+/// Calls `emit` with each token of `text` under `analyzer`, in order.
+pub fn analyze(text: &str, analyzer: &Analyzer, mut emit: impl FnMut(&str)) {
     let lower = text.to_lowercase();
     let mut rest = lower.as_str();
     while !rest.is_empty() {
@@ -74,21 +292,24 @@ pub fn tokens(text: &str, stemming: bool, mut emit: impl FnMut(&str)) {
             .unwrap_or(rest.len());
         let word = rest[..end].trim_end_matches(is_connector);
         rest = &rest[end..];
-        word_tokens(word, stemming, &mut emit);
+        word_tokens(word, analyzer, &mut emit);
     }
 }
 
-fn word_tokens(word: &str, stemming: bool, emit: &mut impl FnMut(&str)) {
+fn word_tokens(word: &str, analyzer: &Analyzer, emit: &mut impl FnMut(&str)) {
     let mut parts = 0;
     for part in word.split(is_connector).filter(|p| !p.is_empty()) {
         parts += 1;
-        if is_stop_word(part) {
+        if analyzer.stop_words.contains(part) {
             continue;
         }
-        if stemming {
-            emit(&stem(part));
-        } else {
-            emit(part);
+        match analyzer.stemmer {
+            Stemmer::None => emit(part),
+            Stemmer::Plural => emit(&stem(part)),
+            Stemmer::Snowball if part.chars().all(char::is_alphabetic) => {
+                emit(&rust_stemmers::Stemmer::create(rust_stemmers::Algorithm::English).stem(part))
+            }
+            Stemmer::Snowball => emit(part),
         }
     }
     // The whole word is kept when it is an identifier: several parts, and a digit, an
@@ -114,7 +335,28 @@ mod tests {
 
     #[test]
     fn the_stop_words_are_sorted() {
-        assert!(STOP_WORDS.windows(2).all(|w| w[0] < w[1]));
+        assert!(SHORT_STOP_WORDS.windows(2).all(|w| w[0] < w[1]));
+        assert!(ENGLISH_STOP_WORDS.windows(2).all(|w| w[0] < w[1]));
+        for negation in ["no", "nor", "not", "never"] {
+            assert!(!StopWords::English.contains(negation), "{negation}");
+        }
+    }
+
+    #[test]
+    fn the_service_analyzer_stems_conversation_and_keeps_codes_exact() {
+        let mut out = Vec::new();
+        analyze(
+            "Caroline didn't go painting; she paints, painted and adopted ERRORS-2 in 2023!",
+            &Analyzer::default(),
+            |t| out.push(t.to_string()),
+        );
+        assert_eq!(
+            out,
+            [
+                "carolin", "didn", "t", "go", "paint", "paint", "paint", "adopt", "error", "2",
+                "errors-2", "2023"
+            ]
+        );
     }
 
     #[test]

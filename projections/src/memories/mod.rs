@@ -187,8 +187,9 @@ impl From<Option<MemoryType>> for MemoryQuery<'_> {
     }
 }
 
-/// How a search finds memories: by meaning (the default, the interface's search), by BM25
-/// over the contents, or both fused by reciprocal rank.
+/// How a search finds memories: by meaning (the interface's search), by BM25 over the
+/// contents, or both fused by reciprocal rank (the default: on LoCoMo it finds the most,
+/// docs/SEARCH.md).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(
     feature = "schema",
@@ -196,9 +197,9 @@ impl From<Option<MemoryType>> for MemoryQuery<'_> {
     schema(as = SearchModeName, rename_all = "lowercase")
 )]
 pub enum SearchMode {
-    #[default]
     Semantic,
     Keyword,
+    #[default]
     Hybrid,
 }
 

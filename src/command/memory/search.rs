@@ -196,7 +196,7 @@ mod tests {
         let ctx = given.at(NOON, &ids);
         let asked = read::<SearchRequest>(
             true,
-            json!({"query": "tea", "top_k": 1, "min_similarity": 0.5})
+            json!({"query": "tea", "top_k": 1, "min_similarity": 0.5, "search_mode": "semantic"})
                 .to_string()
                 .as_bytes(),
         )

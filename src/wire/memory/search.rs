@@ -193,20 +193,20 @@ pub struct SearchRequest {
     /// Default false: memories another superseded are left out.
     #[schema(inline)]
     pub include_superseded: Option<Field<IncludeSuperseded>>,
-    /// `semantic` (the default: by meaning), `keyword` (BM25 over the contents) or `hybrid`
-    /// (both, fused by reciprocal rank).
+    /// `semantic` (by meaning), `keyword` (BM25 over the contents) or `hybrid` (both, fused by
+    /// reciprocal rank; the default).
     #[schema(inline)]
     pub search_mode: Option<Field<SearchMode>>,
     /// Default false: true adds each result's ranking breakdown (`explain`).
     #[schema(inline)]
     pub explain: Option<Field<Explain>>,
-    /// Hybrid: the fusion's constant added to every rank (0 to 1000, default 60).
+    /// Hybrid: the fusion's constant added to every rank (0 to 1000, default 2).
     #[schema(inline)]
     pub rrf_k: Option<Field<RrfK>>,
     /// Hybrid: the semantic list's weight (0 to 10, default 1).
     #[schema(inline)]
     pub semantic_weight: Option<Field<SemanticWeight>>,
-    /// Hybrid: the keyword list's weight (0 to 10, default 1).
+    /// Hybrid: the keyword list's weight (0 to 10, default 1.5).
     #[schema(inline)]
     pub keyword_weight: Option<Field<KeywordWeight>>,
 }
