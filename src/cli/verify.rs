@@ -221,7 +221,11 @@ fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
     for entry in std::fs::read_dir(from)? {
         let entry = entry?;
         let target = to.join(entry.file_name());
-        if entry.file_name() == crate::export::EXPORTS_DIR {
+        // Exports are not the log; the key directory (two small files a key, one key a memory)
+        // is read in place by `count_erased`: copying it cost more than the chain's check.
+        if entry.file_name() == crate::export::EXPORTS_DIR
+            || entry.file_name() == crate::keys::KEYS_DIR
+        {
             continue;
         }
         if entry.file_type()?.is_dir() {
@@ -270,28 +274,29 @@ fn verify_dir(
     let pb = super::progress(records, "verifying");
     let mut report = verify_tree(&tree, expect_head, checkpoints, pinned, &|n| pb.inc(n));
     pb.finish_and_clear();
-    count_erased(&mut report, tmp.path(), dir, kek);
+    count_erased(&mut report, dir, kek);
     Ok(report)
 }
 
-/// Counts the records of erased subjects with the keyring of the copy `copy` of the data dir
-/// `dir`, when it has keys and the KEK is there; the chain's verdict never depends on it.
-fn count_erased(report: &mut Report, copy: &Path, dir: &Path, kek: Option<&Path>) {
+/// Counts the records of erased subjects with the keyring of the stopped server's data dir
+/// `dir`, read in place, when it has keys and the KEK is there; the chain's verdict never
+/// depends on it.
+fn count_erased(report: &mut Report, dir: &Path, kek: Option<&Path>) {
     if report.sealed == 0 {
         report.erased = Some(0);
         return;
     }
-    // The KEK given is the original's; the default one is the copy's `master.key`. Opening
-    // only a key dir that has its check and a KEK that exists: opening writes neither then.
+    // Opening only a key dir that has its check and a KEK that exists: opening writes neither
+    // then, and counting only reads key files.
     let kek = match kek {
         Some(k) => k.to_path_buf(),
-        None => crate::config::master_key_path(copy, None),
+        None => crate::config::master_key_path(dir, None),
     };
-    let keys = copy.join(crate::keys::KEYS_DIR);
+    let keys = dir.join(crate::keys::KEYS_DIR);
     if !kek.is_file() || !keys.join("kek.check").is_file() {
         return;
     }
-    match crate::keys::open_in(copy, &kek) {
+    match crate::keys::open_in(dir, &kek) {
         Ok(ring) => {
             if let Err(e) = report.count_erased(&*ring) {
                 tracing::warn!(error = %e, dir = %dir.display(), "counting erased records");
