@@ -15,6 +15,7 @@ use serde_json::json;
 
 use crate::measure::{run_workers, scenario_result, Pace, Samples, ScenarioResult};
 use crate::ops::Ctx;
+use crate::scenarios::{bystander, bystander_search};
 use crate::seed::memory_text;
 use crate::target::{post_data, Admin};
 use crate::{Args, Scenario};
@@ -33,45 +34,10 @@ pub(crate) async fn erasure(ctx: &Arc<Ctx>, admin: &Admin, args: &Args) -> Resul
             &["memory.read", "memory.write", "memory.erase"],
         )
         .await?;
-    let searcher = admin
-        .tenant(
-            &format!("erase-bystander-{stamp}"),
-            "business",
-            &["memory.read", "memory.write"],
-        )
-        .await?;
-    for i in 0..20 {
-        post_data(
-            &ctx.client,
-            format!("{}/v1/memories", ctx.url),
-            &searcher.key,
-            &json!({"content": memory_text(i * 37), "memory_type": "fact"}),
-        )
-        .await?;
-    }
+    let searcher = bystander(ctx, admin, &format!("erase-bystander-{stamp}"), "business").await?;
     seed_user(ctx, &erased.key, args).await?;
 
-    let search = |label: &'static str| {
-        let (client, url, key) = (ctx.client.clone(), ctx.url.clone(), searcher.key.clone());
-        let counter = Arc::new(AtomicU64::new(0));
-        move |_n: u64| {
-            let (client, url, key, counter) =
-                (client.clone(), url.clone(), key.clone(), counter.clone());
-            async move {
-                let i = counter.fetch_add(1, Ordering::Relaxed);
-                let q = format!("what does the user prefer? ({label} {i})");
-                let r = post_data(
-                    &client,
-                    format!("{url}/v1/memories/search"),
-                    &key,
-                    &json!({"query": q, "top_k": 5}),
-                )
-                .await
-                .map(|_| 1);
-                (label, r)
-            }
-        }
-    };
+    let search = |label: &'static str| bystander_search(ctx, &searcher.key, label);
     let measure = Duration::from_secs(args.secs);
     let (mut samples, _) = run_workers(
         1,

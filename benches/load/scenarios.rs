@@ -164,16 +164,65 @@ pub(crate) fn max_size_extraction(n: u64) -> String {
         .join(" ")
 }
 
+/// A tenant `name` whose searches [`bystander_search`] times, with something to find: 20 of
+/// the driver's sentences.
+pub(crate) async fn bystander(
+    ctx: &Ctx,
+    admin: &Admin,
+    name: &str,
+    plan: &str,
+) -> Result<crate::seed::TenantKey> {
+    let t = admin
+        .tenant(name, plan, &["memory.read", "memory.write"])
+        .await?;
+    for i in 0..20 {
+        post_data(
+            &ctx.client,
+            format!("{}/v1/memories", ctx.url),
+            &t.key,
+            &json!({"content": memory_text(i * 37), "memory_type": "fact"}),
+        )
+        .await?;
+    }
+    Ok(t)
+}
+
+/// A request of a scenario: the operation it names and the units it carried.
+pub(crate) type Timed =
+    std::pin::Pin<Box<dyn std::future::Future<Output = (&'static str, Result<u64>)> + Send>>;
+
+/// One tenant's single-sentence searches, each distinct (no cache answers them), named
+/// `label`: what `fairness` and `erasure` time beside their heavy work.
+pub(crate) fn bystander_search(
+    ctx: &Ctx,
+    key: &str,
+    label: &'static str,
+) -> impl Fn(u64) -> Timed + Clone + Send + 'static {
+    let (client, url, key) = (ctx.client.clone(), ctx.url.clone(), key.to_string());
+    let counter = Arc::new(AtomicU64::new(0));
+    move |_n: u64| {
+        let (client, url, key, counter) =
+            (client.clone(), url.clone(), key.clone(), counter.clone());
+        Box::pin(async move {
+            let i = counter.fetch_add(1, Ordering::Relaxed);
+            let q = format!("what does the user prefer? ({label} {i})");
+            let r = post_data(
+                &client,
+                format!("{url}/v1/memories/search"),
+                &key,
+                &json!({"query": q, "top_k": 5}),
+            )
+            .await
+            .map(|_| 1);
+            (label, r)
+        })
+    }
+}
+
 /// The `fairness` scenario (see [`Scenario::Fairness`]).
 pub(crate) async fn fairness(ctx: &Arc<Ctx>, admin: &Admin, args: &Args) -> Result<ScenarioResult> {
     let stamp = chrono::Utc::now().timestamp_micros();
-    let searcher = admin
-        .tenant(
-            &format!("fair-search-{stamp}"),
-            "pro",
-            &["memory.read", "memory.write"],
-        )
-        .await?;
+    let searcher = bystander(ctx, admin, &format!("fair-search-{stamp}"), "pro").await?;
     let extractor = admin
         .tenant(
             &format!("fair-extract-{stamp}"),
@@ -181,41 +230,11 @@ pub(crate) async fn fairness(ctx: &Arc<Ctx>, admin: &Admin, args: &Args) -> Resu
             &["memory.read", "memory.write"],
         )
         .await?;
-    // Something to find: 20 of the driver's sentences.
-    for i in 0..20 {
-        post_data(
-            &ctx.client,
-            format!("{}/v1/memories", ctx.url),
-            &searcher.key,
-            &json!({"content": memory_text(i * 37), "memory_type": "fact"}),
-        )
-        .await?;
-    }
     let (warmup, measure) = (
         Duration::from_secs(args.warmup_secs),
         Duration::from_secs(args.secs),
     );
-    let search = |label: &'static str| {
-        let (client, url, key) = (ctx.client.clone(), ctx.url.clone(), searcher.key.clone());
-        let counter = Arc::new(AtomicU64::new(0));
-        move |_n: u64| {
-            let (client, url, key, counter) =
-                (client.clone(), url.clone(), key.clone(), counter.clone());
-            async move {
-                let i = counter.fetch_add(1, Ordering::Relaxed);
-                let q = format!("what does the user prefer? ({label} {i})");
-                let r = post_data(
-                    &client,
-                    format!("{url}/v1/memories/search"),
-                    &key,
-                    &json!({"query": q, "top_k": 5}),
-                )
-                .await
-                .map(|_| 1);
-                (label, r)
-            }
-        }
-    };
+    let search = |label: &'static str| bystander_search(ctx, &searcher.key, label);
     let (mut samples, _) = run_workers(
         1,
         warmup,

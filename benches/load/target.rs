@@ -1,6 +1,5 @@
 //! The server under load (a child process of ours, or one given by URL) and its admin API.
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
@@ -37,19 +36,7 @@ impl Target {
             .stderr(Stdio::inherit())
             .spawn()
             .context("starting auditmem serve")?;
-        let stdout = child.stdout.take().context("server stdout")?;
-        let mut lines = BufReader::new(stdout).lines();
-        let url = loop {
-            match lines.next() {
-                Some(Ok(line)) => {
-                    if let Some(u) = line.strip_prefix("auditmem listening on ") {
-                        break u.trim().to_string();
-                    }
-                }
-                _ => bail!("the server exited before listening"),
-            }
-        };
-        std::thread::spawn(move || for _ in lines {});
+        let url = auditmem::cli::serve::wait_listening(&mut child)?;
         Ok(Target {
             url,
             child: Some(child),

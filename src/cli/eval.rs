@@ -14,7 +14,6 @@
 //! the keyword list's weight: how the service's fusion was chosen (docs/SEARCH.md).
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
@@ -395,23 +394,7 @@ impl Server {
             .stderr(Stdio::inherit())
             .spawn()
             .context("starting auditmem serve")?;
-        let stdout = process.stdout.take().context("the server's stdout")?;
-        let mut lines = BufReader::new(stdout).lines();
-        let url = loop {
-            match lines.next() {
-                Some(Ok(line)) => {
-                    if let Some(u) = line.strip_prefix("auditmem listening on ") {
-                        break u.trim().to_string();
-                    }
-                }
-                _ => {
-                    let _ = process.wait();
-                    bail!("the server exited before listening (its log is above)");
-                }
-            }
-        };
-        // Keep reading, so that the server never blocks on a full pipe.
-        std::thread::spawn(move || for _ in lines {});
+        let url = super::serve::wait_listening(&mut process)?;
         Ok(Server {
             process,
             url,

@@ -29,11 +29,39 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         if let Some(admin) = service.admin_addr() {
             println!("auditmem admin listening on http://{admin}");
         }
-        println!("auditmem listening on http://{}", service.addr());
+        println!("{LISTENING}http://{}", service.addr());
         stop.await;
         service.stop().await
     })?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// What `serve` prints, before its URL, once it takes requests.
+pub const LISTENING: &str = "auditmem listening on ";
+
+/// The URL a `serve` process started with piped stdout (`--listen 127.0.0.1:0`) prints once it
+/// takes requests; its later output is read and dropped on a thread of its own, so that the
+/// server never blocks on a full pipe. An error when it exits first (its log, on stderr, says
+/// why).
+pub fn wait_listening(child: &mut std::process::Child) -> anyhow::Result<String> {
+    use std::io::{BufRead, BufReader};
+    let stdout = child.stdout.take().context("the server's stdout")?;
+    let mut lines = BufReader::new(stdout).lines();
+    let url = loop {
+        match lines.next() {
+            Some(Ok(line)) => {
+                if let Some(u) = line.strip_prefix(LISTENING) {
+                    break u.trim().to_string();
+                }
+            }
+            _ => {
+                let _ = child.wait();
+                anyhow::bail!("the server exited before listening (its log is above)");
+            }
+        }
+    };
+    std::thread::spawn(move || for _ in lines {});
+    Ok(url)
 }
 
 /// Resolves at the first SIGTERM or SIGINT. The handlers are installed when this is called,
