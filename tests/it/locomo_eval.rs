@@ -5,8 +5,8 @@
 //!
 //! The data is licensed CC BY-NC 4.0 and lives outside the repository, beside it:
 //! `../shared/data/locomo/locomo-dev.json` from the repository root, or the file
-//! `AUDITMEM_LOCOMO_DATA` names. CI's clone has `shared/` beside it. A clone without it skips
-//! this test with a message on stderr and passes: there is nothing to measure.
+//! `AUDITMEM_LOCOMO_DATA` names. A clone without it (a fresh clone in an empty directory)
+//! skips this test with a message on stderr and passes: there is nothing to measure.
 
 use std::path::PathBuf;
 
