@@ -377,31 +377,28 @@ fn write_unsynced(path: &Path, bytes: &[u8], replace: bool) -> std::io::Result<(
             format!("{} exists", path.display()),
         ));
     }
-    let tmp = path.with_extension("tmp");
-    {
-        let mut opts = fs::OpenOptions::new();
-        opts.write(true).create(true).truncate(true);
-        #[cfg(unix)]
-        std::os::unix::fs::OpenOptionsExt::mode(&mut opts, 0o600);
-        let mut f = opts.open(&tmp)?;
-        f.write_all(bytes)?;
+    write_tmp(path, bytes, false)?;
+    fs::rename(path.with_extension("tmp"), path)
+}
+
+/// Writes `bytes` to `path`'s `.tmp` sibling, readable by the owner only, synced when `sync`.
+fn write_tmp(path: &Path, bytes: &[u8], sync: bool) -> std::io::Result<()> {
+    let mut opts = fs::OpenOptions::new();
+    opts.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut opts, 0o600);
+    let mut f = opts.open(path.with_extension("tmp"))?;
+    f.write_all(bytes)?;
+    if sync {
+        f.sync_all()?;
     }
-    fs::rename(&tmp, path)
+    Ok(())
 }
 
 /// Replaces a file durably and atomically: a reader sees the old bytes or the new, whole.
 pub(crate) fn write_replace(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let tmp = path.with_extension("tmp");
-    {
-        let mut opts = fs::OpenOptions::new();
-        opts.write(true).create(true).truncate(true);
-        #[cfg(unix)]
-        std::os::unix::fs::OpenOptionsExt::mode(&mut opts, 0o600);
-        let mut f = opts.open(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-    }
-    fs::rename(&tmp, path)?;
+    write_tmp(path, bytes, true)?;
+    fs::rename(path.with_extension("tmp"), path)?;
     sync_parent(path)
 }
 
