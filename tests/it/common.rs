@@ -668,3 +668,15 @@ pub fn get_text(s: &Server, path: &str, key: &str) -> (u16, String) {
         .expect("send");
     (r.status().as_u16(), r.text().expect("text"))
 }
+
+/// The interpreter of the venv `.ci/setup-tests` fills with the Python clients the tests drive
+/// (tests/python/requirements.txt).
+pub fn test_python() -> PathBuf {
+    let python = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/test-venv/bin/python");
+    assert!(
+        python.exists(),
+        "{} is missing: run `bash .ci/setup-tests` to install the tests' Python clients",
+        python.display()
+    );
+    python
+}
