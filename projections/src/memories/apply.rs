@@ -246,6 +246,8 @@ impl Projection for Memories {
         ov.commit(last)?;
         let mut guard = self.state.write().unwrap_or_else(|p| p.into_inner());
         let state = &mut *guard;
+        // Memories dropped, by tenant: their keyword postings go in one pass a tenant.
+        let mut unindexed: FastMap<Uuid, Vec<Uuid>> = FastMap::default();
         for m in finals.into_values() {
             let id = m.id;
             // The home is set by the plan; a new memory starts without one.
@@ -266,7 +268,12 @@ impl Projection for Memories {
             let held = state.names.held(&id);
             let t = TenantMemories::of(&mut state.tenants, state.spill.as_ref(), tenant);
             if !kept.is_live() {
-                t.drop_memory(id, &kept, indexed.as_deref())?;
+                t.drop_memory(
+                    id,
+                    &kept,
+                    indexed.as_deref(),
+                    unindexed.entry(tenant).or_default(),
+                )?;
             } else {
                 let vector = learned.vectors.get(&id).map(|v| vector_from_bytes(v));
                 t.put(
@@ -279,6 +286,10 @@ impl Projection for Memories {
                 )?;
             }
             state.all.insert(id, kept);
+        }
+        for (tenant, ids) in unindexed {
+            TenantMemories::of(&mut state.tenants, state.spill.as_ref(), tenant)
+                .unindex_keywords(&ids);
         }
         plan.land(state);
         Ok(())

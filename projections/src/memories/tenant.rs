@@ -200,20 +200,28 @@ impl TenantMemories {
             .search_fast_with(query, filter, min_similarity, k, how)
     }
 
+    /// Drops memory `id` from the tenant's indexes, but for its keyword postings: its id is
+    /// pushed on `unindexed`, for [`Self::unindex_keywords`] once the batch is applied.
     pub(super) fn drop_memory(
         &mut self,
         id: Uuid,
         m: &Kept,
         indexed: Option<&Held>,
+        unindexed: &mut Vec<Uuid>,
     ) -> std::io::Result<()> {
         self.set_mark(id, m.memory_type, Mark::default());
         if let Some(ty) = self.order.remove(&(m.created_at, id)) {
             self.scopes.replace(id, indexed, None);
             self.per_type[ty as usize] = self.per_type[ty as usize].saturating_sub(1);
             self.vectors.remove(&id)?;
-            self.keywords.remove(&id);
+            unindexed.push(id);
         }
         Ok(())
+    }
+
+    /// Takes the memories [`Self::drop_memory`] dropped out of the keyword index, all at once.
+    pub(super) fn unindex_keywords(&mut self, ids: &[Uuid]) {
+        self.keywords.remove_many(ids);
     }
 }
 
