@@ -163,3 +163,12 @@ def server() -> Iterator[Server]:
                 _stop(proc)
         finally:
             _stop(witness)
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    # `cargo test --test it python_sdk` installs the wheel it built and sets this: the suite
+    # must then test that wheel, not the source tree.
+    if os.environ.get("AUDITMEM_SDK_FROM_WHEEL") == "1":
+        import auditmem
+
+        assert "site-packages" in Path(auditmem.__file__).parts, auditmem.__file__
