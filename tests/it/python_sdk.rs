@@ -14,7 +14,11 @@ fn run(cmd: &mut Command, what: &str) -> String {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(out.status.success(), "{what} failed ({}):\n{text}", out.status);
+    assert!(
+        out.status.success(),
+        "{what} failed ({}):\n{text}",
+        out.status
+    );
     text
 }
 
@@ -46,7 +50,14 @@ fn the_python_sdk_passes_its_tests_against_this_binary() {
     );
     let out = run(
         Command::new(&python)
-            .args(["-m", "pytest", "clients/python/tests", "-q", "-p", "no:cacheprovider"])
+            .args([
+                "-m",
+                "pytest",
+                "clients/python/tests",
+                "-q",
+                "-p",
+                "no:cacheprovider",
+            ])
             .current_dir(repo)
             .env("AUDITMEM_BIN", bin())
             .env("AUDITMEM_SDK_FROM_WHEEL", "1"),
