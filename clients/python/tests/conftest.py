@@ -33,13 +33,20 @@ def binary() -> str:
     return os.environ.get("AUDITMEM_BIN") or str(REPO / "target" / "debug" / "auditmem")
 
 
-def _spawn(args: list[str], wait_for: str, also: str | None = None) -> tuple[subprocess.Popen, str, str | None]:
+def _spawn(
+    args: list[str], wait_for: str, also: str | None = None
+) -> tuple[subprocess.Popen, str, str | None]:
     """Starts `auditmem ARGS` and reads its stdout until the line starting `wait_for`; returns
-    the process, the rest of that line and the rest of the line starting `also` (if any)."""
+    the process, the rest of that line and the rest of the line starting `also` (if any).
+    """
     proc = subprocess.Popen(
         [binary(), *args],
         cwd=REPO,
-        env={**os.environ, "AUDITMEM_ADMIN_TOKEN": ADMIN_TOKEN, "AUDITMEM_LOG": "error"},
+        env={
+            **os.environ,
+            "AUDITMEM_ADMIN_TOKEN": ADMIN_TOKEN,
+            "AUDITMEM_LOG": "error",
+        },
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         text=True,
@@ -52,7 +59,9 @@ def _spawn(args: list[str], wait_for: str, also: str | None = None) -> tuple[sub
             other = line[len(also) :].strip()
         if line.startswith(wait_for):
             # Keep draining stdout so the child never blocks on a full pipe.
-            threading.Thread(target=lambda: [None for _ in proc.stdout], daemon=True).start()
+            threading.Thread(
+                target=lambda: [None for _ in proc.stdout], daemon=True
+            ).start()
             return proc, line[len(wait_for) :].strip(), other
         assert time.monotonic() < deadline, f"{args[0]} did not start in time"
     raise AssertionError(f"auditmem {' '.join(args[:2])} exited before listening")
@@ -78,7 +87,9 @@ class Server:
     witness_key: str
     dir: Path
 
-    def admin(self, method: str, path: str, json: object | None = None) -> httpx.Response:
+    def admin(
+        self, method: str, path: str, json: object | None = None
+    ) -> httpx.Response:
         return httpx.request(
             method,
             self.url + path,
@@ -87,7 +98,9 @@ class Server:
             timeout=60,
         )
 
-    def new_key(self, tenant: str | None = None, permissions: list[str] | None = None) -> str:
+    def new_key(
+        self, tenant: str | None = None, permissions: list[str] | None = None
+    ) -> str:
         r = self.admin(
             "POST",
             f"/admin/v1/tenants/{tenant or self.tenant}/keys",
@@ -97,7 +110,11 @@ class Server:
         return r.json()["data"]["api_key"]
 
     def new_tenant(self, plan: str = "business") -> tuple[str, str]:
-        r = self.admin("POST", "/admin/v1/tenants", {"name": f"t-{plan}", "plan": plan, "credits": 100})
+        r = self.admin(
+            "POST",
+            "/admin/v1/tenants",
+            {"name": f"t-{plan}", "plan": plan, "credits": 100},
+        )
         assert r.status_code == 201, r.text
         tenant = r.json()["data"]["id"]
         return tenant, self.new_key(tenant)
@@ -107,22 +124,40 @@ def start_server(tmp: Path, extra: list[str]) -> tuple[subprocess.Popen, str, st
     """A server on its own data dir; (process, URL, verifier key, hex public key)."""
     key_file = tmp / "signing.key"
     out = subprocess.run(
-        [binary(), "admin", "pubkey", "--signing-key", str(key_file), "--origin", ORIGIN],
-        capture_output=True, text=True, check=True,
+        [
+            binary(),
+            "admin",
+            "pubkey",
+            "--signing-key",
+            str(key_file),
+            "--origin",
+            ORIGIN,
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout.strip()
     hex_key = subprocess.run(
         [binary(), "admin", "pubkey", "--signing-key", str(key_file)],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout.strip()
     proc, url, _ = _spawn(
         [
             "serve",
-            "--data-dir", str(tmp / "data"),
-            "--listen", "127.0.0.1:0",
-            "--signing-key", str(key_file),
-            "--checkpoints-file", str(tmp / "checkpoints.ndjson"),
-            "--model-dir", str(REPO / "models" / "all-MiniLM-L6-v2"),
-            "--log-origin", ORIGIN,
+            "--data-dir",
+            str(tmp / "data"),
+            "--listen",
+            "127.0.0.1:0",
+            "--signing-key",
+            str(key_file),
+            "--checkpoints-file",
+            str(tmp / "checkpoints.ndjson"),
+            "--model-dir",
+            str(REPO / "models" / "all-MiniLM-L6-v2"),
+            "--log-origin",
+            ORIGIN,
             *extra,
         ],
         "auditmem listening on ",
@@ -135,17 +170,36 @@ def server() -> Iterator[Server]:
     with tempfile.TemporaryDirectory(prefix="auditmem-sdk-") as d:
         tmp = Path(d)
         key_file = tmp / "signing.key"
-        log_key = subprocess.run(
-            [binary(), "admin", "pubkey", "--signing-key", str(key_file), "--origin", ORIGIN],
-            capture_output=True, text=True, check=True,
-        ).stdout.strip().splitlines()[-1]
+        log_key = (
+            subprocess.run(
+                [
+                    binary(),
+                    "admin",
+                    "pubkey",
+                    "--signing-key",
+                    str(key_file),
+                    "--origin",
+                    ORIGIN,
+                ],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            .stdout.strip()
+            .splitlines()[-1]
+        )
         witness, witness_url, witness_key = _spawn(
             [
-                "witness", "serve",
-                "--state-dir", str(tmp / "witness"),
-                "--listen", "127.0.0.1:0",
-                "--name", WITNESS_NAME,
-                "--log", f"{ORIGIN}={log_key}",
+                "witness",
+                "serve",
+                "--state-dir",
+                str(tmp / "witness"),
+                "--listen",
+                "127.0.0.1:0",
+                "--name",
+                WITNESS_NAME,
+                "--log",
+                f"{ORIGIN}={log_key}",
             ],
             "auditmem witness listening on ",
             also="auditmem witness key ",

@@ -60,11 +60,7 @@ def outputs(server: Server) -> Outputs:
         c.create_memory("Carol lives in Oslo", "fact", user_id="dave")
         entry = next(iter(c.audit_logs(action="memory.write")))
         old_note = cosigned_note(server)
-        receipt = httpx.post(
-            server.url + "/v1/erasures",
-            json={"user_id": "carol"},
-            headers={"Authorization": f"Bearer {key}"},
-        ).json()["data"]
+        receipt = c.erase(user_id="carol").model_dump(mode="json", exclude_none=True)
         new_note = cosigned_note(server)
         size = int(new_note.split("\n")[1])
         proof = c.get_proof(str(entry.id), tree_size=size)
@@ -121,7 +117,10 @@ def test_real_outputs_verify(server: Server, outputs: Outputs) -> None:
     ok = verify.inclusion_proof(outputs.proof, server.log_key, [server.witness_key], 1)
     size = int(outputs.new_note.split("\n")[1])
     assert (ok.seq, ok.tree_size, ok.origin, ok.witnesses) == (
-        outputs.proof["seq"], size, ORIGIN, [WITNESS_NAME],
+        outputs.proof["seq"],
+        size,
+        ORIGIN,
+        [WITNESS_NAME],
     )
     assert ok.message == (
         f"audit entry {outputs.proof['audit_id']} is record {ok.seq} (leaf {ok.seq - 1}) of "
@@ -131,10 +130,13 @@ def test_real_outputs_verify(server: Server, outputs: Outputs) -> None:
     assert verify.inclusion_proof(outputs.proof, server.public_key).seq == ok.seq
     r = verify.erasure_receipt(outputs.receipt, server.log_key)
     assert (r.seq, r.message.split(" is record")[0]) == (
-        outputs.receipt["seq"], f"erasure {outputs.receipt['erasure_id']}",
+        outputs.receipt["seq"],
+        f"erasure {outputs.receipt['erasure_id']}",
     )
     assert verify.inclusion_proof(outputs.receipt["proof"], server.log_key).seq == r.seq
-    cp = verify.open_checkpoint(outputs.new_note, server.log_key, [server.witness_key], 1)
+    cp = verify.open_checkpoint(
+        outputs.new_note, server.log_key, [server.witness_key], 1
+    )
     assert (cp.size, cp.witnesses) == (size, [WITNESS_NAME])
     assert verify.consistency_proof(
         outputs.old_note, outputs.new_note, outputs.consistency, server.log_key
@@ -142,15 +144,19 @@ def test_real_outputs_verify(server: Server, outputs: Outputs) -> None:
         f"the tree of size {outputs.consistency['from']} is a prefix of the tree of size "
         f"{size}, both signed by {ORIGIN}"
     )
-    assert verify.export_proofs(outputs.export_proofs, server.log_key, outputs.export).startswith(
+    assert verify.export_proofs(
+        outputs.export_proofs, server.log_key, outputs.export
+    ).startswith(
         f"{outputs.manifest['records']} rows of export {outputs.manifest['export_id']}, the rows"
     )
-    assert verify.export_manifest(outputs.export, outputs.manifest, server.public_key).rows == (
-        outputs.manifest["records"]
-    )
+    assert verify.export_manifest(
+        outputs.export, outputs.manifest, server.public_key
+    ).rows == (outputs.manifest["records"])
 
 
-def inclusion_tampers(o: Outputs, log_key: str) -> dict[str, tuple[dict[str, Any], str, str]]:
+def inclusion_tampers(
+    o: Outputs, log_key: str
+) -> dict[str, tuple[dict[str, Any], str, str]]:
     """kind -> (tampered proof, the pinned key, the message's start)."""
     p = o.proof
     lines = p["checkpoint"].split("\n")
@@ -163,7 +169,11 @@ def inclusion_tampers(o: Outputs, log_key: str) -> dict[str, tuple[dict[str, Any
             log_key,
             f"bad signature: the checkpoint's signature by {ORIGIN} does not verify",
         ),
-        "not_signed": (p, other_key(), "the checkpoint is not signed by the pinned key"),
+        "not_signed": (
+            p,
+            other_key(),
+            "the checkpoint is not signed by the pinned key",
+        ),
         "checkpoint_mismatch": (
             {**p, "root_hash": flip_hash(p["root_hash"])},
             log_key,
@@ -203,8 +213,15 @@ def inclusion_tampers(o: Outputs, log_key: str) -> dict[str, tuple[dict[str, Any
 
 
 KINDS = [
-    "bad_signature", "not_signed", "checkpoint_mismatch", "record_tampered", "leaf_mismatch",
-    "wrong_place", "wrong_entry", "inclusion_fails", "no_checkpoint",
+    "bad_signature",
+    "not_signed",
+    "checkpoint_mismatch",
+    "record_tampered",
+    "leaf_mismatch",
+    "wrong_place",
+    "wrong_entry",
+    "inclusion_fails",
+    "no_checkpoint",
 ]
 
 
@@ -240,16 +257,31 @@ def test_witness_cosignatures(server: Server, outputs: Outputs, tmp_path: Path) 
         ),
     }
     for kind, (proof, message) in cases.items():
-        e = failure(lambda: verify.inclusion_proof(proof, server.log_key, [server.witness_key], 1))
+        e = failure(
+            lambda: verify.inclusion_proof(
+                proof, server.log_key, [server.witness_key], 1
+            )
+        )
         assert (e.kind, str(e)) == (kind, message)
         f = tmp_path / f"{kind}.json"
         f.write_text(json.dumps(proof))
         assert cli(
-            "--proof", str(f), "--pubkey", server.log_key,
-            "--witness-key", server.witness_key, "--witnesses", "1",
+            "--proof",
+            str(f),
+            "--pubkey",
+            server.log_key,
+            "--witness-key",
+            server.witness_key,
+            "--witnesses",
+            "1",
         ) == (1, f"FAILED: {message}")
     # Without a quorum asked for, the log's signature alone is enough.
-    assert verify.inclusion_proof(cases["missing_cosignatures"][0], server.log_key).witnesses == []
+    assert (
+        verify.inclusion_proof(
+            cases["missing_cosignatures"][0], server.log_key
+        ).witnesses
+        == []
+    )
 
 
 def test_erasure_receipt_tampers(server: Server, outputs: Outputs) -> None:
@@ -265,10 +297,18 @@ def test_erasure_receipt_tampers(server: Server, outputs: Outputs) -> None:
     as_erasure = {**outputs.proof, "erasure_id": r["erasure_id"]}
     as_erasure.pop("audit_id")
     e = failure(lambda: verify.erasure_receipt(as_erasure, server.log_key))
-    assert str(e) == f"the record holds a AuditRecorded event, not erasure {r['erasure_id']}"
+    assert (
+        str(e)
+        == f"the record holds a AuditRecorded event, not erasure {r['erasure_id']}"
+    )
     tampered = copy.deepcopy(r)
-    tampered["proof"] = with_record(r["proof"], lambda rec: rec.__setitem__(1, rec[1] - 1))
-    assert failure(lambda: verify.erasure_receipt(tampered, server.log_key)).kind == "record_tampered"
+    tampered["proof"] = with_record(
+        r["proof"], lambda rec: rec.__setitem__(1, rec[1] - 1)
+    )
+    assert (
+        failure(lambda: verify.erasure_receipt(tampered, server.log_key)).kind
+        == "record_tampered"
+    )
 
 
 def test_consistency_tampers(server: Server, outputs: Outputs, tmp_path: Path) -> None:
@@ -279,20 +319,37 @@ def test_consistency_tampers(server: Server, outputs: Outputs, tmp_path: Path) -
         f"inconsistent checkpoints: the tree of size {c['from']} is not a prefix of the tree of "
         f"size {c['to']} (the consistency proof fails)"
     )
-    e = failure(lambda: verify.consistency_proof(outputs.old_note, outputs.new_note, bad, server.log_key))
+    e = failure(
+        lambda: verify.consistency_proof(
+            outputs.old_note, outputs.new_note, bad, server.log_key
+        )
+    )
     assert (e.kind, str(e)) == ("inconsistent", message)
     files = {n: tmp_path / n for n in ("old.note", "new.note", "c.json")}
     files["old.note"].write_text(outputs.old_note)
     files["new.note"].write_text(outputs.new_note)
     files["c.json"].write_text(json.dumps(bad))
     assert cli(
-        "--consistency", str(files["old.note"]), str(files["new.note"]),
-        "--consistency-proof", str(files["c.json"]), "--pubkey", server.log_key,
+        "--consistency",
+        str(files["old.note"]),
+        str(files["new.note"]),
+        "--consistency-proof",
+        str(files["c.json"]),
+        "--pubkey",
+        server.log_key,
     ) == (1, f"FAILED: {message}")
     # Newer first: a larger tree is no prefix of a smaller one.
-    e = failure(lambda: verify.consistency_proof(outputs.new_note, outputs.old_note, c, server.log_key))
+    e = failure(
+        lambda: verify.consistency_proof(
+            outputs.new_note, outputs.old_note, c, server.log_key
+        )
+    )
     assert e.kind == "inconsistent"
-    e = failure(lambda: verify.consistency_proof(outputs.old_note, outputs.new_note, c, other_key()))
+    e = failure(
+        lambda: verify.consistency_proof(
+            outputs.old_note, outputs.new_note, c, other_key()
+        )
+    )
     assert e.kind == "not_signed"
 
 
@@ -317,7 +374,9 @@ def test_export_proofs_tampers(server: Server, outputs: Outputs) -> None:
     header, *lines = outputs.export.decode().split("\n")
     swapped = "\n".join([header, lines[1], lines[0], *lines[2:]]).encode()
     ids = [json.loads(r)["audit_id"] for r in rows]
-    e = failure(lambda: verify.export_proofs(outputs.export_proofs, server.log_key, swapped))
+    e = failure(
+        lambda: verify.export_proofs(outputs.export_proofs, server.log_key, swapped)
+    )
     assert str(e) == (
         f"the proofs are not the export file's rows: row 1 of the export is {ids[1]}, "
         f"its proof is for {ids[0]}"
@@ -329,7 +388,9 @@ def test_export_manifest_tampers(server: Server, outputs: Outputs) -> None:
     rows = verify.parse_export_rows(data)
     assert len(rows) >= 3
 
-    def kinds(file: bytes, manifest: dict[str, Any], pubkey: str | None = server.public_key) -> dict[str, str]:
+    def kinds(
+        file: bytes, manifest: dict[str, Any], pubkey: str | None = server.public_key
+    ) -> dict[str, str]:
         e = failure(lambda: verify.export_manifest(file, manifest, pubkey))
         assert e.kind == e.failures[0].kind
         assert str(e) == str(e.failures[0])
@@ -344,44 +405,77 @@ def test_export_manifest_tampers(server: Server, outputs: Outputs) -> None:
         header = list(rs[0].keys()) if rs else data.decode().split("\n")[0].split(",")
         w.writerow(header)
         for r in rs:
-            w.writerow(["" if r[k] is None else (json.dumps(r[k]) if not isinstance(r[k], str) else r[k]) for k in header])
+            w.writerow(
+                [
+                    (
+                        ""
+                        if r[k] is None
+                        else (json.dumps(r[k]) if not isinstance(r[k], str) else r[k])
+                    )
+                    for k in header
+                ]
+            )
         return out.getvalue().encode()
 
     # The manifest changed: its signature breaks.
     k = kinds(data, {**m, "records": m["records"] + 1})
-    assert k["bad_signature"] == "file: bad signature: the manifest's signature: signature does not verify"
+    assert (
+        k["bad_signature"]
+        == "file: bad signature: the manifest's signature: signature does not verify"
+    )
     # Signed by the service, but not by the pinned key.
-    k = kinds(data, m, Ed25519PrivateKey.generate().public_key().public_bytes_raw().hex())
+    k = kinds(
+        data, m, Ed25519PrivateKey.generate().public_key().public_bytes_raw().hex()
+    )
     assert list(k) == ["bad_signature"]
     assert "not by the key given with --pubkey: refused" in k["bad_signature"]
     # A row's content changed: the digest and the row's hash.
     changed = [dict(r) for r in rows]
     changed[1]["http_status"] = 500
     k = kinds(csv_of(changed), m)
-    assert k["digest_mismatch"].startswith("file: file digest differs from the manifest: the file's blake3 is ")
-    assert k["hash_mismatch"] == "row 2: modified record (hash mismatch): the row's contents do not match its hash"
+    assert k["digest_mismatch"].startswith(
+        "file: file digest differs from the manifest: the file's blake3 is "
+    )
+    assert (
+        k["hash_mismatch"]
+        == "row 2: modified record (hash mismatch): the row's contents do not match its hash"
+    )
     # The last row cut.
     k = kinds(csv_of(rows[:-1]), m)
     assert k["row_count_mismatch"] == (
         f"file: row count differs from the manifest: the file has {len(rows) - 1} rows; the manifest states {len(rows)}"
     )
-    assert k["rows_missing_at_end"].startswith(f"row {len(rows) - 1}: rows missing at the end: the file ends at chain position ")
+    assert k["rows_missing_at_end"].startswith(
+        f"row {len(rows) - 1}: rows missing at the end: the file ends at chain position "
+    )
     # The first row cut.
     k = kinds(csv_of(rows[1:]), m)
-    assert k["rows_missing_at_start"].startswith("row 1: rows missing at the start: the file starts at chain position 2")
+    assert k["rows_missing_at_start"].startswith(
+        "row 1: rows missing at the start: the file starts at chain position 2"
+    )
     # A middle row cut: the chain has a hole.
     k = kinds(csv_of([rows[0], *rows[2:]]), m)
-    assert k["missing"] == "row 2: deleted record (missing seq): chain position 2 is missing before this row"
+    assert (
+        k["missing"]
+        == "row 2: deleted record (missing seq): chain position 2 is missing before this row"
+    )
     # A middle row cut and the rest renumbered with the chain recomputed: only the manifest sees it.
     renumbered, prev = [], bytes(32)
     for i, r in enumerate([rows[0], *rows[2:]], start=1):
         r = {**r, "chain_index": i, "prev_hash": prev.hex()}
-        fields = {x: y for x, y in r.items() if x not in ("chain_index", "prev_hash", "hash")}
+        fields = {
+            x: y for x, y in r.items() if x not in ("chain_index", "prev_hash", "hash")
+        }
         prev = verify.chain_hash(prev, fields)
         renumbered.append({**r, "hash": prev.hex()})
     k = kinds(csv_of(renumbered), m)
     assert "hash_mismatch" not in k and "missing" not in k
-    assert k["renumbered"].startswith(f"row {len(rows) - 1}: rows removed and the rest renumbered: the manifest's last row ")
+    assert k["renumbered"].startswith(
+        f"row {len(rows) - 1}: rows removed and the rest renumbered: the manifest's last row "
+    )
     # Rows swapped.
     k = kinds(csv_of([rows[1], rows[0], *rows[2:]]), m)
-    assert k["out_of_order"] == "row 2: reordered record (out of order): chain position 1 comes after position 2"
+    assert (
+        k["out_of_order"]
+        == "row 2: reordered record (out of order): chain position 1 comes after position 2"
+    )

@@ -97,7 +97,10 @@ def list_memories(
 def query_memories(**body: Any) -> _Call:
     """`POST /v1/memories/query`: filters, memory_type, include_superseded, page, page_size."""
     return _Call(
-        "POST", "/v1/memories/query", body=_given(**body), parse=_model(models.MemoryPage)
+        "POST",
+        "/v1/memories/query",
+        body=_given(**body),
+        parse=_model(models.MemoryPage),
     )
 
 
@@ -105,11 +108,15 @@ def update_memory(memory_id: str, **fields: Any) -> _Call:
     """`PATCH /v1/memories/{id}` with content, importance, metadata or expires_at. Pass
     `metadata=CLEAR` (or `expires_at=CLEAR`) to clear one: None means "not given"."""
     body = {k: (None if v is CLEAR else v) for k, v in _given(**fields).items()}
-    return _Call("PATCH", f"/v1/memories/{memory_id}", body=body, parse=_model(models.Memory))
+    return _Call(
+        "PATCH", f"/v1/memories/{memory_id}", body=body, parse=_model(models.Memory)
+    )
 
 
 def delete_memory(memory_id: str) -> _Call:
-    return _Call("DELETE", f"/v1/memories/{memory_id}", parse=_model(models.MemoryDeleted))
+    return _Call(
+        "DELETE", f"/v1/memories/{memory_id}", parse=_model(models.MemoryDeleted)
+    )
 
 
 def memory_history(memory_id: str) -> _Call:
@@ -130,7 +137,10 @@ def search(query: str, **options: Any) -> _Call:
 
 
 def extract(
-    *, text: str | None = None, messages: list[dict[str, Any]] | None = None, **options: Any
+    *,
+    text: str | None = None,
+    messages: list[dict[str, Any]] | None = None,
+    **options: Any,
 ) -> _Call:
     """`POST /v1/memories/extract` from `text` or chat `messages` (exactly one)."""
     body = _given(text=text, messages=messages, **options)
@@ -154,14 +164,19 @@ def erase(
 
 
 def get_audit_log(audit_id: str) -> _Call:
-    return _Call("GET", f"/v1/audit/logs/{audit_id}", parse=_model(models.AuditLogDetail))
+    return _Call(
+        "GET", f"/v1/audit/logs/{audit_id}", parse=_model(models.AuditLogDetail)
+    )
 
 
 def list_audit_logs(**params: Any) -> _Call:
     """One page of `GET /v1/audit/logs` (start_time, end_time, action, page, page_size,
     cursor); `audit_logs` iterates over every page."""
     return _Call(
-        "GET", "/v1/audit/logs", params=_given(**params), parse=_model(models.AuditLogPage)
+        "GET",
+        "/v1/audit/logs",
+        params=_given(**params),
+        parse=_model(models.AuditLogPage),
     )
 
 
@@ -174,7 +189,11 @@ def get_proof(audit_id: str, tree_size: int | None = None) -> _Call:
 
 def get_consistency(from_size: int, to_size: int | None = None) -> _Call:
     """`GET /v1/audit/consistency`, as the JSON object `verify.consistency_proof` checks."""
-    return _Call("GET", "/v1/audit/consistency", params=_given(**{"from": from_size, "to": to_size}))
+    return _Call(
+        "GET",
+        "/v1/audit/consistency",
+        params=_given(**{"from": from_size, "to": to_size}),
+    )
 
 
 def get_checkpoint() -> _Call:
@@ -183,7 +202,10 @@ def get_checkpoint() -> _Call:
 
 
 def create_export(
-    *, start_time: str | None = None, end_time: str | None = None, format: str | None = None
+    *,
+    start_time: str | None = None,
+    end_time: str | None = None,
+    format: str | None = None,
 ) -> _Call:
     body = _given(start_time=start_time, end_time=end_time, format=format)
     return _Call(
@@ -289,7 +311,11 @@ def _error(resp: httpx.Response) -> AuditmemError:
     except ValueError:
         pass
     return AuditmemError(
-        resp.status_code, code, message, resp.headers.get("x-request-id"), _retry_after(resp)
+        resp.status_code,
+        code,
+        message,
+        resp.headers.get("x-request-id"),
+        _retry_after(resp),
     )
 
 
@@ -348,12 +374,9 @@ def _async_method(spec: Callable[..., _Call]) -> Callable[..., Any]:
     return method
 
 
-class Client(_Base):
-    """A blocking client of one tenant's API key.
-
-    >>> with Client("http://127.0.0.1:8080", "amk_...") as c:
-    ...     m = c.create_memory("Prefers tea", "fact", user_id="u1")
-    """
+class _SyncBase(_Base):
+    """A blocking connection with the retry and position policy; `Client` and
+    `IngestClient` add their calls."""
 
     def __init__(
         self,
@@ -366,9 +389,11 @@ class Client(_Base):
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         super().__init__(api_key, max_retries, max_retry_wait)
-        self._http = httpx.Client(base_url=base_url, timeout=timeout, transport=transport)
+        self._http = httpx.Client(
+            base_url=base_url, timeout=timeout, transport=transport
+        )
 
-    def __enter__(self) -> Client:
+    def __enter__(self) -> _SyncBase:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -394,6 +419,17 @@ class Client(_Base):
             attempt += 1
             time.sleep(wait)
 
+
+class Client(_SyncBase):
+    """A blocking client of one tenant's API key: every call of the tenant API.
+
+    >>> with Client("http://127.0.0.1:8080", "amk_...") as c:
+    ...     m = c.create_memory("Prefers tea", "fact", user_id="u1")
+    """
+
+    def __enter__(self) -> Client:
+        return self
+
     def audit_logs(self, **params: Any) -> Iterator[models.AuditLogEntry]:
         """Every entry of the range, newest first, following `next_cursor` page by page."""
         params = _given(**params)
@@ -408,8 +444,9 @@ class Client(_Base):
     def wait_export(
         self, export_id: str, *, timeout: float = 300.0, first_wait: float = 0.05
     ) -> models.ExportTask:
-        """Polls the export until it is no longer processing (doubling the wait up to 2 s);
-        `AuditmemError`-free: a failed export comes back with status `failed`."""
+        """Polls the export until it is no longer processing, doubling the wait up to 2 s. A
+        failed export comes back with status `failed`; `TimeoutError` after `timeout` s.
+        """
         deadline = time.monotonic() + timeout
         wait = first_wait
         while True:
@@ -417,13 +454,15 @@ class Client(_Base):
             if task.status != "processing":
                 return task
             if time.monotonic() + wait > deadline:
-                raise TimeoutError(f"export {export_id} still processing after {timeout} s")
+                raise TimeoutError(
+                    f"export {export_id} still processing after {timeout} s"
+                )
             time.sleep(wait)
             wait = min(wait * 2, 2.0)
 
 
-class AsyncClient(_Base):
-    """The asyncio twin of `Client`: the same methods, awaited."""
+class _AsyncBase(_Base):
+    """The asyncio twin of `_SyncBase`."""
 
     def __init__(
         self,
@@ -436,9 +475,11 @@ class AsyncClient(_Base):
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         super().__init__(api_key, max_retries, max_retry_wait)
-        self._http = httpx.AsyncClient(base_url=base_url, timeout=timeout, transport=transport)
+        self._http = httpx.AsyncClient(
+            base_url=base_url, timeout=timeout, transport=transport
+        )
 
-    async def __aenter__(self) -> AsyncClient:
+    async def __aenter__(self) -> _AsyncBase:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -464,6 +505,13 @@ class AsyncClient(_Base):
             attempt += 1
             await asyncio.sleep(wait)
 
+
+class AsyncClient(_AsyncBase):
+    """The asyncio twin of `Client`: the same methods, awaited."""
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
     async def audit_logs(self, **params: Any) -> AsyncIterator[models.AuditLogEntry]:
         params = _given(**params)
         while True:
@@ -485,18 +533,29 @@ class AsyncClient(_Base):
             if task.status != "processing":
                 return task
             if time.monotonic() + wait > deadline:
-                raise TimeoutError(f"export {export_id} still processing after {timeout} s")
+                raise TimeoutError(
+                    f"export {export_id} still processing after {timeout} s"
+                )
             await asyncio.sleep(wait)
             wait = min(wait * 2, 2.0)
 
 
-class IngestClient(Client):
-    """A gateway's client of `POST /admin/v1/audit/logs`, with the ingest token."""
+class IngestClient(_SyncBase):
+    """A gateway's client of `POST /admin/v1/audit/logs`, with the ingest token (or the admin
+    token): `ingest(entries)` returns the new entries' ids."""
+
+    def __enter__(self) -> IngestClient:
+        return self
 
     ingest = _sync_method(ingest)
 
 
-class AsyncIngestClient(AsyncClient):
+class AsyncIngestClient(_AsyncBase):
+    """The asyncio twin of `IngestClient`."""
+
+    async def __aenter__(self) -> AsyncIngestClient:
+        return self
+
     ingest = _async_method(ingest)
 
 

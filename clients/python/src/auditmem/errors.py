@@ -28,4 +28,19 @@ class AuditmemError(Exception):
 
 class VerificationError(Exception):
     """A proof, a checkpoint or an export that did not verify. The message names the tamper
-    kind in the words `auditmem verify` prints (docs/VERIFYING.md)."""
+    kind in the words `auditmem verify` prints (docs/VERIFYING.md); `kind` names it for
+    programs (`bad_signature`, `record_tampered`, ...). An export's check lists every failure
+    it found in `failures`, the first of which is the message; a row of an export's proofs
+    is named by `row`."""
+
+    def __init__(
+        self,
+        message: str,
+        kind: str,
+        failures: list | None = None,
+        row: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.failures = failures or []
+        self.row = row

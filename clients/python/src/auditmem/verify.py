@@ -48,9 +48,7 @@ _SIG_PREFIX = "\u2014 "
 
 
 def _fail(kind: str, message: str) -> VerificationError:
-    e = VerificationError(message)
-    e.kind = kind  # type: ignore[attr-defined]
-    return e
+    return VerificationError(message, kind)
 
 
 def _malformed(why: str) -> VerificationError:
@@ -85,7 +83,9 @@ class _Verifier:
 
 
 def _key_id(name: str, encoded: bytes) -> int:
-    (kid,) = struct.unpack(">I", hashlib.sha256(name.encode() + b"\n" + encoded).digest()[:4])
+    (kid,) = struct.unpack(
+        ">I", hashlib.sha256(name.encode() + b"\n" + encoded).digest()[:4]
+    )
     return kid
 
 
@@ -105,9 +105,13 @@ def parse_verifier_key(vkey: str, alg: int = ALG_ED25519) -> _Verifier:
         kid = int(id_hex, 16)
         encoded = base64.b64decode(b64, validate=True)
     except (ValueError, binascii.Error):
-        raise _fail("bad_key", f"bad key: {what} {vkey!r}: malformed verifier key") from None
+        raise _fail(
+            "bad_key", f"bad key: {what} {vkey!r}: malformed verifier key"
+        ) from None
     if len(encoded) != 33 or encoded[0] != alg:
-        raise _fail("bad_key", f"bad key: {what} {vkey!r}: not a key of type {alg:#04x}")
+        raise _fail(
+            "bad_key", f"bad key: {what} {vkey!r}: not a key of type {alg:#04x}"
+        )
     if _key_id(name, encoded) != kid:
         raise _fail("bad_key", f"bad key: {what} {vkey!r}: the key ID does not match")
     return _Verifier(name, kid, alg, Ed25519PublicKey.from_public_bytes(encoded[1:]))
@@ -163,7 +167,9 @@ def _split_note(note: bytes) -> tuple[bytes, list[_Sig]]:
     return text, out
 
 
-def _verified_by(text: bytes, sigs: list[_Sig], known: list[_Verifier]) -> list[str] | None:
+def _verified_by(
+    text: bytes, sigs: list[_Sig], known: list[_Verifier]
+) -> list[str] | None:
     """The names of `known` whose signatures verify (None when none of them signed); raises on
     a signature by a known key that does not verify, as Go's `note.Open` does."""
     by_key = {(v.name, v.key_id): v for v in known}
@@ -283,7 +289,9 @@ def leaf_hash(seq: int, record_hash: bytes) -> bytes:
     return hashlib.sha256(b"\x00" + struct.pack(">Q", seq) + record_hash).digest()
 
 
-def root_from_inclusion(index: int, size: int, leaf: bytes, path: list[bytes]) -> bytes | None:
+def root_from_inclusion(
+    index: int, size: int, leaf: bytes, path: list[bytes]
+) -> bytes | None:
     """The root the audit path `path` leads to from leaf `index` of a tree of `size` leaves
     (RFC 9162, 2.1.3.2), or None when the path cannot be one of that tree."""
     if index >= size:
@@ -345,7 +353,11 @@ def consistent(
 
 def record_hash(prev: bytes, seq: int, ts_micros: int, event: bytes) -> bytes:
     return blake3.blake3(
-        RECORD_DOMAIN + prev + struct.pack(">Q", seq) + struct.pack(">q", ts_micros) + event
+        RECORD_DOMAIN
+        + prev
+        + struct.pack(">Q", seq)
+        + struct.pack(">q", ts_micros)
+        + event
     ).digest()
 
 
@@ -451,7 +463,12 @@ def _check_leaf(p: Mapping[str, Any], root: bytes, event_is: Any) -> int:
         )
     event_is(event)
     path = [_hash(h, f"inclusion hash {i}") for i, h in enumerate(p["inclusion"])]
-    if root_from_inclusion(p["leaf_index"], p["tree_size"], leaf_hash(seq, computed), path) != root:
+    if (
+        root_from_inclusion(
+            p["leaf_index"], p["tree_size"], leaf_hash(seq, computed), path
+        )
+        != root
+    ):
         raise _fail(
             "inclusion_fails",
             f"wrong root: the inclusion path from leaf {p['leaf_index']} does not lead to the root of tree size {p['tree_size']}",
@@ -519,7 +536,8 @@ def inclusion_proof(
 ) -> Included:
     """Checks `GET /v1/audit/logs/{id}/proof`'s answer, as `auditmem verify --proof`: the
     checkpoint's signature (and `quorum` witnesses), that it signs the proof's size and root,
-    the record against its hash, the leaf, the record's place, the audit id, the path."""
+    the record against its hash, the leaf, the record's place, the audit id, the path.
+    """
     p = _as_dict(proof)
     if "erasure_id" in p or isinstance(p.get("proof"), dict):
         return erasure_receipt(p, log_key, witness_keys, quorum)
@@ -529,7 +547,10 @@ def inclusion_proof(
     except KeyError as e:
         raise _malformed(f"missing field {e}") from None
     return Included(
-        seq, cp.size, cp.origin, cp.witnesses,
+        seq,
+        cp.size,
+        cp.origin,
+        cp.witnesses,
         _described(f"audit entry {p['audit_id']}", seq, cp.size, cp),
     )
 
@@ -561,12 +582,17 @@ def erasure_receipt(
     except KeyError as e:
         raise _malformed(f"missing field {e}") from None
     return Included(
-        seq, cp.size, cp.origin, cp.witnesses,
+        seq,
+        cp.size,
+        cp.origin,
+        cp.witnesses,
         _described(f"erasure {claimed}", seq, cp.size, cp),
     )
 
 
-def consistency_proof(old_note: str | bytes, new_note: str | bytes, proof: Any, log_key: str) -> str:
+def consistency_proof(
+    old_note: str | bytes, new_note: str | bytes, proof: Any, log_key: str
+) -> str:
     """Checks that the checkpoint `new_note` extends `old_note` by `proof` (the answer of
     `GET /v1/audit/consistency?from=OLD&to=NEW`), as `auditmem verify --consistency`; both
     notes must be signed by `log_key`. Returns the `OK:` line."""
@@ -575,7 +601,10 @@ def consistency_proof(old_note: str | bytes, new_note: str | bytes, proof: Any, 
     key = log_verifier_key(log_key, new_text)
     a = open_checkpoint(old_note, key)
     b = open_checkpoint(new_note, key)
-    hashes = [_hash(h, f"consistency proof hash {i}") for i, h in enumerate(p.get("proof", []))]
+    hashes = [
+        _hash(h, f"consistency proof hash {i}")
+        for i, h in enumerate(p.get("proof", []))
+    ]
     if not consistent(a.size, a.root, b.size, b.root, hashes):
         raise _fail(
             "inconsistent",
@@ -600,14 +629,18 @@ def export_proofs(
 ) -> str:
     """Checks `GET /v1/audit/logs/export/{id}/proofs` (NDJSON), as `auditmem verify
     --export-proofs`: the head's checkpoint, then each row's proof against it, the row count,
-    and with `export` (the downloaded file) that its rows are the proofs' entries in order."""
+    and with `export` (the downloaded file) that its rows are the proofs' entries in order.
+    """
     text = ndjson.decode() if isinstance(ndjson, bytes) else ndjson
     lines = [line for line in text.split("\n") if line.strip()]
     if not lines:
         raise _malformed("the export proofs are empty")
     head = json.loads(lines[0])
     cp = open_checkpoint(head["checkpoint"], log_key, witness_keys, quorum)
-    if cp.size != head["tree_size"] or base64.b64encode(cp.root).decode() != head["root_hash"]:
+    if (
+        cp.size != head["tree_size"]
+        or base64.b64encode(cp.root).decode() != head["root_hash"]
+    ):
         raise _fail(
             "checkpoint_mismatch",
             f"wrong root: the checkpoint signs tree size {cp.size} with root {base64.b64encode(cp.root).decode()}, the proof is for size {head['tree_size']} with root {head['root_hash']}",
@@ -622,12 +655,9 @@ def export_proofs(
                 )
             _check_entry(p, cp.root)
         except VerificationError as why:
-            e = _fail(
-                getattr(why, "kind", "malformed"),
-                f"row {row} (audit entry {p.get('audit_id')}): {why}",
-            )
-            e.row = row  # type: ignore[attr-defined]
-            raise e from None
+            raise VerificationError(
+                f"row {row} (audit entry {p.get('audit_id')}): {why}", why.kind, row=row
+            ) from None
         ids.append(str(p["audit_id"]))
     if len(ids) != head["rows"]:
         raise _fail(
@@ -658,8 +688,18 @@ def export_proofs(
 # The CSV columns written as text (others are JSON literals): what `uncell` reads as strings.
 TEXT_COLUMNS = frozenset(
     {
-        "id", "action", "model_id", "project_id", "gateway_id", "ip_address", "user_agent",
-        "error_msg", "created_at", "detail_hash", "prev_hash", "hash",
+        "id",
+        "action",
+        "model_id",
+        "project_id",
+        "gateway_id",
+        "ip_address",
+        "user_agent",
+        "error_msg",
+        "created_at",
+        "detail_hash",
+        "prev_hash",
+        "hash",
     }
 )
 PERSONAL_FIELDS = frozenset({"error_msg", "ip_address", "metadata", "user_agent"})
@@ -731,9 +771,14 @@ def _json_number(v: float) -> str:
 
 def _canonical(v: Any) -> str:
     if isinstance(v, dict):
-        return "{" + ",".join(
-            json.dumps(k, ensure_ascii=False) + ":" + _canonical(v[k]) for k in sorted(v)
-        ) + "}"
+        return (
+            "{"
+            + ",".join(
+                json.dumps(k, ensure_ascii=False) + ":" + _canonical(v[k])
+                for k in sorted(v)
+            )
+            + "}"
+        )
     if isinstance(v, list):
         return "[" + ",".join(_canonical(x) for x in v) + "]"
     if isinstance(v, float):
@@ -759,7 +804,9 @@ def chain_hash(prev: bytes, fields: Mapping[str, Any]) -> bytes:
         return k not in ("hash", "erased") and k not in PERSONAL_FIELDS
 
     kept = {k: v for k, v in fields.items() if hashed(k)}
-    return blake3.blake3(_CHAIN_DOMAINS[rule] + prev + _canonical(kept).encode()).digest()
+    return blake3.blake3(
+        _CHAIN_DOMAINS[rule] + prev + _canonical(kept).encode()
+    ).digest()
 
 
 @dataclass
@@ -787,18 +834,37 @@ def _chain_failures(rows: list[dict[str, Any]]) -> list[ExportFailure]:
     prev: tuple[int, bytes] | None = None
     for row, r in enumerate(rows, start=1):
         fields = dict(r)
-        h, ph, idx = (_hex32(fields.pop("hash", None)), _hex32(fields.pop("prev_hash", None)),
-                      fields.pop("chain_index", None))
+        h, ph, idx = (
+            _hex32(fields.pop("hash", None)),
+            _hex32(fields.pop("prev_hash", None)),
+            fields.pop("chain_index", None),
+        )
         if h is None or ph is None or not isinstance(idx, int):
-            out.append(ExportFailure(row, None, "undecodable", "chain fields are malformed"))
+            out.append(
+                ExportFailure(row, None, "undecodable", "chain fields are malformed")
+            )
             prev = None
             continue
         if chain_hash(ph, fields) != h:
-            out.append(ExportFailure(row, idx, "hash_mismatch", "the row's contents do not match its hash"))
+            out.append(
+                ExportFailure(
+                    row,
+                    idx,
+                    "hash_mismatch",
+                    "the row's contents do not match its hash",
+                )
+            )
         if prev is not None:
             p_idx, p_hash = prev
             if idx <= p_idx:
-                out.append(ExportFailure(row, idx, "out_of_order", f"chain position {idx} comes after position {p_idx}"))
+                out.append(
+                    ExportFailure(
+                        row,
+                        idx,
+                        "out_of_order",
+                        f"chain position {idx} comes after position {p_idx}",
+                    )
+                )
             elif idx > p_idx + 1:
                 detail = (
                     f"chain position {p_idx + 1} is missing before this row"
@@ -807,7 +873,14 @@ def _chain_failures(rows: list[dict[str, Any]]) -> list[ExportFailure]:
                 )
                 out.append(ExportFailure(row, idx, "missing", detail))
             elif ph != p_hash:
-                out.append(ExportFailure(row, idx, "broken_link", "prev_hash is not the previous row's hash"))
+                out.append(
+                    ExportFailure(
+                        row,
+                        idx,
+                        "broken_link",
+                        "prev_hash is not the previous row's hash",
+                    )
+                )
         prev = (idx, h)
     return out
 
@@ -823,10 +896,25 @@ def manifest_message(m: Mapping[str, Any]) -> str:
         return str(v)
 
     names = [
-        "export_id", "tenant_id", "format", "start_time", "end_time", "request_seq",
-        "requested_at", "completed_at", "records", "with_chain", "first_id",
-        "first_chain_index", "first_hash", "last_id", "last_chain_index", "last_hash",
-        "file_bytes", "file_blake3", "formula_guard",
+        "export_id",
+        "tenant_id",
+        "format",
+        "start_time",
+        "end_time",
+        "request_seq",
+        "requested_at",
+        "completed_at",
+        "records",
+        "with_chain",
+        "first_id",
+        "first_chain_index",
+        "first_hash",
+        "last_id",
+        "last_chain_index",
+        "last_hash",
+        "file_bytes",
+        "file_blake3",
+        "formula_guard",
     ]
     return "\n".join([str(m["version"])] + [f"{n} {dash(m.get(n))}" for n in names])
 
@@ -855,8 +943,14 @@ def _ends(m: Mapping[str, Any], rows: list[dict[str, Any]]) -> list[ExportFailur
     if m_first is None or m_last is None:
         return out
     if not rows:
-        return [ExportFailure(None, None, "rows_missing_at_end",
-                              f"the file has no rows; the manifest's run from chain position {m_first} to {m_last}")]
+        return [
+            ExportFailure(
+                None,
+                None,
+                "rows_missing_at_end",
+                f"the file has no rows; the manifest's run from chain position {m_first} to {m_last}",
+            )
+        ]
     n = len(rows)
 
     def end(r: dict[str, Any]) -> tuple[str | None, int | None, bytes | None]:
@@ -867,32 +961,80 @@ def _ends(m: Mapping[str, Any], rows: list[dict[str, Any]]) -> list[ExportFailur
     f_at = f_idx or 0
     if f_id is not None and f_id == m.get("first_id"):
         if f_at != m_first:
-            out.append(ExportFailure(1, f_idx, "renumbered",
-                f"the manifest's first row {f_id} is at chain position {m_first}; the file has it at {f_at}"))
+            out.append(
+                ExportFailure(
+                    1,
+                    f_idx,
+                    "renumbered",
+                    f"the manifest's first row {f_id} is at chain position {m_first}; the file has it at {f_at}",
+                )
+            )
         elif f_hash != _hex32(m.get("first_hash")):
-            out.append(ExportFailure(1, f_idx, "manifest_hash_mismatch",
-                f"the first row's hash is not the manifest's {m.get('first_hash') or '-'}: it was rewritten and its hash recomputed"))
+            out.append(
+                ExportFailure(
+                    1,
+                    f_idx,
+                    "manifest_hash_mismatch",
+                    f"the first row's hash is not the manifest's {m.get('first_hash') or '-'}: it was rewritten and its hash recomputed",
+                )
+            )
     elif f_at > m_first:
-        out.append(ExportFailure(1, f_idx, "rows_missing_at_start",
-            f"the file starts at chain position {f_at}; the manifest's first row {m.get('first_id') or '-'} is at {m_first}: {f_at - m_first} rows missing at the start"))
+        out.append(
+            ExportFailure(
+                1,
+                f_idx,
+                "rows_missing_at_start",
+                f"the file starts at chain position {f_at}; the manifest's first row {m.get('first_id') or '-'} is at {m_first}: {f_at - m_first} rows missing at the start",
+            )
+        )
     else:
-        out.append(ExportFailure(1, f_idx, "manifest_mismatch",
-            f"the file's first row {f_id or '-'} at chain position {f_at} is not the manifest's first row {m.get('first_id') or '-'} at {m_first}"))
+        out.append(
+            ExportFailure(
+                1,
+                f_idx,
+                "manifest_mismatch",
+                f"the file's first row {f_id or '-'} at chain position {f_at} is not the manifest's first row {m.get('first_id') or '-'} at {m_first}",
+            )
+        )
     l_id, l_idx, l_hash = end(rows[-1])
     l_at = l_idx or 0
     if l_id is not None and l_id == m.get("last_id"):
         if l_at != m_last:
-            out.append(ExportFailure(n, l_idx, "renumbered",
-                f"the manifest's last row {l_id} is at chain position {m_last}; the file has it at {l_at}: rows were removed before it (or added) and the rest renumbered"))
+            out.append(
+                ExportFailure(
+                    n,
+                    l_idx,
+                    "renumbered",
+                    f"the manifest's last row {l_id} is at chain position {m_last}; the file has it at {l_at}: rows were removed before it (or added) and the rest renumbered",
+                )
+            )
         elif l_hash != _hex32(m.get("last_hash")):
-            out.append(ExportFailure(n, l_idx, "manifest_hash_mismatch",
-                f"the last row's hash is not the manifest's {m.get('last_hash') or '-'}: rows were rewritten and the chain recomputed"))
+            out.append(
+                ExportFailure(
+                    n,
+                    l_idx,
+                    "manifest_hash_mismatch",
+                    f"the last row's hash is not the manifest's {m.get('last_hash') or '-'}: rows were rewritten and the chain recomputed",
+                )
+            )
     elif l_at < m_last:
-        out.append(ExportFailure(n, l_idx, "rows_missing_at_end",
-            f"the file ends at chain position {l_at}; the manifest's last row {m.get('last_id') or '-'} is at {m_last}: {m_last - l_at} rows missing at the end"))
+        out.append(
+            ExportFailure(
+                n,
+                l_idx,
+                "rows_missing_at_end",
+                f"the file ends at chain position {l_at}; the manifest's last row {m.get('last_id') or '-'} is at {m_last}: {m_last - l_at} rows missing at the end",
+            )
+        )
     else:
-        out.append(ExportFailure(n, l_idx, "manifest_mismatch",
-            f"the file's last row {l_id or '-'} at chain position {l_at} is not the manifest's last row {m.get('last_id') or '-'} at {m_last}"))
+        out.append(
+            ExportFailure(
+                n,
+                l_idx,
+                "manifest_mismatch",
+                f"the file's last row {l_id or '-'} at chain position {l_at} is not the manifest's last row {m.get('last_id') or '-'} at {m_last}",
+            )
+        )
     return out
 
 
@@ -905,7 +1047,9 @@ class ExportVerified:
     key_pinned: bool
 
 
-def export_manifest(data: bytes, manifest: Any, pubkey: str | None = None) -> ExportVerified:
+def export_manifest(
+    data: bytes, manifest: Any, pubkey: str | None = None
+) -> ExportVerified:
     """Checks an export file against its signed manifest, as `auditmem verify --export FILE
     --manifest M [--pubkey HEX]`: the signature (by `pubkey`, the service's hex public key,
     when given; else the manifest's own key is trusted), the file's size and blake3, its
@@ -927,12 +1071,24 @@ def export_manifest(data: bytes, manifest: Any, pubkey: str | None = None) -> Ex
         failures.append(ExportFailure(None, None, "bad_signature", detail))
     digest = blake3.blake3(data).hexdigest()
     if m.get("file_blake3") != digest or m.get("file_bytes") != len(data):
-        failures.append(ExportFailure(None, None, "digest_mismatch",
-            f"the file's blake3 is {digest} ({len(data)} bytes); the manifest's is {m.get('file_blake3')} ({m.get('file_bytes')} bytes)"))
+        failures.append(
+            ExportFailure(
+                None,
+                None,
+                "digest_mismatch",
+                f"the file's blake3 is {digest} ({len(data)} bytes); the manifest's is {m.get('file_blake3')} ({m.get('file_bytes')} bytes)",
+            )
+        )
     fmt = "json" if data.lstrip()[:1] == b"[" else "csv"
     if m.get("format") != fmt:
-        failures.append(ExportFailure(None, None, "manifest_mismatch",
-            f"the file is {fmt}; the manifest's export is {m.get('format')}"))
+        failures.append(
+            ExportFailure(
+                None,
+                None,
+                "manifest_mismatch",
+                f"the file is {fmt}; the manifest's export is {m.get('format')}",
+            )
+        )
     rows = parse_export_rows(data, bool(m.get("formula_guard", True)))
     with_chain = bool(m.get("with_chain"))
     has_chain = bool(rows) and "chain_index" in rows[0]
@@ -940,17 +1096,32 @@ def export_manifest(data: bytes, manifest: Any, pubkey: str | None = None) -> Ex
     if with_chain and (has_chain or not rows):
         row_failures = _chain_failures(rows)
     elif with_chain:
-        failures.append(ExportFailure(None, None, "manifest_mismatch",
-            "the manifest's export carries the tenant chain; the file's rows do not"))
+        failures.append(
+            ExportFailure(
+                None,
+                None,
+                "manifest_mismatch",
+                "the manifest's export carries the tenant chain; the file's rows do not",
+            )
+        )
     if m.get("records") != len(rows):
-        failures.append(ExportFailure(None, None, "row_count_mismatch",
-            f"the file has {len(rows)} rows; the manifest states {m.get('records')}"))
+        failures.append(
+            ExportFailure(
+                None,
+                None,
+                "row_count_mismatch",
+                f"the file has {len(rows)} rows; the manifest states {m.get('records')}",
+            )
+        )
     if with_chain:
         failures.extend(_ends(m, rows))
     failures.extend(row_failures)
     if failures:
-        e = _fail(failures[0].kind, str(failures[0]))
-        e.failures = failures  # type: ignore[attr-defined]
-        raise e
-    return ExportVerified(len(rows), str(m["export_id"]), str(m["tenant_id"]),
-                          str(m["public_key"]), pubkey is not None)
+        raise VerificationError(str(failures[0]), failures[0].kind, failures)
+    return ExportVerified(
+        len(rows),
+        str(m["export_id"]),
+        str(m["tenant_id"]),
+        str(m["public_key"]),
+        pubkey is not None,
+    )
