@@ -323,7 +323,9 @@ def test_retries_honour_retry_after() -> None:
                         break
                 assert statuses == [429, 200]
                 assert time.monotonic() - start >= 1.0
-            with Client(url, key, max_retries=0) as c:
+            # A Retry-After beyond max_retry_wait is not waited for: raised at once.
+            t = Counting()
+            with Client(url, key, transport=t, max_retry_wait=0.5) as c:
                 for _ in range(10):
                     try:
                         c.list_memories()
@@ -333,6 +335,7 @@ def test_retries_honour_retry_after() -> None:
                 else:
                     pytest.fail("the rate limit never refused a call")
                 assert (e.status, e.code, e.retry_after) == (429, 4290, 1.0)
+                assert [status for _, _, status in t.sent].count(429) == 1
         finally:
             _stop(proc)
 

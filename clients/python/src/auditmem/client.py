@@ -4,8 +4,9 @@ Each API call is described once, as a `_Call` (method, path, query, body and the
 `data` parses into); the two clients only differ in how they send it. Both:
 
 - raise `AuditmemError` with the error envelope's status, `code` and `message`;
-- retry 429 and 503 answers up to `max_retries` times, waiting what `Retry-After` says (at
-  most `max_retry_wait` seconds a time; a short exponential backoff when it says nothing);
+- retry 429 and 503 answers up to `max_retries` times, waiting what `Retry-After` says (a
+  short exponential backoff when it says nothing); an answer asking for more than
+  `max_retry_wait` seconds is raised at once, its wait in `AuditmemError.retry_after`;
 - remember the highest `X-Auditmem-Position` any answer carried and send it back as
   `X-Auditmem-Min-Position`, so a read on another node of a cluster sees this client's writes
   (docs/API.md, "Log positions").
@@ -346,8 +347,10 @@ class _Base:
             return None
         after = _retry_after(resp)
         if after is None:
-            after = 0.2 * 2**attempt
-        return min(after, self.max_retry_wait)
+            return min(0.2 * 2**attempt, self.max_retry_wait)
+        # A wait longer than the bound (an export quota's, hours away) is the caller's to
+        # decide on: the error carries it as `retry_after`.
+        return after if after <= self.max_retry_wait else None
 
     @staticmethod
     def _result(call: _Call, resp: httpx.Response) -> Any:
