@@ -51,6 +51,7 @@ mod openapi;
 mod positions;
 mod properties;
 mod provider_tls;
+mod python_sdk;
 mod readme_tour;
 mod replay;
 mod secrets;
