@@ -10,7 +10,8 @@ use clap::{Args, ValueEnum};
 pub enum DurabilityMode {
     /// Acknowledge an append only after flush + fdatasync (default).
     Fsync,
-    /// Acknowledge at once; flush + fdatasync every --batch-interval-ms (can lose that window).
+    /// Acknowledge at once; flush + fdatasync every --batch-interval-ms (a power loss can lose
+    /// that window). A group holding an erasure is synced before its keys are destroyed.
     BatchInterval,
 }
 
@@ -56,7 +57,7 @@ pub struct ServeArgs {
     /// When appends are acknowledged.
     #[arg(long, env = "AUDITMEM_DURABILITY", value_enum, default_value_t = DurabilityMode::Fsync)]
     pub durability: DurabilityMode,
-    /// Flush period in batch-interval mode.
+    /// How often batch-interval mode flushes and fdatasyncs the log, in milliseconds.
     #[arg(long, env = "AUDITMEM_BATCH_INTERVAL_MS", default_value_t = 10)]
     pub batch_interval_ms: u64,
     /// ed25519 key that signs checkpoints; created at first start. Default: `signing.key` in
