@@ -371,7 +371,10 @@ fn given_two_tenants_interleaved_then_tenant_after_reads_one_tenants_refs_in_log
     }
     // and a read never goes past the head it is given.
     let (refs, reached) = index.tenant_after(&a, 0, 10, 100, 1_000).expect("read");
-    assert_eq!(refs.iter().map(|r| r.seq).collect::<Vec<_>>(), vec![1, 4, 7, 10]);
+    assert_eq!(
+        refs.iter().map(|r| r.seq).collect::<Vec<_>>(),
+        vec![1, 4, 7, 10]
+    );
     assert_eq!(reached, 10);
     let (refs, reached) = index.tenant_after(&b, 9, 9, 100, 1_000).expect("read");
     assert!(refs.is_empty());
