@@ -188,7 +188,10 @@ fn render(
             Framing::Ndjson => {
                 serde_json::to_writer(
                     &mut *out,
-                    &serde_json::json!({ "position": r.seq, "entry": data }),
+                    &Line {
+                        position: r.seq,
+                        entry: &data,
+                    },
                 )
                 .map_err(|e| ApiError::internal(format!("rendering a line: {e}")))?;
                 out.push(b'\n');
@@ -196,6 +199,13 @@ fn render(
         }
     }
     Ok(())
+}
+
+/// An NDJSON line: the position first, so a line-oriented tool finds it at the start.
+#[derive(serde::Serialize)]
+struct Line<'a> {
+    position: u64,
+    entry: &'a serde_json::Value,
 }
 
 /// What a read filters by, copied off the stream for the blocking thread.

@@ -79,6 +79,8 @@ pub fn read_events(
                 }
                 continue;
             }
+            // The position leads the line, for line-oriented tools (docs/STREAMING.md).
+            assert!(line.starts_with("{\"position\":"), "{line}");
             let v: Value = serde_json::from_str(&line).expect("an NDJSON line");
             let position = v["position"].as_u64().expect("position");
             if !each(Some(Event {
