@@ -161,7 +161,12 @@ fn read_resuming(
     got: &mut Vec<Event>,
     own: &mut Vec<u64>,
 ) {
+    let deadline = Instant::now() + Duration::from_secs(120);
     loop {
+        assert!(
+            Instant::now() < deadline,
+            "the stream never reached the writers' last entry: {got:?}"
+        );
         let last = got.last().map_or(0, |e| e.position);
         if until().is_some_and(|u| last >= u) {
             return;

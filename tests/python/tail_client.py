@@ -9,6 +9,7 @@ Usage: tail_client.py URL KEY STOP_ACTION SEED
 
 import json
 import random
+import signal
 import sys
 import time
 
@@ -21,6 +22,9 @@ def main() -> int:
     rng = random.Random(seed)
     last = 0
     reconnects = 0
+    # A stream that never brings the stop action is a failure, not a hang.
+    signal.signal(signal.SIGALRM, lambda *_: sys.exit(f"no {stop_action} entry within 120 s; last id {last}"))
+    signal.alarm(120)
     with httpx.Client(timeout=httpx.Timeout(60.0)) as client:
         while True:
             headers = {"Authorization": f"Bearer {key}", "Last-Event-ID": str(last)}

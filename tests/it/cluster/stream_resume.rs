@@ -44,7 +44,12 @@ fn a_tail_resumed_on_another_node_has_no_gap_and_no_duplicate() {
     let (mut got, mut own) = (Vec::<Event>::new(), Vec::new());
     let mut written: Option<Vec<u64>> = None;
     let mut node = 0;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
     loop {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the stream never reached the writers' last entry: {got:?}"
+        );
         if writes.as_ref().is_some_and(|w| w.is_finished()) {
             let w = writes.take().expect("the writers");
             written = Some(w.join().expect("writer"));
