@@ -20,8 +20,9 @@
 //! buffer, never more; it holds no lock and no writer waits for it.
 //!
 //! **Limits.** At most `--max-streams-per-tenant` open streams per tenant (429, 4290, with
-//! `Retry-After`); a stream ends when the server stops (the client resumes on the next one)
-//! and when its key is revoked. Retention and the time and action filters are the list's,
+//! `Retry-After`); a stream ends when the server stops (the client resumes on the next one),
+//! and when its key is revoked or its tenant's subscription ends (checked before each read and
+//! each wait). Retention and the time and action filters are the list's,
 //! applied to each entry as it is read.
 //!
 //! [`AuditIndex::tenant_after`]: auditmem_projections::audit_index::AuditIndex::tenant_after
@@ -250,11 +251,16 @@ impl Tail {
         .map_err(|e| ApiError::internal(format!("a stream's read: {e}")))?
     }
 
-    /// Whether the stream's key still opens the API.
-    fn key_live(&self) -> bool {
+    /// Whether the stream may go on: its key is not revoked and its tenant's subscription is
+    /// active, as the gate requires of every audit call.
+    fn still_allowed(&self) -> bool {
+        let projections = &self.state.projections;
         matches!(
-            self.state.projections.tenants.key_by_id(&self.key),
+            projections.tenants.key_by_id(&self.key),
             Ok(Some(k)) if k.revoked_at.is_none()
+        ) && matches!(
+            projections.tenants.tenant(&self.tenant),
+            Ok(Some(t)) if t.subscription_active
         )
     }
 
@@ -275,7 +281,7 @@ impl Tail {
             return Some(Ok(Bytes::from_static(self.heartbeat_bytes())));
         }
         loop {
-            if *self.stop.borrow() {
+            if *self.stop.borrow() || !self.still_allowed() {
                 return None;
             }
             let head = self.head.borrow_and_update().seq;
@@ -295,9 +301,6 @@ impl Tail {
                         return None;
                     }
                 }
-            }
-            if !self.key_live() {
-                return None;
             }
             let beat = tokio::time::sleep(self.heartbeat);
             let heartbeat = self.heartbeat_bytes();

@@ -488,3 +488,56 @@ fn an_erased_subjects_entries_stream_as_the_list_shows_them() {
         }
     }
 }
+
+#[test]
+fn a_stream_ends_when_its_key_is_revoked_or_its_subscription_ends() {
+    let s = Server::start_with(&["--stream-heartbeat-secs", "1"]);
+    let tenant = s.create_tenant("business");
+    let issue = || {
+        let (status, v) = s.admin(
+            reqwest::Method::POST,
+            &format!("/admin/v1/tenants/{tenant}/keys"),
+            Some(json!({"permissions": ["audit.read"]})),
+        );
+        assert_eq!(status, 201, "{v}");
+        let id = v["data"]["id"].as_str().expect("id").to_string();
+        (id, v["data"]["api_key"].as_str().expect("key").to_string())
+    };
+    // Reads until the stream ends; how long it took.
+    let ends_within = |resp: Response| {
+        let t0 = Instant::now();
+        let ended = !read_events(resp, false, |_| t0.elapsed() < Duration::from_secs(30));
+        (ended, t0.elapsed())
+    };
+    let (id, key) = issue();
+    let (_, other) = issue();
+    let revoked = open(&s.url, &key, "", None, false);
+    let kept = open(&s.url, &other, "", None, false);
+    assert_eq!(
+        (revoked.status().as_u16(), kept.status().as_u16()),
+        (200, 200)
+    );
+    let (status, v) = s.admin(
+        reqwest::Method::DELETE,
+        &format!("/admin/v1/keys/{id}"),
+        None,
+    );
+    assert_eq!(status, 200, "{v}");
+    let (ended, took) = ends_within(revoked);
+    assert!(
+        ended && took < Duration::from_secs(10),
+        "{ended} after {took:?}"
+    );
+    // The other key's stream goes on until the tenant's subscription ends.
+    let (status, v) = s.admin(
+        reqwest::Method::PATCH,
+        &format!("/admin/v1/tenants/{tenant}"),
+        Some(json!({"subscription_active": false})),
+    );
+    assert_eq!(status, 200, "{v}");
+    let (ended, took) = ends_within(kept);
+    assert!(
+        ended && took < Duration::from_secs(10),
+        "{ended} after {took:?}"
+    );
+}
