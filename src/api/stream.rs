@@ -88,6 +88,7 @@ impl Streams {
             return None;
         }
         *n += 1;
+        metrics::gauge!("auditmem_audit_streams_open").increment(1.0);
         Some(Slot {
             open: self.open.clone(),
             tenant,
@@ -103,6 +104,7 @@ struct Slot {
 
 impl Drop for Slot {
     fn drop(&mut self) {
+        metrics::gauge!("auditmem_audit_streams_open").decrement(1.0);
         let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(n) = open.get_mut(&self.tenant) {
             *n = n.saturating_sub(1);

@@ -420,6 +420,12 @@ fn streams_are_limited_per_tenant_and_need_audit_read() {
     );
     let third = open(&s.url, &key, "", None, false);
     assert_eq!(third.status().as_u16(), 429);
+    assert!(
+        common::metrics_text(&s)
+            .lines()
+            .any(|l| l == "auditmem_audit_streams_open 2"),
+        "the open streams are counted"
+    );
     assert_eq!(third.headers()["retry-after"].to_str().expect("ascii"), "5");
     let body: Value = third.json().expect("an envelope");
     assert_error(&(429, body), 429, 4290);
