@@ -127,13 +127,7 @@ struct Tail {
     state: AppState,
     tenant: Uuid,
     key: Uuid,
-    plan: Plan,
-    show_hash: bool,
-    action: Option<u64>,
-    from: Option<i64>,
-    to: i64,
-    format: StreamFormat,
-    framing: Framing,
+    filter: Filtering,
     /// Every entry of the tenant up to here was sent or filtered out.
     position: u64,
     head: watch::Receiver<crate::log::Head>,
@@ -159,9 +153,9 @@ fn render(
     out: &mut Vec<u8>,
 ) -> Result<(), ApiError> {
     let window = state.settings.retention_start(filter.plan);
+    let from = filter.from.unwrap_or(window).max(window);
     let mut keys = KeyCache::new(&*state.projections.keys);
     for r in refs {
-        let from = filter.from.unwrap_or(window).max(window);
         if r.created_at < from || r.created_at > filter.to {
             continue;
         }
@@ -211,7 +205,7 @@ struct Line<'a> {
     entry: &'a serde_json::Value,
 }
 
-/// What a read filters by, copied off the stream for the blocking thread.
+/// What a stream sends and how: its filters (the plan's retention among them) and its form.
 #[derive(Clone, Copy)]
 struct Filtering {
     plan: Plan,
@@ -224,22 +218,10 @@ struct Filtering {
 }
 
 impl Tail {
-    fn filtering(&self) -> Filtering {
-        Filtering {
-            plan: self.plan,
-            show_hash: self.show_hash,
-            action: self.action,
-            from: self.from,
-            to: self.to,
-            format: self.format,
-            framing: self.framing,
-        }
-    }
-
     /// Reads the next batch past the stream's position, up to `head`.
     async fn read(&self, head: u64) -> Result<Read, ApiError> {
         let state = self.state.clone();
-        let (tenant, after, filter) = (self.tenant, self.position, self.filtering());
+        let (tenant, after, filter) = (self.tenant, self.position, self.filter);
         tokio::task::spawn_blocking(move || {
             let (refs, reached) = state
                 .projections
@@ -267,7 +249,7 @@ impl Tail {
     }
 
     fn heartbeat_bytes(&self) -> &'static [u8] {
-        match self.framing {
+        match self.filter.framing {
             Framing::Sse => b": heartbeat\n\n",
             Framing::Ndjson => b"\n",
         }
@@ -379,13 +361,15 @@ pub(crate) async fn stream_logs(
     let tail = Tail {
         tenant: caller.tenant.id,
         key: caller.key.key_id,
-        plan: caller.tenant.plan,
-        show_hash: caller.tenant.plan.shows_hash(),
-        action: q.action.as_deref().map(action_key),
-        from: q.start,
-        to: q.end.unwrap_or(i64::MAX),
-        format: q.format,
-        framing,
+        filter: Filtering {
+            plan: caller.tenant.plan,
+            show_hash: caller.tenant.plan.shows_hash(),
+            action: q.action.as_deref().map(action_key),
+            from: q.start,
+            to: q.end.unwrap_or(i64::MAX),
+            format: q.format,
+            framing,
+        },
         position,
         head,
         stop: state.streams.stop.clone(),
