@@ -119,6 +119,14 @@ pub struct ServeArgs {
     /// proxy every connection comes from the proxy: raise it, or 0.
     #[arg(long, env = "AUDITMEM_MAX_CONNECTIONS_PER_PEER", default_value_t = 256)]
     pub max_connections_per_peer: u64,
+    /// Open audit streams (`GET /v1/audit/logs/stream`) a tenant may have at once; one more
+    /// is answered 429 (4290) with `Retry-After`.
+    #[arg(long, env = "AUDITMEM_MAX_STREAMS_PER_TENANT", default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub max_streams_per_tenant: u64,
+    /// Seconds an idle audit stream waits before it sends a heartbeat (an SSE comment, or an
+    /// empty NDJSON line), which keeps proxies from closing it.
+    #[arg(long, env = "AUDITMEM_STREAM_HEARTBEAT_SECS", default_value_t = 15, value_parser = clap::value_parser!(u64).range(1..=3_600))]
+    pub stream_heartbeat_secs: u64,
     /// Serve the admin API on this address only (404 on --listen): HOST:PORT, or a PORT alone
     /// for 127.0.0.1:PORT.
     #[arg(long, env = "AUDITMEM_ADMIN_LISTEN", value_parser = admin_listen)]

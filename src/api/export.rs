@@ -155,7 +155,12 @@ pub(crate) async fn download_export(
         .map_err(|e| ApiError::internal(format!("opening {}: {e}", path.display())))?;
     let content_type = match v.format {
         ExportFormat::Csv => "text/csv; charset=utf-8",
-        ExportFormat::Json => "application/json",
+        ExportFormat::Json | ExportFormat::Ocsf => "application/json",
+    };
+    // An OCSF export is JSON: named so that a tool choosing by extension reads it as such.
+    let extension = match v.format {
+        ExportFormat::Ocsf => "ocsf.json",
+        other => other.as_str(),
     };
     let mut opener = crate::export::sealed_file::Opener::new(
         std::io::BufReader::with_capacity(256 * 1024, file),
@@ -188,8 +193,7 @@ pub(crate) async fn download_export(
                 header::CONTENT_DISPOSITION,
                 format!(
                     "attachment; filename=\"audit-export-{}.{}\"",
-                    v.export_id,
-                    v.format.as_str()
+                    v.export_id, extension
                 ),
             ),
         ],

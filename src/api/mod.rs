@@ -31,6 +31,7 @@ pub mod position;
 pub mod rate_limit;
 pub mod routes;
 pub mod state;
+pub mod stream;
 pub mod transparency;
 
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};

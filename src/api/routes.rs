@@ -17,7 +17,7 @@ use utoipa_axum::routes;
 
 use super::gate::{self, Gate, Policy};
 use super::state::AppState;
-use super::{admin, audit, erasure, export, memory, transparency};
+use super::{admin, audit, erasure, export, memory, stream, transparency};
 
 /// Who may call a route.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -59,6 +59,7 @@ pub fn table() -> Vec<Route> {
     vec![
         tenant(routes!(audit::list_logs), "audit.list", AuditRead),
         tenant(routes!(audit::get_log), "audit.read", AuditRead),
+        tenant(routes!(stream::stream_logs), "audit.stream", AuditRead),
         tenant(
             routes!(transparency::inclusion_proof),
             "audit.proof",

@@ -64,6 +64,8 @@ pub struct Inner {
     pub log_rate_limiter: super::rate_limit::RateLimiter<std::net::IpAddr>,
     /// Failed admin authentication per source.
     pub admin_throttle: super::admin::throttle::AuthThrottle,
+    /// The open audit streams and their limits.
+    pub streams: super::stream::Streams,
 }
 
 /// Settings of the memory endpoints, and the credits their extractions in flight hold.

@@ -158,7 +158,7 @@ fn encode_rows(
         let opened = keys
             .open_fields(tenant_id, entry.id, sealed.as_ref())
             .map_err(|e| e.to_string())?;
-        if format == ExportFormat::Json && i > 0 {
+        if format.is_json_array() && i > 0 {
             sealed_file::clear_frame(&mut stored, b",\n");
             shown.extend_from_slice(b",\n");
         }
@@ -183,6 +183,17 @@ fn encode_rows(
                     &AuditLogEntry::exported_as(entry, personal, r, with_chain),
                 )
                 .map_err(|e| e.to_string()),
+                ExportFormat::Ocsf => {
+                    let row = serde_json::to_value(AuditLogEntry::exported_as(
+                        entry, personal, r, with_chain,
+                    ))
+                    .map_err(|e| e.to_string())?;
+                    let serde_json::Value::Object(row) = row else {
+                        return Err("an export row is not a JSON object".to_string());
+                    };
+                    let event = crate::wire::ocsf::event(&row, tenant_id, entry.created_at, None);
+                    serde_json::to_writer(&mut *out, &event).map_err(|e| e.to_string())
+                }
             }
         };
         match opened {
@@ -412,7 +423,7 @@ fn write_part(
             let header = w.into_inner().map_err(|e| e.to_string())?;
             out.clear(&header).map_err(io)?;
         }
-        ExportFormat::Json => out.clear(b"[").map_err(io)?,
+        ExportFormat::Json | ExportFormat::Ocsf => out.clear(b"[").map_err(io)?,
     }
     let mut flushed_to = 0u64;
     let mut space_checked_at = 0u64;
@@ -459,7 +470,7 @@ fn write_part(
                 if part.rows == 0 {
                     continue;
                 }
-                if view.format == ExportFormat::Json && written > 0 {
+                if view.format.is_json_array() && written > 0 {
                     out.clear(b",\n").map_err(io)?;
                 }
                 if out.bytes + part.stored.len() as u64 >= space_checked_at + SPACE_STEP {
@@ -475,7 +486,7 @@ fn write_part(
         Ok(())
     });
     encoded?;
-    if view.format == ExportFormat::Json {
+    if view.format.is_json_array() {
         out.clear(b"]\n").map_err(io)?;
     }
     out.flush().map_err(io)?;

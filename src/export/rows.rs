@@ -202,6 +202,18 @@ pub fn parse(bytes: &[u8]) -> Result<Vec<Map<String, Value>>, String> {
 
 /// [`parse`] for a file whose CSV text cells were written with or without the formula guard
 /// (its manifest says which).
+/// Whether a JSON export holds OCSF events: its first row starts with `activity_id`, the first
+/// key of every event `wire::ocsf` writes (an entry's is `id`).
+pub fn is_ocsf(bytes: &[u8]) -> bool {
+    let mut rest = bytes
+        .iter()
+        .skip_while(|b| b.is_ascii_whitespace())
+        .skip(1)
+        .skip_while(|b| b.is_ascii_whitespace());
+    let head: Vec<u8> = rest.by_ref().take(15).copied().collect();
+    head == br#"{"activity_id":"#
+}
+
 pub fn parse_as(bytes: &[u8], formula_guard: bool) -> Result<Vec<Map<String, Value>>, String> {
     let first = bytes.iter().find(|b| !b.is_ascii_whitespace());
     if first == Some(&b'[') {
@@ -211,6 +223,10 @@ pub fn parse_as(bytes: &[u8], formula_guard: bool) -> Result<Vec<Map<String, Val
             .into_iter()
             .enumerate()
             .map(|(i, r)| match r {
+                // An OCSF export's rows: each event gives its entry back.
+                Value::Object(m) if m.contains_key("class_uid") => {
+                    crate::wire::ocsf::entry_of(&m).map_err(|e| format!("row {}: {e}", i + 1))
+                }
                 Value::Object(m) => Ok(m),
                 _ => Err(format!("row {} is not an object", i + 1)),
             })

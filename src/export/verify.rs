@@ -180,7 +180,11 @@ pub fn verify_export(
             ));
         }
         let json = bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[');
-        let format = if json { "json" } else { "csv" };
+        let format = match json {
+            true if super::rows::is_ocsf(bytes) => "ocsf",
+            true => "json",
+            false => "csv",
+        };
         if m.format != format {
             failures.push(file_failure(
                 FailureKind::ManifestMismatch,

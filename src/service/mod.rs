@@ -170,6 +170,7 @@ impl Service {
         else {
             anyhow::bail!("the providers were already taken");
         };
+        let (stop, stop_rx) = watch::channel(false);
         // Nothing fails from here on: the state holds the providers, which must not be dropped
         // on the runtime.
         let state = AppState(Arc::new(Inner {
@@ -195,9 +196,13 @@ impl Service {
             admin_throttle: crate::api::admin::throttle::AuthThrottle::new(
                 args.admin_auth_failures_per_min,
             ),
+            streams: crate::api::stream::Streams::new(
+                args.max_streams_per_tenant as usize,
+                Duration::from_secs(args.stream_heartbeat_secs),
+                stop_rx.clone(),
+            ),
         }));
         crate::release_free_memory();
-        let (stop, stop_rx) = watch::channel(false);
         let mut listeners = Vec::new();
         let mut admin_addr = None;
         if let Some(admin_listener) = admin_listener {

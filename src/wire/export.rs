@@ -21,7 +21,7 @@ pub struct ExportRequest {
     /// ISO 8601; default: now.
     #[serde(default)]
     pub end_time: Option<String>,
-    /// csv (default) or json.
+    /// csv (default), json, or ocsf (OCSF API Activity events, docs/OCSF.md).
     #[serde(default)]
     #[schema(inline)]
     pub format: Option<Field<ExportFormat>>,
@@ -34,7 +34,7 @@ impl Check for ExportFormat {
     fn check(raw: String) -> Result<Self, Invalid> {
         let name = raw.trim();
         name.parse()
-            .map_err(|_| Invalid(format!("format must be csv or json, got '{name}'")))
+            .map_err(|_| Invalid(format!("format must be csv, json or ocsf, got '{name}'")))
     }
 }
 
@@ -126,7 +126,7 @@ pub struct Manifest {
     pub export_id: Uuid,
     #[schema(value_type = String)]
     pub tenant_id: Uuid,
-    /// csv or json.
+    /// csv, json or ocsf.
     pub format: String,
     /// The requested range, RFC 3339 with microseconds, inclusive.
     pub start_time: String,

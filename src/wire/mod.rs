@@ -17,6 +17,7 @@ pub mod field;
 pub mod filter;
 pub mod known;
 pub mod memory;
+pub mod ocsf;
 pub mod query;
 pub mod time;
 pub mod transparency;

@@ -466,14 +466,19 @@ fn head_on_every_get_route_is_the_get_without_its_body() {
     for path in &paths {
         for bearer in [Some(key.as_str()), None] {
             let send = |method: Method| {
-                let mut req = s.raw().request(method, format!("{}{path}", s.url));
+                let mut req = s.raw().request(method.clone(), format!("{}{path}", s.url));
                 if let Some(b) = bearer {
                     req = req.bearer_auth(b);
                 }
                 let resp = req.send().expect("request");
                 let status = resp.status().as_u16();
                 let content_type = resp.headers().get("content-type").cloned();
-                let body = resp.bytes().expect("body");
+                // The audit tail's body never ends: its GET is compared by its head alone.
+                let body = if method == Method::GET && path.ends_with("/stream") {
+                    Default::default()
+                } else {
+                    resp.bytes().expect("body")
+                };
                 (status, content_type, body)
             };
             let (get_status, get_type, _) = send(Method::GET);
@@ -587,6 +592,7 @@ fn an_unknown_query_parameter_is_refused_naming_it() {
             "/admin/v1/log/consistency",
             "/v1/audit/consistency",
             "/v1/audit/logs",
+            "/v1/audit/logs/stream",
             "/v1/audit/logs/{audit_id}/proof",
             "/v1/memories",
         ]

@@ -13,8 +13,9 @@ use serde_json::{json, Value};
 /// Every `/v1` route of the route table (src/api/routes.rs).
 /// The test checks this list against the routes the gate knows and the served OpenAPI document,
 /// so a route added later without a row here fails the test.
-const ROUTES: [(&str, &str); 22] = [
+const ROUTES: [(&str, &str); 23] = [
     ("GET", "/v1/audit/logs"),
+    ("GET", "/v1/audit/logs/stream"),
     ("GET", "/v1/audit/logs/{audit_id}"),
     ("GET", "/v1/audit/logs/{audit_id}/proof"),
     ("GET", "/v1/audit/consistency"),
@@ -396,6 +397,18 @@ fn tenant_a_can_reach_nothing_of_tenant_b_on_any_route() {
     let unknown = manifest(&a, never);
     assert_error(&unknown, 404, 4040);
     assert_eq!(manifest(&a, &owned.export), unknown);
+    // A's audit tail, from the start of the log, holds A's entries alone.
+    let (status, last) =
+        crate::stream::audited_get(s.raw(), &s.url, "/v1/memories?page_size=1", &a);
+    assert_eq!(status, 200);
+    let events = crate::stream::events_until(&s.url, &a, "after=0", last, true);
+    assert!(events.len() > 10, "{events:?}");
+    let mut a_ids: BTreeSet<String> = BTreeSet::new();
+    for e in &events {
+        a_ids.insert(e.data["id"].as_str().expect("id").to_string());
+        assert_nothing_of(&owned, "A's audit stream", &e.data.to_string());
+    }
+    assert!(owned.audit.iter().all(|id| !a_ids.contains(id)));
 
     // Lists and searches of A, with every filter, find nothing of B's.
     for query in [

@@ -324,3 +324,59 @@ fn ids_past_the_recent_window_are_found_in_the_stored_runs_and_still_refused_twi
     check(&idx);
     assert_eq!(idx.head(&tenant), head);
 }
+
+#[test]
+fn given_two_tenants_interleaved_then_tenant_after_reads_one_tenants_refs_in_log_order() {
+    // Given 700 entries of tenants A and B, every third one A's, applied in group commits of
+    // 50 (so 14 blocks),
+    let (a, b) = (Uuid::now_v7(), Uuid::now_v7());
+    let events: Vec<Event> = (0..700i64)
+        .map(|i| {
+            Event::AuditRecorded(Box::new(AuditRecorded {
+                tenant_id: if i % 3 == 0 { a } else { b },
+                entry: entry("memory.write", 1_000_000 + i),
+                detail: Default::default(),
+                sealed: None,
+                sealed_detail: None,
+            }))
+        })
+        .collect();
+    let applied = Applied::in_order(&events);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = sled::open(dir.path()).expect("open");
+    let index = AuditIndex::open(&db).expect("open");
+    for batch in applied.chunks(50) {
+        index.apply(batch).expect("apply");
+    }
+    let a_seqs: Vec<u64> = (1..=700u64).filter(|s| (s - 1) % 3 == 0).collect();
+    // when A's refs are read a batch of 7 at a time from every starting point (inside a
+    // block, on a block's first seq, past the end),
+    for start in [0u64, 1, 2, 49, 50, 51, 333, 699, 700, 800] {
+        let mut got = Vec::new();
+        let mut after = start;
+        loop {
+            let (refs, reached) = index.tenant_after(&a, after, 700, 7, 100).expect("read");
+            assert!(refs.len() <= 7);
+            assert!(reached >= after, "{reached} < {after}");
+            got.extend(refs.iter().map(|r| r.seq));
+            assert!(refs.iter().all(|r| r.tenant_id == a));
+            if reached >= 700 || (refs.is_empty() && reached == after) {
+                break;
+            }
+            after = reached;
+        }
+        // then they are exactly A's seqs past the start, once each, in log order,
+        let want: Vec<u64> = a_seqs.iter().copied().filter(|s| *s > start).collect();
+        assert_eq!(got, want, "from {start}");
+    }
+    // and a read never goes past the head it is given.
+    let (refs, reached) = index.tenant_after(&a, 0, 10, 100, 1_000).expect("read");
+    assert_eq!(
+        refs.iter().map(|r| r.seq).collect::<Vec<_>>(),
+        vec![1, 4, 7, 10]
+    );
+    assert_eq!(reached, 10);
+    let (refs, reached) = index.tenant_after(&b, 9, 9, 100, 1_000).expect("read");
+    assert!(refs.is_empty());
+    assert_eq!(reached, 9);
+}

@@ -170,6 +170,15 @@ impl MemoryType {
 pub enum ExportFormat {
     Csv,
     Json,
+    /// A JSON array of OCSF API Activity events, one per entry (docs/OCSF.md).
+    Ocsf,
+}
+
+impl ExportFormat {
+    /// Whether the file is a JSON array (`[`, rows joined by `,\n`, `]`).
+    pub fn is_json_array(self) -> bool {
+        matches!(self, ExportFormat::Json | ExportFormat::Ocsf)
+    }
 }
 
 impl Named for ExportFormat {

@@ -14,6 +14,7 @@ use crate::api::error::ApiError;
 use crate::api::extract::{params, read};
 use crate::registry::ErrorCode;
 use crate::wire::admin::{CreateKeyRequest, CreateTenantRequest, LogQuery, UpdateTenantRequest};
+use crate::wire::audit::stream::AuditStreamQuery;
 use crate::wire::audit::{AuditListQuery, IngestRequest};
 use crate::wire::erasure::ErasureRequest;
 use crate::wire::export::ExportRequest;
@@ -223,6 +224,7 @@ fn take_params(path: &str, given: &Value) -> Result<(), ApiError> {
     match path {
         "/v1/memories" => params::<MemoryListQuery>(&map).map(drop),
         "/v1/audit/logs" => params::<AuditListQuery>(&map).map(drop),
+        "/v1/audit/logs/stream" => params::<AuditStreamQuery>(&map).map(drop),
         "/v1/audit/logs/{audit_id}/proof" => params::<ProofQuery>(&map).map(drop),
         "/v1/audit/consistency" | "/admin/v1/log/consistency" => {
             params::<ConsistencyQuery>(&map).map(drop)

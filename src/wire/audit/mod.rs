@@ -6,6 +6,7 @@ pub mod bounds;
 pub mod entry;
 pub mod ingest;
 pub mod list;
+pub mod stream;
 
 pub use entry::*;
 pub use ingest::*;

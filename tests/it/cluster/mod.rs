@@ -14,3 +14,4 @@ mod keys;
 mod node_joins_empty;
 mod quorum_loss;
 mod read_your_writes;
+mod stream_resume;

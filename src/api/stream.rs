@@ -1,0 +1,406 @@
+//! `GET /v1/audit/logs/stream`: a tenant's audit entries as a live tail, Server-Sent Events or
+//! NDJSON, resumable at any log position (docs/STREAMING.md).
+//!
+//! **Positions.** Each event's id is the log position of its entry: the global seq of its
+//! record, numbered alike on every node of a cluster. A stream sends the tenant's entries
+//! with a position past `after` (`Last-Event-ID`, else `?after=`, else the head when the stream
+//! opened) in increasing order, and nothing else, so a client that resumes after the last id
+//! it got has no gap and no duplicate, whichever node or server process answers it: a
+//! position names the same entry everywhere.
+//!
+//! **Reading.** The audit index's ref blocks are in seq order ([`AuditIndex::tenant_after`]):
+//! a stream reads them from its position up to the head it last saw, a batch of at most
+//! [`BATCH`] entries (or [`MAX_SCAN`] refs of any tenant) at a time, on a blocking thread. Refs
+//! up to the head are always stored (the applier folds a group before the head moves), so
+//! once a stream has read to the head it waits for the head to move, sending a heartbeat
+//! comment each `--stream-heartbeat-secs` meanwhile.
+//!
+//! **Pacing.** The body is a stream hyper polls when the connection has taken what was
+//! written: the next batch is read only then. A slow reader holds one batch and hyper's
+//! buffer, never more; it holds no lock and no writer waits for it.
+//!
+//! **Limits.** At most `--max-streams-per-tenant` open streams per tenant (429, 4290, with
+//! `Retry-After`); a stream ends when the server stops (the client resumes on the next one),
+//! and when its key is revoked or its tenant's subscription ends (checked before each read and
+//! each wait). Retention and the time and action filters are the list's,
+//! applied to each entry as it is read.
+//!
+//! [`AuditIndex::tenant_after`]: auditmem_projections::audit_index::AuditIndex::tenant_after
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use auditmem_projections::audit_index::{action_key, AuditRef};
+use auditmem_projections::event::KeyCache;
+use auditmem_projections::Plan;
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{header, HeaderMap, HeaderValue};
+use axum::response::{IntoResponse, Response};
+use axum::Extension;
+use tokio::sync::watch;
+use uuid::Uuid;
+
+use super::audit::load_list_entry;
+use super::error::{error_response, ApiError};
+use super::extract::Query;
+use super::gate::{Caller, PendingOps, Recorded};
+use super::state::AppState;
+use crate::registry::ErrorCode;
+use crate::wire::audit::stream::{parse_position, AuditStreamQuery, StreamFormat, StreamQuery};
+use crate::wire::audit::ListedEntry;
+use crate::wire::envelope::ErrorEnvelope;
+use crate::wire::ocsf;
+
+/// Most entries one read sends.
+pub const BATCH: usize = 256;
+/// Most refs (of every tenant) one read passes over, so a read of a tenant with few entries
+/// in a busy log stays short.
+pub const MAX_SCAN: usize = 16_384;
+
+/// The open streams, per tenant, and what every stream shares.
+pub struct Streams {
+    /// Most open streams a tenant may have (`--max-streams-per-tenant`).
+    pub per_tenant: usize,
+    /// How long an idle stream waits before a heartbeat comment (`--stream-heartbeat-secs`).
+    pub heartbeat: Duration,
+    /// Turns true when the service stops: every stream ends.
+    pub stop: watch::Receiver<bool>,
+    open: Arc<Mutex<HashMap<Uuid, usize>>>,
+}
+
+impl Streams {
+    pub fn new(per_tenant: usize, heartbeat: Duration, stop: watch::Receiver<bool>) -> Self {
+        Streams {
+            per_tenant,
+            heartbeat,
+            stop,
+            open: Arc::default(),
+        }
+    }
+
+    /// A slot for one more of `tenant`'s streams, or None at its limit.
+    fn acquire(&self, tenant: Uuid) -> Option<Slot> {
+        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        let n = open.entry(tenant).or_insert(0);
+        if *n >= self.per_tenant {
+            return None;
+        }
+        *n += 1;
+        metrics::gauge!("auditmem_audit_streams_open").increment(1.0);
+        Some(Slot {
+            open: self.open.clone(),
+            tenant,
+        })
+    }
+}
+
+/// One open stream of a tenant, given back when the stream's body is dropped.
+struct Slot {
+    open: Arc<Mutex<HashMap<Uuid, usize>>>,
+    tenant: Uuid,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        metrics::gauge!("auditmem_audit_streams_open").decrement(1.0);
+        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = open.get_mut(&self.tenant) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                open.remove(&self.tenant);
+            }
+        }
+    }
+}
+
+/// How the events are framed on the wire.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Framing {
+    Sse,
+    Ndjson,
+}
+
+/// One stream's reading state.
+struct Tail {
+    state: AppState,
+    tenant: Uuid,
+    key: Uuid,
+    filter: Filtering,
+    /// Every entry of the tenant up to here was sent or filtered out.
+    position: u64,
+    head: watch::Receiver<crate::log::Head>,
+    stop: watch::Receiver<bool>,
+    heartbeat: Duration,
+    /// Whether the first bytes (a heartbeat, so the client sees the stream open at once) went.
+    opened: bool,
+    ended: bool,
+    _slot: Slot,
+}
+
+/// What one read gave: the bytes to send, and how far it read.
+struct Read {
+    bytes: Vec<u8>,
+    reached: u64,
+}
+
+/// The event bytes of the entries of `refs` that pass the stream's filters.
+fn render(
+    state: &AppState,
+    refs: &[AuditRef],
+    filter: &Filtering,
+    out: &mut Vec<u8>,
+) -> Result<(), ApiError> {
+    let window = state.settings.retention_start(filter.plan);
+    let from = filter.from.unwrap_or(window).max(window);
+    let mut keys = KeyCache::new(&*state.projections.keys);
+    for r in refs {
+        if r.created_at < from || r.created_at > filter.to {
+            continue;
+        }
+        if filter.action.is_some_and(|a| a != r.action_key) {
+            continue;
+        }
+        let (entry, personal) = load_list_entry(state, &mut keys, r.seq)?;
+        let created_at = entry.created_at;
+        let listed = ListedEntry::with(entry, personal, r, filter.show_hash);
+        let data = match filter.format {
+            StreamFormat::Json => serde_json::to_value(&listed),
+            StreamFormat::Ocsf => serde_json::to_value(&listed).map(|v| match v {
+                serde_json::Value::Object(row) => {
+                    ocsf::event(&row, r.tenant_id, created_at, Some(r.seq))
+                }
+                other => other,
+            }),
+        }
+        .map_err(|e| ApiError::internal(format!("rendering a streamed entry: {e}")))?;
+        match filter.framing {
+            Framing::Sse => {
+                out.extend_from_slice(format!("id: {}\ndata: ", r.seq).as_bytes());
+                serde_json::to_writer(&mut *out, &data)
+                    .map_err(|e| ApiError::internal(format!("rendering an event: {e}")))?;
+                out.extend_from_slice(b"\n\n");
+            }
+            Framing::Ndjson => {
+                serde_json::to_writer(
+                    &mut *out,
+                    &Line {
+                        position: r.seq,
+                        entry: &data,
+                    },
+                )
+                .map_err(|e| ApiError::internal(format!("rendering a line: {e}")))?;
+                out.push(b'\n');
+            }
+        }
+    }
+    Ok(())
+}
+
+/// An NDJSON line: the position first, so a line-oriented tool finds it at the start.
+#[derive(serde::Serialize)]
+struct Line<'a> {
+    position: u64,
+    entry: &'a serde_json::Value,
+}
+
+/// What a stream sends and how: its filters (the plan's retention among them) and its form.
+#[derive(Clone, Copy)]
+struct Filtering {
+    plan: Plan,
+    show_hash: bool,
+    action: Option<u64>,
+    from: Option<i64>,
+    to: i64,
+    format: StreamFormat,
+    framing: Framing,
+}
+
+impl Tail {
+    /// Reads the next batch past the stream's position, up to `head`.
+    async fn read(&self, head: u64) -> Result<Read, ApiError> {
+        let state = self.state.clone();
+        let (tenant, after, filter) = (self.tenant, self.position, self.filter);
+        tokio::task::spawn_blocking(move || {
+            let (refs, reached) = state
+                .projections
+                .audit
+                .tenant_after(&tenant, after, head, BATCH, MAX_SCAN)?;
+            let mut bytes = Vec::new();
+            render(&state, &refs, &filter, &mut bytes)?;
+            Ok(Read { bytes, reached })
+        })
+        .await
+        .map_err(|e| ApiError::internal(format!("a stream's read: {e}")))?
+    }
+
+    /// Whether the stream may go on: its key is not revoked and its tenant's subscription is
+    /// active, as the gate requires of every audit call.
+    fn still_allowed(&self) -> bool {
+        let projections = &self.state.projections;
+        matches!(
+            projections.tenants.key_by_id(&self.key),
+            Ok(Some(k)) if k.revoked_at.is_none()
+        ) && matches!(
+            projections.tenants.tenant(&self.tenant),
+            Ok(Some(t)) if t.subscription_active
+        )
+    }
+
+    fn heartbeat_bytes(&self) -> &'static [u8] {
+        match self.filter.framing {
+            Framing::Sse => b": heartbeat\n\n",
+            Framing::Ndjson => b"\n",
+        }
+    }
+
+    /// The next bytes to send: a batch of events, a heartbeat, or None when the stream ends.
+    async fn next(&mut self) -> Option<Result<Bytes, std::io::Error>> {
+        if self.ended {
+            return None;
+        }
+        if !self.opened {
+            self.opened = true;
+            return Some(Ok(Bytes::from_static(self.heartbeat_bytes())));
+        }
+        loop {
+            if *self.stop.borrow() || !self.still_allowed() {
+                return None;
+            }
+            let head = self.head.borrow_and_update().seq;
+            if self.position < head {
+                match self.read(head).await {
+                    Ok(read) => {
+                        self.position = read.reached;
+                        if !read.bytes.is_empty() {
+                            return Some(Ok(Bytes::from(read.bytes)));
+                        }
+                        continue;
+                    }
+                    Err(e) => {
+                        // The client resumes after the last id it got.
+                        self.ended = true;
+                        tracing::error!(error = %e.message, "a stream's read failed; ending it");
+                        return None;
+                    }
+                }
+            }
+            let beat = tokio::time::sleep(self.heartbeat);
+            let heartbeat = self.heartbeat_bytes();
+            tokio::select! {
+                changed = self.head.changed() => {
+                    if changed.is_err() {
+                        return None;
+                    }
+                }
+                _ = self.stop.wait_for(|s| *s) => return None,
+                _ = beat => return Some(Ok(Bytes::from_static(heartbeat))),
+            }
+        }
+    }
+}
+
+/// The position to resume after: `Last-Event-ID` (what an SSE client sends when it
+/// reconnects), else `?after=`.
+fn resume_after(headers: &HeaderMap, q: &StreamQuery) -> Result<Option<u64>, ApiError> {
+    match headers.get("last-event-id") {
+        Some(v) => {
+            let text = v
+                .to_str()
+                .map_err(|_| ApiError::bad_request("Last-Event-ID must be a log position"))?;
+            Ok(Some(parse_position("Last-Event-ID", text)?))
+        }
+        None => Ok(q.after),
+    }
+}
+
+fn wants_ndjson(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains("application/x-ndjson"))
+}
+
+/// 429 with `Retry-After`: the tenant has as many streams open as it may.
+fn too_many_streams(limit: usize) -> Response {
+    let mut resp = error_response(
+        ErrorCode::RateLimited,
+        &format!("this tenant has {limit} audit streams open, as many as it may; close one, or retry after 5 s"),
+    );
+    resp.headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from(5u64));
+    resp
+}
+
+#[utoipa::path(get, path = "/v1/audit/logs/stream", tag = "audit", security(("api_key" = [])),
+    params(AuditStreamQuery,
+        ("Last-Event-ID" = Option<u64>, Header, description = "the log position to resume after; wins over `after`"),
+        ("Accept" = Option<String>, Header, description = "`application/x-ndjson` for NDJSON lines `{\"position\": N, \"entry\": {...}}`; anything else: Server-Sent Events")),
+    responses((status = 200, description = "Server-Sent Events (`id:` the entry's log position, `data:` the entry as the list shows it, or its OCSF event), or NDJSON; heartbeat comments while idle", content((String = "text/event-stream"), (String = "application/x-ndjson"))), (status = 400, description = "bad parameter or position (4000)", body = ErrorEnvelope), (status = 403, description = "permission (4030) or inactive subscription (2200)", body = ErrorEnvelope), (status = 429, description = "the tenant's open streams are at --max-streams-per-tenant, or the key's rate limit (4290)", body = ErrorEnvelope, headers(("Retry-After" = u64, description = "whole seconds")))))]
+pub(crate) async fn stream_logs(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    headers: HeaderMap,
+    Query(q): Query<AuditStreamQuery>,
+) -> Result<Recorded<Response>, ApiError> {
+    let after = resume_after(&headers, &q)?;
+    let Some(slot) = state.streams.acquire(caller.tenant.id) else {
+        return Ok(Recorded::new(
+            too_many_streams(state.streams.per_tenant),
+            PendingOps::default(),
+        ));
+    };
+    let framing = if wants_ndjson(&headers) {
+        Framing::Ndjson
+    } else {
+        Framing::Sse
+    };
+    let head = state.appender.subscribe();
+    let position = after.unwrap_or_else(|| head.borrow().seq);
+    let tail = Tail {
+        tenant: caller.tenant.id,
+        key: caller.key.key_id,
+        filter: Filtering {
+            plan: caller.tenant.plan,
+            show_hash: caller.tenant.plan.shows_hash(),
+            action: q.action.as_deref().map(action_key),
+            from: q.start,
+            to: q.end.unwrap_or(i64::MAX),
+            format: q.format,
+            framing,
+        },
+        position,
+        head,
+        stop: state.streams.stop.clone(),
+        heartbeat: state.streams.heartbeat,
+        opened: false,
+        ended: false,
+        _slot: slot,
+        state: state.clone(),
+    };
+    let body = futures_util::stream::unfold(tail, |mut tail| async move {
+        tail.next().await.map(|item| (item, tail))
+    });
+    let content_type = match framing {
+        Framing::Sse => "text/event-stream",
+        Framing::Ndjson => "application/x-ndjson",
+    };
+    let resp = (
+        [
+            (header::CONTENT_TYPE, content_type),
+            (header::CACHE_CONTROL, "no-cache"),
+            // Tells nginx-style proxies not to buffer the stream.
+            (header::HeaderName::from_static("x-accel-buffering"), "no"),
+        ],
+        Body::from_stream(body),
+    )
+        .into_response();
+    Ok(Recorded::new(
+        resp,
+        PendingOps {
+            streamed: true,
+            ..Default::default()
+        },
+    ))
+}
