@@ -152,6 +152,7 @@ class ExportCreatedEnvelope(BaseModel):
 class ExportFormatName(StrEnum):
     csv = 'csv'
     json = 'json'
+    ocsf = 'ocsf'
 
 
 class ExportRequest(BaseModel):
@@ -251,7 +252,7 @@ class Manifest(BaseModel):
         None,
         description='Audit id, chain position and hash (lowercase hex) of the first and last row; null\nwithout the chain or rows.',
     )
-    format: str = Field(..., description='csv or json.')
+    format: str = Field(..., description='csv, json or ocsf.')
     formula_guard: bool = Field(
         ...,
         description="Whether CSV text cells that a spreadsheet would read as a formula (starting with `=`,\n`+`, `-`, `@`, a tab or a carriage return), or that start with `'`, carry a leading `'`.",
