@@ -111,6 +111,11 @@ pub struct ServeArgs {
     /// start its next request); then the connection is closed.
     #[arg(long, env = "AUDITMEM_HEADER_READ_TIMEOUT_SECS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub header_read_timeout_secs: u64,
+    /// Seconds a stop waits for the answers being written (an export's download, an audit
+    /// tail) before it closes their connections: a client that stops reading cannot hold the
+    /// stop for ever.
+    #[arg(long, env = "AUDITMEM_DRAIN_TIMEOUT_SECS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(0..=3600))]
+    pub drain_timeout_secs: u64,
     /// Open connections per listener at most (more: 503 and closed); lowered to what the
     /// open-files limit leaves after 128 files for the server's own use.
     #[arg(long, env = "AUDITMEM_MAX_CONNECTIONS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]

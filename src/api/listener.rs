@@ -19,7 +19,9 @@
 //!   loop sleeps, 5 ms doubling to 1 s while the errors last, instead of spinning on them.
 //! - **Graceful shutdown**: when the shutdown signal turns true the loop stops accepting, each
 //!   connection finishes the request it is serving (idle ones close at once) and [`serve`]
-//!   returns once every connection is closed.
+//!   returns once every connection is closed, or once `drain_timeout` has passed: a client
+//!   that stops reading a long answer (an export's download, an audit tail's backfill) keeps
+//!   its socket full and its response unfinished, and must not hold the stop for ever.
 //!
 //! Every request carries `ConnectInfo<SocketAddr>` of its peer, as `axum::serve` sets it.
 //!
@@ -63,6 +65,9 @@ pub const RESERVED_FILES: u64 = 128;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Limits {
     pub header_read_timeout: Duration,
+    /// How long a stop waits for the answers being written before it closes their
+    /// connections.
+    pub drain_timeout: Duration,
     /// Open connections at most.
     pub max_connections: usize,
     /// Open connections from one source at most; 0 for no per-source cap.
@@ -323,8 +328,15 @@ async fn connection(
         .max_buf_size(MAX_BUF_BYTES);
     let conn = builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(service));
     tokio::pin!(conn);
-    let mut stopping = false;
+    // Set once the stop is signalled: the answer being written has until then to finish.
+    let mut drain_until: Option<tokio::time::Instant> = None;
     loop {
+        let deadline = async {
+            match drain_until {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             result = conn.as_mut() => {
                 if let Err(e) = result {
@@ -333,9 +345,13 @@ async fn connection(
                 }
                 break;
             }
-            _ = signalled(&mut shutdown), if !stopping => {
+            _ = signalled(&mut shutdown), if drain_until.is_none() => {
                 conn.as_mut().graceful_shutdown();
-                stopping = true;
+                drain_until = Some(tokio::time::Instant::now() + limits.drain_timeout);
+            }
+            () = deadline => {
+                tracing::warn!(%peer, "closing a connection whose answer did not finish within the drain timeout");
+                break;
             }
         }
     }
@@ -348,6 +364,7 @@ mod tests {
     fn limits(max: usize, per_peer: usize) -> Limits {
         Limits {
             header_read_timeout: Duration::from_secs(1),
+            drain_timeout: Duration::from_secs(1),
             max_connections: max,
             max_per_peer: per_peer,
         }

@@ -101,6 +101,7 @@ pub fn connection_limits(args: &ServeArgs, listeners: usize) -> anyhow::Result<L
     }
     Ok(Limits {
         header_read_timeout: Duration::from_secs(args.header_read_timeout_secs),
+        drain_timeout: Duration::from_secs(args.drain_timeout_secs),
         max_connections,
         max_per_peer: usize::try_from(args.max_connections_per_peer).unwrap_or(usize::MAX),
     })

@@ -159,6 +159,8 @@ fn serve(args: WitnessServeArgs) -> anyhow::Result<ExitCode> {
         let files = listener::raise_open_files_limit();
         let limits = Limits {
             header_read_timeout: Duration::from_secs(args.header_read_timeout_secs),
+            // A witness answers small requests only; a stop waits for them as for the API's.
+            drain_timeout: Duration::from_secs(10),
             max_connections: listener::connection_budget(args.max_connections, files, 1).max(1),
             max_per_peer: 0,
         };

@@ -547,3 +547,50 @@ fn a_stream_ends_when_its_key_is_revoked_or_its_subscription_ends() {
         "{ended} after {took:?}"
     );
 }
+
+/// A client that opens a long backfill and stops reading keeps its socket full and the answer
+/// unfinished: a stop closes that connection at `--drain-timeout-secs` instead of waiting for
+/// it for ever.
+#[test]
+fn a_stop_closes_a_stream_its_client_stopped_reading_at_the_drain_timeout() {
+    use std::io::Write;
+    let mut s = Server::start_with(&["--drain-timeout-secs", "1"]);
+    let (tenant, key) = s.tenant_with_key("business");
+    // ~20 MB of NDJSON: far more than the loopback socket's buffers hold.
+    common::ingest_filler(&s, &tenant, 30_000);
+    let addr = s.url.trim_start_matches("http://").to_string();
+    let mut sock = std::net::TcpStream::connect(&addr).expect("connect");
+    write!(
+        sock,
+        "GET /v1/audit/logs/stream?after=0 HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {key}\r\nAccept: application/x-ndjson\r\n\r\n"
+    )
+    .expect("send the request");
+    // Read the head only, so the stream is answering, then never read again.
+    let mut first = [0u8; 12];
+    std::io::Read::read_exact(&mut sock, &mut first).expect("the answer starts");
+    assert_eq!(&first, b"HTTP/1.1 200");
+    std::thread::sleep(Duration::from_secs(2));
+    let pid = s.pid().expect("a running server");
+    let asked = Instant::now();
+    s.terminate();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (status, took) = std::thread::scope(|scope| {
+        scope.spawn(|| tx.send(s.wait_exit()).expect("the test waits"));
+        match rx.recv_timeout(Duration::from_secs(30)) {
+            Ok(status) => (Some(status), asked.elapsed()),
+            Err(_) => {
+                // Hung: kill it so that the test ends, and fail below.
+                let pid = rustix::process::Pid::from_raw(pid as i32).expect("a pid");
+                let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+                (None, asked.elapsed())
+            }
+        }
+    });
+    drop(sock);
+    let status = status.unwrap_or_else(|| panic!("the stop still waited after {took:?}"));
+    assert!(status.success(), "the server exited with {status}");
+    assert!(
+        took < Duration::from_secs(8),
+        "the stop waited {took:?} for a client that does not read"
+    );
+}
