@@ -6,8 +6,8 @@
 //! (`Memories::past`, on a temporary database, expiry judged at the time of record `p`), then
 //! asks it what the current store is asked. So the cost is the tenant's history up to `p`
 //! (one log read and one fold per event), never the log's; at most [`MAX_REPLAYED`] events are
-//! replayed (more: 400), and at most [`CONCURRENT_REPLAYS`] replays run at once, on the
-//! blocking pool, so that they cannot take both cores from other tenants' requests.
+//! replayed (more: 400), and [`CONCURRENT_REPLAYS`] replay runs at a time, on the blocking
+//! pool, so that replays cannot take both cores from other tenants' requests.
 //!
 //! Erased stays erased: the past store opens sealed values with the service's keyring, so a
 //! memory whose keys were destroyed since is erased in it from its first event; a memory the
@@ -27,12 +27,14 @@ use crate::registry::ErrorCode;
 use crate::wire::memory::{AsOf, AsOfShown};
 use crate::wire::time::Time;
 
-/// The most memory events a read `as_of` replays: a store of that many memories is ~75 MB at
-/// most while it is answered (a 384-dimension vector, its int8 copy and the indexes each).
+/// The most memory events a read `as_of` replays: a store of that many memories holds ~140 MB
+/// while it is answered (per memory a 384-dimension f32 row, its int8 copy, its state and
+/// postings: ~2.8 KB).
 pub const MAX_REPLAYED: usize = 50_000;
 
-/// Replays that run at once; others wait their turn.
-pub const CONCURRENT_REPLAYS: usize = 2;
+/// Replays that run at once; others wait their turn. One: a replay then takes at most one core
+/// from the other tenants' requests, and one replayed store is held at a time.
+pub const CONCURRENT_REPLAYS: usize = 1;
 
 static REPLAYS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(CONCURRENT_REPLAYS);
 
@@ -116,12 +118,22 @@ pub fn history(state: &AppState, tenant: Uuid, then: &Then) -> Result<Vec<u64>, 
         .projections
         .memories
         .history_up_to(&tenant, then.position, MAX_REPLAYED)
-        .map_err(|n| {
-            refused(format!(
-                "as_of {} needs {n} of this tenant's memory events replayed; at most {MAX_REPLAYED} are: ask for an earlier position, or read one memory or its history as of it",
-                then.position
-            ))
-        })
+        .map_err(|n| too_many(then, n))
+}
+
+/// `n` events to replay for `then`, refused past [`MAX_REPLAYED`].
+pub fn bounded(then: &Then, n: usize) -> Result<(), ApiError> {
+    match n > MAX_REPLAYED {
+        true => Err(too_many(then, n)),
+        false => Ok(()),
+    }
+}
+
+fn too_many(then: &Then, n: usize) -> ApiError {
+    refused(format!(
+        "as_of {} needs {n} of this tenant's memory events replayed; at most {MAX_REPLAYED} are: ask for an earlier position, or read one memory or its history as of it",
+        then.position
+    ))
 }
 
 /// The tenant's store as it stood right after `then`, folded from the events at `seqs`

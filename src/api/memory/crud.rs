@@ -166,6 +166,7 @@ async fn past_memory(
     if seqs.is_empty() {
         return Err(not_found().into());
     }
+    as_of::bounded(&then, seqs.len())?;
     let events = seqs.len();
     let past = as_of::past(state, tenant, then, seqs).await?;
     let view = past
