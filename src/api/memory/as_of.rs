@@ -226,28 +226,3 @@ fn fold(state: &AppState, tenant: Uuid, then: Then, seqs: &[u64]) -> Result<Memo
     }
     Ok(past)
 }
-
-/// The `as_of` query parameter of a route that reads no other (a memory, its history): any
-/// other parameter is left unread, as these routes always left them.
-pub struct AsOfParam(pub Option<AsOf>);
-
-impl<S: Send + Sync> axum::extract::FromRequestParts<S> for AsOfParam {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(
-        parts: &mut axum::http::request::Parts,
-        _state: &S,
-    ) -> Result<Self, ApiError> {
-        use std::collections::HashMap;
-        let given = axum::extract::Query::<HashMap<String, String>>::try_from_uri(&parts.uri).ok();
-        let Some(axum::extract::Query(mut given)) = given else {
-            // A query string that does not parse was never read here; one naming `as_of` is.
-            return match parts.uri.query().is_some_and(|q| q.contains("as_of")) {
-                true => Err(ApiError::bad_request(ErrorCode::BadRequest.label())),
-                false => Ok(AsOfParam(None)),
-            };
-        };
-        let only: HashMap<String, String> = given.remove_entry("as_of").into_iter().collect();
-        crate::api::extract::params::<crate::wire::memory::AsOfQuery>(&only).map(AsOfParam)
-    }
-}

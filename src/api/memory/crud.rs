@@ -6,7 +6,7 @@ use auditmem_projections::AuditDetail;
 use axum::extract::{Path, State};
 use axum::Extension;
 
-use super::as_of::{self, AsOfParam};
+use super::as_of;
 use super::{embed_one, owned, resolve, RequestId};
 use crate::api::error::ApiError;
 use crate::api::extract::{Json, Query};
@@ -124,7 +124,7 @@ pub(crate) async fn get_memory(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
-    AsOfParam(as_of): AsOfParam,
+    Query(as_of): Query<AsOfQuery>,
 ) -> Result<Recorded<Data<Memory>>, ApiError> {
     // A read, which its audit entry records in `memory_results`.
     let memory = match as_of {

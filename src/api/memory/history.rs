@@ -6,8 +6,9 @@ use auditmem_projections::Event;
 use axum::extract::{Path, State};
 use axum::Extension;
 
-use super::as_of::{self, AsOfParam};
+use super::as_of;
 use crate::api::error::ApiError;
+use crate::api::extract::Query;
 use crate::api::gate::{Caller, PendingOps, Recorded};
 use crate::api::state::AppState;
 use crate::command::memory::{not_found, parse_id};
@@ -131,7 +132,7 @@ pub(crate) async fn memory_history(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
-    AsOfParam(as_of): AsOfParam,
+    Query(as_of): Query<AsOfQuery>,
 ) -> Result<Recorded<Data<MemoryHistory>>, ApiError> {
     let id = parse_id(&id)?;
     let then = as_of.map(|a| as_of::resolve(&state, a)).transpose()?;

@@ -62,9 +62,9 @@ impl PartialSchema for AsOf {
 
 impl ToSchema for AsOf {}
 
-/// The query of `GET /v1/memories/{id}` and `GET /v1/memories/{id}/history`: only `as_of`
-/// is read; any other parameter is left unread, as these routes always left them.
+/// The query of `GET /v1/memories/{id}` and `GET /v1/memories/{id}/history`.
 #[derive(Debug, Default, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub struct AsOfQuery {
     /// a log position, or an RFC 3339 time: the answer as the store stood then
