@@ -2,7 +2,7 @@
 // entry's detail with its bodies and hashes, its inclusion proof verified in the browser; and
 // the Integrity section (the latest checkpoint, its cosignatures, the pinned verifier key).
 
-import { ApiError, get, qs } from "./api.js";
+import { ApiError, get, post, qs } from "./api.js";
 import { errorBox, fill, fmtTime, h, jsonBlock, table, field } from "./dom.js";
 import { matches, parse } from "./qualifiers.js";
 import { checkCosignatures, parseNote, verifyNote, verifyProof } from "./verify.js";
@@ -208,8 +208,50 @@ function renderDetail(main, id) {
       h("p", h("a", { href: "#/audit" }, "← Audit log")),
       h("dl.kv#entry", scalar.map(([k, v]) => [h("dt", k), h("dd", k.endsWith("hash") && v ? h("code.hash", v) : v === null ? "—" : String(v))])),
       DETAIL.filter((k) => d[k] !== undefined && d[k] !== null).map((k) => h("details", { open: ["request_body", "response_body"].includes(k) ? "" : null }, h("summary", k), jsonBlock(d[k], k))),
+      replaySection(d),
       proofSection(d.id));
   })();
+}
+
+/**
+ * A recorded `memory.search`: run the recorded request again with `as_of` the entry's log
+ * position (its record's seq, which the proof route gives), and show the results beside the
+ * recorded ones. Nothing for another entry, or one whose request body is gone (erased).
+ */
+function replaySection(d) {
+  const asked = d.request_body;
+  if (d.action !== "memory.search" || !asked || typeof asked !== "object" || Array.isArray(asked)) return null;
+  const recorded = (d.memory_results || []).map((r) => r.id);
+  const box = h("div#replay-result");
+  const btn = h("button#replay", { type: "button" }, "Replay this search as of then");
+  btn.addEventListener("click", async () => {
+    fill(box, h("p.muted", "Replaying…"));
+    try {
+      const { seq } = await get(`/v1/audit/logs/${encodeURIComponent(d.id)}/proof`);
+      const r = await post("/v1/memories/search", { ...asked, as_of: seq });
+      const replayed = r.results.map((x) => x.id);
+      const same = replayed.length === recorded.length && replayed.every((id, i) => id === recorded[i]);
+      const n = Math.max(recorded.length, replayed.length);
+      const rows = Array.from({ length: n }, (_, i) => i);
+      const embedder = r.as_of && r.as_of.embedder_changed
+        ? h("p.verdict.bad#replay-embedder", `The embedder differs: the query is embedded by ${r.as_of.query_model} now, the memories then by ${(r.as_of.memory_models || []).join(", ")}; the ranking may differ for that reason alone.`)
+        : null;
+      fill(box,
+        h("p#replay-verdict", { class: same ? "verdict ok" : "verdict bad", "data-same": String(same), role: "status" },
+          same ? `Same: the store as of log position ${seq} gives the recorded results in the recorded order.`
+            : `Different: the store as of log position ${seq} gives other results than were recorded.`),
+        embedder,
+        table([["#", (i) => String(i + 1)], ["recorded", (i) => recorded[i] ? h("code", recorded[i]) : "—"],
+          ["replayed", (i) => replayed[i] ? h("code", replayed[i]) : "—"],
+          ["", (i) => (recorded[i] === replayed[i] ? "same" : "different")]], rows, { label: "recorded and replayed results", class: "replay" }));
+      box.querySelector("table").id = "replay-table";
+    } catch (e) {
+      fill(box, errorBox(e));
+    }
+  });
+  return h("section.card#replay-section", h("h2", "Replay this search"),
+    h("p.muted", "Runs the recorded request again over the tenant's memories as they stood right after this entry's log position (as_of), and compares the results with the recorded ones."),
+    h("div.row", btn), box);
 }
 
 function proofSection(id) {

@@ -23,6 +23,7 @@ use clap::{Parser, ValueEnum};
 use serde::Serialize;
 use serde_json::{json, Value};
 
+mod as_of;
 mod erasure;
 mod measure;
 mod ops;
@@ -76,6 +77,11 @@ pub(crate) enum Scenario {
     /// the erasure's time and the searches' p99 beside it against idle (target ≤ 2×). Needs
     /// no seeded data (`--audit-entries 0`).
     Erasure,
+    /// One tenant's `--as-of-memories` memories and a recorded search, searched again `as_of`
+    /// its position (one client), then by two clients while another tenant searches (one
+    /// client): the replay's latency, and the other tenant's p99 beside it against idle.
+    /// Needs no seeded data (`--audit-entries 0 --memories 0`).
+    AsOf,
 }
 
 impl Scenario {
@@ -137,6 +143,9 @@ pub(crate) struct Args {
     /// The `erasure` scenario's user: audit entries that show it.
     #[arg(long, default_value_t = 100_000)]
     pub(crate) erase_entries: u64,
+    /// The `as-of` scenario's tenant: its memories (each one event of its history).
+    #[arg(long, default_value_t = 10_000)]
+    pub(crate) as_of_memories: u64,
     /// Write the results as JSON to this file.
     #[arg(long)]
     pub(crate) json: Option<PathBuf>,
@@ -240,6 +249,7 @@ async fn run(args: Args) -> Result<()> {
             }
             Scenario::Fairness => fairness(&ctx, &admin, &args).await?,
             Scenario::Erasure => erasure::erasure(&ctx, &admin, &args).await?,
+            Scenario::AsOf => as_of::as_of(&ctx, &admin, &args).await?,
             _ => {
                 drive(
                     &ctx,

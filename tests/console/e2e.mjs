@@ -318,6 +318,23 @@ try {
   await page.waitForFunction(() => document.querySelector("#history-summary")?.textContent === "3 versions, deleted.");
   eq(await page.locator("#history tbody tr td:first-child").allInnerTexts().then((t) => t.join(",")), "created,updated,deleted", "history changes");
   ok((await text("main .error")).startsWith("Error 404 · code 4040"), "the deleted memory is gone");
+  // Replay the search recorded above as of its log position: the memory it found is
+  // rewritten and deleted since, yet the replay finds it again, in the recorded place.
+  const searched = await page.evaluate(async (k) => {
+    const auth = { headers: { Authorization: `Bearer ${k}` } };
+    const list = await (await fetch("/v1/audit/logs?action=memory.search&page_size=1", auth)).json();
+    const id = list.data.logs[0].id;
+    const detail = await (await fetch(`/v1/audit/logs/${id}`, auth)).json();
+    return { id, results: detail.data.memory_results.map((r) => r.id) };
+  }, KEY_A);
+  eq(searched.results.length, 1, "the recorded search found one memory");
+  await page.goto(`${URL_}/console/#/audit/${searched.id}`);
+  await page.locator("#replay").click();
+  await page.locator("#replay-verdict").waitFor();
+  eq(await page.locator("#replay-verdict").getAttribute("data-same"), "true", "the replay gives the recorded results");
+  eq(await page.locator("#replay-table tbody tr td:nth-child(3)").allInnerTexts().then((t) => t.join(",")), searched.results.join(","), "the replayed ids");
+  eq(await page.locator("#replay-table tbody tr td:nth-child(2)").allInnerTexts().then((t) => t.join(",")), searched.results.join(","), "the recorded ids beside them");
+  await shot("search-replay");
 
   // Scopes, metadata and the search filter: two memories of two users, one filter that
   // selects one of them.

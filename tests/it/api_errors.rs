@@ -511,7 +511,7 @@ fn an_unknown_query_parameter_is_refused_naming_it() {
             }),
         )
     };
-    let memories = "memory_type, page, page_size, user_id, agent_id, session_id";
+    let memories = "memory_type, page, page_size, user_id, agent_id, session_id, as_of";
     let logs = "start_time, end_time, action, page, page_size, cursor";
     assert_eq!(
         s.get("/v1/memories?type=fact", &key),
@@ -574,7 +574,12 @@ fn an_unknown_query_parameter_is_refused_naming_it() {
                     given.push("from=0".into());
                 }
             }
-            let target = format!("{}?{}", path.replace("{audit_id}", id), given.join("&"));
+            let target = format!(
+                "{}?{}",
+                path.replace("{audit_id}", id)
+                    .replace("{id}", "0190a000-0000-7000-8000-000000000000"),
+                given.join("&")
+            );
             assert!(!target.contains('{'), "{target}: a path parameter to fill");
             let answer = if path.starts_with("/admin/") {
                 s.admin(Method::GET, &target, None)
@@ -595,6 +600,8 @@ fn an_unknown_query_parameter_is_refused_naming_it() {
             "/v1/audit/logs/stream",
             "/v1/audit/logs/{audit_id}/proof",
             "/v1/memories",
+            "/v1/memories/{id}",
+            "/v1/memories/{id}/history",
         ]
     );
 

@@ -373,7 +373,7 @@ fn console_end_to_end_in_chromium() {
     let elapsed = started.elapsed();
     let last = stdout.lines().last().unwrap_or("");
     assert!(
-        last.starts_with("console e2e: 94 checks passed"),
+        last.starts_with("console e2e: 98 checks passed"),
         "last line: {last}"
     );
     assert!(

@@ -41,6 +41,7 @@ mod limits;
 mod list_bound;
 mod locomo_eval;
 mod memory_api;
+mod memory_as_of;
 mod memory_batch;
 mod memory_hybrid;
 mod memory_resolve;

@@ -244,11 +244,20 @@ impl Projection for Memories {
             (ov, last, plan)
         };
         ov.commit(last)?;
+        let first = events.first().map_or(0, |a| a.seq);
+        let mut histories: FastMap<Uuid, Vec<u64>> = FastMap::default();
         let mut guard = self.state.write().unwrap_or_else(|p| p.into_inner());
         let state = &mut *guard;
         // Memories dropped, by tenant: their keyword postings go in one pass a tenant.
         let mut unindexed: FastMap<Uuid, Vec<Uuid>> = FastMap::default();
         for m in finals.into_values() {
+            histories.entry(m.tenant_id).or_default().extend(
+                m.versions
+                    .iter()
+                    .rev()
+                    .take_while(|s| **s >= first)
+                    .copied(),
+            );
             let id = m.id;
             // The home is set by the plan; a new memory starts without one.
             let tenant = m.tenant_id;
@@ -290,6 +299,10 @@ impl Projection for Memories {
         for (tenant, ids) in unindexed {
             TenantMemories::of(&mut state.tenants, state.spill.as_ref(), tenant)
                 .unindex_keywords(&ids);
+        }
+        for (tenant, seqs) in histories {
+            TenantMemories::of(&mut state.tenants, state.spill.as_ref(), tenant)
+                .record_history(seqs);
         }
         plan.land(state);
         Ok(())

@@ -254,6 +254,9 @@ pub struct Memories {
     state: RwLock<State>,
     /// Opens the memories' sealed contents and metadata (see `sealing`).
     keys: Arc<dyn Keyring>,
+    /// The time expiry is judged at: the reader's clock (`None`), or a fixed time for a store
+    /// rebuilt as it stood at a log position ([`Memories::past`]).
+    clock: Option<i64>,
 }
 
 /// [`Memories`]' in-memory part, detached from its tree.
@@ -273,6 +276,7 @@ impl Memories {
             tree: db.open_tree(TREE)?,
             state: RwLock::new(d.0),
             keys: d.1,
+            clock: None,
         })
     }
 
@@ -294,7 +298,66 @@ impl Memories {
             tree,
             state: RwLock::new(state),
             keys,
+            clock: None,
         })
+    }
+
+    /// An empty store on a temporary database of its own, whose reads judge expiry at `at`:
+    /// what a read `as_of` a log position folds that tenant's history into. Its sealed values
+    /// open with `keys`, so a memory whose keys were destroyed since is erased in it too.
+    pub fn past(keys: Arc<dyn Keyring>, at: i64) -> Result<Self> {
+        let db = sled::Config::new().temporary(true).open()?;
+        let mut past = Self::open(&db, &|_| Ok(None), None, keys)?;
+        past.clock = Some(at);
+        Ok(past)
+    }
+
+    /// The seqs of the events that changed the tenant's memories up to `position`, ascending;
+    /// `Err(n)` when there are `n`, more than `limit`. A binary search of the tenant's
+    /// history: its cost does not grow with the log.
+    pub fn history_up_to(
+        &self,
+        tenant: &Uuid,
+        position: u64,
+        limit: usize,
+    ) -> std::result::Result<Vec<u64>, usize> {
+        let state = self.state();
+        let Some(t) = state.tenants.get(tenant) else {
+            return Ok(Vec::new());
+        };
+        let n = t.history.partition_point(|s| *s <= position);
+        if n > limit {
+            return Err(n);
+        }
+        Ok(t.history[..n].to_vec())
+    }
+
+    /// The embedding models of the tenant's live memories (the one each was embedded with),
+    /// each once, sorted.
+    pub fn live_models(&self, tenant: &Uuid) -> Vec<String> {
+        let state = self.state();
+        let Some(t) = state.tenants.get(tenant) else {
+            return Vec::new();
+        };
+        let mut models: Vec<String> = t
+            .order
+            .keys()
+            .filter_map(|(_, id)| state.all.get(id))
+            .map(|k| state.names.model(k).to_string())
+            .collect();
+        models.sort_unstable();
+        models.dedup();
+        models
+    }
+
+    /// Whether memory `id` (of any tenant) is erased.
+    pub fn is_erased(&self, id: &Uuid) -> bool {
+        self.state().all.get(id).is_some_and(|k| k.is_erased())
+    }
+
+    /// The time expiry is judged at now.
+    fn now(&self) -> i64 {
+        self.clock.unwrap_or_else(now_micros)
     }
 
     fn state(&self) -> RwLockReadGuard<'_, State> {
@@ -304,7 +367,7 @@ impl Memories {
     /// A live memory of the tenant.
     pub fn get(&self, tenant: &Uuid, id: &Uuid) -> io::Result<Option<MemoryView>> {
         let state = self.state();
-        let now = now_micros();
+        let now = self.now();
         state
             .live(tenant, id)
             .filter(|_| !state.names.extra(id).is_some_and(|e| e.expired(now)))
@@ -337,7 +400,7 @@ impl Memories {
             return Ok((0, Vec::new()));
         };
         let memory_type = query.memory_type;
-        let now = now_micros();
+        let now = self.now();
         let check = t.needs_check(&query, now);
         let of_type = |ty: &MemoryType| memory_type.is_none_or(|want| *ty == want);
         if query.filter.is_none() {
@@ -388,7 +451,7 @@ impl Memories {
     /// Ids of the tenant's live memories a query takes (a filtered batch delete).
     pub fn ids_matching(&self, tenant: &Uuid, query: &MemoryQuery<'_>) -> Vec<Uuid> {
         let state = self.state();
-        let now = now_micros();
+        let now = self.now();
         state
             .tenants
             .get(tenant)
@@ -481,7 +544,7 @@ impl Memories {
         let Some(t) = state.tenants.get(tenant) else {
             return Ok(Vec::new());
         };
-        let now = now_micros();
+        let now = self.now();
         let admit = |id: &Uuid| state.admits(id, &which, now);
         let filter = RowFilter {
             memory_type: which.memory_type,
@@ -524,7 +587,7 @@ impl Memories {
         let Some(t) = state.tenants.get(tenant) else {
             return Ok(Vec::new());
         };
-        let now = now_micros();
+        let now = self.now();
         let admit = |id: &Uuid| state.admits(id, &which, now);
         let depth = match mode {
             SearchMode::Hybrid => k.max(HYBRID_DEPTH),
@@ -607,7 +670,7 @@ impl Memories {
         let Some(t) = state.tenants.get(tenant) else {
             return Ok(None);
         };
-        let now = now_micros();
+        let now = self.now();
         let admit = |id: &Uuid| state.admits(id, &which, now);
         let filter = RowFilter {
             memory_type: which.memory_type,

@@ -71,6 +71,11 @@ pub(super) struct Kept {
 }
 
 impl Kept {
+    /// Seqs of the events that created, changed and deleted it, in order.
+    pub(super) fn versions(&self) -> &[u64] {
+        &self.versions
+    }
+
     pub(super) fn home(&self) -> Home {
         if self.home_part == SINGLE_PART {
             Home::Single
@@ -92,6 +97,11 @@ impl Kept {
 
     pub(super) fn is_deleted(&self) -> bool {
         self.deleted_at != NOT_DELETED
+    }
+
+    /// See [`StoredMemory::erased`].
+    pub(super) fn is_erased(&self) -> bool {
+        self.erased
     }
 
     /// Neither deleted nor erased: what lists, searches and the indexes hold.
@@ -281,6 +291,11 @@ impl Names {
 
     /// The memory's state in the sealed form (see `sealing`; the open form for a memory that
     /// predates sealing): nothing is opened.
+    /// The model a memory was last embedded with.
+    pub(super) fn model(&self, k: &Kept) -> &str {
+        self.models.get(k.model).map_or("", String::as_str)
+    }
+
     pub(super) fn stored(&self, id: Uuid, k: &Kept) -> io::Result<StoredMemory> {
         // An erased memory keeps nothing of its personal fields, sealed or not.
         let (content, sealed) = match k.erased {

@@ -41,6 +41,10 @@ pub(super) struct TenantMemories {
     superseded: [usize; MemoryType::VARIANTS.len()],
     /// The live memories of each scope value, which a search filtered by scope scores alone.
     pub(super) scopes: ScopeIndex,
+    /// The seqs of every event that changed one of the tenant's memories, live or not (the
+    /// union of their versions), ascending: what a read `as_of` a position replays, so that
+    /// its cost is the tenant's own history up to there, never the log's.
+    pub(super) history: Vec<u64>,
 }
 
 /// What makes a live memory hidden from a list or search: its expiry, its supersession.
@@ -75,7 +79,17 @@ impl TenantMemories {
             expiring: BTreeSet::new(),
             superseded: [0; MemoryType::VARIANTS.len()],
             scopes: ScopeIndex::default(),
+            history: Vec::new(),
         })
+    }
+
+    /// Adds the seqs of a batch that changed the tenant's memories: every one past the last
+    /// held (batches come in log order), so a seq is held once.
+    pub(super) fn record_history(&mut self, mut seqs: Vec<u64>) {
+        seqs.sort_unstable();
+        seqs.dedup();
+        let last = self.history.last().copied().unwrap_or(0);
+        self.history.extend(seqs.into_iter().filter(|s| *s > last));
     }
 
     /// Whether a query must look at each memory (a filter, or hidden memories it must pass
@@ -267,6 +281,22 @@ pub(super) fn read_tenants(
         })
         .collect();
     let mut tenants: HashMap<Uuid, TenantMemories> = HashMap::new();
+    // Every memory's versions, deleted and erased ones too: each tenant's history.
+    let mut histories: HashMap<u32, Vec<u64>> = HashMap::new();
+    for m in state.all.values() {
+        histories
+            .entry(m.tenant)
+            .or_default()
+            .extend_from_slice(m.versions());
+    }
+    for (tenant, seqs) in histories {
+        TenantMemories::of(
+            &mut tenants,
+            state.spill.as_ref(),
+            state.names.tenant(tenant),
+        )
+        .record_history(seqs);
+    }
     for ((id, m), v) in live.iter().zip(found) {
         let content = contents
             .remove(id)

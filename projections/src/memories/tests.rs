@@ -561,3 +561,69 @@ fn a_scope_filtered_search_follows_deletes_expiry_metadata_and_reopening() {
     drop(p);
     check(&Memories::open(&db, &log_of(&events), None, ring()).expect("reopen"));
 }
+
+#[test]
+fn each_tenants_history_is_its_memory_events_and_survives_reopening() {
+    let (dir, db, p) = fresh();
+    let (t, other) = (Uuid::from_u128(100), Uuid::from_u128(200));
+    let events = [
+        created(t, 1, MemoryType::Fact, [1.0, 0.0], 10),
+        created(other, 2, MemoryType::Fact, [1.0, 0.0], 20),
+        created(t, 3, MemoryType::Rule, [0.0, 1.0], 30),
+        Event::MemoryDeleted(MemoryDeleted {
+            memory_id: Uuid::from_u128(1),
+            tenant_id: t,
+            deleted_at: 40,
+        }),
+        Event::MemoriesDeletedByType(MemoriesDeletedByType {
+            tenant_id: t,
+            memory_type: MemoryType::Rule,
+            memory_ids: vec![Uuid::from_u128(3)],
+            deleted_at: 50,
+        }),
+    ];
+    let applied = Applied::in_order(&events);
+    p.apply(&applied[..2]).expect("apply");
+    p.apply(&applied[2..]).expect("apply");
+    assert_eq!(p.history_up_to(&t, u64::MAX, 10), Ok(vec![1, 3, 4, 5]));
+    assert_eq!(p.history_up_to(&t, 3, 10), Ok(vec![1, 3]));
+    assert_eq!(p.history_up_to(&other, u64::MAX, 10), Ok(vec![2]));
+    assert_eq!(p.history_up_to(&t, u64::MAX, 3), Err(4));
+    assert_eq!(
+        p.history_up_to(&Uuid::from_u128(9), u64::MAX, 10),
+        Ok(vec![])
+    );
+    drop(p);
+    // Rebuilt from the stored states at open, deleted memories' versions included.
+    let from_log = log_of(&events);
+    let p = Memories::open(&db, &from_log, None, ring()).expect("reopen");
+    assert_eq!(p.history_up_to(&t, u64::MAX, 10), Ok(vec![1, 3, 4, 5]));
+    assert_eq!(p.history_up_to(&other, u64::MAX, 10), Ok(vec![2]));
+    drop(dir);
+}
+
+#[test]
+fn a_past_store_judges_expiry_at_its_own_time() {
+    let event = Event::MemoryCreated(MemoryCreated {
+        extra: Some(crate::event::MemoryExtra {
+            expires_at: Some(100),
+            ..Default::default()
+        }),
+        ..match created(Uuid::from_u128(100), 1, MemoryType::Fact, [1.0, 0.0], 10) {
+            Event::MemoryCreated(e) => e,
+            _ => unreachable!("a creation"),
+        }
+    });
+    let t = Uuid::from_u128(100);
+    let before = Memories::past(ring(), 99).expect("past");
+    before
+        .apply(&Applied::in_order(std::slice::from_ref(&event)))
+        .expect("apply");
+    assert_eq!(before.list(&t, None, 0, 10).expect("list").0, 1);
+    let after = Memories::past(ring(), 100).expect("past");
+    after
+        .apply(&Applied::in_order(std::slice::from_ref(&event)))
+        .expect("apply");
+    assert_eq!(after.list(&t, None, 0, 10).expect("list").0, 0);
+    assert!(after.get(&t, &Uuid::from_u128(1)).expect("get").is_none());
+}

@@ -6,17 +6,21 @@ use auditmem_projections::AuditDetail;
 use axum::extract::{Path, State};
 use axum::Extension;
 
+use super::as_of;
 use super::{embed_one, owned, resolve, RequestId};
 use crate::api::error::ApiError;
 use crate::api::extract::{Json, Query};
 use crate::api::gate::{Caller, PendingOps, Recorded};
 use crate::api::state::AppState;
-use crate::command::memory::{all_subjects, create, delete, update, Embedding};
+use crate::command::memory::{
+    all_subjects, create, delete, not_found, parse_id, update, Embedding,
+};
 use crate::command::Context;
 use crate::wire::envelope::{Data, ErrorEnvelope};
 use crate::wire::memory::{
-    BatchDeleteRequest, BatchDeleted, DeletedMemory, Memory, MemoryCreateRequest, MemoryListQuery,
-    MemoryListing, MemoryPage, MemoryQueryRequest, MemoryQuerying, MemoryUpdateRequest,
+    AsOf, AsOfQuery, BatchDeleteRequest, BatchDeleted, DeletedMemory, Memory, MemoryCreateRequest,
+    MemoryListQuery, MemoryListing, MemoryPage, MemoryQueryRequest, MemoryQuerying,
+    MemoryUpdateRequest,
 };
 use crate::wire::query::Paging;
 
@@ -62,31 +66,41 @@ pub(crate) async fn list_memories(
         paging,
         memory_type,
         filter,
+        as_of,
     } = q;
-    page(
-        &state,
-        &caller,
-        paging,
-        MemoryQuery {
-            memory_type,
-            filter: filter.as_ref(),
-            include_superseded: false,
-        },
-    )
+    let query = MemoryQuery {
+        memory_type,
+        filter: filter.as_ref(),
+        include_superseded: false,
+    };
+    page(&state, &caller, paging, query, as_of).await
 }
 
-/// A page of the caller's memories a query takes, newest first; its audit entry is about
-/// every memory on the page.
-fn page(
+/// A page of the caller's memories a query takes, newest first (as the store stood at
+/// `as_of`, when given); its audit entry is about every memory on the page.
+async fn page(
     state: &AppState,
     caller: &Caller,
     paging: Paging,
     query: MemoryQuery<'_>,
+    as_of: Option<AsOf>,
 ) -> Result<Recorded<Data<MemoryPage>>, ApiError> {
-    let (total, items) = state
-        .projections
-        .memories
-        .list(&caller.tenant.id, query, paging.offset(), paging.page_size)
+    let tenant = caller.tenant.id;
+    let (past, shown) = match as_of {
+        None => (None, None),
+        Some(wanted) => {
+            let then = as_of::resolve(state, wanted)?;
+            let seqs = as_of::history(state, tenant, &then)?;
+            let shown = then.shown(seqs.len());
+            (
+                Some(as_of::past(state, tenant, then, seqs).await?),
+                Some(shown),
+            )
+        }
+    };
+    let memories = past.as_ref().unwrap_or(&state.projections.memories);
+    let (total, items) = memories
+        .list(&tenant, query, paging.offset(), paging.page_size)
         .map_err(ApiError::internal)?;
     let memories: Vec<Memory> = items.into_iter().map(Memory::from).collect();
     let ops = PendingOps {
@@ -98,20 +112,25 @@ fn page(
         total,
         page: paging.page,
         page_size: paging.page_size,
+        as_of: shown,
     };
     Ok(Recorded::new(Data(page), ops))
 }
 
 #[utoipa::path(get, path = "/v1/memories/{id}", tag = "memory", security(("api_key" = [])),
-    params(("id" = String, Path, description = "memory id")),
-    responses((status = 200, description = "the memory", body = MemoryEnvelope), (status = 403, description = "permission (4030)", body = ErrorEnvelope), (status = 404, description = "missing or foreign (4040)", body = ErrorEnvelope)))]
+    params(("id" = String, Path, description = "memory id"), AsOfQuery),
+    responses((status = 200, description = "the memory (as it stood at `as_of`, when given)", body = MemoryEnvelope), (status = 400, description = "`as_of` malformed, beyond the head or in the future (4000)", body = ErrorEnvelope), (status = 403, description = "permission (4030)", body = ErrorEnvelope), (status = 404, description = "missing or foreign (4040)", body = ErrorEnvelope)))]
 pub(crate) async fn get_memory(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
+    Query(as_of): Query<AsOfQuery>,
 ) -> Result<Recorded<Data<Memory>>, ApiError> {
     // A read, which its audit entry records in `memory_results`.
-    let memory = Memory::from(owned(&state, &caller, &id)?);
+    let memory = match as_of {
+        None => Memory::from(owned(&state, &caller, &id)?),
+        Some(wanted) => past_memory(&state, &caller, &id, wanted).await?,
+    };
     let ops = PendingOps {
         detail: AuditDetail {
             memory_results: Some(vec![memory.audited()]),
@@ -121,6 +140,43 @@ pub(crate) async fn get_memory(
         ..Default::default()
     };
     Ok(Recorded::new(Data(memory), ops))
+}
+
+/// The caller's memory `id` as it stood at `wanted`: its own events up to there, folded.
+async fn past_memory(
+    state: &AppState,
+    caller: &Caller,
+    id: &str,
+    wanted: AsOf,
+) -> Result<Memory, ApiError> {
+    let tenant = caller.tenant.id;
+    let id = parse_id(id)?;
+    let then = as_of::resolve(state, wanted)?;
+    let stored = state
+        .projections
+        .memories
+        .stored(&id)?
+        .filter(|m| m.tenant_id == tenant)
+        .ok_or_else(not_found)?;
+    let seqs: Vec<u64> = stored
+        .versions
+        .into_iter()
+        .take_while(|s| *s <= then.position)
+        .collect();
+    if seqs.is_empty() {
+        return Err(not_found().into());
+    }
+    as_of::bounded(&then, seqs.len())?;
+    let events = seqs.len();
+    let past = as_of::past(state, tenant, then, seqs).await?;
+    let view = past
+        .get(&tenant, &id)
+        .map_err(ApiError::internal)?
+        .ok_or_else(not_found)?;
+    Ok(Memory {
+        as_of: Some(then.shown(events)),
+        ..Memory::from(view)
+    })
 }
 
 #[utoipa::path(patch, path = "/v1/memories/{id}", tag = "memory", security(("api_key" = [])),
@@ -192,15 +248,12 @@ pub(crate) async fn query_memories(
         memory_type,
         filter,
         include_superseded,
+        as_of,
     } = q;
-    page(
-        &state,
-        &caller,
-        paging,
-        MemoryQuery {
-            memory_type,
-            filter: filter.as_ref(),
-            include_superseded,
-        },
-    )
+    let query = MemoryQuery {
+        memory_type,
+        filter: filter.as_ref(),
+        include_superseded,
+    };
+    page(&state, &caller, paging, query, as_of).await
 }

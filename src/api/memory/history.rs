@@ -6,12 +6,14 @@ use auditmem_projections::Event;
 use axum::extract::{Path, State};
 use axum::Extension;
 
+use super::as_of;
 use crate::api::error::ApiError;
+use crate::api::extract::Query;
 use crate::api::gate::{Caller, PendingOps, Recorded};
 use crate::api::state::AppState;
 use crate::command::memory::{not_found, parse_id};
 use crate::wire::envelope::{Data, ErrorEnvelope};
-use crate::wire::memory::{MemoryHistory, MemoryVersion};
+use crate::wire::memory::{AsOfQuery, MemoryHistory, MemoryVersion};
 use crate::wire::time::Time;
 
 type MemoryHistoryEnvelope = Data<MemoryHistory>;
@@ -124,22 +126,36 @@ fn version(
 }
 
 #[utoipa::path(get, path = "/v1/memories/{id}/history", tag = "memory", security(("api_key" = [])),
-    params(("id" = String, Path, description = "memory id")),
-    responses((status = 200, description = "every version, from the log", body = MemoryHistoryEnvelope), (status = 403, description = "permission (4030)", body = ErrorEnvelope), (status = 404, description = "missing or foreign (4040)", body = ErrorEnvelope)))]
+    params(("id" = String, Path, description = "memory id"), AsOfQuery),
+    responses((status = 200, description = "every version, from the log (up to `as_of`, when given)", body = MemoryHistoryEnvelope), (status = 400, description = "`as_of` malformed, beyond the head or in the future (4000)", body = ErrorEnvelope), (status = 403, description = "permission (4030)", body = ErrorEnvelope), (status = 404, description = "missing or foreign (4040)", body = ErrorEnvelope)))]
 pub(crate) async fn memory_history(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
+    Query(as_of): Query<AsOfQuery>,
 ) -> Result<Recorded<Data<MemoryHistory>>, ApiError> {
     let id = parse_id(&id)?;
+    let then = as_of.map(|a| as_of::resolve(&state, a)).transpose()?;
     let stored = state
         .projections
         .memories
         .stored(&id)?
         .filter(|m| m.tenant_id == caller.tenant.id)
         .ok_or_else(not_found)?;
+    // As of a position: the versions up to it; a memory created after it did not exist.
+    let until = then.map_or(u64::MAX, |t| t.position);
+    let shown: Vec<u64> = stored
+        .versions
+        .iter()
+        .copied()
+        .take_while(|s| *s <= until)
+        .collect();
+    if shown.is_empty() {
+        return Err(not_found().into());
+    }
+    let mut deleted = stored.deleted_at.is_some();
     let mut versions = Vec::new();
-    for seq in &stored.versions {
+    for seq in &shown {
         let Some((record, event)) = state.log.event(*seq)? else {
             continue;
         };
@@ -186,10 +202,17 @@ pub(crate) async fn memory_history(
         ),
         ..Default::default()
     };
+    if then.is_some() {
+        // Deleted then: a version up to the position took it out (an erasure does too).
+        deleted = versions
+            .iter()
+            .any(|v| matches!(v.change, "deleted" | "expired" | "erased"));
+    }
     let history = MemoryHistory {
         id,
-        deleted: stored.deleted_at.is_some(),
+        deleted,
         erased: stored.erased,
+        as_of: then.map(|t| t.shown(shown.len())),
         versions,
     };
     Ok(Recorded::new(Data(history), ops))

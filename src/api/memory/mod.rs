@@ -1,7 +1,8 @@
 //! The memory store's endpoints: CRUD and batch delete ([`crud`]), batch create and update
 //! ([`batch`]), semantic search
-//! ([`search`]), extraction from a conversation or a text ([`extract`]), and a memory's every
-//! version from the log ([`history`]).
+//! ([`search`]), extraction from a conversation or a text ([`extract`]), a memory's every
+//! version from the log ([`history`]), and any read as the store stood at a log position
+//! ([`as_of`]).
 //!
 //! Each handler reads its request, embeds what needs a vector (the embedder runs on its own
 //! worker, where each tenant's texts take their turn with the other tenants'), asks the
@@ -14,6 +15,7 @@
 //! the request id; its detail (the endpoint without credentials, the status, the start of the
 //! provider's answer) goes to the server log only, under the same id.
 
+pub mod as_of;
 pub mod batch;
 pub mod credits;
 pub mod crud;

@@ -4,7 +4,7 @@
 use axum::extract::State;
 use axum::Extension;
 
-use super::{embed_one, RequestId};
+use super::{as_of, embed_one, RequestId};
 use crate::api::error::ApiError;
 use crate::api::extract::Json;
 use crate::api::gate::{Caller, Recorded};
@@ -12,22 +12,42 @@ use crate::api::state::AppState;
 use crate::command::memory::search;
 use crate::command::Context;
 use crate::wire::envelope::{Data, ErrorEnvelope};
-use crate::wire::memory::{SearchRequest, SearchResults};
+use crate::wire::memory::{AsOfShown, SearchRequest, SearchResults};
 
 type SearchEnvelope = Data<SearchResults>;
 
 #[utoipa::path(post, path = "/v1/memories/search", tag = "memory", security(("api_key" = [])),
     request_body = SearchRequest,
-    responses((status = 200, description = "ranked by final_score: 0.85 * score + 0.15 * importance (semantic), BM25 (keyword) or reciprocal rank fusion (hybrid)", body = SearchEnvelope), (status = 400, description = "invalid field (4000)", body = ErrorEnvelope), (status = 403, description = "permission (4030)", body = ErrorEnvelope), (status = 502, description = "embedding provider failed (5020)", body = ErrorEnvelope)))]
+    responses((status = 200, description = "ranked by final_score: 0.85 * score + 0.15 * importance (semantic), BM25 (keyword) or reciprocal rank fusion (hybrid); with `as_of`, over the store as it stood then", body = SearchEnvelope), (status = 400, description = "invalid field, `as_of` beyond the head, in the future or past the replay bound (4000)", body = ErrorEnvelope), (status = 403, description = "permission (4030)", body = ErrorEnvelope), (status = 502, description = "embedding provider failed (5020)", body = ErrorEnvelope)))]
 pub(crate) async fn search_memories(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     request: RequestId,
     Json(asked): Json<SearchRequest>,
 ) -> Result<Recorded<Data<SearchResults>>, ApiError> {
-    // Every mode embeds the query: each result shows its cosine similarity as `score`.
+    let tenant = caller.tenant.id;
+    let Some(wanted) = asked.as_of else {
+        // Every mode embeds the query: each result shows its cosine similarity as `score`.
+        let vector = embed_one(&state, &caller, &request, &asked.query).await?;
+        let ctx = Context::service(&state.projections);
+        let decision = search::search(&ctx, tenant, asked, &vector)?;
+        return Ok(Recorded::decided(decision, Data));
+    };
+    let then = as_of::resolve(&state, wanted)?;
+    let seqs = as_of::history(&state, tenant, &then)?;
+    let events = seqs.len();
     let vector = embed_one(&state, &caller, &request, &asked.query).await?;
-    let ctx = Context::service(&state.projections);
-    let decision = search::search(&ctx, caller.tenant.id, asked, &vector)?;
+    let past = as_of::past(&state, tenant, then, seqs).await?;
+    let mut decision = search::search_in(&past, tenant, asked, &vector)?;
+    // The memories were embedded then by the models their events name; the query is embedded
+    // now: another model ranks by another geometry.
+    let query_model = state.embed.model_id().to_string();
+    let memory_models = past.live_models(&tenant);
+    decision.answer.as_of = Some(AsOfShown {
+        embedder_changed: Some(memory_models.iter().any(|m| *m != query_model)),
+        query_model: Some(query_model),
+        memory_models: Some(memory_models),
+        ..then.shown(events)
+    });
     Ok(Recorded::decided(decision, Data))
 }

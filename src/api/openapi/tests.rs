@@ -19,8 +19,9 @@ use crate::wire::audit::{AuditListQuery, IngestRequest};
 use crate::wire::erasure::ErasureRequest;
 use crate::wire::export::ExportRequest;
 use crate::wire::memory::{
-    BatchDeleteRequest, ExtractRequest, MemoryBatchCreateRequest, MemoryBatchUpdateRequest,
-    MemoryCreateRequest, MemoryListQuery, MemoryQueryRequest, MemoryUpdateRequest, SearchRequest,
+    AsOfQuery, BatchDeleteRequest, ExtractRequest, MemoryBatchCreateRequest,
+    MemoryBatchUpdateRequest, MemoryCreateRequest, MemoryListQuery, MemoryQueryRequest,
+    MemoryUpdateRequest, SearchRequest,
 };
 use crate::wire::transparency::{ConsistencyQuery, ProofQuery};
 
@@ -223,6 +224,7 @@ fn take_params(path: &str, given: &Value) -> Result<(), ApiError> {
         .collect();
     match path {
         "/v1/memories" => params::<MemoryListQuery>(&map).map(drop),
+        "/v1/memories/{id}" | "/v1/memories/{id}/history" => params::<AsOfQuery>(&map).map(drop),
         "/v1/audit/logs" => params::<AuditListQuery>(&map).map(drop),
         "/v1/audit/logs/stream" => params::<AuditStreamQuery>(&map).map(drop),
         "/v1/audit/logs/{audit_id}/proof" => params::<ProofQuery>(&map).map(drop),

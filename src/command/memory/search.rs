@@ -3,7 +3,7 @@
 //! ranking, in `memory_results`, and the query in `memory_query`). A search appends nothing
 //! but its audit entry.
 
-use auditmem_projections::memories::{Found, MemoryQuery, SearchMode};
+use auditmem_projections::memories::{Found, Memories, MemoryQuery, SearchMode};
 use auditmem_projections::AuditDetail;
 use uuid::Uuid;
 
@@ -36,6 +36,16 @@ pub fn search(
     search: Search,
     vector: &[f32],
 ) -> Result<Decision<SearchResults>, Refusal> {
+    search_in(&ctx.projections.memories, tenant, search, vector)
+}
+
+/// [`search`] over `memories`: the current store, or one as it stood at a log position.
+pub fn search_in(
+    memories: &Memories,
+    tenant: Uuid,
+    search: Search,
+    vector: &[f32],
+) -> Result<Decision<SearchResults>, Refusal> {
     let Search {
         query,
         top_k,
@@ -46,8 +56,9 @@ pub fn search(
         mode,
         explain,
         fusion,
+        as_of: _,
     } = search;
-    let found = ctx.projections.memories.search_in_mode(
+    let found = memories.search_in_mode(
         &tenant,
         &query,
         vector,
@@ -111,7 +122,14 @@ pub fn search(
             }
         })
         .collect();
-    let mut d = Decision::new(SearchResults { results }, Vec::new()).recording(detail);
+    let mut d = Decision::new(
+        SearchResults {
+            results,
+            as_of: None,
+        },
+        Vec::new(),
+    )
+    .recording(detail);
     d.audit.subjects = subjects;
     Ok(d)
 }

@@ -44,6 +44,9 @@ pub struct Memory {
     /// A create with `resolve: true`: what it superseded, or the stored memory it duplicates.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub resolution: Option<MemoryResolution>,
+    /// A read `as_of`: the position it was answered as of.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub as_of: Option<super::as_of::AsOfShown>,
 }
 
 /// What a create with `resolve: true` did beside storing (or not storing) the memory.
@@ -78,6 +81,7 @@ impl From<MemoryView> for Memory {
             superseded_by: x.superseded_by,
             superseded_at: x.superseded_at.map(Time),
             resolution: None,
+            as_of: None,
         }
     }
 }

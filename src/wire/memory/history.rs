@@ -67,6 +67,9 @@ pub struct MemoryHistory {
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub erased: bool,
     pub versions: Vec<MemoryVersion>,
+    /// A history `as_of`: the position it was answered as of (the versions up to it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub as_of: Option<super::as_of::AsOfShown>,
 }
 
 impl Payload for MemoryHistory {}

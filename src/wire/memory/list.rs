@@ -11,6 +11,7 @@ use utoipa::openapi::RefOr;
 use utoipa::{IntoParams, PartialSchema, ToSchema};
 
 use super::answer::Memory;
+use super::as_of::{AsOf, AsOfShown};
 use super::fields::{AgentId, Filters, IncludeSuperseded, SessionId, UserId};
 use crate::wire::envelope::Payload;
 use crate::wire::field::{optional, Check, Field, Invalid};
@@ -39,6 +40,10 @@ pub struct MemoryQueryRequest {
     /// Default 20, above 100 clamped.
     #[schema(inline)]
     pub page_size: Option<Field<PageSize>>,
+    /// A log position or an RFC 3339 time: the answer as the store stood right after it
+    /// (docs/API.md, "Reading the past").
+    #[schema(inline)]
+    pub as_of: Option<Field<AsOf>>,
 }
 
 /// A memory query, checked.
@@ -48,6 +53,7 @@ pub struct MemoryQuerying {
     pub memory_type: Option<MemoryType>,
     pub filter: Option<Filter>,
     pub include_superseded: bool,
+    pub as_of: Option<AsOf>,
 }
 
 impl Body for MemoryQueryRequest {
@@ -66,11 +72,13 @@ impl Body for MemoryQueryRequest {
         let memory_type = optional(self.memory_type)?;
         let include_superseded = optional(self.include_superseded)?.is_some_and(|f| f.0);
         let paging = Paging::of(self.page, self.page_size, DEFAULT_PAGE_SIZE)?;
+        let as_of = optional(self.as_of)?;
         Ok(MemoryQuerying {
             paging,
             memory_type,
             filter,
             include_superseded,
+            as_of,
         })
     }
 }
@@ -98,6 +106,9 @@ pub struct MemoryListQuery {
     /// only the memories of this session
     #[param(inline)]
     session_id: Option<Field<SessionId>>,
+    /// a log position, or an RFC 3339 time: the page as the store stood then
+    #[param(inline)]
+    as_of: Option<Field<AsOf>>,
 }
 
 /// The list's `memory_type`: a memory type, or nothing when left empty.
@@ -136,6 +147,7 @@ pub struct MemoryListing {
     pub memory_type: Option<MemoryType>,
     /// The scopes asked for, as a filter.
     pub filter: Option<Filter>,
+    pub as_of: Option<AsOf>,
 }
 
 impl Params for MemoryListQuery {
@@ -157,10 +169,12 @@ impl Params for MemoryListQuery {
         let filter = (!scopes.is_empty())
             .then(|| parse_filter(&Value::Object(scopes)))
             .transpose()?;
+        let as_of = optional(self.as_of)?;
         Ok(MemoryListing {
             paging,
             memory_type,
             filter,
+            as_of,
         })
     }
 }
@@ -174,6 +188,9 @@ pub struct MemoryPage {
     pub page: usize,
     #[schema(value_type = u64)]
     pub page_size: usize,
+    /// A page `as_of`: the position it was answered as of.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub as_of: Option<AsOfShown>,
 }
 
 impl Payload for MemoryPage {}

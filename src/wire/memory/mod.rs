@@ -1,12 +1,14 @@
 //! The memory store's shapes, one module per shape: the checked fields the bodies share
 //! ([`fields`]), creating and updating a memory ([`write`]), batches ([`batch`]), listing and
 //! querying ([`list`]), search ([`search`]), extraction ([`extract`]), a memory's history
-//! ([`history`]) and the memory as every answer shows it ([`answer`]).
+//! ([`history`]), the memory as every answer shows it ([`answer`]) and reads as of a log
+//! position ([`as_of`]).
 //!
 //! Every item is also here, at `crate::wire::memory::X`, which is where the handlers take them
 //! from.
 
 pub mod answer;
+pub mod as_of;
 pub mod batch;
 pub mod extract;
 pub mod fields;
@@ -16,6 +18,7 @@ pub mod search;
 pub mod write;
 
 pub use answer::*;
+pub use as_of::*;
 pub use batch::*;
 pub use extract::*;
 pub use fields::*;

@@ -11,6 +11,7 @@ use utoipa::openapi::RefOr;
 use utoipa::{PartialSchema, ToSchema};
 use uuid::Uuid;
 
+use super::as_of::{AsOf, AsOfShown};
 use super::fields::{double, int64, trimmed_text, Explain, Filters, IncludeSuperseded};
 use crate::extract::MAX_CONTENT_CHARS;
 use crate::wire::envelope::Payload;
@@ -209,6 +210,10 @@ pub struct SearchRequest {
     /// Hybrid: the keyword list's weight (0 to 10, default 1.5).
     #[schema(inline)]
     pub keyword_weight: Option<Field<KeywordWeight>>,
+    /// A log position or an RFC 3339 time: the answer as the store stood right after it
+    /// (docs/API.md, "Reading the past").
+    #[schema(inline)]
+    pub as_of: Option<Field<AsOf>>,
 }
 
 /// A search, checked.
@@ -223,6 +228,7 @@ pub struct Search {
     pub mode: SearchMode,
     pub explain: bool,
     pub fusion: Fusion,
+    pub as_of: Option<AsOf>,
 }
 
 impl Body for SearchRequest {
@@ -257,6 +263,7 @@ impl Body for SearchRequest {
                     ..d
                 }
             },
+            as_of: optional(self.as_of)?,
         })
     }
 }
@@ -321,6 +328,9 @@ pub struct SearchExplain {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct SearchResults {
     pub results: Vec<SearchResult>,
+    /// A search `as_of`: the position it was answered as of, and whether the embedder differs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub as_of: Option<AsOfShown>,
 }
 
 impl Payload for SearchResults {
@@ -360,7 +370,7 @@ mod tests {
         };
         assert_eq!(
             refused(r#"{"query": "x", "z": 1}"#),
-            "unknown field 'z' (allowed: query, top_k, min_similarity, memory_type, filters, include_superseded, search_mode, explain, rrf_k, semantic_weight, keyword_weight)"
+            "unknown field 'z' (allowed: query, top_k, min_similarity, memory_type, filters, include_superseded, search_mode, explain, rrf_k, semantic_weight, keyword_weight, as_of)"
         );
         assert_eq!(
             refused(r#"{"query": tru}"#),
