@@ -9,6 +9,31 @@ from uuid import UUID
 from pydantic import BaseModel, ConfigDict, Field, RootModel, confloat, conint, constr
 
 
+class AsOfShown(BaseModel):
+    at: str | None = Field(
+        None,
+        description='When the record at that position was written (RFC 3339); null for position 0.',
+    )
+    embedder_changed: bool | None = Field(
+        None,
+        description='A search: true when a memory searched was embedded by another model than the one that\nembedded the query, so the ranking may differ from what was answered then.',
+    )
+    events_replayed: conint(ge=0) = Field(
+        ...,
+        description="How many of the tenant's memory events were replayed to answer.",
+    )
+    memory_models: list[str] | None = Field(
+        None,
+        description='A search: the models the memories searched were embedded with then.',
+    )
+    position: conint(ge=0) = Field(
+        ..., description='The log position the answer stands right after.'
+    )
+    query_model: str | None = Field(
+        None, description='A search: the model that embedded the query now.'
+    )
+
+
 class Checkpoint(BaseModel):
     hash: str = Field(..., description='Lowercase hex of the record hash at `seq`.')
     note: str | None = Field(
@@ -463,6 +488,10 @@ class SearchRequest(BaseModel):
     model_config = ConfigDict(
         extra='forbid',
     )
+    as_of: dict[str, Any] | None = Field(
+        None,
+        description='A log position or an RFC 3339 time: the answer as the store stood right after it\n(docs/API.md, "Reading the past").',
+    )
     explain: bool | None = Field(
         None,
         description="Default false: true adds each result's ranking breakdown (`explain`).",
@@ -519,6 +548,7 @@ class SearchResult(BaseModel):
 
 
 class SearchResults(BaseModel):
+    as_of: AsOfShown | None = None
     results: list[SearchResult]
 
 
@@ -786,6 +816,7 @@ class IssuedKeyEnvelope(BaseModel):
 
 class Memory(BaseModel):
     agent_id: str | None = None
+    as_of: AsOfShown | None = None
     content: str
     created_at: str
     expires_at: str | None = None
@@ -851,6 +882,7 @@ class MemoryEnvelope(BaseModel):
 
 
 class MemoryHistory(BaseModel):
+    as_of: AsOfShown | None = None
     deleted: bool
     erased: bool | None = Field(
         None,
@@ -866,6 +898,7 @@ class MemoryHistoryEnvelope(BaseModel):
 
 
 class MemoryPage(BaseModel):
+    as_of: AsOfShown | None = None
     memories: list[Memory]
     page: conint(ge=0)
     page_size: conint(ge=0)
@@ -880,6 +913,10 @@ class MemoryPageEnvelope(BaseModel):
 class MemoryQueryRequest(BaseModel):
     model_config = ConfigDict(
         extra='forbid',
+    )
+    as_of: dict[str, Any] | None = Field(
+        None,
+        description='A log position or an RFC 3339 time: the answer as the store stood right after it\n(docs/API.md, "Reading the past").',
     )
     filters: dict[str, Any] | None = None
     include_superseded: bool | None = Field(
