@@ -30,6 +30,7 @@ pub mod openapi;
 pub mod position;
 pub mod rate_limit;
 pub mod routes;
+pub mod scope;
 pub mod state;
 pub mod transparency;
 

@@ -6,7 +6,7 @@ use auditmem_projections::AuditDetail;
 use axum::extract::{Path, State};
 use axum::Extension;
 
-use super::{embed_one, owned, resolve, RequestId};
+use super::{embed_one, owned, resolve, within_scope, RequestId};
 use crate::api::error::ApiError;
 use crate::api::extract::{Json, Query};
 use crate::api::gate::{Caller, PendingOps, Recorded};
@@ -32,8 +32,9 @@ pub(crate) async fn create_memory(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     request: RequestId,
-    Json(new): Json<MemoryCreateRequest>,
+    Json(mut new): Json<MemoryCreateRequest>,
 ) -> Result<Recorded<Data<Memory>>, ApiError> {
+    caller.confine(&mut new.extra)?;
     let vector = embed_one(&state, &caller, &request, &new.content).await?;
     let resolution = match new.resolve {
         true => Some(
@@ -63,6 +64,7 @@ pub(crate) async fn list_memories(
         memory_type,
         filter,
     } = q;
+    let filter = caller.narrow(filter);
     page(
         &state,
         &caller,
@@ -135,6 +137,7 @@ pub(crate) async fn update_memory(
 ) -> Result<Recorded<Data<Memory>>, ApiError> {
     // The body's shape was checked first (a malformed body is 400 even for a missing id); its
     // values once the memory is found.
+    within_scope(&state, &caller, &id)?;
     let planned = {
         let ctx = Context::service(&state.projections);
         update::plan(&ctx, caller.tenant.id, &id, update)?
@@ -161,6 +164,7 @@ pub(crate) async fn delete_memory(
     Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
 ) -> Result<Recorded<Data<DeletedMemory>>, ApiError> {
+    within_scope(&state, &caller, &id)?;
     let ctx = Context::service(&state.projections);
     let decision = delete::delete_one(&ctx, caller.tenant.id, &id)?;
     Ok(Recorded::decided(decision, Data))
@@ -172,8 +176,11 @@ pub(crate) async fn delete_memory(
 pub(crate) async fn delete_by_type(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
-    Json(delete): Json<BatchDeleteRequest>,
+    Json(mut delete): Json<BatchDeleteRequest>,
 ) -> Result<Recorded<Data<BatchDeleted>>, ApiError> {
+    if caller.scope.is_some() {
+        delete.filter = caller.narrow(delete.filter.take());
+    }
     let ctx = Context::service(&state.projections);
     let decision = delete::delete_many(&ctx, caller.tenant.id, delete)?;
     Ok(Recorded::decided(decision, Data))
@@ -193,6 +200,7 @@ pub(crate) async fn query_memories(
         filter,
         include_superseded,
     } = q;
+    let filter = caller.narrow(filter);
     page(
         &state,
         &caller,

@@ -136,7 +136,7 @@ pub(crate) async fn memory_history(
         .projections
         .memories
         .stored(&id)?
-        .filter(|m| m.tenant_id == caller.tenant.id)
+        .filter(|m| m.tenant_id == caller.tenant.id && caller.sees(m.extra.as_ref()))
         .ok_or_else(not_found)?;
     let mut versions = Vec::new();
     for seq in &stored.versions {
