@@ -293,7 +293,10 @@ pub async fn v1_gate(State(gate): State<Gate>, req: Request, next: Next) -> Resp
 }
 
 /// The tenant and key of the key presented in `Authorization: Bearer <key>`.
-fn identify(state: &AppState, headers: &HeaderMap) -> Result<(Tenant, ApiKey), ApiError> {
+pub(crate) fn identify(
+    state: &AppState,
+    headers: &HeaderMap,
+) -> Result<(Tenant, ApiKey), ApiError> {
     let value = headers
         .get(header::AUTHORIZATION)
         .ok_or_else(|| ApiError::unauthorized("missing Authorization: Bearer <API key> header"))?;
