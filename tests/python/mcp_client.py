@@ -87,6 +87,17 @@ async def run_session(session, steps):
     return results
 
 
+async def start(session, out, index, init_out):
+    """Initializes the session; False (and the refusal in `out`) when it is refused."""
+    try:
+        init = await session.initialize()
+    except McpError as e:
+        out[index] = f"initialize refused: {e.error.code} {e.error.message}"
+        return False
+    init_out[index] = init.model_dump(mode="json", exclude_none=True)
+    return True
+
+
 async def one(plan, steps, out, index, init_out):
     if plan["transport"] == "http":
         async with streamablehttp_client(plan["url"], headers=plan.get("headers", {})) as (
@@ -95,16 +106,14 @@ async def one(plan, steps, out, index, init_out):
             _,
         ):
             async with ClientSession(read, write) as session:
-                init = await session.initialize()
-                init_out[index] = init.model_dump(mode="json", exclude_none=True)
-                out[index] = await run_session(session, steps)
+                if await start(session, out, index, init_out):
+                    out[index] = await run_session(session, steps)
     else:
         params = StdioServerParameters(command=plan["command"], args=plan["args"])
         async with stdio_client(params) as (read, write):
             async with ClientSession(read, write) as session:
-                init = await session.initialize()
-                init_out[index] = init.model_dump(mode="json", exclude_none=True)
-                out[index] = await run_session(session, steps)
+                if await start(session, out, index, init_out):
+                    out[index] = await run_session(session, steps)
 
 
 async def main():
