@@ -264,11 +264,13 @@ pub struct KeyScopeRequest {
 }
 
 impl KeyScopeRequest {
+    /// The scope, checked; a refusal names its field under `scope.`.
     fn scope(self) -> Result<KeyScope, Invalid> {
+        let under = |e: Invalid| Invalid(format!("scope.{}", e.0));
         Ok(KeyScope {
-            user_id: self.user_id.value()?.0,
-            agent_id: optional(self.agent_id)?.map(|v| v.0),
-            session_id: optional(self.session_id)?.map(|v| v.0),
+            user_id: self.user_id.value().map_err(under)?.0,
+            agent_id: optional(self.agent_id).map_err(under)?.map(|v| v.0),
+            session_id: optional(self.session_id).map_err(under)?.map(|v| v.0),
         })
     }
 }

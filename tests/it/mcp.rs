@@ -404,12 +404,9 @@ fn a_bound_connection_gets_nothing_of_another_user_whatever_the_model_passes() {
     let page = data(&r[3]);
     assert_eq!(page["total"], json!(1));
     assert_eq!(page["memories"][0]["user_id"], json!("alice"));
-    for i in 4..=7 {
-        assert_eq!(
-            error(&r[i]),
-            (4040, "memory not found".into(), 404),
-            "step {i}"
-        );
+    for (i, step) in r.iter().enumerate().take(8).skip(4) {
+        let refused = (4040, "memory not found".to_string(), 404);
+        assert_eq!(error(step), refused, "step {i}");
     }
     assert_eq!(data(&r[8])["deleted"], json!(0));
     // An argument the tool does not have is refused by its schema.
