@@ -52,6 +52,9 @@ pub(crate) enum Scenario {
     HybridSearch,
     /// The same searches with `search_mode: keyword` (BM25 alone: no embedding).
     KeywordSearch,
+    /// The `search` scenario's requests as MCP `search_memories` tool calls (JSON-RPC
+    /// `tools/call` POSTed to `/mcp`, stateless, JSON answers): MCP's cost over REST.
+    McpSearch,
     /// `GET /v1/audit/logs` on the 1,000,000-entry tenant: no filter, action, time range, both.
     List,
     /// 70% reads (audit list, memory list, search) / 30% writes (memory create, ingestion).
@@ -82,7 +85,11 @@ impl Scenario {
     pub(crate) fn needs_memories(self) -> bool {
         matches!(
             self,
-            Scenario::Search | Scenario::HybridSearch | Scenario::KeywordSearch | Scenario::Mixed
+            Scenario::Search
+                | Scenario::HybridSearch
+                | Scenario::KeywordSearch
+                | Scenario::McpSearch
+                | Scenario::Mixed
         )
     }
 }
