@@ -530,6 +530,47 @@ fn a_scoped_key_is_confined_to_its_user_on_rest_and_mcp() {
         (st, v["data"]["content"].clone()),
         (200, json!("Bob's secret"))
     );
+
+    // A key issued by the admin CLI, to one agent of a user: the user's other memories are
+    // outside it.
+    let env = [
+        ("AUDITMEM_ADMIN_TOKEN", common::ADMIN_TOKEN),
+        ("AUDITMEM_URL", s.url.as_str()),
+    ];
+    let (code, out, err) = common::cli(
+        &[
+            "admin",
+            "key",
+            "create",
+            &tenant,
+            "--permissions",
+            "memory.read,memory.write",
+            "--user-id",
+            "carol",
+            "--agent-id",
+            "bot",
+        ],
+        &env,
+    );
+    assert_eq!(code, 0, "{err}");
+    let issued: Value = serde_json::from_str(&out).expect("json");
+    assert_eq!(
+        issued["scope"],
+        json!({"user_id": "carol", "agent_id": "bot", "session_id": null})
+    );
+    let bot = issued["api_key"].as_str().expect("key").to_string();
+    let (st, _) = rest_create(&s, &wide, "Carol's own note", Some("carol"));
+    assert_eq!(st, 200);
+    let (_, listed) = s.get("/v1/memories", &bot);
+    assert_eq!(listed["data"]["total"], json!(0));
+    let (st, created) = rest_create(&s, &bot, "noted by the bot", None);
+    assert_eq!(st, 200, "{created}");
+    assert_eq!(
+        (created["data"]["user_id"].clone(), created["data"]["agent_id"].clone()),
+        (json!("carol"), json!("bot"))
+    );
+    let (_, listed) = s.get("/v1/memories", &bot);
+    assert_eq!(listed["data"]["total"], json!(1));
 }
 
 #[test]
