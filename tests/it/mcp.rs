@@ -566,7 +566,10 @@ fn a_scoped_key_is_confined_to_its_user_on_rest_and_mcp() {
     let (st, created) = rest_create(&s, &bot, "noted by the bot", None);
     assert_eq!(st, 200, "{created}");
     assert_eq!(
-        (created["data"]["user_id"].clone(), created["data"]["agent_id"].clone()),
+        (
+            created["data"]["user_id"].clone(),
+            created["data"]["agent_id"].clone()
+        ),
         (json!("carol"), json!("bot"))
     );
     let (_, listed) = s.get("/v1/memories", &bot);
