@@ -240,6 +240,7 @@ mod tests {
                 permissions: vec![Permission::AuditRead, Permission::MemoryWrite],
                 name: Some("ci".into()),
                 created_at: NOW_MICROS,
+                scope: None,
             })]
         );
         // "enterprise" is no plan: refused once the tenant was found.

@@ -24,6 +24,7 @@ pub mod locomo;
 #[cfg(test)]
 mod locomo_ablation;
 pub mod log;
+pub mod mcp;
 mod openai_compat;
 pub mod registry;
 #[cfg(test)]

@@ -53,6 +53,9 @@ pub(crate) enum Scenario {
     HybridSearch,
     /// The same searches with `search_mode: keyword` (BM25 alone: no embedding).
     KeywordSearch,
+    /// The `search` scenario's requests as MCP `search_memories` tool calls (JSON-RPC
+    /// `tools/call` POSTed to `/mcp`, stateless, JSON answers): MCP's cost over REST.
+    McpSearch,
     /// `GET /v1/audit/logs` on the 1,000,000-entry tenant: no filter, action, time range, both.
     List,
     /// 70% reads (audit list, memory list, search) / 30% writes (memory create, ingestion).
@@ -88,7 +91,11 @@ impl Scenario {
     pub(crate) fn needs_memories(self) -> bool {
         matches!(
             self,
-            Scenario::Search | Scenario::HybridSearch | Scenario::KeywordSearch | Scenario::Mixed
+            Scenario::Search
+                | Scenario::HybridSearch
+                | Scenario::KeywordSearch
+                | Scenario::McpSearch
+                | Scenario::Mixed
         )
     }
 }

@@ -33,6 +33,7 @@ pub(crate) enum Op {
     Search,
     HybridSearch,
     KeywordSearch,
+    McpSearch,
     List,
     ListAction,
     ListRange,
@@ -49,6 +50,7 @@ impl Op {
             Op::Search => "memory search, semantic",
             Op::HybridSearch => "memory search, hybrid",
             Op::KeywordSearch => "memory search, keyword",
+            Op::McpSearch => "MCP search_memories, semantic",
             Op::List => "audit list",
             Op::ListAction => "audit list ?action",
             Op::ListRange => "audit list ?start_time&end_time",
@@ -66,6 +68,7 @@ impl Op {
             Scenario::Search => Op::Search,
             Scenario::HybridSearch => Op::HybridSearch,
             Scenario::KeywordSearch => Op::KeywordSearch,
+            Scenario::McpSearch => Op::McpSearch,
             Scenario::List => {
                 [Op::List, Op::ListAction, Op::ListRange, Op::ListActionRange][(n % 4) as usize]
             }
@@ -134,6 +137,36 @@ pub(crate) async fn perform(ctx: &Ctx, op: Op, n: u64) -> Result<u64> {
                 .bearer_auth(key(&ctx.seeded.memory)?)
                 .json(&json!({ "memories": memories }));
             (req, 100)
+        }
+        Op::McpSearch => {
+            // The `Search` op's queries, as the tool's arguments.
+            let i = ctx.counter.fetch_add(1, Ordering::Relaxed);
+            let q = format!(
+                "what does {} like? ({i})",
+                memory_text(i * 31).to_lowercase()
+            );
+            let call = json!({
+                "jsonrpc": "2.0",
+                "id": n,
+                "method": "tools/call",
+                "params": {"name": "search_memories",
+                    "arguments": {"query": q, "top_k": 5, "mode": "semantic"}},
+            });
+            let req = c
+                .post(format!("{url}/mcp"))
+                .bearer_auth(key(&ctx.seeded.memory)?)
+                .header("accept", "application/json, text/event-stream")
+                .header("mcp-protocol-version", "2025-11-25")
+                .json(&call);
+            let resp = req.send().await?;
+            let status = resp.status();
+            let body: Value = resp.json().await?;
+            let refused = body.get("error").is_some()
+                || body.pointer("/result/isError") == Some(&Value::Bool(true));
+            if !status.is_success() || refused {
+                bail!("{} -> {status}: {body}", op.name());
+            }
+            return Ok(1);
         }
         Op::Search | Op::HybridSearch | Op::KeywordSearch => {
             // Queries vary so the embedder's cache does not answer them.

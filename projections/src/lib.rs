@@ -29,8 +29,8 @@ pub use event::{
 };
 pub use event::{
     AuditDetail, AuditEntry, AuditRecorded, ChainPoint, Event, ExportCompleted, ExportFailed,
-    ExportFormat, ExportRequested, KeyIssued, KeyRevoked, MemoryType, Named, Permission, Plan,
-    TenantCreated, TenantUpdated, Tokens,
+    ExportFormat, ExportRequested, KeyIssued, KeyRevoked, KeyScope, MemoryType, Named, Permission,
+    Plan, TenantCreated, TenantUpdated, Tokens,
 };
 pub use projection::{Applied, Prepared, Projection, ProjectionError};
 

@@ -32,6 +32,9 @@ pub struct ApiKey {
     pub name: Option<String>,
     pub created_at: i64,
     pub revoked_at: Option<i64>,
+    /// `KeyIssued::scope`.
+    #[serde(default)]
+    pub scope: Option<crate::event::KeyScope>,
 }
 
 impl ApiKey {
@@ -139,6 +142,7 @@ impl Tenants {
                     name: e.name.clone(),
                     created_at: e.created_at,
                     revoked_at: None,
+                    scope: e.scope.clone(),
                 };
                 ov.insert(prefixed(b'k', &[&e.key_hash]), enc(&k));
                 ov.insert(prefixed(b'i', &[e.key_id.as_bytes()]), e.key_hash.to_vec());
@@ -269,6 +273,7 @@ mod tests {
                 permissions: vec![Permission::AuditRead],
                 name: Some("ci".into()),
                 created_at: 3,
+                scope: None,
             }),
         ];
         let applied = Applied::in_order(&events);

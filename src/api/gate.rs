@@ -36,7 +36,9 @@ use std::time::Instant;
 
 use auditmem_projections::seal::Subject;
 use auditmem_projections::tenants::{ApiKey, Tenant};
-use auditmem_projections::{AuditDetail, AuditEntry, AuditRecorded, Event, Named, Permission};
+use auditmem_projections::{
+    AuditDetail, AuditEntry, AuditRecorded, Event, KeyScope, Named, Permission,
+};
 use axum::body::{Body, Bytes};
 use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{header, HeaderMap, HeaderValue};
@@ -75,6 +77,20 @@ pub struct Gate {
 pub struct Caller {
     pub tenant: Tenant,
     pub key: ApiKey,
+    /// The scope the caller is bound to (`api::scope`): its key's, narrowed by an MCP
+    /// connection's binding; none for a tenant-wide caller.
+    pub scope: Option<KeyScope>,
+}
+
+/// A request made by an MCP tool call (`crate::mcp`), as a request extension: no HTTP client
+/// can set one, so only the MCP layer marks a request as its own. Its audit entry's `metadata`
+/// gains `"transport": "mcp"` and `"mcp_tool"`, over any tag of those names the host sent.
+#[derive(Clone, Debug)]
+pub struct ViaMcp {
+    /// The tool called.
+    pub tool: &'static str,
+    /// The scope the connection is bound to, from the host's headers.
+    pub binding: Option<KeyScope>,
 }
 
 /// What a handler hands to the gate besides its response: the operation's events, the
@@ -193,6 +209,7 @@ pub async fn v1_gate(State(gate): State<Gate>, req: Request, next: Next) -> Resp
         }
     };
     let tags = tags(req.headers());
+    let via = req.extensions().get::<ViaMcp>().cloned();
     let mut entry = Entry {
         started,
         action: policy.action,
@@ -248,11 +265,26 @@ pub async fn v1_gate(State(gate): State<Gate>, req: Request, next: Next) -> Resp
     if policy.permission == Permission::MemoryErase {
         entry.scope.clear();
     }
-    if let Err(refused) = authorize(policy, &tenant, &key, tags, &mut entry) {
-        return record(&state, entry, refused.into_response()).await;
+    let scope = match authorize(policy, &tenant, &key, tags, via.as_ref(), &mut entry) {
+        Ok(scope) => scope,
+        Err(refused) => return record(&state, entry, refused.into_response()).await,
+    };
+    // A bound caller's request is about its scope whether or not it names it.
+    if let Some(s) = &scope {
+        entry
+            .scope
+            .push(Subject::User(tenant.id, s.user_id.clone()));
+        entry
+            .scope
+            .extend(s.agent_id.clone().map(|a| Subject::Agent(tenant.id, a)));
+        entry
+            .scope
+            .extend(s.session_id.clone().map(|v| Subject::Session(tenant.id, v)));
+        entry.scope.sort();
+        entry.scope.dedup();
     }
     let mut req = Request::from_parts(parts, Body::from(bytes));
-    req.extensions_mut().insert(Caller { tenant, key });
+    req.extensions_mut().insert(Caller { tenant, key, scope });
     let resp = match tokio::time::timeout_at(deadline, next.run(req)).await {
         Ok(resp) => resp,
         Err(_) => timed_out(&state),
@@ -261,7 +293,10 @@ pub async fn v1_gate(State(gate): State<Gate>, req: Request, next: Next) -> Resp
 }
 
 /// The tenant and key of the key presented in `Authorization: Bearer <key>`.
-fn identify(state: &AppState, headers: &HeaderMap) -> Result<(Tenant, ApiKey), ApiError> {
+pub(crate) fn identify(
+    state: &AppState,
+    headers: &HeaderMap,
+) -> Result<(Tenant, ApiKey), ApiError> {
     let value = headers
         .get(header::AUTHORIZATION)
         .ok_or_else(|| ApiError::unauthorized("missing Authorization: Bearer <API key> header"))?;
@@ -358,16 +393,27 @@ async fn read_body(
     }
 }
 
-/// The refusals decided once the body is read: the tags' shape, the key's permission and, on
-/// audit routes, the subscription. Valid tags go into the entry.
+/// The refusals decided once the body is read: the tags' shape, the key's permission, the
+/// caller's scope (`api::scope`) and, on audit routes, the subscription. Valid tags go into
+/// the entry, with the transport of an MCP call. The caller's scope when it may go on.
 fn authorize(
     policy: Policy,
     tenant: &Tenant,
     key: &ApiKey,
     tags: Tags,
+    via: Option<&ViaMcp>,
     entry: &mut Entry,
-) -> Result<(), ApiError> {
+) -> Result<Option<KeyScope>, ApiError> {
     entry.metadata = tags.map_err(ApiError::bad_request)?;
+    if let Some(via) = via {
+        let mut tags = match entry.metadata.take() {
+            Some(Value::Object(tags)) => tags,
+            _ => serde_json::Map::new(),
+        };
+        tags.insert("transport".into(), json!("mcp"));
+        tags.insert("mcp_tool".into(), json!(via.tool));
+        entry.metadata = Some(Value::Object(tags));
+    }
     if !key.has(policy.permission) {
         return Err(ApiError::forbidden(format!(
             "this API key lacks the '{}' permission",
@@ -380,7 +426,11 @@ fn authorize(
             ErrorCode::SubscriptionInactive.label(),
         ));
     }
-    Ok(())
+    let scope = super::scope::merge(key.scope.as_ref(), via.and_then(|v| v.binding.as_ref()))?;
+    match &scope {
+        Some(s) if !super::scope::allows(policy.action) => Err(super::scope::refused_route(s)),
+        _ => Ok(scope),
+    }
 }
 
 /// 408 naming the configured timeout.

@@ -30,6 +30,7 @@ pub mod openapi;
 pub mod position;
 pub mod rate_limit;
 pub mod routes;
+pub mod scope;
 pub mod state;
 pub mod stream;
 pub mod transparency;
@@ -103,6 +104,14 @@ pub fn app_on(state: AppState, surface: Surface) -> Router {
         // The console's static pages (docs/CONSOLE.md), outside the API document too.
         .merge(console::router())
         .merge(routes::router(&state))
+        // MCP's streamable HTTP (`crate::mcp`): every request needs a key; each tool call
+        // then goes through the `/v1` gate like a REST call.
+        .nest_service(
+            "/mcp",
+            tower::ServiceBuilder::new()
+                .layer(from_fn_with_state(state.clone(), require_key))
+                .service(crate::mcp::service(&state)),
+        )
         .route_layer(from_fn(metrics::track))
         .fallback(fallback)
         .layer(DefaultBodyLimit::max(state.settings.max_body_bytes))
@@ -188,6 +197,15 @@ async fn healthz(State(state): State<AppState>) -> Response {
         head_seq: state.appender.head().seq,
     })
     .into_response()
+}
+
+/// 401 in the envelope for an `/mcp` request without a valid API key, as the `/v1` gate
+/// answers one: the tools are listed to tenants only.
+async fn require_key(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    match gate::identify(&state, req.headers()) {
+        Ok(_) => next.run(req).await,
+        Err(e) => e.into_response(),
+    }
 }
 
 async fn fallback() -> ApiError {

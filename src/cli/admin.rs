@@ -174,6 +174,15 @@ pub enum KeyCommand {
         /// A label for the key.
         #[arg(long)]
         name: Option<String>,
+        /// Confines the key to this end user's memories (docs/API.md, "Key scopes").
+        #[arg(long)]
+        user_id: Option<String>,
+        /// With --user-id: confines it to this agent of the user too.
+        #[arg(long, requires = "user_id")]
+        agent_id: Option<String>,
+        /// With --user-id: confines it to this session of the user too.
+        #[arg(long, requires = "user_id")]
+        session_id: Option<String>,
     },
     /// Revoke a key: it is refused from the next request on.
     Revoke {
@@ -285,11 +294,22 @@ pub fn run(args: AdminArgs) -> anyhow::Result<ExitCode> {
             tenant_id,
             permissions,
             name,
-        }) => call(
-            Method::POST,
-            &format!("/admin/v1/tenants/{tenant_id}/keys"),
-            Some(json!({"permissions": permissions, "name": name})),
-        )?,
+            user_id,
+            agent_id,
+            session_id,
+        }) => {
+            let mut body = json!({"permissions": permissions, "name": name});
+            if let Some(user_id) = user_id {
+                body["scope"] = json!({
+                    "user_id": user_id, "agent_id": agent_id, "session_id": session_id,
+                });
+            }
+            call(
+                Method::POST,
+                &format!("/admin/v1/tenants/{tenant_id}/keys"),
+                Some(body),
+            )?
+        }
         AdminCommand::Key(KeyCommand::Revoke { key_id }) => {
             call(Method::DELETE, &format!("/admin/v1/keys/{key_id}"), None)?
         }

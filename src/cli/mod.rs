@@ -50,6 +50,8 @@ pub enum Command {
     Witness(crate::witness::WitnessArgs),
     /// Measure retrieval quality on a public benchmark through a server of this binary.
     Eval(eval::EvalArgs),
+    /// Serve the MCP tools over stdio, as a proxy to a running service's `/mcp`.
+    Mcp(crate::mcp::proxy::McpArgs),
 }
 
 pub fn init_tracing(format: LogFormat) {
@@ -81,6 +83,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Admin(args) => admin::run(args),
         Command::Witness(args) => crate::witness::run(args),
         Command::Eval(args) => eval::run(args),
+        Command::Mcp(args) => crate::mcp::proxy::run(args),
     };
     match result {
         Ok(code) => code,

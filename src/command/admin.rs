@@ -103,7 +103,11 @@ pub fn issue_key(
     secret: Secret,
 ) -> Result<Decision<IssuedKey>, Refusal> {
     let t = tenant_by_path(ctx, tenant)?;
-    let NewKey { permissions, name } = request.key()?;
+    let NewKey {
+        permissions,
+        name,
+        scope,
+    } = request.key()?;
     let key_id = ctx.id();
     let created_at = ctx.now_stored();
     let event = Event::KeyIssued(KeyIssued {
@@ -113,6 +117,7 @@ pub fn issue_key(
         permissions: permissions.clone(),
         name: name.clone(),
         created_at,
+        scope: scope.clone(),
     });
     let issued = IssuedKey {
         id: key_id,
@@ -121,6 +126,7 @@ pub fn issue_key(
         api_key: secret.key,
         permissions,
         created_at: Time(created_at),
+        scope: scope.map(Into::into),
     };
     Ok(Decision::new(issued, vec![event]))
 }
@@ -328,6 +334,7 @@ mod tests {
                 permissions: vec![Permission::AuditRead, Permission::MemoryWrite],
                 name: None,
                 created_at: NOON,
+                scope: None,
             })]
         );
         assert_eq!(issued.answer.api_key, "amk_test");

@@ -1,7 +1,7 @@
 //! The admin API's shapes: tenants, keys, and the log's head, checkpoint and public key.
 
 use auditmem_projections::tenants::Tenant as TenantState;
-use auditmem_projections::{Permission, Plan};
+use auditmem_projections::{KeyScope, Permission, Plan};
 use serde::{Deserialize, Serialize};
 use utoipa::openapi::schema::{ArrayBuilder, Schema};
 use utoipa::openapi::{Ref, RefOr};
@@ -10,7 +10,7 @@ use uuid::Uuid;
 
 use super::envelope::Payload;
 use super::field::{optional, Check, Field, Invalid};
-use super::memory::fields::{double, int64, trimmed_text};
+use super::memory::fields::{double, int64, trimmed_text, AgentId, SessionId, UserId};
 use super::time::Time;
 use super::{Body, Params};
 
@@ -241,6 +241,56 @@ pub struct CreateKeyRequest {
     #[serde(default)]
     #[schema(inline)]
     pub name: Option<Field<Name>>,
+    /// Confines the key's memory calls to one end user (and optionally one agent and one
+    /// session): it writes only memories with these ids and reads, changes and deletes only
+    /// those; routes that reach beyond a scope (the audit log, exports, erasures, batch
+    /// updates) refuse it (403, 4030). Left out: the key is tenant-wide.
+    #[serde(default)]
+    pub scope: Option<KeyScopeRequest>,
+}
+
+/// A key's scope as `POST /admin/v1/tenants/{id}/keys` takes it.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct KeyScopeRequest {
+    #[schema(inline)]
+    pub user_id: Field<UserId>,
+    #[serde(default)]
+    #[schema(inline)]
+    pub agent_id: Option<Field<AgentId>>,
+    #[serde(default)]
+    #[schema(inline)]
+    pub session_id: Option<Field<SessionId>>,
+}
+
+impl KeyScopeRequest {
+    /// The scope, checked; a refusal names its field under `scope.`.
+    fn scope(self) -> Result<KeyScope, Invalid> {
+        let under = |e: Invalid| Invalid(format!("scope.{}", e.0));
+        Ok(KeyScope {
+            user_id: self.user_id.value().map_err(under)?.0,
+            agent_id: optional(self.agent_id).map_err(under)?.map(|v| v.0),
+            session_id: optional(self.session_id).map_err(under)?.map(|v| v.0),
+        })
+    }
+}
+
+/// A key's scope as answered.
+#[derive(Clone, Debug, PartialEq, Serialize, ToSchema)]
+pub struct KeyScopeAnswer {
+    pub user_id: String,
+    pub agent_id: Option<String>,
+    pub session_id: Option<String>,
+}
+
+impl From<KeyScope> for KeyScopeAnswer {
+    fn from(s: KeyScope) -> Self {
+        KeyScopeAnswer {
+            user_id: s.user_id,
+            agent_id: s.agent_id,
+            session_id: s.session_id,
+        }
+    }
 }
 
 /// A key to issue, checked: its permissions deduplicated and sorted.
@@ -248,6 +298,7 @@ pub struct CreateKeyRequest {
 pub struct NewKey {
     pub permissions: Vec<Permission>,
     pub name: Option<String>,
+    pub scope: Option<KeyScope>,
 }
 
 /// The tenant is looked up first (a key for a missing tenant is 404 whatever its values), so
@@ -265,6 +316,7 @@ impl CreateKeyRequest {
         Ok(NewKey {
             permissions: self.permissions.value()?.0,
             name: optional(self.name)?.map(|n| n.0),
+            scope: self.scope.map(KeyScopeRequest::scope).transpose()?,
         })
     }
 }
@@ -321,6 +373,9 @@ pub struct IssuedKey {
     pub permissions: Vec<Permission>,
     #[schema(value_type = String)]
     pub created_at: Time,
+    /// The key's scope; absent for a tenant-wide key.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scope: Option<KeyScopeAnswer>,
 }
 
 impl Payload for IssuedKey {}

@@ -40,6 +40,7 @@ mod keys;
 mod limits;
 mod list_bound;
 mod locomo_eval;
+mod mcp;
 mod memory_api;
 mod memory_as_of;
 mod memory_batch;

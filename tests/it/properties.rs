@@ -262,6 +262,7 @@ fn event() -> impl Strategy<Value = Event> {
                         permissions,
                         name,
                         created_at,
+                        scope: None,
                     })
                 }
             ),

@@ -40,6 +40,22 @@ pub struct KeyIssued {
     #[serde(default)]
     pub name: Option<String>,
     pub created_at: i64,
+    /// The one scope the key's memory calls are confined to; none for a tenant-wide key. Left
+    /// out of the record when none, so a tenant-wide key's event is stored as before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<KeyScope>,
+}
+
+/// The scope a key (or an MCP connection) is bound to: one end user, and optionally one agent
+/// and one session of theirs. Every memory such a caller writes carries these ids, and it
+/// reads, changes and deletes only memories that carry them.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyScope {
+    pub user_id: String,
+    #[serde(default)]
+    pub agent_id: Option<String>,
+    #[serde(default)]
+    pub session_id: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -26,8 +26,11 @@ pub(crate) async fn create_batch(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     request: RequestId,
-    Json(batch): Json<MemoryBatchCreateRequest>,
+    Json(mut batch): Json<MemoryBatchCreateRequest>,
 ) -> Result<Recorded<Data<MemoryBatch>>, ApiError> {
+    for item in &mut batch {
+        caller.confine(&mut item.extra)?;
+    }
     let texts = batch.iter().map(|m| m.content.clone()).collect();
     let vectors = embed_many(&state, &caller, &request, texts).await?;
     let ctx = Context::service(&state.projections);

@@ -7,7 +7,7 @@ use axum::extract::{Path, State};
 use axum::Extension;
 
 use super::as_of;
-use super::{embed_one, owned, resolve, RequestId};
+use super::{embed_one, owned, resolve, within_scope, RequestId};
 use crate::api::error::ApiError;
 use crate::api::extract::{Json, Query};
 use crate::api::gate::{Caller, PendingOps, Recorded};
@@ -36,8 +36,9 @@ pub(crate) async fn create_memory(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     request: RequestId,
-    Json(new): Json<MemoryCreateRequest>,
+    Json(mut new): Json<MemoryCreateRequest>,
 ) -> Result<Recorded<Data<Memory>>, ApiError> {
+    caller.confine(&mut new.extra)?;
     let vector = embed_one(&state, &caller, &request, &new.content).await?;
     let resolution = match new.resolve {
         true => Some(
@@ -68,6 +69,7 @@ pub(crate) async fn list_memories(
         filter,
         as_of,
     } = q;
+    let filter = caller.narrow(filter);
     let query = MemoryQuery {
         memory_type,
         filter: filter.as_ref(),
@@ -156,7 +158,7 @@ async fn past_memory(
         .projections
         .memories
         .stored(&id)?
-        .filter(|m| m.tenant_id == tenant)
+        .filter(|m| m.tenant_id == tenant && caller.sees(m.extra.as_ref()))
         .ok_or_else(not_found)?;
     let seqs: Vec<u64> = stored
         .versions
@@ -191,6 +193,7 @@ pub(crate) async fn update_memory(
 ) -> Result<Recorded<Data<Memory>>, ApiError> {
     // The body's shape was checked first (a malformed body is 400 even for a missing id); its
     // values once the memory is found.
+    within_scope(&state, &caller, &id)?;
     let planned = {
         let ctx = Context::service(&state.projections);
         update::plan(&ctx, caller.tenant.id, &id, update)?
@@ -217,6 +220,7 @@ pub(crate) async fn delete_memory(
     Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
 ) -> Result<Recorded<Data<DeletedMemory>>, ApiError> {
+    within_scope(&state, &caller, &id)?;
     let ctx = Context::service(&state.projections);
     let decision = delete::delete_one(&ctx, caller.tenant.id, &id)?;
     Ok(Recorded::decided(decision, Data))
@@ -228,8 +232,11 @@ pub(crate) async fn delete_memory(
 pub(crate) async fn delete_by_type(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
-    Json(delete): Json<BatchDeleteRequest>,
+    Json(mut delete): Json<BatchDeleteRequest>,
 ) -> Result<Recorded<Data<BatchDeleted>>, ApiError> {
+    if caller.scope.is_some() {
+        delete.filter = caller.narrow(delete.filter.take());
+    }
     let ctx = Context::service(&state.projections);
     let decision = delete::delete_many(&ctx, caller.tenant.id, delete)?;
     Ok(Recorded::decided(decision, Data))
@@ -250,6 +257,7 @@ pub(crate) async fn query_memories(
         include_superseded,
         as_of,
     } = q;
+    let filter = caller.narrow(filter);
     let query = MemoryQuery {
         memory_type,
         filter: filter.as_ref(),

@@ -38,8 +38,9 @@ pub(crate) async fn extract_memories(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     request: RequestId,
-    Json(extraction): Json<ExtractRequest>,
+    Json(mut extraction): Json<ExtractRequest>,
 ) -> Result<Held<Recorded<Data<Extracted>>>, ApiError> {
+    caller.confine(&mut extraction.extra)?;
     let Extraction {
         deduplicate,
         resolve,

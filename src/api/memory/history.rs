@@ -140,7 +140,7 @@ pub(crate) async fn memory_history(
         .projections
         .memories
         .stored(&id)?
-        .filter(|m| m.tenant_id == caller.tenant.id)
+        .filter(|m| m.tenant_id == caller.tenant.id && caller.sees(m.extra.as_ref()))
         .ok_or_else(not_found)?;
     // As of a position: the versions up to it; a memory created after it did not exist.
     let until = then.map_or(u64::MAX, |t| t.position);

@@ -112,11 +112,22 @@ fn provider_failed(
     )
 }
 
-/// The caller's memory `id`; another tenant's is as missing as one that never existed.
+/// The caller's memory `id`; another tenant's, or one outside the caller's scope, is as
+/// missing as one that never existed.
 fn owned(state: &AppState, caller: &Caller, id: &str) -> Result<MemoryView, ApiError> {
-    Ok(command::memory::owned(
-        &Context::service(&state.projections),
-        caller.tenant.id,
-        id,
-    )?)
+    let memory =
+        command::memory::owned(&Context::service(&state.projections), caller.tenant.id, id)?;
+    match caller.sees(memory.extra.as_ref()) {
+        true => Ok(memory),
+        false => Err(command::memory::not_found().into()),
+    }
+}
+
+/// Refuses, as missing, the memory `id` when the caller is bound to a scope it is outside;
+/// the command that follows finds it again (a tenant-wide caller is not looked up twice).
+fn within_scope(state: &AppState, caller: &Caller, id: &str) -> Result<(), ApiError> {
+    match caller.scope {
+        Some(_) => owned(state, caller, id).map(|_| ()),
+        None => Ok(()),
+    }
 }

@@ -23,8 +23,9 @@ pub(crate) async fn search_memories(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     request: RequestId,
-    Json(asked): Json<SearchRequest>,
+    Json(mut asked): Json<SearchRequest>,
 ) -> Result<Recorded<Data<SearchResults>>, ApiError> {
+    asked.filter = caller.narrow(asked.filter.take());
     let tenant = caller.tenant.id;
     let Some(wanted) = asked.as_of else {
         // Every mode embeds the query: each result shows its cosine similarity as `score`.

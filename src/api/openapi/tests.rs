@@ -122,6 +122,7 @@ fn item(schema: &str, i: usize) -> Value {
         "GivenMessage" => json!({"role": "user", "content": "I live in Lisbon."}),
         "Tokens" => json!({"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3}),
         "MemoryId" => json!(id),
+        "KeyScopeRequest" => json!({"user_id": "dana"}),
         other => panic!("no valid {other} to build a request of: add one here"),
     }
 }
