@@ -250,6 +250,21 @@ class IngestedEnvelope(BaseModel):
     success: bool
 
 
+class KeyScopeAnswer(BaseModel):
+    agent_id: str | None = None
+    session_id: str | None = None
+    user_id: str
+
+
+class KeyScopeRequest(BaseModel):
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    agent_id: constr(min_length=1, max_length=256) | None = None
+    session_id: constr(min_length=1, max_length=256) | None = None
+    user_id: constr(min_length=1, max_length=256)
+
+
 class LogHead(BaseModel):
     hash: str
     seq: conint(ge=0)
@@ -684,6 +699,7 @@ class CreateKeyRequest(BaseModel):
     )
     name: constr(pattern=r'\S', min_length=1, max_length=200) | None = None
     permissions: list[PermissionName] = Field(..., min_length=1)
+    scope: KeyScopeRequest | None = None
 
 
 class CreateTenantRequest(BaseModel):
@@ -806,6 +822,7 @@ class IssuedKey(BaseModel):
     id: str
     name: str | None = None
     permissions: list[PermissionName]
+    scope: KeyScopeAnswer | None = None
     tenant_id: str
 
 
