@@ -477,6 +477,18 @@ fn a_scoped_key_is_confined_to_its_user_on_rest_and_mcp() {
         404,
         4040,
     );
+    // Nor in the past: as of the head, bob's memory and its history are as missing.
+    let head = s.head().0;
+    for path in [
+        format!("/v1/memories/{bob_id}?as_of={head}"),
+        format!("/v1/memories/{bob_id}/history?as_of={head}"),
+    ] {
+        common::assert_error(&s.get(&path, &scoped), 404, 4040);
+    }
+    let (st, past) = s.get(&format!("/v1/memories?as_of={head}"), &scoped);
+    assert_eq!(st, 200, "{past}");
+    assert_eq!(past["data"]["total"], json!(1));
+    assert_eq!(past["data"]["memories"][0]["user_id"], json!("alice"));
     let (st, deleted) = s.call(
         Method::DELETE,
         &format!("/v1/memories/{bob_id}"),
