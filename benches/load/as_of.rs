@@ -7,7 +7,6 @@
 //! client) are timed alone, then beside two clients replaying without pause: the replay's
 //! latency, and the other tenant's p99 in both and their ratio.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,8 +15,7 @@ use serde_json::{json, Value};
 
 use crate::measure::{run_workers, scenario_result, Pace, ScenarioResult};
 use crate::ops::Ctx;
-use crate::scenarios::{bystander, bystander_search, Timed};
-use crate::seed::memory_text;
+use crate::scenarios::{bystander, bystander_search, seed_memories, Timed};
 use crate::target::{post_data, Admin};
 use crate::{Args, Scenario};
 
@@ -37,7 +35,15 @@ pub(crate) async fn as_of(ctx: &Arc<Ctx>, admin: &Admin, args: &Args) -> Result<
         )
         .await?;
     let searcher = bystander(ctx, admin, &format!("as-of-bystander-{stamp}"), "business").await?;
-    seed(ctx, &replayed.key, args.as_of_memories).await?;
+    seed_memories(
+        ctx,
+        &replayed.key,
+        args.as_of_memories,
+        2_000_000,
+        None,
+        "the replayed tenant's memories",
+    )
+    .await?;
     let query = json!({"query": "what does the user prefer?", "top_k": 5});
     let resp = ctx
         .client
@@ -131,42 +137,4 @@ pub(crate) async fn as_of(ctx: &Arc<Ctx>, admin: &Admin, args: &Args) -> Result<
     });
     r.extra = Some(extra);
     Ok(r)
-}
-
-/// `n` memories in the tenant, batches of 100, four at a time.
-async fn seed(ctx: &Arc<Ctx>, key: &str, n: u64) -> Result<()> {
-    let pb = indicatif::ProgressBar::new(n);
-    pb.set_message("seeding the replayed tenant's memories (batches of 100)");
-    let next = Arc::new(AtomicU64::new(0));
-    let mut tasks = Vec::new();
-    for _ in 0..4 {
-        let (next, pb, key) = (next.clone(), pb.clone(), key.to_string());
-        let (client, url) = (ctx.client.clone(), ctx.url.clone());
-        tasks.push(tokio::spawn(async move {
-            loop {
-                let first = next.fetch_add(100, Ordering::Relaxed);
-                if first >= n {
-                    return Ok::<_, anyhow::Error>(());
-                }
-                let end = (first + 100).min(n);
-                let memories: Vec<_> = (first..end)
-                    .map(|i| json!({"content": memory_text(2_000_000 + i), "memory_type": "fact"}))
-                    .collect();
-                post_data(
-                    &client,
-                    format!("{url}/v1/memories/batch"),
-                    &key,
-                    &json!({ "memories": memories }),
-                )
-                .await
-                .with_context(|| format!("seeding memories {first}..{end}"))?;
-                pb.inc(end - first);
-            }
-        }));
-    }
-    for t in tasks {
-        t.await??;
-    }
-    pb.finish_and_clear();
-    Ok(())
 }

@@ -15,8 +15,7 @@ use serde_json::json;
 
 use crate::measure::{run_workers, scenario_result, Pace, Samples, ScenarioResult};
 use crate::ops::Ctx;
-use crate::scenarios::{bystander, bystander_search};
-use crate::seed::memory_text;
+use crate::scenarios::{bystander, bystander_search, seed_memories};
 use crate::target::{post_data, Admin};
 use crate::{Args, Scenario};
 
@@ -115,43 +114,15 @@ pub(crate) async fn erasure(ctx: &Arc<Ctx>, admin: &Admin, args: &Args) -> Resul
 
 /// The user's memories (batches of 100, four at a time) and the audit entries that show it.
 async fn seed_user(ctx: &Arc<Ctx>, key: &str, args: &Args) -> Result<()> {
-    let pb = indicatif::ProgressBar::new(args.erase_memories);
-    pb.set_message("seeding the erased user's memories (batches of 100)");
-    let next = Arc::new(AtomicU64::new(0));
-    let want = args.erase_memories;
-    let mut tasks = Vec::new();
-    for _ in 0..4 {
-        let (next, pb, key) = (next.clone(), pb.clone(), key.to_string());
-        let (client, url) = (ctx.client.clone(), ctx.url.clone());
-        tasks.push(tokio::spawn(async move {
-            loop {
-                let first = next.fetch_add(100, Ordering::Relaxed);
-                if first >= want {
-                    return Ok::<_, anyhow::Error>(());
-                }
-                let end = (first + 100).min(want);
-                let memories: Vec<_> = (first..end)
-                    .map(|i| {
-                        json!({"content": memory_text(1_000_000 + i), "memory_type": "fact",
-                            "user_id": USER})
-                    })
-                    .collect();
-                post_data(
-                    &client,
-                    format!("{url}/v1/memories/batch"),
-                    &key,
-                    &json!({ "memories": memories }),
-                )
-                .await
-                .with_context(|| format!("seeding the erased user's memories {first}..{end}"))?;
-                pb.inc(end - first);
-            }
-        }));
-    }
-    for t in tasks {
-        t.await??;
-    }
-    pb.finish_and_clear();
+    seed_memories(
+        ctx,
+        key,
+        args.erase_memories,
+        1_000_000,
+        Some(USER),
+        "the erased user's memories",
+    )
+    .await?;
 
     // Entries that show the user: the cheapest request naming it.
     let pb = indicatif::ProgressBar::new(args.erase_entries);

@@ -163,6 +163,59 @@ pub(crate) fn max_size_extraction(n: u64) -> String {
         .collect::<Vec<_>>()
         .join(" ")
 }
+/// `n` memories through the batch route (batches of 100, four at a time), their texts
+/// `memory_text(text_from + i)`, all of `user_id` when given; `what` names them in the
+/// progress bar and in errors.
+pub(crate) async fn seed_memories(
+    ctx: &Arc<Ctx>,
+    key: &str,
+    n: u64,
+    text_from: u64,
+    user_id: Option<&'static str>,
+    what: &'static str,
+) -> Result<()> {
+    let pb = indicatif::ProgressBar::new(n);
+    pb.set_message(format!("seeding {what} (batches of 100)"));
+    let next = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        let (next, pb, key) = (next.clone(), pb.clone(), key.to_string());
+        let (client, url) = (ctx.client.clone(), ctx.url.clone());
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let first = next.fetch_add(100, Ordering::Relaxed);
+                if first >= n {
+                    return Ok::<_, anyhow::Error>(());
+                }
+                let end = (first + 100).min(n);
+                let memories: Vec<_> = (first..end)
+                    .map(|i| {
+                        let mut m =
+                            json!({"content": memory_text(text_from + i), "memory_type": "fact"});
+                        if let Some(user) = user_id {
+                            m["user_id"] = json!(user);
+                        }
+                        m
+                    })
+                    .collect();
+                post_data(
+                    &client,
+                    format!("{url}/v1/memories/batch"),
+                    &key,
+                    &json!({ "memories": memories }),
+                )
+                .await
+                .with_context(|| format!("seeding {what} {first}..{end}"))?;
+                pb.inc(end - first);
+            }
+        }));
+    }
+    for t in tasks {
+        t.await??;
+    }
+    pb.finish_and_clear();
+    Ok(())
+}
 
 /// A tenant `name` whose searches [`bystander_search`] times, with something to find: 20 of
 /// the driver's sentences.

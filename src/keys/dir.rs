@@ -302,8 +302,9 @@ impl Keyring for DirKeyring {
         }
         // Zeros over every file, one `syncfs` to put them on the disk (a secure erase needs the
         // old bytes overwritten, not only unlinked), then the unlinks and one sync of each
-        // directory: a few syncs however many keys, where one each held the log's writer
-        // ~13 ms a key. A crash after the zeros leaves zeroed files, read as destroyed.
+        // directory: a few syncs however many keys (the log's writer waits for a destroy, and a
+        // sync a key costs it milliseconds each). A crash after the zeros leaves zeroed files,
+        // read as destroyed.
         if keys.is_empty() && subjects.is_empty() {
             return Ok(0);
         }

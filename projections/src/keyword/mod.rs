@@ -228,8 +228,7 @@ impl KeywordIndex {
 
     /// Forgets every id of `ids` that is indexed, in one pass over each posting list they touch:
     /// removed one at a time, a term every one of them holds has its list scanned once per
-    /// memory (erasing a user's 10,000 memories took 148 ms that way, under the lock searches
-    /// wait on).
+    /// memory: quadratic in an erasure's size, under the lock every search waits on.
     pub fn remove_many(&mut self, ids: &[Uuid]) {
         let mut dead: FastSet<u32> = FastSet::default();
         let mut touched: FastSet<u32> = FastSet::default();

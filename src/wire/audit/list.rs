@@ -84,6 +84,24 @@ pub struct AuditListQuery {
     cursor: Option<String>,
 }
 
+/// `start_time` and `end_time` as the audit list and its tail take them: each optional, in
+/// microseconds, the end not before the start.
+pub fn time_range(
+    start_time: Option<String>,
+    end_time: Option<String>,
+) -> Result<(Option<i64>, Option<i64>), Invalid> {
+    let time =
+        |field: &str, v: Option<String>| query::given(v).map(|s| parse_time(field, &s)).transpose();
+    let start = time("start_time", start_time)?;
+    let end = time("end_time", end_time)?;
+    if let (Some(s), Some(e)) = (start, end) {
+        if e < s {
+            return Err(Invalid::new("end_time is before start_time"));
+        }
+    }
+    Ok((start, end))
+}
+
 /// [`AuditListQuery`] checked: times in microseconds, the page size clamped.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ListQuery {
@@ -99,16 +117,7 @@ impl Params for AuditListQuery {
     type Checked = ListQuery;
 
     fn check(self) -> Result<ListQuery, Invalid> {
-        let time = |field: &str, v: Option<String>| {
-            query::given(v).map(|s| parse_time(field, &s)).transpose()
-        };
-        let start = time("start_time", self.start_time)?;
-        let end = time("end_time", self.end_time)?;
-        if let (Some(s), Some(e)) = (start, end) {
-            if e < s {
-                return Err(Invalid::new("end_time is before start_time"));
-            }
-        }
+        let (start, end) = time_range(self.start_time, self.end_time)?;
         let Paging { page, page_size } = Paging::of(self.page, self.page_size, DEFAULT_PAGE_SIZE)?;
         let action = query::given(self.action.map(|a| a.trim().to_string()));
         let cursor = query::given(self.cursor)

@@ -4,9 +4,9 @@
 use serde::Deserialize;
 use utoipa::IntoParams;
 
+use super::list::time_range;
 use crate::wire::field::Invalid;
 use crate::wire::query;
-use crate::wire::time::parse_time;
 use crate::wire::Params;
 
 /// What each streamed entry is written as.
@@ -61,16 +61,7 @@ impl Params for AuditStreamQuery {
     type Checked = StreamQuery;
 
     fn check(self) -> Result<StreamQuery, Invalid> {
-        let time = |field: &str, v: Option<String>| {
-            query::given(v).map(|s| parse_time(field, &s)).transpose()
-        };
-        let start = time("start_time", self.start_time)?;
-        let end = time("end_time", self.end_time)?;
-        if let (Some(s), Some(e)) = (start, end) {
-            if e < s {
-                return Err(Invalid::new("end_time is before start_time"));
-            }
-        }
+        let (start, end) = time_range(self.start_time, self.end_time)?;
         let action = query::given(self.action.map(|a| a.trim().to_string()));
         let after = query::given(self.after)
             .map(|a| parse_position("after", &a))
