@@ -29,6 +29,7 @@ mod measure;
 mod ops;
 mod scenarios;
 mod seed;
+mod stream;
 mod target;
 
 use measure::{drive, Pace, ScenarioResult};
@@ -85,6 +86,12 @@ pub(crate) enum Scenario {
     /// client): the replay's latency, and the other tenant's p99 beside it against idle.
     /// Needs no seeded data (`--audit-entries 0 --memories 0`).
     AsOf,
+    /// One tenant's entries ingested at `--stream-rate` entries/s (batches of 10, open loop),
+    /// alone, then while `--streams` SSE tails of that tenant read them: the writes' p99 in
+    /// both and their ratio (target ≤ 1.1), and the tails' lag. Every tail must read every
+    /// entry once, in order. Needs `--serve-arg=--max-streams-per-tenant=N` for N ≥ `--streams`
+    /// and no seeded data (`--audit-entries 0`).
+    Stream,
 }
 
 impl Scenario {
@@ -153,6 +160,12 @@ pub(crate) struct Args {
     /// The `as-of` scenario's tenant: its memories (each one event of its history).
     #[arg(long, default_value_t = 10_000)]
     pub(crate) as_of_memories: u64,
+    /// The `stream` scenario's open tails.
+    #[arg(long, default_value_t = 50)]
+    pub(crate) streams: usize,
+    /// The `stream` scenario's ingestion rate, entries/s.
+    #[arg(long, default_value_t = 1000.0)]
+    pub(crate) stream_rate: f64,
     /// Write the results as JSON to this file.
     #[arg(long)]
     pub(crate) json: Option<PathBuf>,
@@ -257,6 +270,7 @@ async fn run(args: Args) -> Result<()> {
             Scenario::Fairness => fairness(&ctx, &admin, &args).await?,
             Scenario::Erasure => erasure::erasure(&ctx, &admin, &args).await?,
             Scenario::AsOf => as_of::as_of(&ctx, &admin, &args).await?,
+            Scenario::Stream => stream::stream(&ctx, &admin, &args).await?,
             _ => {
                 drive(
                     &ctx,

@@ -1,0 +1,264 @@
+//! The `stream` scenario: what open audit tails cost the writers, and how far behind they run.
+//!
+//! One tenant's entries are ingested at `--stream-rate` entries/s (admin ingestion, batches of
+//! 10, open loop over 16 clients), first with no stream open, then while `--streams` Server-Sent
+//! Events tails of that tenant read everything written. Measured: the ingestion calls' p99 in
+//! both and their ratio (target ≤ 1.1), and each streamed entry's lag, from its `created_at`
+//! (the server's time when it took the entry) to the moment the reader parsed it. Every tail
+//! must receive every entry written while it was open, in increasing position order, once: the
+//! scenario fails otherwise.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tokio::sync::watch;
+
+use crate::measure::{run_workers, scenario_result, Pace, Samples, ScenarioResult};
+use crate::ops::Ctx;
+use crate::scenarios::Timed;
+use crate::seed::{gateway_entry, ACTIONS};
+use crate::target::Admin;
+use crate::{Args, Scenario};
+
+const WRITE_IDLE: &str = "ingest of 10, no stream open";
+const WRITE_BUSY: &str = "ingest of 10, beside the streams";
+const LAG: &str = "stream lag (entry taken -> read by a tail)";
+/// Entries per ingestion call.
+const BATCH: u64 = 10;
+/// Clients sharing the open-loop ingestion rate.
+const WRITERS: usize = 16;
+
+/// What one tail read: the scenario's entries, their lag samples (µs) once past the warm-up,
+/// and the last position seen.
+#[derive(Default)]
+struct TailRead {
+    lag_micros: Vec<u32>,
+    entries: u64,
+    last: u64,
+}
+
+/// The `stream` scenario (see [`Scenario::Stream`]).
+pub(crate) async fn stream(ctx: &Arc<Ctx>, admin: &Admin, args: &Args) -> Result<ScenarioResult> {
+    let stamp = chrono::Utc::now().timestamp_micros();
+    let tenant = admin
+        .tenant(&format!("stream-{stamp}"), "business", &["audit.read"])
+        .await?;
+    let bodies: Arc<Vec<axum::body::Bytes>> = Arc::new(
+        (0..64u64)
+            .map(|b| {
+                let entries: Vec<Value> = (0..BATCH)
+                    .map(|i| gateway_entry(&tenant.id, b * 1000 + i, None))
+                    .collect();
+                serde_json::to_vec(&json!({ "entries": entries })).map(axum::body::Bytes::from)
+            })
+            .collect::<Result<Vec<_>, _>>()?,
+    );
+    // Every acknowledged entry is counted in `acked`, warm-up included: the tails must read
+    // all of them, not only the timed ones.
+    let write = |label: &'static str, acked: Arc<AtomicU64>| {
+        let (client, url, token, bodies) = (
+            ctx.client.clone(),
+            ctx.url.clone(),
+            ctx.admin_token.clone(),
+            bodies.clone(),
+        );
+        move |n: u64| -> Timed {
+            let (client, url, token, acked) =
+                (client.clone(), url.clone(), token.clone(), acked.clone());
+            let body = bodies[(n % bodies.len() as u64) as usize].clone();
+            Box::pin(async move {
+                let r = async {
+                    let resp = client
+                        .post(format!("{url}/admin/v1/audit/logs"))
+                        .bearer_auth(&token)
+                        .header("content-type", "application/json")
+                        .body(body)
+                        .send()
+                        .await?;
+                    let status = resp.status();
+                    if !status.is_success() {
+                        bail!("ingest: {status} {}", resp.text().await.unwrap_or_default());
+                    }
+                    acked.fetch_add(BATCH, Ordering::Relaxed);
+                    Ok(BATCH)
+                }
+                .await;
+                (label, r)
+            })
+        }
+    };
+    let pace = Pace {
+        rate: args.stream_rate / BATCH as f64,
+        ..Pace::default()
+    };
+    let (warmup, measure) = (
+        Duration::from_secs(args.warmup_secs),
+        Duration::from_secs(args.secs),
+    );
+    let acked = Arc::new(AtomicU64::new(0));
+    let (mut samples, _) = run_workers(
+        WRITERS,
+        warmup,
+        measure,
+        pace.clone(),
+        write(WRITE_IDLE, acked.clone()),
+    )
+    .await?;
+
+    // The tails open at the head, so each must get exactly what is written from here on; the
+    // pause lets the head pass the last acknowledged entry first.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = acked.load(Ordering::Relaxed);
+    let lag_from = chrono::Utc::now() + chrono::Duration::from_std(warmup)?;
+    let (expect_tx, expect_rx) = watch::channel(u64::MAX);
+    let mut tails = Vec::new();
+    for _ in 0..args.streams {
+        let resp = ctx
+            .client
+            .get(format!("{}/v1/audit/logs/stream", ctx.url))
+            .bearer_auth(&tenant.key)
+            .header("accept", "text/event-stream")
+            .timeout(Duration::from_secs(24 * 3600))
+            .send()
+            .await?;
+        if !resp.status().is_success() {
+            bail!(
+                "opening a tail: {} {} (raise the server's limit: \
+                 --serve-arg=--max-streams-per-tenant={})",
+                resp.status(),
+                resp.text().await.unwrap_or_default(),
+                args.streams
+            );
+        }
+        tails.push(tokio::spawn(read_tail(resp, lag_from, expect_rx.clone())));
+    }
+    let (busy, _) = run_workers(
+        WRITERS,
+        warmup,
+        measure,
+        pace,
+        write(WRITE_BUSY, acked.clone()),
+    )
+    .await?;
+    samples.extend(busy);
+    let expected = acked.load(Ordering::Relaxed) - before;
+    expect_tx.send_replace(expected);
+    let mut lags = Samples::default();
+    let mut fewest = u64::MAX;
+    for t in tails {
+        let read = t.await??;
+        if read.entries != expected {
+            bail!(
+                "a tail read {} of the {expected} entries written while it was open",
+                read.entries
+            );
+        }
+        fewest = fewest.min(read.entries);
+        lags.micros.extend(read.lag_micros);
+    }
+    lags.units = lags.micros.len() as u64;
+    samples.insert(LAG, lags);
+    let mut r = scenario_result(Scenario::Stream, args.streams, measure, samples);
+    let p = |label: &str, f: fn(&crate::measure::OpResult) -> f64| {
+        r.ops.iter().find(|o| o.op == label).map(f)
+    };
+    let (idle, during) = (
+        p(WRITE_IDLE, |o| o.p99_ms).context("writes alone")?,
+        p(WRITE_BUSY, |o| o.p99_ms).context("writes beside the streams")?,
+    );
+    r.extra = Some(json!({
+        "streams": args.streams,
+        "entries_per_sec": args.stream_rate,
+        "entries_each_tail_read": expected,
+        "lag_p50_ms": p(LAG, |o| o.p50_ms),
+        "lag_p99_ms": p(LAG, |o| o.p99_ms),
+        "write_p99_idle_ms": idle,
+        "write_p99_beside_streams_ms": during,
+        "write_p99_ratio": during / idle,
+    }));
+    Ok(r)
+}
+
+/// The part of a streamed entry a tail looks at.
+#[derive(Deserialize)]
+struct Seen<'a> {
+    action: &'a str,
+    created_at: &'a str,
+}
+
+/// Reads one tail's Server-Sent Events until it has `expect` of the scenario's entries (sent
+/// once the writers stop), or 30 s after that: how many, in order, and each one's lag once
+/// past `lag_from`. Other entries of the tenant (the tails' own `GET`s are audited) are skipped.
+async fn read_tail(
+    mut resp: reqwest::Response,
+    lag_from: chrono::DateTime<chrono::Utc>,
+    mut expect: watch::Receiver<u64>,
+) -> Result<TailRead> {
+    let mut read = TailRead::default();
+    let mut buf: Vec<u8> = Vec::new();
+    let mut deadline: Option<tokio::time::Instant> = None;
+    loop {
+        let want = *expect.borrow();
+        if read.entries >= want {
+            return Ok(read);
+        }
+        if want != u64::MAX && deadline.is_none() {
+            deadline = Some(tokio::time::Instant::now() + Duration::from_secs(30));
+        }
+        let chunk = tokio::select! {
+            c = resp.chunk() => c?,
+            _ = expect.changed(), if want == u64::MAX => continue,
+            _ = tokio::time::sleep_until(deadline.unwrap_or_else(far_future)) => return Ok(read),
+        };
+        let Some(chunk) = chunk else {
+            bail!("a tail ended after {} entries", read.entries);
+        };
+        buf.extend_from_slice(&chunk);
+        let now = chrono::Utc::now();
+        let mut used = 0;
+        while let Some(end) = find(&buf[used..], b"\n\n") {
+            let event = &buf[used..used + end];
+            used += end + 2;
+            let (mut id, mut data) = (None, None);
+            for line in event.split(|&b| b == b'\n') {
+                if let Some(v) = line.strip_prefix(b"id: ") {
+                    id = std::str::from_utf8(v)
+                        .ok()
+                        .and_then(|v| v.parse::<u64>().ok());
+                } else if let Some(v) = line.strip_prefix(b"data: ") {
+                    data = Some(v);
+                }
+            }
+            let (Some(id), Some(data)) = (id, data) else {
+                continue; // a heartbeat comment
+            };
+            if id <= read.last {
+                bail!("position {id} came after {}", read.last);
+            }
+            read.last = id;
+            let seen: Seen = serde_json::from_slice(data).context("a streamed entry")?;
+            if !ACTIONS.contains(&seen.action) {
+                continue;
+            }
+            read.entries += 1;
+            let at = chrono::DateTime::parse_from_rfc3339(seen.created_at)?;
+            if at >= lag_from {
+                let lag = (now - at.with_timezone(&chrono::Utc)).num_microseconds();
+                read.lag_micros.push(lag.unwrap_or(0).max(0) as u32);
+            }
+        }
+        buf.drain(..used);
+    }
+}
+
+fn far_future() -> tokio::time::Instant {
+    tokio::time::Instant::now() + Duration::from_secs(365 * 24 * 3600)
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
