@@ -3,14 +3,11 @@
 
 use std::borrow::Cow;
 use std::net::SocketAddr;
-use std::sync::Arc;
 
 use auditmem_projections::KeyScope;
-use axum::body::Body;
 use axum::extract::ConnectInfo;
 use axum::http::request::Parts;
-use axum::http::{header, HeaderMap, HeaderValue, Method, Request};
-use axum::Router;
+use axum::http::{HeaderMap, Method};
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::tool::Extension;
 use rmcp::handler::server::wrapper::Parameters;
@@ -22,16 +19,16 @@ use rmcp::{tool, tool_handler, tool_router, ServerHandler};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
-use tower::ServiceExt;
 
 use super::{via, AGENT_HEADER, SESSION_HEADER, USER_HEADER};
+use crate::api::inprocess::{segment, InProcess};
 use crate::wire::field::Check;
 use crate::wire::memory::{AgentId, SessionId, UserId};
 
 /// The tools of one MCP connection, calling the `/v1` routes of `api`.
 #[derive(Clone)]
 pub struct Tools {
-    api: Arc<Router>,
+    api: InProcess,
     tool_router: ToolRouter<Tools>,
 }
 
@@ -195,20 +192,6 @@ fn invalid(message: impl Into<Cow<'static, str>>) -> ErrorData {
     refused(4000, message, 400)
 }
 
-/// A path segment from an argument: an id the model typed stays one segment (`../audit` is
-/// no way to another route).
-fn segment(id: &str) -> String {
-    let mut out = String::with_capacity(id.len());
-    for b in id.bytes() {
-        if b.is_ascii_alphanumeric() || b == b'-' || b == b'_' {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
-
 /// The scope the host bound the connection to, from its headers.
 fn binding(headers: &HeaderMap) -> Result<Option<KeyScope>, ErrorData> {
     fn header<T: Check<Raw = Value>>(
@@ -242,17 +225,8 @@ fn binding(headers: &HeaderMap) -> Result<Option<KeyScope>, ErrorData> {
     }
 }
 
-/// The headers of the MCP request a tool call's `/v1` request carries: the credentials, the
-/// caller's own tags and user agent, and the request id the outer layer gave it.
-const FORWARDED: [&str; 4] = [
-    "authorization",
-    "user-agent",
-    "x-audit-metadata",
-    "x-request-id",
-];
-
 impl Tools {
-    pub fn new(api: Arc<Router>) -> Self {
+    pub fn new(api: InProcess) -> Self {
         Tools {
             api,
             tool_router: Self::tool_router(),
@@ -270,58 +244,31 @@ impl Tools {
         body: Option<Value>,
     ) -> Result<CallToolResult, ErrorData> {
         let binding = binding(&parts.headers)?;
-        let bytes = match &body {
-            Some(v) => serde_json::to_vec(v).map_err(|e| invalid(e.to_string()))?,
-            None => Vec::new(),
-        };
-        let mut req = Request::builder()
-            .method(method)
-            .uri(&target)
-            .body(Body::from(bytes))
-            .map_err(|e| invalid(format!("{target}: {e}")))?;
-        for name in FORWARDED {
-            if let Some(v) = parts.headers.get(name) {
-                req.headers_mut().insert(name, v.clone());
-            }
-        }
-        if body.is_some() {
-            req.headers_mut().insert(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("application/json"),
-            );
-        }
-        if let Some(peer) = parts.extensions.get::<ConnectInfo<SocketAddr>>() {
-            req.extensions_mut().insert(*peer);
-        }
-        req.extensions_mut().insert(via(tool, binding));
-        let resp = match Router::clone(&self.api).oneshot(req).await {
-            Ok(resp) => resp,
-            Err(never) => match never {},
-        };
-        let status = resp.status().as_u16();
-        let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX)
-            .await
-            .map_err(|e| refused(5000, format!("reading the answer: {e}"), 500))?;
-        let envelope: Value = serde_json::from_slice(&bytes)
-            .map_err(|e| refused(5000, format!("the answer is not JSON: {e}"), 500))?;
-        if envelope.get("success") == Some(&Value::Bool(true)) {
-            let data = match envelope.get("data") {
-                Some(Value::Object(o)) => Value::Object(o.clone()),
-                Some(other) => json!({ "result": other }),
-                None => json!({}),
+        let peer = parts.extensions.get::<ConnectInfo<SocketAddr>>().cloned();
+        let answer = self
+            .api
+            .call(
+                &parts.headers,
+                peer,
+                via(tool, binding),
+                method,
+                &target,
+                body.as_ref(),
+            )
+            .await;
+        if let Some(data) = answer.data() {
+            let data = match data {
+                Value::Object(o) => Value::Object(o.clone()),
+                Value::Null => json!({}),
+                other => json!({ "result": other }),
             };
             let text = data.to_string();
             let mut result = CallToolResult::structured(data);
             result.content = vec![ContentBlock::text(text)];
             return Ok(result);
         }
-        let code = envelope.get("code").and_then(Value::as_i64).unwrap_or(5000);
-        let message = envelope
-            .get("message")
-            .and_then(Value::as_str)
-            .unwrap_or("the service failed")
-            .to_string();
-        Err(refused(code, message, status))
+        let (code, message) = answer.refusal();
+        Err(refused(code, message, answer.status.as_u16()))
     }
 }
 
