@@ -41,11 +41,12 @@ pub struct InProcess {
 }
 
 /// A call's answer: its HTTP status and its envelope (`{"success": true, "data": ...}` or the
-/// error envelope).
+/// error envelope), with the `Retry-After` of a refusal that has one (429, an export quota).
 #[derive(Debug)]
 pub struct Answer {
     pub status: StatusCode,
     pub envelope: Value,
+    pub retry_after: Option<HeaderValue>,
 }
 
 impl Answer {
@@ -78,6 +79,7 @@ impl Answer {
         Answer {
             status,
             envelope: json!({"success": false, "code": code, "message": message.into(), "data": null}),
+            retry_after: None,
         }
     }
 }
@@ -135,6 +137,7 @@ impl InProcess {
             Err(never) => match never {},
         };
         let status = resp.status();
+        let retry_after = resp.headers().get(header::RETRY_AFTER).cloned();
         let internal = |what: String| {
             tracing::error!(detail = %what, "an in-process call's answer");
             Answer::refused(
@@ -148,7 +151,11 @@ impl InProcess {
             Err(e) => return internal(format!("reading the answer: {e}")),
         };
         match serde_json::from_slice::<Value>(&bytes) {
-            Ok(envelope) => Answer { status, envelope },
+            Ok(envelope) => Answer {
+                status,
+                envelope,
+                retry_after,
+            },
             Err(e) => internal(format!("the answer is not JSON: {e}")),
         }
     }

@@ -466,3 +466,47 @@ fn a_scoped_key_reads_and_deletes_nothing_of_another_user_through_mem0() {
         json!("Bob plays chess")
     );
 }
+
+#[test]
+fn rate_limits_and_credits_hold_through_mem0_with_the_clients_exceptions() {
+    let s = Server::start_with(&["--rate-limit-per-sec", "0.01", "--rate-limit-burst", "2"]);
+    let (tenant, key) = s.tenant_with_key("business");
+    let (st, v) = s.admin(
+        Method::PATCH,
+        &format!("/admin/v1/tenants/{tenant}"),
+        Some(json!({"credits": 0})),
+    );
+    assert_eq!(st, 200, "{v}");
+    // The first token: an extraction the tenant's credits do not cover.
+    let out = calls(
+        &s,
+        &key,
+        json!([
+            {"method": "add", "args": ["I'm Alex and I live in Porto"], "kwargs": {"user_id": "alex"}},
+            {"method": "get_all", "kwargs": {"filters": {"user_id": "alex"}}},
+            {"method": "get_all", "kwargs": {"filters": {"user_id": "alex"}}},
+        ]),
+    );
+    let results = out["results"].as_array().cloned().unwrap_or_default();
+    assert_eq!(results.len(), 3, "{out}");
+    // 402 is no status the client names: its base MemoryError, with our code.
+    let short = "extraction needs 2 credits; the tenant has 0";
+    assert_eq!(
+        results[0],
+        json!({"error": "MemoryError", "message": short, "details": {"detail": short, "code": 4020}})
+    );
+    assert_eq!(
+        results[1],
+        json!({"ok": {"count": 0, "next": null, "previous": null, "results": []}})
+    );
+    // The bucket is empty: the client's RateLimitError, with the wait it read.
+    assert_eq!(results[2]["error"], json!("RateLimitError"), "{out}");
+    assert_eq!(results[2]["details"]["code"], json!(4290), "{out}");
+    assert!(
+        results[2]["retry_after"].as_u64().is_some_and(|n| n >= 1),
+        "{out}"
+    );
+    // Nothing was charged.
+    let (_, t) = s.admin(Method::GET, &format!("/admin/v1/tenants/{tenant}"), None);
+    assert_eq!(t["data"]["credits"], json!(0.0));
+}

@@ -4,7 +4,8 @@ Usage: mem0_calls.py PLAN_JSON, PLAN_JSON being {"host": ..., "api_key": ..., "c
 [{"method": "get_all", "args": [...], "kwargs": {...}}, ...]}.
 
 Prints {"init": ..., "results": [...]}: each call's return value as {"ok": value}, or the
-exception it raised as {"error": class name, "message": ..., "details": ...}; `init` is the
+exception it raised as {"error": class name, "message": ..., "details": ...} (and
+"retry_after", the seconds the client read from Retry-After, when it read some); `init` is the
 exception building the client raised, or null.
 """
 
@@ -15,11 +16,15 @@ from mem0 import MemoryClient
 
 
 def caught(e):
-    return {
+    out = {
         "error": type(e).__name__,
         "message": getattr(e, "message", str(e)),
         "details": getattr(e, "details", None),
     }
+    debug = getattr(e, "debug_info", None)
+    if isinstance(debug, dict) and "retry_after" in debug:
+        out["retry_after"] = debug["retry_after"]
+    return out
 
 
 plan = json.loads(sys.argv[1])

@@ -89,6 +89,7 @@ struct Refused {
     status: StatusCode,
     code: i64,
     message: String,
+    retry_after: Option<HeaderValue>,
 }
 
 impl Refused {
@@ -97,6 +98,7 @@ impl Refused {
             status,
             code,
             message: message.into(),
+            retry_after: None,
         }
     }
 
@@ -114,7 +116,10 @@ impl Refused {
     /// The refusal of a `/v1` call, as it answered.
     fn of(answer: &Answer) -> Self {
         let (code, message) = answer.refusal();
-        Refused::new(answer.status, code, message)
+        Refused {
+            retry_after: answer.retry_after.clone(),
+            ..Refused::new(answer.status, code, message)
+        }
     }
 }
 
@@ -128,6 +133,9 @@ impl IntoResponse for Refused {
             code: self.code,
             message: self.message,
         });
+        if let Some(wait) = self.retry_after {
+            resp.headers_mut().insert(header::RETRY_AFTER, wait);
+        }
         if self.status == StatusCode::UNAUTHORIZED {
             resp.headers_mut()
                 .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Token"));
