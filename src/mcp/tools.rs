@@ -1,5 +1,6 @@
-//! The tools: each one's arguments (their JSON Schema derived here, with the bounds the wire
-//! types check), and the `/v1` request it is.
+//! The tools: each one's arguments (their JSON Schema derived here; its bounds are the
+//! constants of `crate::wire` the REST types check with, never literals), and the `/v1`
+//! request it is.
 
 use std::borrow::Cow;
 use std::net::SocketAddr;
@@ -23,7 +24,11 @@ use serde_json::{json, Map, Value};
 use super::{via, AGENT_HEADER, SESSION_HEADER, USER_HEADER};
 use crate::api::inprocess::{segment, InProcess};
 use crate::wire::field::Check;
+use crate::wire::memory::fields::{MAX_IMPORTANCE, MIN_IMPORTANCE};
+use crate::wire::memory::search::{MAX_TOP_K, MIN_TOP_K};
 use crate::wire::memory::{AgentId, SessionId, UserId};
+use crate::wire::query::{MAX_PAGE_SIZE, MIN_PAGE};
+use crate::wire::transparency::MIN_PROVEN_SIZE;
 
 /// The tools of one MCP connection, calling the `/v1` routes of `api`.
 #[derive(Clone)]
@@ -55,7 +60,7 @@ pub struct AddMemory {
     /// `fact` (the default), `rule` or `context` (not with `infer`).
     pub memory_type: Option<String>,
     /// 0 to 1 (not with `infer`).
-    #[schemars(range(min = 0.0, max = 1.0))]
+    #[schemars(range(min = MIN_IMPORTANCE, max = MAX_IMPORTANCE))]
     pub importance: Option<f64>,
     /// A JSON object stored with every memory written.
     pub metadata: Option<Map<String, Value>>,
@@ -67,7 +72,7 @@ pub struct SearchMemories {
     /// What to look for.
     pub query: String,
     /// How many results, 1 to 100 (default 5).
-    #[schemars(range(min = 1, max = 100))]
+    #[schemars(range(min = MIN_TOP_K, max = MAX_TOP_K))]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub top_k: Option<u64>,
     /// A filter (docs/API.md: `AND`/`OR`/`NOT`, `eq`, `in`, `gte`, ... over `memory_type`,
@@ -95,11 +100,11 @@ pub struct GetMemories {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub memory_type: Option<String>,
     /// From 1 (default 1).
-    #[schemars(range(min = 1))]
+    #[schemars(range(min = MIN_PAGE))]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub page: Option<u64>,
     /// 1 to 100 (default 20).
-    #[schemars(range(min = 1, max = 100))]
+    #[schemars(range(min = MIN_PAGE, max = MAX_PAGE_SIZE))]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub page_size: Option<u64>,
 }
@@ -119,7 +124,7 @@ pub struct UpdateMemory {
     /// Its new text.
     pub text: Option<String>,
     /// Its new importance, 0 to 1.
-    #[schemars(range(min = 0.0, max = 1.0))]
+    #[schemars(range(min = MIN_IMPORTANCE, max = MAX_IMPORTANCE))]
     pub importance: Option<f64>,
     /// Its new metadata object (replaces the old one).
     pub metadata: Option<Map<String, Value>>,
@@ -149,11 +154,11 @@ pub struct ListAuditLogs {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub action: Option<String>,
     /// From 1 (default 1).
-    #[schemars(range(min = 1))]
+    #[schemars(range(min = MIN_PAGE))]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub page: Option<u64>,
     /// 1 to 100 (default 50).
-    #[schemars(range(min = 1, max = 100))]
+    #[schemars(range(min = MIN_PAGE, max = MAX_PAGE_SIZE))]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub page_size: Option<u64>,
     /// The `next_cursor` of a previous page.
@@ -174,7 +179,7 @@ pub struct ProveAuditLog {
     /// The audit entry's id.
     pub audit_id: String,
     /// The tree size to prove inclusion in (default: the latest signed checkpoint's).
-    #[schemars(range(min = 1))]
+    #[schemars(range(min = MIN_PROVEN_SIZE))]
     pub tree_size: Option<u64>,
 }
 
@@ -552,5 +557,75 @@ impl ServerHandler for Tools {
             .with_instructions(
                 "Memory for this user, and the tamper-evident audit log of every call: add, search, list, change and delete memories; read and prove audit entries.",
             )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use schemars::schema_for;
+
+    use super::*;
+    use crate::wire::audit::list::DEFAULT_PAGE_SIZE as AUDIT_PAGE_SIZE;
+    use crate::wire::memory::list::DEFAULT_PAGE_SIZE as MEMORY_PAGE_SIZE;
+    use crate::wire::memory::search::DEFAULT_TOP_K;
+
+    /// A property of a tool's argument schema: its bounds and its description.
+    fn property(schema: schemars::Schema, name: &str) -> (Value, Value, String) {
+        let v = serde_json::to_value(schema).unwrap_or_default();
+        let p = &v["properties"][name];
+        let text = p["description"].as_str().unwrap_or("").to_string();
+        (p["minimum"].clone(), p["maximum"].clone(), text)
+    }
+
+    /// The tools' bounds are the wire types' constants, and each description states them, so
+    /// a bound changed in `wire` changes the schema, and this test names the text to change.
+    #[test]
+    fn the_tools_bounds_are_the_wire_types_and_their_descriptions_say_them() {
+        let cases = [
+            (
+                property(schema_for!(SearchMemories), "top_k"),
+                (json!(MIN_TOP_K), json!(MAX_TOP_K)),
+                format!("{MIN_TOP_K} to {MAX_TOP_K} (default {DEFAULT_TOP_K})"),
+            ),
+            (
+                property(schema_for!(GetMemories), "page_size"),
+                (json!(MIN_PAGE), json!(MAX_PAGE_SIZE)),
+                format!("{MIN_PAGE} to {MAX_PAGE_SIZE} (default {MEMORY_PAGE_SIZE})"),
+            ),
+            (
+                property(schema_for!(GetMemories), "page"),
+                (json!(MIN_PAGE), Value::Null),
+                format!("From {MIN_PAGE}"),
+            ),
+            (
+                property(schema_for!(ListAuditLogs), "page_size"),
+                (json!(MIN_PAGE), json!(MAX_PAGE_SIZE)),
+                format!("{MIN_PAGE} to {MAX_PAGE_SIZE} (default {AUDIT_PAGE_SIZE})"),
+            ),
+            (
+                property(schema_for!(ListAuditLogs), "page"),
+                (json!(MIN_PAGE), Value::Null),
+                format!("From {MIN_PAGE}"),
+            ),
+            (
+                property(schema_for!(AddMemory), "importance"),
+                (json!(MIN_IMPORTANCE), json!(MAX_IMPORTANCE)),
+                format!("{MIN_IMPORTANCE} to {MAX_IMPORTANCE}"),
+            ),
+            (
+                property(schema_for!(UpdateMemory), "importance"),
+                (json!(MIN_IMPORTANCE), json!(MAX_IMPORTANCE)),
+                format!("{MIN_IMPORTANCE} to {MAX_IMPORTANCE}"),
+            ),
+            (
+                property(schema_for!(ProveAuditLog), "tree_size"),
+                (json!(MIN_PROVEN_SIZE), Value::Null),
+                String::new(),
+            ),
+        ];
+        for ((min, max, text), want, says) in cases {
+            assert_eq!((min, max), want, "{text}");
+            assert!(text.contains(&says), "{text:?} should say {says:?}");
+        }
     }
 }
