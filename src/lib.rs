@@ -11,6 +11,7 @@
 pub mod api;
 pub mod cli;
 pub mod command;
+pub mod compat;
 pub mod config;
 pub mod embed;
 pub mod export;

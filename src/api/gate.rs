@@ -82,15 +82,44 @@ pub struct Caller {
     pub scope: Option<KeyScope>,
 }
 
-/// A request made by an MCP tool call (`crate::mcp`), as a request extension: no HTTP client
-/// can set one, so only the MCP layer marks a request as its own. Its audit entry's `metadata`
-/// gains `"transport": "mcp"` and `"mcp_tool"`, over any tag of those names the host sent.
+/// A request another transport made in process (`api::inprocess`: an MCP tool call, a mem0
+/// compatibility call), as a request extension: no HTTP client can set one, so only those
+/// layers mark a request as theirs. Its audit entry's `metadata` gains `"transport"` and the
+/// transport's call tag ([`Transport::call_tag`]), over any tag of those names the caller sent.
 #[derive(Clone, Debug)]
-pub struct ViaMcp {
-    /// The tool called.
-    pub tool: &'static str,
-    /// The scope the connection is bound to, from the host's headers.
+pub struct Via {
+    pub transport: Transport,
+    /// The tool or method called, e.g. `add_memory` (MCP), `search` (mem0).
+    pub call: &'static str,
+    /// The scope the connection is bound to (an MCP host's headers); none for mem0.
     pub binding: Option<KeyScope>,
+}
+
+/// The transports that call the `/v1` routes in process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Transport {
+    /// `crate::mcp`.
+    Mcp,
+    /// `crate::compat::mem0`.
+    Mem0,
+}
+
+impl Transport {
+    /// The entry's `transport` tag.
+    pub fn name(self) -> &'static str {
+        match self {
+            Transport::Mcp => "mcp",
+            Transport::Mem0 => "mem0",
+        }
+    }
+
+    /// The tag naming the call: `mcp_tool`, `mem0_call`.
+    pub fn call_tag(self) -> &'static str {
+        match self {
+            Transport::Mcp => "mcp_tool",
+            Transport::Mem0 => "mem0_call",
+        }
+    }
 }
 
 /// What a handler hands to the gate besides its response: the operation's events, the
@@ -209,7 +238,7 @@ pub async fn v1_gate(State(gate): State<Gate>, req: Request, next: Next) -> Resp
         }
     };
     let tags = tags(req.headers());
-    let via = req.extensions().get::<ViaMcp>().cloned();
+    let via = req.extensions().get::<Via>().cloned();
     let mut entry = Entry {
         started,
         action: policy.action,
@@ -395,13 +424,13 @@ async fn read_body(
 
 /// The refusals decided once the body is read: the tags' shape, the key's permission, the
 /// caller's scope (`api::scope`) and, on audit routes, the subscription. Valid tags go into
-/// the entry, with the transport of an MCP call. The caller's scope when it may go on.
+/// the entry, with the transport of an in-process call. The caller's scope when it may go on.
 fn authorize(
     policy: Policy,
     tenant: &Tenant,
     key: &ApiKey,
     tags: Tags,
-    via: Option<&ViaMcp>,
+    via: Option<&Via>,
     entry: &mut Entry,
 ) -> Result<Option<KeyScope>, ApiError> {
     entry.metadata = tags.map_err(ApiError::bad_request)?;
@@ -410,8 +439,8 @@ fn authorize(
             Some(Value::Object(tags)) => tags,
             _ => serde_json::Map::new(),
         };
-        tags.insert("transport".into(), json!("mcp"));
-        tags.insert("mcp_tool".into(), json!(via.tool));
+        tags.insert("transport".into(), json!(via.transport.name()));
+        tags.insert(via.transport.call_tag().into(), json!(via.call));
         entry.metadata = Some(Value::Object(tags));
     }
     if !key.has(policy.permission) {

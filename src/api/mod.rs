@@ -23,6 +23,7 @@ pub mod error;
 pub mod export;
 pub mod extract;
 pub mod gate;
+pub mod inprocess;
 pub mod listener;
 pub mod memory;
 pub mod metrics;
@@ -111,6 +112,12 @@ pub fn app_on(state: AppState, surface: Surface) -> Router {
             tower::ServiceBuilder::new()
                 .layer(from_fn_with_state(state.clone(), require_key))
                 .service(crate::mcp::service(&state)),
+        )
+        // mem0's platform API (`crate::compat::mem0`): each call goes through the `/v1`
+        // gate as the REST call it maps to.
+        .nest_service(
+            crate::compat::mem0::PREFIX,
+            crate::compat::mem0::router(&state),
         )
         .route_layer(from_fn(metrics::track))
         .fallback(fallback)

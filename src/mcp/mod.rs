@@ -8,7 +8,8 @@
 //! command, and appends its audit entry (action as the route's: `memory.write`,
 //! `memory.search`, ...). Nothing here decides anything about memories or the audit log.
 //!
-//! What the gate adds for MCP ([`ViaMcp`], a request extension no HTTP client can set): the
+//! What the gate adds for MCP ([`Via`], a request extension no HTTP client can set; the call
+//! itself is `api::inprocess`, which the mem0 compatibility API uses too): the
 //! entry's `metadata` gains `"transport": "mcp"` and `"mcp_tool": "<tool>"`, and the caller is
 //! bound to the scope the host set on the connection (`X-Auditmem-User-Id`,
 //! `X-Auditmem-Agent-Id`, `X-Auditmem-Session-Id`: `api::scope`). No tool argument names a
@@ -28,14 +29,12 @@ mod tools;
 
 use std::sync::Arc;
 
-use axum::middleware::from_fn;
-use axum::Router;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 
-use crate::api::gate::ViaMcp;
+use crate::api::gate::{Transport, Via};
+use crate::api::inprocess::InProcess;
 use crate::api::state::AppState;
-use crate::api::{error, routes};
 pub use tools::Tools;
 
 /// The header a host binds a connection's `user_id` with; `-Agent-Id` and `-Session-Id`
@@ -47,11 +46,7 @@ pub const SESSION_HEADER: &str = "x-auditmem-session-id";
 /// The `/mcp` service: rmcp's streamable-HTTP transport over [`Tools`], whose calls go through
 /// `api`, the `/v1` routes as the service serves them.
 pub fn service(state: &AppState) -> StreamableHttpService<Tools, LocalSessionManager> {
-    // The `/v1` routes with their gate and the envelope every error gets, as `api::app` serves
-    // them; the outer layers (request id, trace, head limits) ran on the `/mcp` request.
-    let api: Router = routes::router(state)
-        .layer(from_fn(error::envelope_guard))
-        .with_state(state.clone());
+    let api = InProcess::new(state);
     let max_body = state.settings.max_body_bytes;
     // Every request is authenticated by its API key, so the transport's DNS-rebinding guard (a
     // loopback-only `Host`) would only refuse the service's real names.
@@ -61,15 +56,18 @@ pub fn service(state: &AppState) -> StreamableHttpService<Tools, LocalSessionMan
         .with_sse_keep_alive(None)
         .with_max_request_body_bytes(max_body)
         .disable_allowed_hosts();
-    let api = Arc::new(api);
     StreamableHttpService::new(
-        move || Ok(Tools::new(Arc::clone(&api))),
+        move || Ok(Tools::new(api.clone())),
         Arc::new(LocalSessionManager::default()),
         config,
     )
 }
 
 /// What the MCP layer tells the gate about a tool call.
-fn via(tool: &'static str, binding: Option<auditmem_projections::KeyScope>) -> ViaMcp {
-    ViaMcp { tool, binding }
+fn via(tool: &'static str, binding: Option<auditmem_projections::KeyScope>) -> Via {
+    Via {
+        transport: Transport::Mcp,
+        call: tool,
+        binding,
+    }
 }

@@ -1,16 +1,14 @@
-//! The tools: each one's arguments (their JSON Schema derived here, with the bounds the wire
-//! types check), and the `/v1` request it is.
+//! The tools: each one's arguments (their JSON Schema derived here; its bounds are the
+//! constants of `crate::wire` the REST types check with, never literals), and the `/v1`
+//! request it is.
 
 use std::borrow::Cow;
 use std::net::SocketAddr;
-use std::sync::Arc;
 
 use auditmem_projections::KeyScope;
-use axum::body::Body;
 use axum::extract::ConnectInfo;
 use axum::http::request::Parts;
-use axum::http::{header, HeaderMap, HeaderValue, Method, Request};
-use axum::Router;
+use axum::http::{HeaderMap, Method};
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::tool::Extension;
 use rmcp::handler::server::wrapper::Parameters;
@@ -22,16 +20,20 @@ use rmcp::{tool, tool_handler, tool_router, ServerHandler};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
-use tower::ServiceExt;
 
 use super::{via, AGENT_HEADER, SESSION_HEADER, USER_HEADER};
+use crate::api::inprocess::{segment, InProcess};
 use crate::wire::field::Check;
+use crate::wire::memory::fields::{MAX_IMPORTANCE, MIN_IMPORTANCE};
+use crate::wire::memory::search::{MAX_TOP_K, MIN_TOP_K};
 use crate::wire::memory::{AgentId, SessionId, UserId};
+use crate::wire::query::{MAX_PAGE_SIZE, MIN_PAGE};
+use crate::wire::transparency::MIN_PROVEN_SIZE;
 
 /// The tools of one MCP connection, calling the `/v1` routes of `api`.
 #[derive(Clone)]
 pub struct Tools {
-    api: Arc<Router>,
+    api: InProcess,
     tool_router: ToolRouter<Tools>,
 }
 
@@ -58,7 +60,7 @@ pub struct AddMemory {
     /// `fact` (the default), `rule` or `context` (not with `infer`).
     pub memory_type: Option<String>,
     /// 0 to 1 (not with `infer`).
-    #[schemars(range(min = 0.0, max = 1.0))]
+    #[schemars(range(min = MIN_IMPORTANCE, max = MAX_IMPORTANCE))]
     pub importance: Option<f64>,
     /// A JSON object stored with every memory written.
     pub metadata: Option<Map<String, Value>>,
@@ -70,7 +72,7 @@ pub struct SearchMemories {
     /// What to look for.
     pub query: String,
     /// How many results, 1 to 100 (default 5).
-    #[schemars(range(min = 1, max = 100))]
+    #[schemars(range(min = MIN_TOP_K, max = MAX_TOP_K))]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub top_k: Option<u64>,
     /// A filter (docs/API.md: `AND`/`OR`/`NOT`, `eq`, `in`, `gte`, ... over `memory_type`,
@@ -98,11 +100,11 @@ pub struct GetMemories {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub memory_type: Option<String>,
     /// From 1 (default 1).
-    #[schemars(range(min = 1))]
+    #[schemars(range(min = MIN_PAGE))]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub page: Option<u64>,
     /// 1 to 100 (default 20).
-    #[schemars(range(min = 1, max = 100))]
+    #[schemars(range(min = MIN_PAGE, max = MAX_PAGE_SIZE))]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub page_size: Option<u64>,
 }
@@ -122,7 +124,7 @@ pub struct UpdateMemory {
     /// Its new text.
     pub text: Option<String>,
     /// Its new importance, 0 to 1.
-    #[schemars(range(min = 0.0, max = 1.0))]
+    #[schemars(range(min = MIN_IMPORTANCE, max = MAX_IMPORTANCE))]
     pub importance: Option<f64>,
     /// Its new metadata object (replaces the old one).
     pub metadata: Option<Map<String, Value>>,
@@ -152,11 +154,11 @@ pub struct ListAuditLogs {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub action: Option<String>,
     /// From 1 (default 1).
-    #[schemars(range(min = 1))]
+    #[schemars(range(min = MIN_PAGE))]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub page: Option<u64>,
     /// 1 to 100 (default 50).
-    #[schemars(range(min = 1, max = 100))]
+    #[schemars(range(min = MIN_PAGE, max = MAX_PAGE_SIZE))]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub page_size: Option<u64>,
     /// The `next_cursor` of a previous page.
@@ -177,7 +179,7 @@ pub struct ProveAuditLog {
     /// The audit entry's id.
     pub audit_id: String,
     /// The tree size to prove inclusion in (default: the latest signed checkpoint's).
-    #[schemars(range(min = 1))]
+    #[schemars(range(min = MIN_PROVEN_SIZE))]
     pub tree_size: Option<u64>,
 }
 
@@ -193,20 +195,6 @@ fn refused(code: i64, message: impl Into<Cow<'static, str>>, http_status: u16) -
 /// An argument refused before any route is called (the shape no route has).
 fn invalid(message: impl Into<Cow<'static, str>>) -> ErrorData {
     refused(4000, message, 400)
-}
-
-/// A path segment from an argument: an id the model typed stays one segment (`../audit` is
-/// no way to another route).
-fn segment(id: &str) -> String {
-    let mut out = String::with_capacity(id.len());
-    for b in id.bytes() {
-        if b.is_ascii_alphanumeric() || b == b'-' || b == b'_' {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
 }
 
 /// The scope the host bound the connection to, from its headers.
@@ -242,17 +230,8 @@ fn binding(headers: &HeaderMap) -> Result<Option<KeyScope>, ErrorData> {
     }
 }
 
-/// The headers of the MCP request a tool call's `/v1` request carries: the credentials, the
-/// caller's own tags and user agent, and the request id the outer layer gave it.
-const FORWARDED: [&str; 4] = [
-    "authorization",
-    "user-agent",
-    "x-audit-metadata",
-    "x-request-id",
-];
-
 impl Tools {
-    pub fn new(api: Arc<Router>) -> Self {
+    pub fn new(api: InProcess) -> Self {
         Tools {
             api,
             tool_router: Self::tool_router(),
@@ -270,58 +249,31 @@ impl Tools {
         body: Option<Value>,
     ) -> Result<CallToolResult, ErrorData> {
         let binding = binding(&parts.headers)?;
-        let bytes = match &body {
-            Some(v) => serde_json::to_vec(v).map_err(|e| invalid(e.to_string()))?,
-            None => Vec::new(),
-        };
-        let mut req = Request::builder()
-            .method(method)
-            .uri(&target)
-            .body(Body::from(bytes))
-            .map_err(|e| invalid(format!("{target}: {e}")))?;
-        for name in FORWARDED {
-            if let Some(v) = parts.headers.get(name) {
-                req.headers_mut().insert(name, v.clone());
-            }
-        }
-        if body.is_some() {
-            req.headers_mut().insert(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("application/json"),
-            );
-        }
-        if let Some(peer) = parts.extensions.get::<ConnectInfo<SocketAddr>>() {
-            req.extensions_mut().insert(*peer);
-        }
-        req.extensions_mut().insert(via(tool, binding));
-        let resp = match Router::clone(&self.api).oneshot(req).await {
-            Ok(resp) => resp,
-            Err(never) => match never {},
-        };
-        let status = resp.status().as_u16();
-        let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX)
-            .await
-            .map_err(|e| refused(5000, format!("reading the answer: {e}"), 500))?;
-        let envelope: Value = serde_json::from_slice(&bytes)
-            .map_err(|e| refused(5000, format!("the answer is not JSON: {e}"), 500))?;
-        if envelope.get("success") == Some(&Value::Bool(true)) {
-            let data = match envelope.get("data") {
-                Some(Value::Object(o)) => Value::Object(o.clone()),
-                Some(other) => json!({ "result": other }),
-                None => json!({}),
+        let peer = parts.extensions.get::<ConnectInfo<SocketAddr>>().cloned();
+        let answer = self
+            .api
+            .call(
+                &parts.headers,
+                peer,
+                via(tool, binding),
+                method,
+                &target,
+                body.as_ref(),
+            )
+            .await;
+        if let Some(data) = answer.data() {
+            let data = match data {
+                Value::Object(o) => Value::Object(o.clone()),
+                Value::Null => json!({}),
+                other => json!({ "result": other }),
             };
             let text = data.to_string();
             let mut result = CallToolResult::structured(data);
             result.content = vec![ContentBlock::text(text)];
             return Ok(result);
         }
-        let code = envelope.get("code").and_then(Value::as_i64).unwrap_or(5000);
-        let message = envelope
-            .get("message")
-            .and_then(Value::as_str)
-            .unwrap_or("the service failed")
-            .to_string();
-        Err(refused(code, message, status))
+        let (code, message) = answer.refusal();
+        Err(refused(code, message, answer.status.as_u16()))
     }
 }
 
@@ -605,5 +557,75 @@ impl ServerHandler for Tools {
             .with_instructions(
                 "Memory for this user, and the tamper-evident audit log of every call: add, search, list, change and delete memories; read and prove audit entries.",
             )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use schemars::schema_for;
+
+    use super::*;
+    use crate::wire::audit::list::DEFAULT_PAGE_SIZE as AUDIT_PAGE_SIZE;
+    use crate::wire::memory::list::DEFAULT_PAGE_SIZE as MEMORY_PAGE_SIZE;
+    use crate::wire::memory::search::DEFAULT_TOP_K;
+
+    /// A property of a tool's argument schema: its bounds and its description.
+    fn property(schema: schemars::Schema, name: &str) -> (Value, Value, String) {
+        let v = serde_json::to_value(schema).unwrap_or_default();
+        let p = &v["properties"][name];
+        let text = p["description"].as_str().unwrap_or("").to_string();
+        (p["minimum"].clone(), p["maximum"].clone(), text)
+    }
+
+    /// The tools' bounds are the wire types' constants, and each description states them, so
+    /// a bound changed in `wire` changes the schema, and this test names the text to change.
+    #[test]
+    fn the_tools_bounds_are_the_wire_types_and_their_descriptions_say_them() {
+        let cases = [
+            (
+                property(schema_for!(SearchMemories), "top_k"),
+                (json!(MIN_TOP_K), json!(MAX_TOP_K)),
+                format!("{MIN_TOP_K} to {MAX_TOP_K} (default {DEFAULT_TOP_K})"),
+            ),
+            (
+                property(schema_for!(GetMemories), "page_size"),
+                (json!(MIN_PAGE), json!(MAX_PAGE_SIZE)),
+                format!("{MIN_PAGE} to {MAX_PAGE_SIZE} (default {MEMORY_PAGE_SIZE})"),
+            ),
+            (
+                property(schema_for!(GetMemories), "page"),
+                (json!(MIN_PAGE), Value::Null),
+                format!("From {MIN_PAGE}"),
+            ),
+            (
+                property(schema_for!(ListAuditLogs), "page_size"),
+                (json!(MIN_PAGE), json!(MAX_PAGE_SIZE)),
+                format!("{MIN_PAGE} to {MAX_PAGE_SIZE} (default {AUDIT_PAGE_SIZE})"),
+            ),
+            (
+                property(schema_for!(ListAuditLogs), "page"),
+                (json!(MIN_PAGE), Value::Null),
+                format!("From {MIN_PAGE}"),
+            ),
+            (
+                property(schema_for!(AddMemory), "importance"),
+                (json!(MIN_IMPORTANCE), json!(MAX_IMPORTANCE)),
+                format!("{MIN_IMPORTANCE} to {MAX_IMPORTANCE}"),
+            ),
+            (
+                property(schema_for!(UpdateMemory), "importance"),
+                (json!(MIN_IMPORTANCE), json!(MAX_IMPORTANCE)),
+                format!("{MIN_IMPORTANCE} to {MAX_IMPORTANCE}"),
+            ),
+            (
+                property(schema_for!(ProveAuditLog), "tree_size"),
+                (json!(MIN_PROVEN_SIZE), Value::Null),
+                String::new(),
+            ),
+        ];
+        for ((min, max, text), want, says) in cases {
+            assert_eq!((min, max), want, "{text}");
+            assert!(text.contains(&says), "{text:?} should say {says:?}");
+        }
     }
 }

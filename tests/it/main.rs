@@ -41,6 +41,7 @@ mod limits;
 mod list_bound;
 mod locomo_eval;
 mod mcp;
+mod mem0_compat;
 mod memory_api;
 mod memory_as_of;
 mod memory_batch;
