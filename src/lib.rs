@@ -31,6 +31,7 @@ pub mod registry;
 mod search_eval;
 pub mod service;
 pub mod tlog;
+pub mod webhooks;
 pub mod wire;
 pub mod witness;
 

@@ -61,4 +61,5 @@ mod secrets;
 mod stream;
 mod tamper;
 mod tlog;
+mod webhooks;
 mod witness;
