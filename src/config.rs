@@ -155,9 +155,8 @@ pub struct ServeArgs {
     /// Webhook requests in flight at most, over every endpoint.
     #[arg(long, env = "AUDITMEM_WEBHOOK_CONCURRENCY", default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=10_000))]
     pub webhook_concurrency: u64,
-    /// Whether this process delivers webhooks. On a cluster, every node that delivers may send
-    /// an event that another node sent too (receivers deduplicate by `webhook-id`); turn it off
-    /// on all but one node to avoid that.
+    /// Whether this process delivers webhooks. On a cluster the nodes that deliver take turns
+    /// by a lease recorded in the log: one of them delivers at a time.
     #[arg(long, env = "AUDITMEM_WEBHOOK_DELIVERY", default_value_t = true, action = clap::ArgAction::Set)]
     pub webhook_delivery: bool,
     /// Serve the admin API on this address only (404 on --listen): HOST:PORT, or a PORT alone

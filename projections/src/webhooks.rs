@@ -1,6 +1,6 @@
 //! Webhook endpoints and their deliveries, folded from the webhook events into the tenants
 //! tree (`proj_tenants`): `w|tenant|endpoint` → [`WebhookEndpoint`],
-//! `d|tenant|endpoint|delivery` → [`WebhookDelivery`].
+//! `d|tenant|endpoint|delivery` → [`WebhookDelivery`], `l` → the cluster's [`WebhookLease`].
 //!
 //! **The cursor.** An endpoint's `cursor` is the log position up to which every event of its
 //! tenant was delivered or given up on: it starts at the position of the event that created
@@ -72,6 +72,15 @@ pub struct WebhookDelivery {
     pub updated_at: i64,
 }
 
+/// Who delivers on a cluster, and until when.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WebhookLease {
+    pub node_id: Uuid,
+    pub until: i64,
+}
+
+const LEASE_KEY: &[u8] = b"l";
+
 fn endpoint_key(tenant: &Uuid, endpoint: &Uuid) -> Vec<u8> {
     prefixed(b'w', &[tenant.as_bytes(), endpoint.as_bytes()])
 }
@@ -84,6 +93,14 @@ fn delivery_key(tenant: &Uuid, endpoint: &Uuid, delivery: &Uuid) -> Vec<u8> {
 }
 
 impl Tenants {
+    /// The cluster's delivery lease, if a node ever took it.
+    pub fn webhook_lease(&self) -> Result<Option<WebhookLease>> {
+        self.tree
+            .get(LEASE_KEY)?
+            .map(|v| dec(&v, "webhook lease"))
+            .transpose()
+    }
+
     pub fn webhook(&self, tenant: &Uuid, endpoint: &Uuid) -> Result<Option<WebhookEndpoint>> {
         self.tree
             .get(endpoint_key(tenant, endpoint))?
@@ -142,6 +159,14 @@ pub(crate) fn fold(ov: &mut Overlay<'_>, applied: &Applied<'_>) -> Result<()> {
         Event::WebhookDeleted(e) => deleted(ov, e),
         Event::WebhookAttempted(e) => attempted(ov, e),
         Event::WebhookRedeliveryRequested(e) => redelivery(ov, e),
+        Event::WebhookLeaseTaken(e) => {
+            let lease = WebhookLease {
+                node_id: e.node_id,
+                until: e.until,
+            };
+            ov.insert(LEASE_KEY.to_vec(), enc(&lease));
+            Ok(())
+        }
         _ => Ok(()),
     }
 }

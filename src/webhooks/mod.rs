@@ -39,6 +39,8 @@ pub struct WebhookSettings {
     pub concurrency: usize,
     /// Whether this process delivers at all (`--webhook-delivery`).
     pub deliver: bool,
+    /// On a cluster the nodes take turns by a lease: one node delivers at a time.
+    pub clustered: bool,
 }
 
 impl WebhookSettings {
@@ -60,6 +62,7 @@ impl WebhookSettings {
             timeout: Duration::from_millis(args.webhook_timeout_ms),
             concurrency: args.webhook_concurrency as usize,
             deliver: args.webhook_delivery,
+            clustered: args.cluster.backend() != crate::config::LogBackend::Sled,
         }
     }
 }
@@ -78,6 +81,7 @@ mod tests {
             timeout: Duration::from_secs(10),
             concurrency: 64,
             deliver: true,
+            clustered: false,
         };
         let waits: Vec<u64> = (1..=10)
             .map_while(|a| s.retry_after(a))

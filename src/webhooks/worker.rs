@@ -6,8 +6,14 @@
 //!
 //! Each attempt is recorded as a `WebhookAttempted` before the next is made, appended under a
 //! precondition that the endpoint's state is still the one the attempt was decided on: a
-//! second deliverer of the same endpoint (another node of a cluster) has its record refused
-//! and reads the state again instead of moving the cursor twice.
+//! second deliverer of the same endpoint has its record refused and reads the state again
+//! instead of moving the cursor twice.
+//!
+//! **On a cluster** one node delivers at a time: the holder of a lease recorded in the log
+//! (`WebhookLeaseTaken`, [`LEASE`] long, renewed every few seconds, taken under a
+//! precondition that it is as read). Another node takes it once it ran out: a killed holder's
+//! endpoints go on from their cursors after at most [`LEASE`]. No lease is taken, and nothing
+//! is written, while no endpoint is enabled.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -34,25 +40,37 @@ const MAX_SCAN: usize = 4096;
 /// How often the supervisor looks for new, changed or deleted endpoints.
 const SUPERVISE_EVERY: Duration = Duration::from_millis(250);
 
+/// How long a cluster node's delivery lease lasts.
+pub const LEASE: Duration = Duration::from_secs(15);
+/// A holder renews its lease when less than this is left.
+const RENEW_WITHIN: Duration = Duration::from_secs(10);
+
 /// Runs until `stop` turns true.
 pub async fn run(state: AppState, mut stop: watch::Receiver<bool>) {
     let permits = Arc::new(Semaphore::new(state.webhooks.concurrency.max(1)));
     let mut tasks: HashMap<(Uuid, Uuid), JoinHandle<()>> = HashMap::new();
+    let node = Uuid::now_v7();
     loop {
         tasks.retain(|_, t| !t.is_finished());
-        match state.projections.tenants.all_webhooks() {
+        let endpoints = state.projections.tenants.all_webhooks();
+        let delivers = match &endpoints {
+            Ok(e) if state.webhooks.clustered && e.iter().any(|e| e.enabled) => {
+                holds_lease(&state, node).await
+            }
+            _ => true,
+        };
+        if !delivers {
+            for (_, t) in tasks.drain() {
+                t.abort();
+            }
+        }
+        match endpoints.map(|e| if delivers { e } else { Vec::new() }) {
             Ok(endpoints) => {
                 for e in endpoints.into_iter().filter(|e| e.enabled) {
                     let key = (e.tenant_id, e.endpoint_id);
-                    if !tasks.contains_key(&key) {
-                        let task = tokio::spawn(endpoint_loop(
-                            state.clone(),
-                            key.0,
-                            key.1,
-                            permits.clone(),
-                        ));
-                        tasks.insert(key, task);
-                    }
+                    tasks.entry(key).or_insert_with(|| {
+                        tokio::spawn(endpoint_loop(state.clone(), key.0, key.1, permits.clone()))
+                    });
                 }
             }
             Err(e) => tracing::warn!(error = %e, "reading the webhook endpoints"),
@@ -64,6 +82,54 @@ pub async fn run(state: AppState, mut stop: watch::Receiver<bool>) {
     }
     for (_, t) in tasks {
         t.abort();
+    }
+}
+
+/// Whether this node holds the cluster's delivery lease, after taking it if it is free or
+/// renewing it if it is this node's and running out. The lease is taken under a precondition
+/// that it is still as read, so two nodes never both take it; a node whose renewal cannot be
+/// recorded stops delivering when its lease ends.
+async fn holds_lease(state: &AppState, node: Uuid) -> bool {
+    let now = crate::wire::time::now();
+    let read = match state.projections.tenants.webhook_lease() {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::warn!(error = %e, "reading the webhook lease");
+            return false;
+        }
+    };
+    let micros = |d: Duration| i64::try_from(d.as_micros()).unwrap_or(i64::MAX / 4);
+    let mine = read
+        .as_ref()
+        .is_some_and(|l| l.node_id == node && l.until > now);
+    let free = read.as_ref().is_none_or(|l| l.until <= now);
+    let renew = mine
+        && read
+            .as_ref()
+            .is_some_and(|l| l.until - now < micros(RENEW_WITHIN));
+    if !(free || renew) {
+        return mine;
+    }
+    let event = Event::WebhookLeaseTaken(auditmem_projections::event::WebhookLeaseTaken {
+        node_id: node,
+        until: now + micros(LEASE),
+        at: now,
+    });
+    let expected = read.clone();
+    let check: Precondition = Box::new(move |p: &Projections| match p.tenants.webhook_lease() {
+        Ok(l) if l == expected => Ok(()),
+        _ => Err(Rejection {
+            code: ErrorCode::Conflict,
+            message: "another node took the webhook lease".into(),
+            retry_after: None,
+        }),
+    });
+    match state.appender.append_checked(vec![event], check).await {
+        Ok(_) => true,
+        Err(e) => {
+            tracing::debug!(error = %e, "the webhook lease was not taken");
+            mine
+        }
     }
 }
 

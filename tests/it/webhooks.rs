@@ -19,7 +19,7 @@ use serde_json::{json, Value};
 const ALLOW: &str = "--webhooks-allow-private-targets";
 
 /// A receiver process and its log.
-struct Receiver {
+pub(crate) struct Receiver {
     child: Child,
     port: u16,
     log: PathBuf,
@@ -27,7 +27,7 @@ struct Receiver {
 }
 
 impl Receiver {
-    fn start() -> Receiver {
+    pub(crate) fn start() -> Receiver {
         let dir = tempfile::tempdir().expect("tempdir");
         let log = dir.path().join("received.jsonl");
         std::fs::write(&log, "").expect("log");
@@ -54,7 +54,7 @@ impl Receiver {
         }
     }
 
-    fn url(&self, path: &str) -> String {
+    pub(crate) fn url(&self, path: &str) -> String {
         format!("http://127.0.0.1:{}{path}", self.port)
     }
 
@@ -76,7 +76,12 @@ impl Receiver {
     }
 
     /// Polls until `done` holds for the requests to `path`, for at most `within`.
-    fn wait(&self, path: &str, within: Duration, done: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+    pub(crate) fn wait(
+        &self,
+        path: &str,
+        within: Duration,
+        done: impl Fn(&[Value]) -> bool,
+    ) -> Vec<Value> {
         let start = Instant::now();
         loop {
             let got = self.at(path);
@@ -188,7 +193,7 @@ fn wait_deliveries(s: &Server, key: &str, id: &str, done: impl Fn(&[Value]) -> b
     }
 }
 
-fn position_of(record: &Value) -> u64 {
+pub(crate) fn position_of(record: &Value) -> u64 {
     let body: Value = serde_json::from_str(record["body"].as_str().expect("body")).expect("JSON");
     body["data"]["position"].as_u64().expect("position")
 }

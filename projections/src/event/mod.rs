@@ -60,6 +60,7 @@ pub enum Event {
     WebhookDeleted(WebhookDeleted),
     WebhookAttempted(Box<WebhookAttempted>),
     WebhookRedeliveryRequested(WebhookRedeliveryRequested),
+    WebhookLeaseTaken(WebhookLeaseTaken),
 }
 
 /// The list fields of an audit record: its tenant, its entry (personal fields `None` when
@@ -252,6 +253,7 @@ impl Event {
             Event::WebhookDeleted(_) => "WebhookDeleted",
             Event::WebhookAttempted(_) => "WebhookAttempted",
             Event::WebhookRedeliveryRequested(_) => "WebhookRedeliveryRequested",
+            Event::WebhookLeaseTaken(_) => "WebhookLeaseTaken",
         }
     }
 }

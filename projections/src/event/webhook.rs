@@ -1,6 +1,6 @@
 //! The webhook events: a tenant's endpoints (`WebhookSaved`, `WebhookDeleted`) and each
 //! delivery attempt the delivery worker made (`WebhookAttempted`) or a caller asked for
-//! (`WebhookRedeliveryRequested`).
+//! (`WebhookRedeliveryRequested`), and on a cluster the node that delivers (`WebhookLeaseTaken`).
 //!
 //! An endpoint's signing secret is never in the clear here: `WebhookSaved` carries it sealed
 //! under the tenant's data key, bound to the endpoint (`webhook-secret/v1 || endpoint id`).
@@ -79,4 +79,14 @@ pub struct WebhookRedeliveryRequested {
     pub position: u64,
     pub event_type: String,
     pub requested_at: i64,
+}
+
+/// On a cluster: `node_id` (a random id per process) delivers every endpoint's events until
+/// `until`. A node takes or renews the lease under a precondition that it is as the node read
+/// it, so exactly one node holds it at a time.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WebhookLeaseTaken {
+    pub node_id: Uuid,
+    pub until: i64,
+    pub at: i64,
 }
