@@ -163,10 +163,16 @@ async fn endpoint_loop(state: AppState, tenant: Uuid, id: Uuid, permits: Arc<Sem
     // Every event of the tenant between the cursor and here is one the endpoint is not sent:
     // kept only in memory, it spares rescanning them.
     let mut scanned = 0u64;
+    let mut seen_version = None;
     loop {
         let Some(endpoint) = current(&state.projections, tenant, id) else {
             return;
         };
+        // A change (its event types, its filter) may want events passed over before it.
+        if seen_version != Some(endpoint.updated_at) {
+            seen_version = Some(endpoint.updated_at);
+            scanned = 0;
+        }
         let next = match decide(&state, &endpoint, &mut scanned).await {
             Ok(n) => n,
             Err(e) => {
