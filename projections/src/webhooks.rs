@@ -300,3 +300,110 @@ fn redelivery(ov: &mut Overlay<'_>, e: &WebhookRedeliveryRequested) -> Result<()
     );
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::WebhookLeaseTaken;
+    use crate::projection::Projection;
+    use crate::seal::{KeyId, SealKey};
+
+    fn saved(tenant: Uuid, endpoint: Uuid) -> Event {
+        let key = SealKey::from_bytes([7; 32]);
+        Event::WebhookSaved(Box::new(WebhookSaved {
+            tenant_id: tenant,
+            endpoint_id: endpoint,
+            url: "https://hooks.example/h".into(),
+            event_types: vec!["audit.entry".into()],
+            audit_actions: vec![],
+            enabled: true,
+            disabled_reason: None,
+            secret: Sealed::seal(&key, &[KeyId::random()], b"aad", b"secret"),
+            previous_secret: None,
+            previous_until: None,
+            created_at: 1,
+            updated_at: 1,
+        }))
+    }
+
+    fn attempt(tenant: Uuid, endpoint: Uuid, position: u64, n: u32, status: u16) -> Event {
+        Event::WebhookAttempted(Box::new(WebhookAttempted {
+            tenant_id: tenant,
+            endpoint_id: endpoint,
+            delivery_id: Uuid::from_u128(position as u128),
+            position,
+            event_type: "audit.entry".into(),
+            attempt: n,
+            delivered: (200..300).contains(&status),
+            response_status: Some(status),
+            response_excerpt: None,
+            error: None,
+            next_try: (status == 500).then_some(100),
+            disable: (status == 410).then(|| "gone".to_owned()),
+            redelivery: false,
+            at: 2,
+        }))
+    }
+
+    #[test]
+    fn given_attempts_then_the_cursor_moves_only_past_what_was_done() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = sled::open(dir.path()).expect("open");
+        let p = Tenants::open(&db).expect("open");
+        let (t, e) = (Uuid::now_v7(), Uuid::now_v7());
+        let events = [
+            saved(t, e),
+            attempt(t, e, 5, 1, 500),
+            attempt(t, e, 5, 2, 200),
+            attempt(t, e, 9, 1, 500),
+        ];
+        let applied: Vec<Applied<'_>> = events
+            .iter()
+            .enumerate()
+            .map(|(i, ev)| Applied::at(i as u64 + 3, ev))
+            .collect();
+        p.apply(&applied).expect("apply");
+        let w = p.webhook(&t, &e).expect("read").expect("endpoint");
+        // Created at seq 3; 5 delivered on its second attempt; 9 failed once, to be retried.
+        assert_eq!(w.cursor, 5);
+        assert_eq!(
+            w.retrying,
+            Some(Retrying {
+                delivery_id: Uuid::from_u128(9),
+                position: 9,
+                attempts: 1,
+                next_try: 100,
+            })
+        );
+        let d = p.webhook_deliveries(&t, &e, 10).expect("deliveries");
+        let got: Vec<(u64, &str, u32)> = d
+            .iter()
+            .map(|d| (d.position, d.status.as_str(), d.attempts))
+            .collect();
+        assert_eq!(got, vec![(9, "pending", 1), (5, "delivered", 2)]);
+
+        // A 410 disables it and leaves the cursor where it was.
+        let gone = attempt(t, e, 9, 2, 410);
+        p.apply(&[Applied::at(7, &gone)]).expect("apply");
+        let w = p.webhook(&t, &e).expect("read").expect("endpoint");
+        assert_eq!((w.cursor, w.enabled, w.retrying), (5, false, None));
+        assert_eq!(w.disabled_reason.as_deref(), Some("gone"));
+
+        // Another tenant sees nothing of it; the lease is one key.
+        assert!(p.webhook(&Uuid::now_v7(), &e).expect("read").is_none());
+        let lease = Event::WebhookLeaseTaken(WebhookLeaseTaken {
+            node_id: e,
+            until: 50,
+            at: 1,
+        });
+        p.apply(&[Applied::at(8, &lease)]).expect("apply");
+        assert_eq!(
+            p.webhook_lease().expect("read"),
+            Some(WebhookLease {
+                node_id: e,
+                until: 50
+            })
+        );
+        assert_eq!(p.all_webhooks().expect("all").len(), 1);
+    }
+}
