@@ -8,9 +8,10 @@ import { pinned } from "./audit.js";
 
 const PLANS = ["free", "basic", "pro", "business", "custom"];
 const RETENTION = { free: "7 days", basic: "30 days", pro: "90 days", business: "365 days", custom: "--custom-retention-days (365 by default)" };
-const PERMS = ["audit.read", "audit.export", "memory.read", "memory.write", "memory.erase"];
-// Erasing cannot be undone: a key gets it only when the operator ticks it.
-const UNTICKED = new Set(["memory.erase"]);
+const PERMS = ["audit.read", "audit.export", "memory.read", "memory.write", "memory.erase", "webhooks.manage"];
+// Erasing cannot be undone, and a webhook sends the tenant's events to a URL: a key gets
+// either only when the operator ticks it.
+const UNTICKED = new Set(["memory.erase", "webhooks.manage"]);
 const ISSUED = "auditmem.console.issued_keys";
 const POLL_MS = 5000;
 

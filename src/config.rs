@@ -132,6 +132,33 @@ pub struct ServeArgs {
     /// empty NDJSON line), which keeps proxies from closing it.
     #[arg(long, env = "AUDITMEM_STREAM_HEARTBEAT_SECS", default_value_t = 15, value_parser = clap::value_parser!(u64).range(1..=3_600))]
     pub stream_heartbeat_secs: u64,
+    /// Let webhooks use plain `http://` URLs and reach private, loopback and link-local
+    /// addresses (tests, closed networks). Off, a webhook must be `https://` to a public
+    /// address, checked when it is saved and before every attempt.
+    #[arg(long, env = "AUDITMEM_WEBHOOKS_ALLOW_PRIVATE_TARGETS")]
+    pub webhooks_allow_private_targets: bool,
+    /// Milliseconds before a failed webhook delivery's second attempt; each later wait is four
+    /// times the one before, up to --webhook-retry-cap-secs.
+    #[arg(long, env = "AUDITMEM_WEBHOOK_RETRY_BASE_MS", default_value_t = 5_000, value_parser = clap::value_parser!(u64).range(1..=86_400_000))]
+    pub webhook_retry_base_ms: u64,
+    /// The longest wait, in seconds, between two attempts of a webhook delivery.
+    #[arg(long, env = "AUDITMEM_WEBHOOK_RETRY_CAP_SECS", default_value_t = 36_000, value_parser = clap::value_parser!(u64).range(1..=604_800))]
+    pub webhook_retry_cap_secs: u64,
+    /// Attempts of one webhook delivery before it is given up (the default schedule spans
+    /// about 28 hours).
+    #[arg(long, env = "AUDITMEM_WEBHOOK_MAX_ATTEMPTS", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub webhook_max_attempts: u32,
+    /// Milliseconds one webhook attempt may take (connecting, and the answer's headers and
+    /// excerpt).
+    #[arg(long, env = "AUDITMEM_WEBHOOK_TIMEOUT_MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(100..=120_000))]
+    pub webhook_timeout_ms: u64,
+    /// Webhook requests in flight at most, over every endpoint.
+    #[arg(long, env = "AUDITMEM_WEBHOOK_CONCURRENCY", default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub webhook_concurrency: u64,
+    /// Whether this process delivers webhooks. On a cluster the nodes that deliver take turns
+    /// by a lease recorded in the log: one of them delivers at a time.
+    #[arg(long, env = "AUDITMEM_WEBHOOK_DELIVERY", default_value_t = true, action = clap::ArgAction::Set)]
+    pub webhook_delivery: bool,
     /// Serve the admin API on this address only (404 on --listen): HOST:PORT, or a PORT alone
     /// for 127.0.0.1:PORT.
     #[arg(long, env = "AUDITMEM_ADMIN_LISTEN", value_parser = admin_listen)]

@@ -32,6 +32,7 @@ pub mod registry;
 mod search_eval;
 pub mod service;
 pub mod tlog;
+pub mod webhooks;
 pub mod wire;
 pub mod witness;
 

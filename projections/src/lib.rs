@@ -21,6 +21,7 @@ pub mod tenants;
 pub mod texts;
 pub mod unlinked;
 pub mod vector_table;
+pub mod webhooks;
 
 pub use event::{
     vector_from_bytes, vector_to_bytes, CreditsConsumed, MemoriesDeleted, MemoriesDeletedByType,

@@ -1,6 +1,9 @@
-//! Tenants and API keys, folded from `TenantCreated`, `TenantUpdated`, `KeyIssued`, `KeyRevoked`.
+//! Tenants and API keys, folded from `TenantCreated`, `TenantUpdated`, `KeyIssued`, `KeyRevoked`,
+//! and their webhook endpoints (`crate::webhooks`, in the same tree).
 //!
-//! Tree `proj_tenants`: `t|tenant_id` → tenant, `k|key_hash` → key, `i|key_id` → key_hash.
+//! Tree `proj_tenants`: `t|tenant_id` → tenant, `k|key_hash` → key, `i|key_id` → key_hash,
+//! `w|tenant_id|endpoint_id` → webhook endpoint, `d|tenant_id|endpoint_id|delivery_id` →
+//! webhook delivery.
 //! A key is looked up by the blake3 hash of what the client presents; the key itself is never
 //! known to this projection.
 
@@ -44,16 +47,16 @@ impl ApiKey {
 }
 
 pub struct Tenants {
-    tree: sled::Tree,
+    pub(crate) tree: sled::Tree,
 }
 
-fn enc<T: Serialize>(v: &T) -> Vec<u8> {
+pub(crate) fn enc<T: Serialize>(v: &T) -> Vec<u8> {
     // Serializing our own plain structs to msgpack cannot fail (no maps with non-string keys,
     // no custom serializers that error); an empty value would surface as a decode error.
     rmp_serde::to_vec_named(v).unwrap_or_default()
 }
 
-fn dec<T: for<'de> Deserialize<'de>>(bytes: &[u8], what: &str) -> Result<T> {
+pub(crate) fn dec<T: for<'de> Deserialize<'de>>(bytes: &[u8], what: &str) -> Result<T> {
     rmp_serde::from_slice(bytes).map_err(|e| corrupt(TREE, format!("{what}: {e}")))
 }
 
@@ -100,8 +103,8 @@ impl Tenants {
         }
     }
 
-    fn fold(ov: &mut Overlay<'_>, event: &Event) -> Result<()> {
-        match event {
+    fn fold(ov: &mut Overlay<'_>, applied: &Applied<'_>) -> Result<()> {
+        match applied.event {
             Event::TenantCreated(e) => {
                 let t = Tenant {
                     id: e.tenant_id,
@@ -165,7 +168,7 @@ impl Tenants {
                     ov.insert(key, enc(&t));
                 }
             }
-            _ => {}
+            _ => crate::webhooks::fold(ov, applied)?,
         }
         Ok(())
     }
@@ -181,9 +184,7 @@ impl Projection for Tenants {
     }
 
     fn apply(&self, events: &[Applied<'_>]) -> Result<()> {
-        if let Some((ov, last)) =
-            fold_new(&self.tree, TREE, events, |ov, a| Self::fold(ov, a.event))?
-        {
+        if let Some((ov, last)) = fold_new(&self.tree, TREE, events, Self::fold)? {
             ov.commit(last)?;
         }
         Ok(())

@@ -134,7 +134,7 @@ fn keyring_failed(e: auditmem_projections::seal::KeyError) -> ApiError {
 
 /// The list fields of the audit entry at `seq`, its personal ones opened (through `keys`),
 /// without reading its detail.
-pub(crate) fn load_list_entry(
+pub fn load_list_entry(
     state: &AppState,
     keys: &mut KeyCache<'_>,
     seq: u64,

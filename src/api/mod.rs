@@ -35,6 +35,7 @@ pub mod scope;
 pub mod state;
 pub mod stream;
 pub mod transparency;
+pub mod webhooks;
 
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
 use axum::http::{HeaderName, StatusCode};

@@ -130,7 +130,7 @@ impl Modify for GuardResponses {
 
 /// What the annotations cannot say: every operation that takes a JSON body can also answer 413
 /// (the body limit, checked before any handler runs) and 415 (a body not sent as JSON); a
-/// memory update needs at least one field (utoipa's `min_properties` emits `maxProperties`); and
+/// memory or webhook update needs at least one field (utoipa's `min_properties` emits `maxProperties`); and
 /// the export's body may be left out (`Option<ExportRequest>` would instead allow a JSON `null`,
 /// which the handler refuses).
 struct BodyResponses;
@@ -166,6 +166,9 @@ impl Modify for BodyResponses {
             if let Some(RefOr::T(Schema::Object(o))) =
                 components.schemas.get_mut("MemoryUpdateRequest")
             {
+                o.min_properties = Some(1);
+            }
+            if let Some(RefOr::T(Schema::Object(o))) = components.schemas.get_mut("UpdateWebhook") {
                 o.min_properties = Some(1);
             }
         }
@@ -299,7 +302,7 @@ impl Modify for Links {
         use utoipa::openapi::link::LinkBuilder;
         use utoipa::openapi::RefOr;
         // (creating POST operation, its status, the id in its body, parameter, operations taking it)
-        let table: [LinkRow; 4] = [
+        let table: [LinkRow; 5] = [
             (
                 "/v1/memories",
                 "200",
@@ -318,6 +321,19 @@ impl Modify for Links {
                 "/data/export_id",
                 "export_id",
                 &["export_status", "download_export"],
+            ),
+            (
+                "/v1/webhooks",
+                "201",
+                "/data/id",
+                "id",
+                &[
+                    "get_webhook",
+                    "update_webhook",
+                    "delete_webhook",
+                    "rotate_secret",
+                    "list_deliveries",
+                ],
             ),
             (
                 "/admin/v1/tenants",
@@ -366,6 +382,7 @@ impl Modify for Links {
     tags(
         (name = "audit", description = "The audit log"),
         (name = "memory", description = "The memory store"),
+        (name = "webhooks", description = "Signed webhooks: a tenant's events posted to its endpoints"),
         (name = "admin", description = "Operator API, enabled by AUDITMEM_ADMIN_TOKEN"),
     )
 )]

@@ -17,7 +17,7 @@ use utoipa_axum::routes;
 
 use super::gate::{self, Gate, Policy};
 use super::state::AppState;
-use super::{admin, audit, erasure, export, memory, stream, transparency};
+use super::{admin, audit, erasure, export, memory, stream, transparency, webhooks};
 
 /// Who may call a route.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -151,6 +151,46 @@ pub fn table() -> Vec<Route> {
             routes!(erasure::create_erasure),
             "memory.erase",
             MemoryErase,
+        ),
+        tenant(
+            routes!(webhooks::create_webhook),
+            "webhook.create",
+            WebhooksManage,
+        ),
+        tenant(
+            routes!(webhooks::list_webhooks),
+            "webhook.list",
+            WebhooksManage,
+        ),
+        tenant(
+            routes!(webhooks::get_webhook),
+            "webhook.read",
+            WebhooksManage,
+        ),
+        tenant(
+            routes!(webhooks::update_webhook),
+            "webhook.update",
+            WebhooksManage,
+        ),
+        tenant(
+            routes!(webhooks::delete_webhook),
+            "webhook.delete",
+            WebhooksManage,
+        ),
+        tenant(
+            routes!(webhooks::rotate_secret),
+            "webhook.rotate_secret",
+            WebhooksManage,
+        ),
+        tenant(
+            routes!(webhooks::list_deliveries),
+            "webhook.deliveries_list",
+            WebhooksManage,
+        ),
+        tenant(
+            routes!(webhooks::redeliver),
+            "webhook.redeliver",
+            WebhooksManage,
         ),
         admin(routes!(admin::tenants::create_tenant)),
         admin(routes!(admin::tenants::list_tenants)),

@@ -66,6 +66,8 @@ pub struct Inner {
     pub admin_throttle: super::admin::throttle::AuthThrottle,
     /// The open audit streams and their limits.
     pub streams: super::stream::Streams,
+    /// The operator's webhook settings (targets allowed, retries, timeouts).
+    pub webhooks: crate::webhooks::WebhookSettings,
 }
 
 /// Settings of the memory endpoints, and the credits their extractions in flight hold.

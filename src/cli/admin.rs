@@ -168,7 +168,8 @@ pub enum KeyCommand {
     Create {
         /// The tenant the key acts for.
         tenant_id: String,
-        /// Comma-separated: audit.read,audit.export,memory.read,memory.write
+        /// Comma-separated: audit.read,audit.export,memory.read,memory.write,memory.erase,
+        /// webhooks.manage
         #[arg(long, value_delimiter = ',')]
         permissions: Vec<String>,
         /// A label for the key.

@@ -44,6 +44,7 @@ pub mod export;
 #[doc(hidden)]
 pub mod given;
 pub mod memory;
+pub mod webhook;
 
 use auditmem_projections::{AuditDetail, Event, Projections};
 use uuid::Uuid;

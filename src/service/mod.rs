@@ -62,6 +62,8 @@ struct Tasks {
     witnesses: JoinHandle<()>,
     exports: JoinHandle<()>,
     outbox: JoinHandle<()>,
+    /// The webhook deliverer, when this process delivers.
+    webhooks: Option<(JoinHandle<()>, watch::Sender<bool>)>,
 }
 
 impl Service {
@@ -201,6 +203,7 @@ impl Service {
                 Duration::from_secs(args.stream_heartbeat_secs),
                 stop_rx.clone(),
             ),
+            webhooks: crate::webhooks::WebhookSettings::from_args(args),
         }));
         crate::release_free_memory();
         let mut listeners = Vec::new();
@@ -243,13 +246,17 @@ impl Service {
 
     /// Stops accepting, lets in-flight requests finish, drains the appender, signs a last
     /// checkpoint and flushes the database.
-    pub async fn stop(self) -> anyhow::Result<()> {
+    pub async fn stop(mut self) -> anyhow::Result<()> {
         let _ = self.stop.send(true);
         for l in self.listeners {
             l.await.context("serving")?;
         }
         // Expired memories are hidden from reads already; the next start sweeps them.
         self.tasks.expiry.abort();
+        if let Some((task, stop)) = self.tasks.webhooks.take() {
+            let _ = stop.send(true);
+            let _ = task.await;
+        }
         tracing::info!("draining the appender");
         self.appender_thread.stop().await;
         let head = self.state.appender.head();
@@ -295,6 +302,11 @@ impl Tasks {
                 state.projections.clone(),
                 state.appender.clone(),
             )),
+            webhooks: state.webhooks.deliver.then(|| {
+                let (stop, stopped) = watch::channel(false);
+                let task = tokio::spawn(crate::webhooks::worker::run(state.clone(), stopped));
+                (task, stop)
+            }),
         }
     }
 }

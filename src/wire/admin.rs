@@ -104,7 +104,7 @@ impl Check for Permissions {
 
     fn check(raw: Vec<Field<Permission>>) -> Result<Self, Invalid> {
         if raw.len() < MIN_PERMISSIONS {
-            return Err(Invalid::new("permissions must name at least one of audit.read, audit.export, memory.read, memory.write, memory.erase"));
+            return Err(Invalid::new("permissions must name at least one of audit.read, audit.export, memory.read, memory.write, memory.erase, webhooks.manage"));
         }
         let mut permissions = Vec::new();
         for p in raw {

@@ -21,6 +21,7 @@ pub mod ocsf;
 pub mod query;
 pub mod time;
 pub mod transparency;
+pub mod webhook;
 
 pub use field::Invalid;
 pub use known::{Refusal, UnknownField};

@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 /// Every `/v1` route of the route table (src/api/routes.rs).
 /// The test checks this list against the routes the gate knows and the served OpenAPI document,
 /// so a route added later without a row here fails the test.
-const ROUTES: [(&str, &str); 23] = [
+const ROUTES: [(&str, &str); 31] = [
     ("GET", "/v1/audit/logs"),
     ("GET", "/v1/audit/logs/stream"),
     ("GET", "/v1/audit/logs/{audit_id}"),
@@ -37,6 +37,17 @@ const ROUTES: [(&str, &str); 23] = [
     ("PATCH", "/v1/memories/batch"),
     ("POST", "/v1/memories/query"),
     ("POST", "/v1/erasures"),
+    ("POST", "/v1/webhooks"),
+    ("GET", "/v1/webhooks"),
+    ("GET", "/v1/webhooks/{id}"),
+    ("PATCH", "/v1/webhooks/{id}"),
+    ("DELETE", "/v1/webhooks/{id}"),
+    ("POST", "/v1/webhooks/{id}/rotate-secret"),
+    ("GET", "/v1/webhooks/{id}/deliveries"),
+    (
+        "POST",
+        "/v1/webhooks/{id}/deliveries/{delivery_id}/redeliver",
+    ),
 ];
 
 const TYPES: [&str; 3] = ["rule", "fact", "context"];
@@ -321,6 +332,55 @@ fn tenant_a_can_reach_nothing_of_tenant_b_on_any_route() {
             assert_eq!(resp, unknown, "{method} {template} with B's {id}");
         }
     }
+    // B's webhook: A's key with `webhooks.manage` lists none and reaches it on no route, with
+    // the 404 of a webhook that never existed.
+    let b_hooks = s.create_key(&b_tenant, &["webhooks.manage"]);
+    let a_hooks = s.create_key(&a_tenant, &["webhooks.manage"]);
+    let (status, v) = s.post(
+        "/v1/webhooks",
+        &b_hooks,
+        json!({"url": format!("https://1.1.1.1/{MARKER}"), "event_types": ["memory.expired"]}),
+    );
+    assert_eq!(status, 201, "{v}");
+    let b_hook = v["data"]["id"].as_str().expect("id").to_string();
+    let (status, v) = s.get("/v1/webhooks", &a_hooks);
+    assert_eq!((status, &v["data"]["webhooks"]), (200, &json!([])), "{v}");
+    let hook_routes: [(Method, &str, Option<Value>); 6] = [
+        (Method::GET, "/v1/webhooks/{}", None),
+        (
+            Method::PATCH,
+            "/v1/webhooks/{}",
+            Some(json!({"enabled": false})),
+        ),
+        (Method::DELETE, "/v1/webhooks/{}", None),
+        (Method::POST, "/v1/webhooks/{}/rotate-secret", None),
+        (Method::GET, "/v1/webhooks/{}/deliveries", None),
+        (
+            Method::POST,
+            &format!("/v1/webhooks/{{}}/deliveries/{never}/redeliver"),
+            None,
+        ),
+    ];
+    for (method, template, body) in &hook_routes {
+        let unknown = call(
+            &s,
+            method.clone(),
+            &template.replace("{}", never),
+            &a_hooks,
+            body.clone(),
+        );
+        assert_error(&unknown, 404, 4040);
+        let theirs = call(
+            &s,
+            method.clone(),
+            &template.replace("{}", &b_hook),
+            &a_hooks,
+            body.clone(),
+        );
+        assert_eq!(theirs, unknown, "{method} {template} with B's webhook");
+    }
+    let (status, v) = s.get(&format!("/v1/webhooks/{b_hook}"), &b_hooks);
+    assert_eq!((status, &v["data"]["enabled"]), (200, &json!(true)), "{v}");
     // A batch update naming B's memory is the same 404 as one naming a memory that never
     // existed. It runs as a third tenant, C: the ids are in the request body, which the
     // caller's own audit entry records, and A's entries are scanned for B's ids below.

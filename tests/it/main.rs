@@ -62,4 +62,5 @@ mod secrets;
 mod stream;
 mod tamper;
 mod tlog;
+mod webhooks;
 mod witness;

@@ -12,7 +12,7 @@
 //! - Secrets never appear: an API key is stored only as its blake3 hash.
 //!
 //! This module holds the [`Event`] enum and its codec; the event structs live by domain in
-//! `audit`, `tenant`, `export`, `memory` and `erasure`, the closed sets in `names`, all re-exported here.
+//! `audit`, `tenant`, `export`, `memory`, `erasure` and `webhook`, the closed sets in `names`, all re-exported here.
 
 mod audit;
 mod erasure;
@@ -20,6 +20,7 @@ mod export;
 mod memory;
 mod names;
 mod tenant;
+mod webhook;
 
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
@@ -30,6 +31,7 @@ pub use export::*;
 pub use memory::*;
 pub use names::*;
 pub use tenant::*;
+pub use webhook::*;
 
 /// Version of the event wire format written by this build.
 pub const EVENT_FORMAT_VERSION: u16 = 2;
@@ -54,6 +56,11 @@ pub enum Event {
     MemoriesExpired(MemoriesExpired),
     MemorySuperseded(MemorySuperseded),
     SubjectsErased(SubjectsErased),
+    WebhookSaved(Box<WebhookSaved>),
+    WebhookDeleted(WebhookDeleted),
+    WebhookAttempted(Box<WebhookAttempted>),
+    WebhookRedeliveryRequested(WebhookRedeliveryRequested),
+    WebhookLeaseTaken(WebhookLeaseTaken),
 }
 
 /// The list fields of an audit record: its tenant, its entry (personal fields `None` when
@@ -242,6 +249,11 @@ impl Event {
             Event::MemoriesExpired(_) => "MemoriesExpired",
             Event::MemorySuperseded(_) => "MemorySuperseded",
             Event::SubjectsErased(_) => "SubjectsErased",
+            Event::WebhookSaved(_) => "WebhookSaved",
+            Event::WebhookDeleted(_) => "WebhookDeleted",
+            Event::WebhookAttempted(_) => "WebhookAttempted",
+            Event::WebhookRedeliveryRequested(_) => "WebhookRedeliveryRequested",
+            Event::WebhookLeaseTaken(_) => "WebhookLeaseTaken",
         }
     }
 }

@@ -105,6 +105,11 @@ pub enum Permission {
     #[serde(rename = "memory.erase")]
     #[strum(serialize = "memory.erase")]
     MemoryErase,
+    /// Managing the tenant's webhook endpoints (`/v1/webhooks`): who may point the tenant's
+    /// events at a URL, apart from reading them.
+    #[serde(rename = "webhooks.manage")]
+    #[strum(serialize = "webhooks.manage")]
+    WebhooksManage,
 }
 
 impl Named for Permission {

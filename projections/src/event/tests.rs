@@ -288,7 +288,7 @@ fn names_parse_and_print() {
     );
     assert_eq!(
         "x".parse::<Permission>(),
-        Err("unknown permission 'x' (expected audit.read, audit.export, memory.read, memory.write or memory.erase)".into())
+        Err("unknown permission 'x' (expected audit.read, audit.export, memory.read, memory.write, memory.erase or webhooks.manage)".into())
     );
     assert_eq!(
         "opinion".parse::<MemoryType>(),

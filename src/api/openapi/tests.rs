@@ -152,6 +152,10 @@ fn base(schema: &str, field: &str) -> Value {
         "UpdateTenantRequest" => json!({"credits": 1}),
         "CreateKeyRequest" => json!({"permissions": ["audit.read"]}),
         "IngestRequest" => json!({"entries": [item("IngestEntry", 0)]}),
+        "CreateWebhook" => {
+            json!({"url": "https://hooks.example/h", "event_types": ["audit.entry"]})
+        }
+        "UpdateWebhook" => json!({"enabled": false}),
         other => panic!("no valid {other} to try: add one here"),
     }
 }
@@ -194,6 +198,8 @@ fn take(schema: &str, body: &Value) -> Result<(), ApiError> {
             read::<CreateKeyRequest>(true, &bytes)?.key()?;
             Ok(())
         }
+        "CreateWebhook" => read::<crate::wire::webhook::CreateWebhook>(true, &bytes).map(drop),
+        "UpdateWebhook" => read::<crate::wire::webhook::UpdateWebhook>(true, &bytes).map(drop),
         "IngestRequest" => {
             let now = crate::wire::time::now();
             for (i, entry) in read::<IngestRequest>(true, &bytes)?.into_iter().enumerate() {

@@ -15,3 +15,4 @@ mod node_joins_empty;
 mod quorum_loss;
 mod read_your_writes;
 mod stream_resume;
+mod webhooks;

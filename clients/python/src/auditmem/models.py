@@ -6,7 +6,16 @@ from enum import StrEnum
 from typing import Any
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field, RootModel, confloat, conint, constr
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    RootModel,
+    confloat,
+    conint,
+    constr,
+)
 
 
 class AsOfShown(BaseModel):
@@ -435,6 +444,7 @@ class PermissionName(StrEnum):
     memory_read = 'memory.read'
     memory_write = 'memory.write'
     memory_erase = 'memory.erase'
+    webhooks_manage = 'webhooks.manage'
 
 
 class PlanName(StrEnum):
@@ -620,6 +630,53 @@ class UpdateTenantRequest(BaseModel):
     subscription_active: bool | None = None
 
 
+class WebhookDeletedView(BaseModel):
+    deleted: bool
+    id: UUID
+
+
+class WebhookDeletedViewEnvelope(BaseModel):
+    data: WebhookDeletedView
+    success: bool
+
+
+class WebhookEventType(StrEnum):
+    audit_entry = 'audit.entry'
+    memory_created = 'memory.created'
+    memory_updated = 'memory.updated'
+    memory_deleted = 'memory.deleted'
+    memory_superseded = 'memory.superseded'
+    memory_expired = 'memory.expired'
+    erasure_completed = 'erasure.completed'
+    export_completed = 'export.completed'
+
+
+class WebhookView(BaseModel):
+    audit_actions: list[str]
+    created_at: AwareDatetime
+    delivered_through: conint(ge=0) = Field(
+        ...,
+        description='Every event of the tenant up to this log position was delivered or given up on.',
+    )
+    disabled_reason: str | None = Field(
+        None, description='Why the service disabled it (it answered 410 Gone).'
+    )
+    enabled: bool
+    event_types: list[WebhookEventType]
+    id: UUID
+    previous_secret_expires_at: AwareDatetime | None = Field(
+        None,
+        description='Until when the secret before the last rotation still signs too.',
+    )
+    updated_at: AwareDatetime
+    url: str
+
+
+class WebhookViewEnvelope(BaseModel):
+    data: WebhookView
+    success: bool
+
+
 class AuditLogEntry(BaseModel):
     action: str
     balance_consumed_usd: float
@@ -712,6 +769,58 @@ class CreateTenantRequest(BaseModel):
     )
     plan: PlanName
     subscription_active: bool | None = Field(None, description='Default true.')
+
+
+class CreateWebhook(BaseModel):
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    audit_actions: list[str] | None = Field(
+        None,
+        description='`audit.entry` only for entries with one of these actions (at most 32; every action when\nabsent or empty).',
+    )
+    enabled: bool | None = Field(
+        None, description='Whether events are sent (default true).'
+    )
+    event_types: list[WebhookEventType] = Field(
+        ..., description='The events sent: at least one, each named once.'
+    )
+    url: str = Field(
+        ...,
+        description='Where events are posted: `https://...` (at most 2048 characters). A plain `http://` URL,\nor a host on a private, loopback or link-local address, only where the operator allows\nit (`--webhooks-allow-private-targets`).',
+    )
+
+
+class DeliveryView(BaseModel):
+    attempts: conint(ge=0)
+    created_at: AwareDatetime
+    error: str | None = Field(None, description='Why the last attempt got no answer.')
+    event_type: WebhookEventType
+    id: UUID
+    next_try: AwareDatetime | None = None
+    position: conint(ge=0) = Field(
+        ...,
+        description='The log position of the event (its `webhook-id` is `msg_<endpoint>_<position>`).',
+    )
+    redelivery_of: UUID | None = Field(
+        None, description='The delivery this one sends again, for a redelivery.'
+    )
+    response_excerpt: str | None = Field(
+        None, description="At most the first 1024 bytes of the last answer's body."
+    )
+    response_status: conint(ge=0) | None = Field(
+        None, description='The HTTP status of the last answer.'
+    )
+    status: str = Field(
+        ...,
+        description='`pending` (to be tried at `next_try`), `delivered` or `failed` (no more tries).',
+    )
+    updated_at: AwareDatetime
+
+
+class DeliveryViewEnvelope(BaseModel):
+    data: DeliveryView
+    success: bool
 
 
 class ErasureRequest(BaseModel):
@@ -951,6 +1060,40 @@ class SearchEnvelope(BaseModel):
     success: bool
 
 
+class UpdateWebhook(BaseModel):
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    audit_actions: list[str] | None = None
+    enabled: bool | None = Field(
+        None,
+        description='Enabling a disabled endpoint sends what it missed, from the first event not delivered.',
+    )
+    event_types: list[WebhookEventType] | None = None
+    url: str | None = None
+
+
+class WebhookCreated(WebhookView):
+    secret: str = Field(
+        ...,
+        description='`whsec_` and the base64 of 32 random bytes: the Standard Webhooks secret that signs\nevery delivery. Shown once.',
+    )
+
+
+class WebhookCreatedEnvelope(BaseModel):
+    data: WebhookCreated
+    success: bool
+
+
+class WebhookList(BaseModel):
+    webhooks: list[WebhookView]
+
+
+class WebhookListEnvelope(BaseModel):
+    data: WebhookList
+    success: bool
+
+
 class AuditLogDetail(AuditLogEntry):
     detail_salt: str | None = Field(
         None,
@@ -977,6 +1120,15 @@ class AuditLogDetailEnvelope(BaseModel):
     code: int = Field(..., description='1000')
     data: AuditLogDetail
     message: str
+    success: bool
+
+
+class DeliveryList(BaseModel):
+    deliveries: list[DeliveryView]
+
+
+class DeliveryListEnvelope(BaseModel):
+    data: DeliveryList
     success: bool
 
 

@@ -1,0 +1,92 @@
+//! The webhook events: a tenant's endpoints (`WebhookSaved`, `WebhookDeleted`) and each
+//! delivery attempt the delivery worker made (`WebhookAttempted`) or a caller asked for
+//! (`WebhookRedeliveryRequested`), and on a cluster the node that delivers (`WebhookLeaseTaken`).
+//!
+//! An endpoint's signing secret is never in the clear here: `WebhookSaved` carries it sealed
+//! under the tenant's data key, bound to the endpoint (`webhook-secret/v1 || endpoint id`).
+//! Every node of a cluster folds the same events, so every node knows every endpoint and how
+//! far its deliveries went.
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::seal::Sealed;
+
+/// An endpoint's whole definition, as created, changed, rotated or disabled: the last one
+/// folded is the endpoint.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WebhookSaved {
+    pub tenant_id: Uuid,
+    pub endpoint_id: Uuid,
+    pub url: String,
+    /// The event types delivered (`audit.entry`, `memory.created`, ...).
+    pub event_types: Vec<String>,
+    /// `audit.entry` only for these actions; every action when empty.
+    pub audit_actions: Vec<String>,
+    pub enabled: bool,
+    /// Why the service disabled it (a 410 answer), when it did.
+    pub disabled_reason: Option<String>,
+    /// The signing secret's bytes, sealed.
+    pub secret: Sealed,
+    /// The secret before the last rotation, which still signs until `previous_until`.
+    pub previous_secret: Option<Sealed>,
+    pub previous_until: Option<i64>,
+    pub created_at: i64,
+    pub updated_at: i64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WebhookDeleted {
+    pub tenant_id: Uuid,
+    pub endpoint_id: Uuid,
+    pub deleted_at: i64,
+}
+
+/// One attempt to deliver the event at log position `position` to an endpoint.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WebhookAttempted {
+    pub tenant_id: Uuid,
+    pub endpoint_id: Uuid,
+    pub delivery_id: Uuid,
+    pub position: u64,
+    pub event_type: String,
+    /// 1 for the first attempt of the delivery.
+    pub attempt: u32,
+    /// The endpoint answered 2xx.
+    pub delivered: bool,
+    pub response_status: Option<u16>,
+    /// At most the first KiB of the answer's body.
+    pub response_excerpt: Option<String>,
+    /// Why no answer came (refused target, timeout, connection error).
+    pub error: Option<String>,
+    /// When the next attempt is due; none when there is none (delivered, or given up).
+    pub next_try: Option<i64>,
+    /// The endpoint is disabled by this attempt (a 410), with this reason.
+    pub disable: Option<String>,
+    /// A redelivery asked by hand: it does not move the endpoint's cursor.
+    pub redelivery: bool,
+    pub at: i64,
+}
+
+/// A caller asked for the event of an earlier delivery to be sent again, as a new delivery.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WebhookRedeliveryRequested {
+    pub tenant_id: Uuid,
+    pub endpoint_id: Uuid,
+    pub delivery_id: Uuid,
+    /// The delivery whose event is sent again.
+    pub of: Uuid,
+    pub position: u64,
+    pub event_type: String,
+    pub requested_at: i64,
+}
+
+/// On a cluster: `node_id` (a random id per process) delivers every endpoint's events until
+/// `until`. A node takes or renews the lease under a precondition that it is as the node read
+/// it, so exactly one node holds it at a time.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WebhookLeaseTaken {
+    pub node_id: Uuid,
+    pub until: i64,
+    pub at: i64,
+}

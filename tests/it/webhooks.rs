@@ -1,0 +1,782 @@
+//! Webhooks (docs/WEBHOOKS.md) against the real binary and a real HTTP receiver on loopback
+//! (tests/python/webhook_receiver.py), every delivery's signature checked by the Standard
+//! Webhooks reference library (PyPI `standardwebhooks`, tests/python/webhook_verify.py): the
+//! CRUD routes, their envelopes, permission and isolation; order and no loss across a SIGKILL;
+//! retries, 410, redirects, the bounded excerpt, redelivery; the SSRF guard; secret rotation;
+//! and one tenant's hanging endpoint not delaying another tenant's deliveries.
+
+use crate::common::{self, assert_error, Server};
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use reqwest::Method;
+use serde_json::{json, Value};
+
+const ALLOW: &str = "--webhooks-allow-private-targets";
+
+/// A receiver process and its log.
+pub(crate) struct Receiver {
+    child: Child,
+    port: u16,
+    log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Receiver {
+    pub(crate) fn start() -> Receiver {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = dir.path().join("received.jsonl");
+        std::fs::write(&log, "").expect("log");
+        let script = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/python/webhook_receiver.py"
+        );
+        let mut child = Command::new(common::test_python())
+            .arg(script)
+            .arg(&log)
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("receiver");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().expect("stdout"))
+            .read_line(&mut line)
+            .expect("port");
+        let port = line.trim().parse().expect("a port");
+        Receiver {
+            child,
+            port,
+            log,
+            _dir: dir,
+        }
+    }
+
+    pub(crate) fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port)
+    }
+
+    /// Every request received so far, in order.
+    fn records(&self) -> Vec<Value> {
+        std::fs::read_to_string(&self.log)
+            .expect("log")
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("a JSON line"))
+            .collect()
+    }
+
+    /// The requests to `path`.
+    fn at(&self, path: &str) -> Vec<Value> {
+        self.records()
+            .into_iter()
+            .filter(|r| r["path"] == path)
+            .collect()
+    }
+
+    /// Polls until `done` holds for the requests to `path`, for at most `within`.
+    pub(crate) fn wait(
+        &self,
+        path: &str,
+        within: Duration,
+        done: impl Fn(&[Value]) -> bool,
+    ) -> Vec<Value> {
+        let start = Instant::now();
+        loop {
+            let got = self.at(path);
+            if done(&got) {
+                return got;
+            }
+            assert!(
+                start.elapsed() < within,
+                "waited {within:?} at {path}; got {} requests: {got:?}",
+                got.len()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// What `standardwebhooks` says of each logged request under each of `secrets`.
+fn verify(r: &Receiver, secrets: &[&str]) -> Vec<Value> {
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/python/webhook_verify.py"
+    );
+    let out = Command::new(common::test_python())
+        .arg(script)
+        .arg(&r.log)
+        .args(secrets)
+        .output()
+        .expect("verifier");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect()
+}
+
+/// A tenant call's status, body and log position (`X-Auditmem-Position`).
+fn call(
+    s: &Server,
+    method: Method,
+    path: &str,
+    key: &str,
+    body: Option<Value>,
+) -> (u16, Value, u64) {
+    let mut req = s
+        .raw()
+        .request(method, format!("{}{path}", s.url))
+        .bearer_auth(key);
+    if let Some(b) = body {
+        req = req.json(&b);
+    }
+    let resp = req.send().expect("request");
+    let status = resp.status().as_u16();
+    let position = resp
+        .headers()
+        .get("x-auditmem-position")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let v = resp.json().unwrap_or(Value::Null);
+    (status, v, position)
+}
+
+/// A webhook created for `key` to `url`: its id and secret.
+fn create(s: &Server, key: &str, url: &str, types: Value) -> (String, String) {
+    let (status, v, _) = call(
+        s,
+        Method::POST,
+        "/v1/webhooks",
+        key,
+        Some(json!({"url": url, "event_types": types})),
+    );
+    assert_eq!(status, 201, "{v}");
+    let id = v["data"]["id"].as_str().expect("id").to_owned();
+    let secret = v["data"]["secret"].as_str().expect("secret").to_owned();
+    (id, secret)
+}
+
+/// The endpoint's deliveries, newest first.
+fn deliveries(s: &Server, key: &str, id: &str) -> Vec<Value> {
+    let (status, v) = s.get(&format!("/v1/webhooks/{id}/deliveries"), key);
+    assert_eq!(status, 200, "{v}");
+    v["data"]["deliveries"]
+        .as_array()
+        .expect("deliveries")
+        .clone()
+}
+
+/// Polls the endpoint's deliveries until `done` holds.
+fn wait_deliveries(s: &Server, key: &str, id: &str, done: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+    let start = Instant::now();
+    loop {
+        let d = deliveries(s, key, id);
+        if done(&d) {
+            return d;
+        }
+        assert!(start.elapsed() < Duration::from_secs(30), "{d:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+pub(crate) fn position_of(record: &Value) -> u64 {
+    let body: Value = serde_json::from_str(record["body"].as_str().expect("body")).expect("JSON");
+    body["data"]["position"].as_u64().expect("position")
+}
+
+#[test]
+fn crud_answers_with_envelopes_the_permission_and_isolation() {
+    let s = Server::start_with(&[ALLOW]);
+    let a = s.create_tenant("pro");
+    let key = s.create_key(&a, &["webhooks.manage", "audit.read"]);
+    let no_perm = s.create_key(&a, &["audit.read", "memory.read", "memory.write"]);
+    let b = s.create_tenant("pro");
+    let other = s.create_key(&b, &["webhooks.manage"]);
+    let url = "http://127.0.0.1:9/hook";
+
+    assert_error(
+        &s.post(
+            "/v1/webhooks",
+            &no_perm,
+            json!({"url": url, "event_types": ["audit.entry"]}),
+        ),
+        403,
+        4030,
+    );
+    assert_error(&s.get("/v1/webhooks", &no_perm), 403, 4030);
+
+    for (body, says) in [
+        (
+            json!({"url": "ftp://x.example/h", "event_types": ["audit.entry"]}),
+            "https://",
+        ),
+        (
+            json!({"url": "not a url", "event_types": ["audit.entry"]}),
+            "url is not a URL",
+        ),
+        (
+            json!({"url": url, "event_types": []}),
+            "event_types must name at least one",
+        ),
+        (
+            json!({"url": url, "event_types": ["audit.entry", "audit.entry"]}),
+            "twice",
+        ),
+        (
+            json!({"url": url, "event_types": ["memory.read"]}),
+            "event_types[0]",
+        ),
+        (
+            json!({"url": url, "event_types": ["audit.entry"], "secret": "x"}),
+            "unknown field 'secret'",
+        ),
+        (json!({"event_types": ["audit.entry"]}), "url"),
+        (
+            json!({"url": format!("https://h.example/{}", "a".repeat(2100)), "event_types": ["audit.entry"]}),
+            "at most 2048",
+        ),
+    ] {
+        let got = s.post("/v1/webhooks", &key, body.clone());
+        assert_error(&got, 400, 4000);
+        let message = got.1["message"].as_str().expect("message");
+        assert!(message.contains(says), "{body}: {message}");
+    }
+
+    let (status, created, _) = call(
+        &s,
+        Method::POST,
+        "/v1/webhooks",
+        &key,
+        Some(
+            json!({"url": url, "event_types": ["memory.created", "audit.entry"], "audit_actions": ["memory.list"]}),
+        ),
+    );
+    assert_eq!(status, 201, "{created}");
+    assert_eq!(created["success"], json!(true));
+    let w = &created["data"];
+    let id = w["id"].as_str().expect("id").to_owned();
+    let secret = w["secret"].as_str().expect("secret").to_owned();
+    let raw = base64::engine::general_purpose::STANDARD
+        .decode(secret.strip_prefix("whsec_").expect("whsec_"))
+        .expect("base64");
+    assert_eq!(raw.len(), 32);
+    assert_eq!(w["url"], json!(url));
+    assert_eq!(w["event_types"], json!(["audit.entry", "memory.created"]));
+    assert_eq!(w["audit_actions"], json!(["memory.list"]));
+    assert_eq!(w["enabled"], json!(true));
+    assert_eq!(w["disabled_reason"], Value::Null);
+
+    let (status, list) = s.get("/v1/webhooks", &key);
+    assert_eq!(status, 200, "{list}");
+    let listed = list["data"]["webhooks"].as_array().expect("webhooks");
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0]["id"], json!(id));
+    assert!(listed[0].get("secret").is_none(), "{list}");
+    let (status, one) = s.get(&format!("/v1/webhooks/{id}"), &key);
+    assert_eq!(status, 200);
+    assert_eq!(one["data"]["id"], json!(id));
+    assert!(one["data"].get("secret").is_none());
+
+    let patch = |k: &str, body: Value| {
+        s.call(
+            Method::PATCH,
+            &format!("/v1/webhooks/{id}"),
+            Some(k),
+            Some(&body),
+        )
+    };
+    let empty = patch(&key, json!({}));
+    assert_error(&empty, 400, 4000);
+    assert!(empty.1["message"]
+        .as_str()
+        .is_some_and(|m| m.contains("at least one")));
+    let (status, off) = patch(&key, json!({"enabled": false}));
+    assert_eq!(status, 200, "{off}");
+    assert_eq!(off["data"]["enabled"], json!(false));
+    assert_eq!(
+        off["data"]["event_types"],
+        json!(["audit.entry", "memory.created"])
+    );
+
+    // Another tenant's endpoint is missing to it, whatever it does.
+    assert_error(&s.get(&format!("/v1/webhooks/{id}"), &other), 404, 4040);
+    assert_error(&patch(&other, json!({"enabled": true})), 404, 4040);
+    assert_error(
+        &s.call(
+            Method::DELETE,
+            &format!("/v1/webhooks/{id}"),
+            Some(&other),
+            None,
+        ),
+        404,
+        4040,
+    );
+    assert_error(
+        &s.post(
+            &format!("/v1/webhooks/{id}/rotate-secret"),
+            &other,
+            json!({}),
+        ),
+        404,
+        4040,
+    );
+    assert_error(
+        &s.get(&format!("/v1/webhooks/{id}/deliveries"), &other),
+        404,
+        4040,
+    );
+    let (_, others) = s.get("/v1/webhooks", &other);
+    assert_eq!(others["data"]["webhooks"], json!([]));
+    assert_error(&s.get("/v1/webhooks/not-an-id", &key), 404, 4040);
+    assert_error(
+        &s.post(
+            &format!(
+                "/v1/webhooks/{id}/deliveries/{}/redeliver",
+                uuid::Uuid::now_v7()
+            ),
+            &key,
+            json!({}),
+        ),
+        404,
+        4040,
+    );
+
+    // The secret is in no audit entry: the create's answer is not recorded.
+    let entries = common::all_audit_entries(&s, &key);
+    let create_entry = entries
+        .iter()
+        .find(|e| e["action"] == "webhook.create" && e["http_status"] == 201)
+        .expect("the create's entry");
+    let (status, detail) = s.get(
+        &format!(
+            "/v1/audit/logs/{}",
+            create_entry["id"].as_str().expect("id")
+        ),
+        &key,
+    );
+    assert_eq!(status, 200, "{detail}");
+    assert!(!detail.to_string().contains(&secret), "{detail}");
+
+    let (status, deleted) = s.call(
+        Method::DELETE,
+        &format!("/v1/webhooks/{id}"),
+        Some(&key),
+        None,
+    );
+    assert_eq!(status, 200, "{deleted}");
+    assert_eq!(deleted["data"], json!({"id": id, "deleted": true}));
+    assert_error(&s.get(&format!("/v1/webhooks/{id}"), &key), 404, 4040);
+}
+
+#[test]
+fn private_targets_are_refused_without_the_operator_flag() {
+    let s = Server::start();
+    let t = s.create_tenant("pro");
+    let key = s.create_key(&t, &["webhooks.manage"]);
+    for (url, says) in [
+        ("http://127.0.0.1:9/x", "https://"),
+        (
+            "https://127.0.0.1/x",
+            "127.0.0.1, a private, loopback or link-local address",
+        ),
+        (
+            "https://169.254.169.254/latest/meta-data",
+            "169.254.169.254, a private",
+        ),
+        ("https://[::1]:8443/x", "::1, a private"),
+        (
+            "https://localhost/x",
+            "a private, loopback or link-local address",
+        ),
+        ("https://user:pw@hooks.example/x", "credentials"),
+    ] {
+        let got = s.post(
+            "/v1/webhooks",
+            &key,
+            json!({"url": url, "event_types": ["audit.entry"]}),
+        );
+        assert_error(&got, 400, 4000);
+        let message = got.1["message"].as_str().expect("message");
+        assert!(message.contains(says), "{url}: {message}");
+    }
+    let (_, list) = s.get("/v1/webhooks", &key);
+    assert_eq!(list["data"]["webhooks"], json!([]));
+}
+
+#[test]
+fn deliveries_are_signed_in_order_and_survive_a_sigkill() {
+    let receiver = Receiver::start();
+    let mut s = Server::start_with(&[ALLOW, "--webhook-retry-base-ms", "100"]);
+    let t = s.create_tenant("pro");
+    let key = s.create_key(&t, &["webhooks.manage"]);
+    let (status, created, first) = call(
+        &s,
+        Method::POST,
+        "/v1/webhooks",
+        &key,
+        Some(json!({"url": receiver.url("/ok/main"), "event_types": ["audit.entry"]})),
+    );
+    assert_eq!(status, 201, "{created}");
+    let id = created["data"]["id"].as_str().expect("id").to_owned();
+    let secret = created["data"]["secret"]
+        .as_str()
+        .expect("secret")
+        .to_owned();
+
+    let mut positions = vec![first];
+    for i in 0..40 {
+        let (status, _, p) = call(&s, Method::GET, "/v1/webhooks", &key, None);
+        assert_eq!(status, 200);
+        positions.push(p);
+        if i == 20 {
+            s.kill();
+            s.spawn();
+        }
+    }
+    let last = *positions.last().expect("a position");
+    let got = receiver.wait("/ok/main", Duration::from_secs(30), |r| {
+        r.iter().any(|x| position_of(x) == last)
+    });
+
+    // In order: a position may come again only right after itself (sent, not yet recorded when
+    // the server was killed), with the same webhook-id.
+    let seen: Vec<u64> = got.iter().map(position_of).collect();
+    for w in seen.windows(2) {
+        assert!(w[0] <= w[1], "out of order: {seen:?}");
+    }
+    for (r, p) in got.iter().zip(&seen) {
+        assert_eq!(r["id"], json!(format!("msg_{}_{p}", id.replace('-', ""))));
+        let body: Value = serde_json::from_str(r["body"].as_str().expect("body")).expect("JSON");
+        assert_eq!(body["type"], json!("audit.entry"));
+        assert_eq!(
+            body["data"]["entry"]["action"]
+                .as_str()
+                .map(|a| a.starts_with("webhook.")),
+            Some(true)
+        );
+        assert!(
+            body["timestamp"].as_str().is_some_and(|t| t.ends_with('Z')),
+            "{body}"
+        );
+    }
+    // No loss: every call made, the create's own entry first, before and after the kill.
+    let mut distinct = seen.clone();
+    distinct.dedup();
+    for p in &positions {
+        assert!(
+            distinct.contains(p),
+            "position {p} never delivered: {distinct:?}"
+        );
+    }
+    assert_eq!(distinct.first(), Some(&first));
+
+    // The reference library verifies every delivery, and refuses each with its body changed.
+    let verdicts = verify(&receiver, &[&secret]);
+    assert_eq!(verdicts.len(), got.len());
+    for v in &verdicts {
+        assert_eq!(v["verified"], json!([true]), "{v}");
+        assert_eq!(v["tampered_rejected"], json!(true), "{v}");
+    }
+
+    // A rotation: both secrets sign during the overlap, each verifies alone.
+    let (status, rotated, _) = call(
+        &s,
+        Method::POST,
+        &format!("/v1/webhooks/{id}/rotate-secret"),
+        &key,
+        None,
+    );
+    assert_eq!(status, 200, "{rotated}");
+    let new_secret = rotated["data"]["secret"]
+        .as_str()
+        .expect("secret")
+        .to_owned();
+    assert_ne!(new_secret, secret);
+    let until = rotated["data"]["previous_secret_expires_at"]
+        .as_str()
+        .expect("overlap end");
+    let until = chrono::DateTime::parse_from_rfc3339(until).expect("a time");
+    let hours = (until.timestamp() - chrono::Utc::now().timestamp()) as f64 / 3600.0;
+    assert!((23.9..=24.0).contains(&hours), "{hours}");
+    let (_, _, after_rotation) = call(&s, Method::GET, "/v1/webhooks", &key, None);
+    let got = receiver.wait("/ok/main", Duration::from_secs(30), |r| {
+        r.iter().any(|x| position_of(x) == after_rotation)
+    });
+    let verdicts = verify(&receiver, &[&secret, &new_secret]);
+    let last_verdict = verdicts.last().expect("a verdict");
+    assert_eq!(
+        last_verdict["verified"],
+        json!([true, true]),
+        "{last_verdict}"
+    );
+    let signature = got.last().expect("a delivery")["signature"]
+        .as_str()
+        .expect("signature")
+        .to_owned();
+    assert_eq!(
+        signature
+            .split(' ')
+            .filter(|s| s.starts_with("v1,"))
+            .count(),
+        2,
+        "{signature}"
+    );
+
+    // Delivered through the last event, and the delivery log says so.
+    let d = wait_deliveries(&s, &key, &id, |d| {
+        d.iter()
+            .any(|x| x["position"] == json!(after_rotation) && x["status"] == "delivered")
+    });
+    assert!(
+        d.iter()
+            .all(|x| x["status"] == "delivered" && x["response_status"] == json!(200)),
+        "{d:?}"
+    );
+
+    // Restarted without the operator's flag, the same endpoint is refused at delivery time.
+    s.extra.retain(|a| a != ALLOW);
+    s.restart();
+    let before = receiver.records().len();
+    let (status, _, refused_at) = call(&s, Method::GET, "/v1/webhooks", &key, None);
+    assert_eq!(status, 200);
+    // The first event not yet delivered (an entry of the last delivery log reads, or this
+    // call's) is attempted and refused.
+    let d = wait_deliveries(&s, &key, &id, |d| {
+        d.first().is_some_and(|x| !x["error"].is_null())
+    });
+    let refused = &d[0];
+    assert!(
+        refused["position"].as_u64() <= Some(refused_at),
+        "{refused}"
+    );
+    assert_eq!(refused["status"], json!("pending"), "{refused}");
+    assert_eq!(refused["response_status"], Value::Null);
+    assert!(
+        refused["error"]
+            .as_str()
+            .is_some_and(|e| e.starts_with("refused target: url must be https://")),
+        "{refused}"
+    );
+    assert_eq!(receiver.records().len(), before);
+}
+
+#[test]
+fn retries_410_redirects_excerpts_memory_events_and_redelivery() {
+    let receiver = Receiver::start();
+    let s = Server::start_with(&[
+        ALLOW,
+        "--webhook-retry-base-ms",
+        "100",
+        "--webhook-max-attempts",
+        "5",
+    ]);
+    let t = s.create_tenant("pro");
+    let key = s.create_key(&t, &["webhooks.manage", "memory.read", "memory.write"]);
+    let types = json!(["audit.entry"]);
+    let (retried, _) = create(&s, &key, &receiver.url("/fail/2/r"), types.clone());
+    let (gone, _) = create(&s, &key, &receiver.url("/gone/g"), types.clone());
+    let (redirected, _) = create(&s, &key, &receiver.url("/redirect/x"), types.clone());
+    let (big, _) = create(&s, &key, &receiver.url("/fail/1000/big"), types.clone());
+    let (memories, _) = create(
+        &s,
+        &key,
+        &receiver.url("/ok/memories"),
+        json!(["memory.created", "memory.deleted"]),
+    );
+    // Only audit entries of memory.list reach this one.
+    let (status, v, _) = call(
+        &s,
+        Method::PATCH,
+        &format!("/v1/webhooks/{retried}"),
+        &key,
+        Some(json!({"audit_actions": ["memory.list"]})),
+    );
+    assert_eq!(status, 200, "{v}");
+    let (status, _, listed_at) = call(&s, Method::GET, "/v1/memories", &key, None);
+    assert_eq!(status, 200);
+
+    // 500, 500, then 200: three attempts of one delivery, one webhook-id.
+    let got = receiver.wait("/fail/2/r", Duration::from_secs(30), |r| r.len() >= 3);
+    assert_eq!(
+        got.iter().map(|r| r["status"].as_u64()).collect::<Vec<_>>(),
+        vec![Some(500), Some(500), Some(200)]
+    );
+    assert!(got
+        .iter()
+        .all(|r| r["id"] == got[0]["id"] && position_of(r) == listed_at));
+    let d = wait_deliveries(&s, &key, &retried, |d| {
+        d.first().is_some_and(|x| x["status"] == "delivered")
+    });
+    assert_eq!(d.len(), 1, "{d:?}");
+    assert_eq!(d[0]["attempts"], json!(3));
+    assert_eq!(d[0]["response_status"], json!(200));
+    assert_eq!(d[0]["response_excerpt"], json!("thanks"));
+    assert_eq!(d[0]["next_try"], Value::Null);
+    assert_eq!(d[0]["position"], json!(listed_at));
+
+    // 410: one attempt, the endpoint disabled.
+    let d = wait_deliveries(&s, &key, &gone, |d| !d.is_empty());
+    assert_eq!(d[0]["status"], json!("failed"));
+    assert_eq!(d[0]["response_status"], json!(410));
+    assert_eq!(d[0]["attempts"], json!(1));
+    let (_, g) = s.get(&format!("/v1/webhooks/{gone}"), &key);
+    assert_eq!(g["data"]["enabled"], json!(false));
+    assert_eq!(
+        g["data"]["disabled_reason"],
+        json!("the endpoint answered 410 Gone")
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(receiver.at("/gone/g").len(), 1);
+
+    // A redirect is an answer, not followed: retried, and /ok/redirected never reached.
+    let d = wait_deliveries(&s, &key, &redirected, |d| {
+        d.first().is_some_and(|x| x["attempts"].as_u64() >= Some(2))
+    });
+    assert_eq!(d[0]["response_status"], json!(307));
+    assert_eq!(d[0]["status"], json!("pending"));
+    assert!(receiver.at("/ok/redirected").is_empty());
+
+    // An answer's body is kept to its first 1024 bytes; after the last attempt, failed.
+    let d = wait_deliveries(&s, &key, &big, |d| {
+        d.iter().any(|x| x["status"] == "failed")
+    });
+    let failed = d.iter().find(|x| x["status"] == "failed").expect("failed");
+    assert_eq!(failed["attempts"], json!(5));
+    assert_eq!(failed["response_status"], json!(500));
+    assert_eq!(failed["response_excerpt"], json!("x".repeat(1024)));
+    assert_eq!(failed["next_try"], Value::Null);
+
+    // Memory events: ids and positions, nothing of the content.
+    let (status, m, created_at) = call(
+        &s,
+        Method::POST,
+        "/v1/memories",
+        &key,
+        Some(json!({"content": "a secret thought", "memory_type": "fact", "user_id": "u1"})),
+    );
+    assert_eq!(status, 200, "{m}");
+    let memory_id = m["data"]["id"].as_str().expect("id").to_owned();
+    let (status, _, deleted_at) = call(
+        &s,
+        Method::DELETE,
+        &format!("/v1/memories/{memory_id}"),
+        &key,
+        None,
+    );
+    assert_eq!(status, 200);
+    let got = receiver.wait("/ok/memories", Duration::from_secs(30), |r| r.len() >= 2);
+    let bodies: Vec<Value> = got
+        .iter()
+        .map(|r| serde_json::from_str(r["body"].as_str().expect("body")).expect("JSON"))
+        .collect();
+    assert_eq!(bodies[0]["type"], json!("memory.created"));
+    assert_eq!(bodies[0]["data"]["memory_id"], json!(memory_id));
+    // The memory's event is the submission's first; its audit entry (the answer's position)
+    // comes right after it.
+    assert_eq!(bodies[0]["data"]["position"], json!(created_at - 1));
+    assert_eq!(bodies[1]["type"], json!("memory.deleted"));
+    assert_eq!(bodies[1]["data"]["memory_ids"], json!([memory_id]));
+    assert_eq!(bodies[1]["data"]["position"], json!(deleted_at - 1));
+    assert!(got
+        .iter()
+        .all(|r| !r["body"].as_str().expect("body").contains("secret thought")));
+
+    // Redelivery by hand: a new delivery of the same message, the same webhook-id.
+    let first = deliveries(&s, &key, &retried)[0].clone();
+    let (status, v, _) = call(
+        &s,
+        Method::POST,
+        &format!(
+            "/v1/webhooks/{retried}/deliveries/{}/redeliver",
+            first["id"].as_str().expect("id")
+        ),
+        &key,
+        None,
+    );
+    assert_eq!(status, 202, "{v}");
+    assert_eq!(v["data"]["redelivery_of"], first["id"]);
+    assert_eq!(v["data"]["status"], json!("pending"));
+    let got = receiver.wait("/fail/2/r", Duration::from_secs(30), |r| r.len() >= 4);
+    assert_eq!(got[3]["id"], got[0]["id"]);
+    let d = wait_deliveries(&s, &key, &retried, |d| {
+        d.iter()
+            .any(|x| x["redelivery_of"] == first["id"] && x["status"] == "delivered")
+    });
+    assert_eq!(d.len(), 2, "{d:?}");
+    // A disabled endpoint takes no redelivery.
+    let gone_delivery = deliveries(&s, &key, &gone)[0]["id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    assert_error(
+        &s.post(
+            &format!("/v1/webhooks/{gone}/deliveries/{gone_delivery}/redeliver"),
+            &key,
+            json!({}),
+        ),
+        409,
+        4090,
+    );
+    drop(memories);
+}
+
+#[test]
+fn a_hanging_endpoint_of_one_tenant_does_not_delay_another_tenant() {
+    let receiver = Receiver::start();
+    let s = Server::start_with(&[
+        ALLOW,
+        "--webhook-timeout-ms",
+        "3000",
+        "--webhook-retry-base-ms",
+        "100",
+        "--webhook-concurrency",
+        "4",
+    ]);
+    let a = s.create_tenant("pro");
+    let a_key = s.create_key(&a, &["webhooks.manage"]);
+    let b = s.create_tenant("pro");
+    let b_key = s.create_key(&b, &["webhooks.manage"]);
+    // Every attempt to A's endpoints hangs until the timeout: more of them than there are
+    // permits would take every permit, if a hanging request could hold one beyond it.
+    for i in 0..3 {
+        create(
+            &s,
+            &a_key,
+            &receiver.url(&format!("/hang/30/a{i}")),
+            json!(["audit.entry"]),
+        );
+    }
+    create(&s, &b_key, &receiver.url("/ok/b"), json!(["audit.entry"]));
+    for _ in 0..5 {
+        call(&s, Method::GET, "/v1/webhooks", &a_key, None);
+    }
+    receiver.wait("/hang/30/a0", Duration::from_secs(10), |r| !r.is_empty());
+    let mut lags = Vec::new();
+    for _ in 0..10 {
+        let (_, _, p) = call(&s, Method::GET, "/v1/webhooks", &b_key, None);
+        let sent = Instant::now();
+        receiver.wait("/ok/b", Duration::from_secs(10), |r| {
+            r.iter().any(|x| position_of(x) == p)
+        });
+        lags.push(sent.elapsed());
+    }
+    let worst = lags.iter().max().expect("lags");
+    assert!(
+        *worst < Duration::from_millis(1500),
+        "B waited {worst:?} behind A: {lags:?}"
+    );
+}
