@@ -248,7 +248,7 @@ fn batches_create_and_update_all_or_nothing_and_survive_replay() {
         ),
         (
             json!([{"id": ids[2]}, {"id": "nope", "importance": 0.2}]),
-            "memories[0]: give content, importance, metadata and/or expires_at to update; memories[1]: id 'nope' is not a memory id; nothing was stored".to_string(),
+            "memories[0]: give content, importance, metadata, expires_at and/or occurred_at to update; memories[1]: id 'nope' is not a memory id; nothing was stored".to_string(),
         ),
     ] {
         let resp = call(

@@ -116,6 +116,9 @@ pub struct Extra {
     pub superseded_by: Option<Uuid>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub superseded_at: Option<i64>,
+    /// When what it says happened (the caller's `occurred_at`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub occurred_at: Option<i64>,
 }
 
 impl Extra {
@@ -124,7 +127,7 @@ impl Extra {
         (self != Self::default()).then_some(self)
     }
 
-    /// `extra` with an update's metadata and expiry changes, if it has any.
+    /// `extra` with an update's metadata, expiry and occurrence time changes, if it has any.
     pub fn amended(
         extra: Option<Extra>,
         amend: Option<&crate::event::MemoryAmend>,
@@ -138,6 +141,9 @@ impl Extra {
         }
         if amend.set_expires_at {
             x.expires_at = amend.expires_at;
+        }
+        if amend.set_occurred_at {
+            x.occurred_at = amend.occurred_at;
         }
         x.or_none()
     }
@@ -165,6 +171,7 @@ impl From<crate::event::MemoryExtra> for Extra {
             expires_at: e.expires_at,
             superseded_by: None,
             superseded_at: None,
+            occurred_at: e.occurred_at,
         }
     }
 }
