@@ -117,7 +117,7 @@ fn batches_create_and_update_all_or_nothing_and_survive_replay() {
     assert_error(&resp, 400, 4000);
     assert_eq!(
         message(&resp),
-        "memories[1]: content is required; memories[2]: unknown memory_type 'opinion' (expected rule, fact or context); memories[3]: must be an object; memories[4]: unknown field 'colour' (allowed: content, memory_type, importance, user_id, agent_id, session_id, metadata, expires_at, resolve); nothing was stored"
+        "memories[1]: content is required; memories[2]: unknown memory_type 'opinion' (expected rule, fact or context); memories[3]: must be an object; memories[4]: unknown field 'colour' (allowed: content, memory_type, importance, user_id, agent_id, session_id, metadata, expires_at, occurred_at, resolve); nothing was stored"
     );
     assert_eq!(total(&s, &key), json!(3));
     for (body, want) in [

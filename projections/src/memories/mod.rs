@@ -52,6 +52,7 @@ mod state;
 mod tenant;
 #[cfg(test)]
 mod tests;
+pub mod when;
 
 use filter::{Filter, Subject};
 use state::State;
@@ -575,7 +576,8 @@ impl Memories {
 
     /// A search in any [`SearchMode`]: `text` is the query for BM25, `vector` its embedding.
     /// Semantic results are what [`Self::search`] returns; keyword results are ranked by BM25;
-    /// hybrid fuses the best [`HYBRID_DEPTH`] (at least `k`) of each by `fusion`. Every result
+    /// hybrid fuses the best [`HYBRID_DEPTH`] (at least `k`) of each by `fusion`, and lifts the
+    /// memories whose `occurred_at` is in a period the query names ([`when`]). Every result
     /// carries its cosine similarity. `min_similarity` bounds the semantic part only.
     #[allow(clippy::too_many_arguments)]
     pub fn search_in_mode<'a>(
@@ -622,7 +624,7 @@ impl Memories {
         // The keyword hits a hybrid search fuses: those the gate lets through.
         let gated: Option<Vec<Uuid>> = (mode == SearchMode::Hybrid)
             .then(|| fusion.keyword_ranking(&keyword, t.keywords.query_weight(text)));
-        let ranked: Vec<(Uuid, f32)> = match (mode, &gated) {
+        let mut ranked: Vec<(Uuid, f32)> = match (mode, &gated) {
             (SearchMode::Semantic, _) => semantic.iter().map(|h| (h.id, h.final_score)).collect(),
             (_, Some(kw)) => {
                 let sem: Vec<Uuid> = semantic.iter().map(|h| h.id).collect();
@@ -630,6 +632,18 @@ impl Memories {
             }
             _ => keyword.clone(),
         };
+        if mode == SearchMode::Hybrid {
+            if let Some(period) = when::named_period(text) {
+                // The memories that say when they happened, in the period the query names.
+                let occurred = |id: &Uuid| state.names.extra(id).and_then(|e| e.occurred_at);
+                when::boost(
+                    &mut ranked,
+                    |id| occurred(id).is_some_and(|t| period.holds(t)),
+                    fusion.k,
+                    when::TIME_WEIGHT,
+                );
+            }
+        }
         let mut out = Vec::with_capacity(k.min(ranked.len()));
         for (id, final_score) in ranked.into_iter().take(k) {
             let Some(m) = state.live(tenant, &id) else {
