@@ -494,4 +494,22 @@ mod tests {
             );
         }
     }
+
+    #[test]
+    fn an_extractions_occurred_at_is_given_to_every_memory_it_finds() {
+        let got = extraction(
+            serde_json::json!({"text": "I adopted a dog.", "user_id": "u",
+            "occurred_at": "2023-05-08T13:56:00+02:00"}),
+        )
+        .expect("checked");
+        assert_eq!(got.extra.occurred_at, Some(1_683_546_960_000_000));
+        assert_eq!(got.extra.user_id.as_deref(), Some("u"));
+        assert_eq!(
+            extraction(serde_json::json!({"text": "t", "occurred_at": "then"})).map(|_| ()),
+            Err(
+                "occurred_at must be an ISO 8601 time such as 2026-01-31T12:00:00Z, got 'then'"
+                    .into()
+            )
+        );
+    }
 }
