@@ -244,7 +244,7 @@ mod tests {
 
     #[test]
     fn the_boost_lifts_what_is_in_the_period_keeping_the_rest_in_order() {
-        let ids: Vec<Uuid> = (1..=4).map(|i| Uuid::from_u128(i)).collect();
+        let ids: Vec<Uuid> = (1..=4).map(Uuid::from_u128).collect();
         let mut ranked: Vec<(Uuid, f32)> = ids
             .iter()
             .zip([0.5, 0.4, 0.3, 0.2])
