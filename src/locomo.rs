@@ -31,6 +31,9 @@ pub struct Turn {
     pub session: u32,
     /// The memory's content.
     pub content: String,
+    /// Its session's date (`session_<n>_date_time`, read as UTC), as RFC 3339: the
+    /// `occurred_at` the eval gives the memory when asked to (`--occurred-at`).
+    pub occurred_at: Option<String>,
 }
 
 /// One question of categories 1-4.
@@ -68,6 +71,13 @@ pub fn memory_content(speaker: &str, text: &str, caption: Option<&str>) -> Strin
         Some(c) if !c.trim().is_empty() => format!("{speaker}: {text} [shares a photo of {c}]"),
         _ => format!("{speaker}: {text}"),
     }
+}
+
+/// A session's `date_time` (`"1:56 pm on 8 May, 2023"`) as RFC 3339 (UTC: the data names no
+/// zone); `None` when it is not in that form.
+pub fn session_time(raw: &str) -> Option<String> {
+    let t = chrono::NaiveDateTime::parse_from_str(raw.trim(), "%I:%M %P on %d %B, %Y").ok()?;
+    Some(t.and_utc().format("%Y-%m-%dT%H:%M:%SZ").to_string())
 }
 
 /// The turn ids of a question's `evidence`: a few entries hold several (`"D8:6; D9:17"`), so
@@ -133,7 +143,7 @@ pub fn parse(text: &str) -> Result<Vec<Conversation>> {
     let mut out = Vec::with_capacity(samples.len());
     for s in samples {
         // Sessions in their number's order (`session_2` before `session_10`).
-        let mut sessions: Vec<(u32, Vec<RawTurn>)> = Vec::new();
+        let mut sessions: Vec<(u32, Vec<RawTurn>, Option<String>)> = Vec::new();
         for (key, value) in &s.conversation {
             let Some(n) = key
                 .strip_prefix("session_")
@@ -143,16 +153,22 @@ pub fn parse(text: &str) -> Result<Vec<Conversation>> {
             };
             let turns: Vec<RawTurn> = serde_json::from_value(value.clone())
                 .with_context(|| format!("{}: {key}", s.sample_id))?;
-            sessions.push((n, turns));
+            let date = s
+                .conversation
+                .get(&format!("session_{n}_date_time"))
+                .and_then(Value::as_str)
+                .and_then(session_time);
+            sessions.push((n, turns, date));
         }
-        sessions.sort_by_key(|(n, _)| *n);
+        sessions.sort_by_key(|(n, _, _)| *n);
         let turns = sessions
             .into_iter()
-            .flat_map(|(n, turns)| {
+            .flat_map(|(n, turns, date)| {
                 turns.into_iter().map(move |t| Turn {
                     content: memory_content(&t.speaker, &t.text, t.blip_caption.as_deref()),
                     dia_id: t.dia_id,
                     session: n,
+                    occurred_at: date.clone(),
                 })
             })
             .collect::<Vec<_>>();
@@ -301,12 +317,14 @@ mod tests {
                 Turn {
                     dia_id: "D2:1".into(),
                     session: 2,
-                    content: "A: hi [shares a photo of a cat]".into()
+                    content: "A: hi [shares a photo of a cat]".into(),
+                    occurred_at: Some("2023-05-08T13:56:00Z".into()),
                 },
                 Turn {
                     dia_id: "D10:1".into(),
                     session: 10,
-                    content: "B: late".into()
+                    content: "B: late".into(),
+                    occurred_at: None,
                 }
             ]
         );

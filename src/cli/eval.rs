@@ -86,6 +86,10 @@ pub struct LocomoArgs {
     /// keyword list's weight).
     #[arg(long)]
     pub tune: bool,
+    /// Give each turn its session's date as `occurred_at` (the README's measure does not:
+    /// this measures what a caller who gives the date gets).
+    #[arg(long)]
+    pub occurred_at: bool,
     /// Print the figures as JSON instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -144,8 +148,12 @@ fn locomo_run(a: LocomoArgs) -> Result<ExitCode> {
             let items: Vec<Value> = chunk
                 .iter()
                 .map(|t| {
-                    json!({"content": t.content, "memory_type": "context", "user_id": c.id,
-                        "metadata": {"dia_id": t.dia_id, "session": t.session}})
+                    let mut item = json!({"content": t.content, "memory_type": "context",
+                        "user_id": c.id, "metadata": {"dia_id": t.dia_id, "session": t.session}});
+                    if let (true, Some(at)) = (a.occurred_at, &t.occurred_at) {
+                        item["occurred_at"] = json!(at);
+                    }
+                    item
                 })
                 .collect();
             let data = api.post("/v1/memories/batch", json!({ "memories": items }))?;

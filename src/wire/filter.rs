@@ -25,7 +25,7 @@ pub const MAX_CONDITIONS: usize = 100;
 /// Characters of a `metadata.<key>` key at most.
 const MAX_KEY_CHARS: usize = 64;
 
-const FIELDS: &str = "user_id, agent_id, session_id, memory_type, importance, created_at, updated_at or metadata.<key>";
+const FIELDS: &str = "user_id, agent_id, session_id, memory_type, importance, created_at, updated_at, occurred_at or metadata.<key>";
 
 /// `filters` read from its JSON, or the refusal naming the offending part's path.
 pub fn parse_filter(raw: &Value) -> Result<Filter, Invalid> {
@@ -106,6 +106,7 @@ fn field_of(name: &str, path: &str) -> Result<FilterField, Invalid> {
         "importance" => FilterField::Importance,
         "created_at" => FilterField::CreatedAt,
         "updated_at" => FilterField::UpdatedAt,
+        "occurred_at" => FilterField::OccurredAt,
         _ => match name.strip_prefix("metadata.") {
             Some(key) if !key.is_empty() && key.chars().count() <= MAX_KEY_CHARS => {
                 FilterField::Metadata(key.to_string())
@@ -248,7 +249,7 @@ fn operand(field: &FilterField, op: FilterOp, v: &Value, path: &str) -> Result<V
                 _ => Err(refuse(path, "must be a number from 0.0 to 1.0")),
             }
         }
-        FilterField::CreatedAt | FilterField::UpdatedAt => {
+        FilterField::CreatedAt | FilterField::UpdatedAt | FilterField::OccurredAt => {
             if op == FilterOp::Contains {
                 return Err(refuse(
                     path,

@@ -388,7 +388,7 @@ try {
   await page.locator("#search-filters").fill('{"owner": "alice"}');
   await page.locator("#search-go").click();
   await page.locator("#search-results .error").waitFor();
-  eq(await text("#search-results .error"), "Error 400 · code 4000: filters.owner: unknown field; filter on user_id, agent_id, session_id, memory_type, importance, created_at, updated_at or metadata.<key>, or AND, OR, NOT", "a malformed filter's API error");
+  eq(await text("#search-results .error"), "Error 400 · code 4000: filters.owner: unknown field; filter on user_id, agent_id, session_id, memory_type, importance, created_at, updated_at, occurred_at or metadata.<key>, or AND, OR, NOT", "a malformed filter's API error");
   // Not JSON: said here, nothing sent.
   const notJson = '{"user_id": ';
   await page.locator("#search-filters").fill(notJson);

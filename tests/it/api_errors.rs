@@ -511,7 +511,7 @@ fn an_unknown_query_parameter_is_refused_naming_it() {
             }),
         )
     };
-    let memories = "memory_type, page, page_size, user_id, agent_id, session_id, as_of";
+    let memories = "memory_type, page, page_size, user_id, agent_id, session_id, occurred_after, occurred_before, as_of";
     let logs = "start_time, end_time, action, page, page_size, cursor";
     assert_eq!(
         s.get("/v1/memories?type=fact", &key),

@@ -3,6 +3,10 @@
 //! its questions asked in every search mode, and the recall figures it prints pinned (the data,
 //! the model and the search are deterministic).
 //!
+//! A second slice, conv-41 (663 turns, 152 questions; 25 name a date), is stored with each turn's
+//! session date as `occurred_at` (`--occurred-at`), and its default search's figures pinned
+//! above the same slice's without dates: what a query naming a date gains from them.
+//!
 //! The data is licensed CC BY-NC 4.0 and lives outside the repository, beside it:
 //! `../shared/data/locomo/locomo-dev.json` from the repository root, or the file
 //! `AUDITMEM_LOCOMO_DATA` names. A clone without it (a fresh clone in an empty directory)
@@ -81,6 +85,61 @@ fn locomo_slice_recall_per_mode_is_what_the_search_gives() {
         );
     }
 }
+
+#[test]
+fn locomo_slice_with_session_dates_lifts_the_questions_naming_a_date() {
+    let Some(path) = data() else {
+        eprintln!("skipped: no LoCoMo data beside the repository: nothing to measure");
+        return;
+    };
+    let path = path.to_string_lossy().to_string();
+    let (code, out, err) = cli(
+        &[
+            "eval",
+            "locomo",
+            "--data",
+            &path,
+            "--conversation",
+            "conv-41",
+            "--modes",
+            "default",
+            "--occurred-at",
+            "--json",
+        ],
+        &[],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("[locomo] stored 663 turns"), "{err}");
+    let report: Value = serde_json::from_str(&out).expect("JSON report");
+    let got = rows(&report);
+    assert_eq!(got.len(), DATED.len(), "{got:?}");
+    for (g, w) in got.iter().zip(DATED) {
+        let close = |a: f64, b: f64| (a - b).abs() < 5e-4;
+        assert!(
+            g.0 == w.0 && g.1 == w.1 && g.2 == w.2 && close(g.3, w.3) && close(g.4, w.4),
+            "got {g:?}, want {w:?}; all: {got:?}"
+        );
+    }
+    // Without `--occurred-at` (measured once, the same command without the flag) the default
+    // search's overall figures on this slice are lower.
+    let overall = got.iter().find(|r| r.1 == "overall").expect("overall");
+    assert!(
+        overall.3 > UNDATED_OVERALL.0 && overall.4 > UNDATED_OVERALL.1,
+        "{overall:?}"
+    );
+}
+
+/// conv-41 with dates, default search (mode, category, questions, r@5, r@10).
+const DATED: [(&str, &str, u64, f64, f64); 5] = [
+    ("default", "1 multi-hop", 31, 0.4043, 0.5613),
+    ("default", "2 temporal", 27, 0.7407, 0.8148),
+    ("default", "3 open-domain", 8, 0.1250, 0.1563),
+    ("default", "4 single-hop", 86, 0.6744, 0.8256),
+    ("default", "overall", 152, 0.6022, 0.7345),
+];
+
+/// conv-41 without dates, default search: overall (r@5, r@10).
+const UNDATED_OVERALL: (f64, f64) = (0.5890, 0.7082);
 
 /// The figures of conv-30 (mode, category, questions, r@5, r@10).
 const EXPECTED: [(&str, &str, u64, f64, f64); 16] = [

@@ -46,6 +46,7 @@ mod memory_api;
 mod memory_as_of;
 mod memory_batch;
 mod memory_hybrid;
+mod memory_occurred;
 mod memory_resolve;
 mod memory_scopes;
 mod memory_sealed;

@@ -117,7 +117,7 @@ fn batches_create_and_update_all_or_nothing_and_survive_replay() {
     assert_error(&resp, 400, 4000);
     assert_eq!(
         message(&resp),
-        "memories[1]: content is required; memories[2]: unknown memory_type 'opinion' (expected rule, fact or context); memories[3]: must be an object; memories[4]: unknown field 'colour' (allowed: content, memory_type, importance, user_id, agent_id, session_id, metadata, expires_at, resolve); nothing was stored"
+        "memories[1]: content is required; memories[2]: unknown memory_type 'opinion' (expected rule, fact or context); memories[3]: must be an object; memories[4]: unknown field 'colour' (allowed: content, memory_type, importance, user_id, agent_id, session_id, metadata, expires_at, occurred_at, resolve); nothing was stored"
     );
     assert_eq!(total(&s, &key), json!(3));
     for (body, want) in [
@@ -248,7 +248,7 @@ fn batches_create_and_update_all_or_nothing_and_survive_replay() {
         ),
         (
             json!([{"id": ids[2]}, {"id": "nope", "importance": 0.2}]),
-            "memories[0]: give content, importance, metadata and/or expires_at to update; memories[1]: id 'nope' is not a memory id; nothing was stored".to_string(),
+            "memories[0]: give content, importance, metadata, expires_at and/or occurred_at to update; memories[1]: id 'nope' is not a memory id; nothing was stored".to_string(),
         ),
     ] {
         let resp = call(

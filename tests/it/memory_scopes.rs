@@ -228,7 +228,7 @@ fn scoped_memories_are_filtered_expire_and_survive_replay() {
     assert_eq!(query(&s, &key, json!({}))["total"], json!(4));
     for (body, want) in [
         (json!({"filters": {"AND": [{"user_id": "alice"}, {"importance": {"gte": "high"}}]}}), "filters.AND[1].importance.gte: must be a number from 0.0 to 1.0"),
-        (json!({"filters": {"owner": "alice"}}), "filters.owner: unknown field; filter on user_id, agent_id, session_id, memory_type, importance, created_at, updated_at or metadata.<key>, or AND, OR, NOT"),
+        (json!({"filters": {"owner": "alice"}}), "filters.owner: unknown field; filter on user_id, agent_id, session_id, memory_type, importance, created_at, updated_at, occurred_at or metadata.<key>, or AND, OR, NOT"),
         (json!({"filters": {"user_id": {"gt": "a"}}}), "filters.user_id.gt: this field takes eq, ne, in, nin or contains"),
         (json!({"filters": []}), "filters: must be an object"),
         (json!({"filters": {"user_id": "a"}, "include_superseded": "yes"}), "include_superseded must be a boolean"),
@@ -313,7 +313,7 @@ fn scoped_memories_are_filtered_expire_and_survive_replay() {
     assert_error(&resp, 400, 4000);
     assert_eq!(
         message(&resp),
-        "give content, importance, metadata and/or expires_at to update"
+        "give content, importance, metadata, expires_at and/or occurred_at to update"
     );
 
     // Another tenant with the same user ids sees none of it

@@ -97,14 +97,16 @@ fn memory_extra() -> impl Strategy<Value = MemoryExtra> {
         option::of(text()),
         option::of(text()),
         option::of(any::<i64>()),
+        option::of(any::<i64>()),
     )
         .prop_map(
-            |(user_id, agent_id, session_id, metadata, expires_at)| MemoryExtra {
+            |(user_id, agent_id, session_id, metadata, expires_at, occurred_at)| MemoryExtra {
                 user_id,
                 agent_id,
                 session_id,
                 metadata,
                 expires_at,
+                occurred_at,
             },
         )
 }
@@ -334,15 +336,26 @@ fn event() -> impl Strategy<Value = Event> {
                     any::<bool>(),
                     option::of(text()),
                     any::<bool>(),
+                    option::of(any::<i64>()),
+                    any::<bool>(),
                     option::of(any::<i64>())
                 )
                     .prop_map(
-                        |(set_metadata, metadata, set_expires_at, expires_at)| {
+                        |(
+                            set_metadata,
+                            metadata,
+                            set_expires_at,
+                            expires_at,
+                            set_occurred_at,
+                            occurred_at,
+                        )| {
                             MemoryAmend {
                                 set_metadata,
                                 metadata,
                                 set_expires_at,
                                 expires_at,
+                                set_occurred_at,
+                                occurred_at,
                             }
                         }
                     )

@@ -181,6 +181,10 @@ pub struct MemoryExtra {
     /// When the memory stops being answered (µs since the epoch).
     #[serde(default)]
     pub expires_at: Option<i64>,
+    /// When what the memory says happened or was said (µs since the epoch), as the caller
+    /// gave it: a conversation turn's time, not the time it was stored.
+    #[serde(default)]
+    pub occurred_at: Option<i64>,
 }
 
 impl MemoryExtra {
@@ -190,7 +194,7 @@ impl MemoryExtra {
     }
 }
 
-/// An update's changes to metadata and expiry: each is set (to a value or cleared) only when
+/// An update's changes to metadata, expiry and occurrence time: each is set (to a value or cleared) only when
 /// its flag says so (an `Option<Option<_>>` would not survive the positional encoding).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct MemoryAmend {
@@ -202,6 +206,10 @@ pub struct MemoryAmend {
     pub set_expires_at: bool,
     #[serde(default)]
     pub expires_at: Option<i64>,
+    #[serde(default)]
+    pub set_occurred_at: bool,
+    #[serde(default)]
+    pub occurred_at: Option<i64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

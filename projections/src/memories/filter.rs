@@ -21,6 +21,8 @@ pub enum FilterField {
     Importance,
     CreatedAt,
     UpdatedAt,
+    /// The caller's `occurred_at`; a memory without one matches no comparison.
+    OccurredAt,
     /// `metadata.<key>`: a top-level key of the metadata object.
     Metadata(String),
 }
@@ -113,6 +115,7 @@ fn field_value(field: &FilterField, m: &Subject<'_>) -> Option<Value> {
         FilterField::Importance => serde_json::Number::from_f64(m.importance).map(Value::Number),
         FilterField::CreatedAt => Some(Value::from(m.created_at)),
         FilterField::UpdatedAt => Some(Value::from(m.updated_at)),
+        FilterField::OccurredAt => m.extra.and_then(|e| e.occurred_at).map(Value::from),
         FilterField::Metadata(key) => m.metadata.and_then(|md| md.get(key)).cloned(),
     }
 }
@@ -173,6 +176,7 @@ mod tests {
     fn conditions_and_their_negations() {
         let extra = Extra {
             user_id: Some("alice".into()),
+            occurred_at: Some(500),
             ..Extra::default()
         };
         let md = json!({"topic": "billing", "tags": ["vip", "eu"], "score": 3});
@@ -198,6 +202,8 @@ mod tests {
         assert!(!t(cond(Importance, Gt, json!(0.7))));
         assert!(t(cond(CreatedAt, Lt, json!(1_001))));
         assert!(t(cond(UpdatedAt, Lte, json!(2_000))));
+        assert!(t(cond(OccurredAt, Gte, json!(500))));
+        assert!(!t(cond(OccurredAt, Lt, json!(500))));
         assert!(t(cond(Metadata("topic".into()), Contains, json!("BILL"))));
         assert!(t(cond(Metadata("tags".into()), Contains, json!("eu"))));
         assert!(t(cond(Metadata("score".into()), Eq, json!(3.0))));

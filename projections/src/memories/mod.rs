@@ -52,6 +52,7 @@ mod state;
 mod tenant;
 #[cfg(test)]
 mod tests;
+pub mod when;
 
 use filter::{Filter, Subject};
 use state::State;
@@ -116,6 +117,9 @@ pub struct Extra {
     pub superseded_by: Option<Uuid>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub superseded_at: Option<i64>,
+    /// When what it says happened (the caller's `occurred_at`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub occurred_at: Option<i64>,
 }
 
 impl Extra {
@@ -124,7 +128,7 @@ impl Extra {
         (self != Self::default()).then_some(self)
     }
 
-    /// `extra` with an update's metadata and expiry changes, if it has any.
+    /// `extra` with an update's metadata, expiry and occurrence time changes, if it has any.
     pub fn amended(
         extra: Option<Extra>,
         amend: Option<&crate::event::MemoryAmend>,
@@ -138,6 +142,9 @@ impl Extra {
         }
         if amend.set_expires_at {
             x.expires_at = amend.expires_at;
+        }
+        if amend.set_occurred_at {
+            x.occurred_at = amend.occurred_at;
         }
         x.or_none()
     }
@@ -165,6 +172,7 @@ impl From<crate::event::MemoryExtra> for Extra {
             expires_at: e.expires_at,
             superseded_by: None,
             superseded_at: None,
+            occurred_at: e.occurred_at,
         }
     }
 }
@@ -568,7 +576,8 @@ impl Memories {
 
     /// A search in any [`SearchMode`]: `text` is the query for BM25, `vector` its embedding.
     /// Semantic results are what [`Self::search`] returns; keyword results are ranked by BM25;
-    /// hybrid fuses the best [`HYBRID_DEPTH`] (at least `k`) of each by `fusion`. Every result
+    /// hybrid fuses the best [`HYBRID_DEPTH`] (at least `k`) of each by `fusion`, and lifts the
+    /// memories whose `occurred_at` is in a period the query names ([`when`]). Every result
     /// carries its cosine similarity. `min_similarity` bounds the semantic part only.
     #[allow(clippy::too_many_arguments)]
     pub fn search_in_mode<'a>(
@@ -615,7 +624,7 @@ impl Memories {
         // The keyword hits a hybrid search fuses: those the gate lets through.
         let gated: Option<Vec<Uuid>> = (mode == SearchMode::Hybrid)
             .then(|| fusion.keyword_ranking(&keyword, t.keywords.query_weight(text)));
-        let ranked: Vec<(Uuid, f32)> = match (mode, &gated) {
+        let mut ranked: Vec<(Uuid, f32)> = match (mode, &gated) {
             (SearchMode::Semantic, _) => semantic.iter().map(|h| (h.id, h.final_score)).collect(),
             (_, Some(kw)) => {
                 let sem: Vec<Uuid> = semantic.iter().map(|h| h.id).collect();
@@ -623,6 +632,18 @@ impl Memories {
             }
             _ => keyword.clone(),
         };
+        if mode == SearchMode::Hybrid {
+            if let Some(period) = when::named_period(text) {
+                // The memories that say when they happened, in the period the query names.
+                let occurred = |id: &Uuid| state.names.extra(id).and_then(|e| e.occurred_at);
+                when::boost(
+                    &mut ranked,
+                    |id| occurred(id).is_some_and(|t| period.holds(t)),
+                    fusion.k,
+                    when::TIME_WEIGHT,
+                );
+            }
+        }
         let mut out = Vec::with_capacity(k.min(ranked.len()));
         for (id, final_score) in ranked.into_iter().take(k) {
             let Some(m) = state.live(tenant, &id) else {

@@ -42,6 +42,7 @@ fn version(
         session_id: None,
         metadata: None,
         expires_at: None,
+        occurred_at: None,
         superseded_by: None,
         erased: false,
     };
@@ -65,6 +66,7 @@ fn version(
                     session_id: x.session_id,
                     metadata: Some(serde_json::Value::Null),
                     expires_at: x.expires_at.map(|t| Some(Time(t))),
+                    occurred_at: x.occurred_at.map(|t| Some(Time(t))),
                     erased: true,
                     ..blank("created")
                 }));
@@ -83,6 +85,7 @@ fn version(
                     .then(|| metadata(&x.metadata))
                     .flatten(),
                 expires_at: x.expires_at.map(|t| Some(Time(t))),
+                occurred_at: x.occurred_at.map(|t| Some(Time(t))),
                 ..blank("created")
             }
         }
@@ -94,6 +97,7 @@ fn version(
                     importance: Some(e.importance),
                     metadata: Some(serde_json::Value::Null),
                     expires_at: a.set_expires_at.then_some(a.expires_at.map(Time)),
+                    occurred_at: a.set_occurred_at.then_some(a.occurred_at.map(Time)),
                     erased: true,
                     ..blank("updated")
                 }));
@@ -104,6 +108,7 @@ fn version(
                 importance: Some(e.importance),
                 metadata: a.set_metadata.then(|| metadata(&a.metadata)).flatten(),
                 expires_at: a.set_expires_at.then_some(a.expires_at.map(Time)),
+                occurred_at: a.set_occurred_at.then_some(a.occurred_at.map(Time)),
                 ..blank("updated")
             }
         }

@@ -198,6 +198,7 @@ mod tests {
                     metadata: None,
                     set_expires_at: true,
                     expires_at: Some(NOON + 86_400_000_000),
+                    ..MemoryAmend::default()
                 }),
                 sealed: None,
             }),

@@ -12,6 +12,7 @@ use crate::command::{Context, Decision, Refusal};
 use crate::wire::memory::{
     json_of, shown_score, AuditedHit, Search, SearchExplain, SearchResult, SearchResults,
 };
+use crate::wire::time::Time;
 
 /// The lowest similarity whose shown value is at least `min`: the scan's threshold, so that
 /// search keeps exactly the results whose shown `score` meets `min_similarity` (a score given
@@ -118,6 +119,7 @@ pub fn search_in(
                 agent_id: x.agent_id,
                 session_id: x.session_id,
                 metadata,
+                occurred_at: x.occurred_at.map(Time),
                 superseded_by: x.superseded_by,
             }
         })

@@ -302,6 +302,7 @@ mod tests {
                     metadata: None,
                     set_expires_at: true,
                     expires_at: None,
+                    ..MemoryAmend::default()
                 }),
                 sealed: None,
             })]

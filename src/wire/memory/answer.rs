@@ -34,6 +34,10 @@ pub struct Memory {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<String>)]
     pub expires_at: Option<Time>,
+    /// When what it says happened or was said, as the caller gave it; absent when not given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>)]
+    pub occurred_at: Option<Time>,
     /// The newer memory that contradicted this one.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<String>)]
@@ -78,6 +82,7 @@ impl From<MemoryView> for Memory {
             session_id: x.session_id,
             metadata,
             expires_at: x.expires_at.map(Time),
+            occurred_at: x.occurred_at.map(Time),
             superseded_by: x.superseded_by,
             superseded_at: x.superseded_at.map(Time),
             resolution: None,

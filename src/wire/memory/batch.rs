@@ -11,7 +11,7 @@ use utoipa::{PartialSchema, ToSchema};
 use uuid::Uuid;
 
 use super::answer::Memory;
-use super::fields::{typed, Content, ExpiresAt, Filters, Importance, Metadata};
+use super::fields::{typed, Content, ExpiresAt, Filters, Importance, Metadata, OccurredAt};
 use super::write::{
     memory_type_required, MemoryCreateRequest, MemoryUpdate, MemoryUpdateRequest, NewMemory,
 };
@@ -63,6 +63,9 @@ pub struct MemoryBatchUpdateItem {
     #[serde(default, deserialize_with = "present")]
     #[schema(inline)]
     pub expires_at: Option<Field<ExpiresAt>>,
+    #[serde(default, deserialize_with = "present")]
+    #[schema(inline)]
+    pub occurred_at: Option<Field<OccurredAt>>,
 }
 
 /// A batch update's item whose shape is checked; its values are checked once its memory is
@@ -240,6 +243,7 @@ impl Body for MemoryBatchUpdateItem {
             importance: self.importance,
             metadata: self.metadata,
             expires_at: self.expires_at,
+            occurred_at: self.occurred_at,
         };
         Ok(BatchUpdate {
             id,

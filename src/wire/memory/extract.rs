@@ -10,7 +10,7 @@ use utoipa::{PartialSchema, ToSchema};
 use uuid::Uuid;
 
 use super::answer::{json_of, Memory};
-use super::fields::{extra_of, typed, AgentId, Metadata, Resolve, SessionId, UserId};
+use super::fields::{extra_of, typed, AgentId, Metadata, OccurredAt, Resolve, SessionId, UserId};
 use crate::extract::{ChatMessage, ChatRole, ExtractInput};
 use crate::wire::envelope::Payload;
 use crate::wire::field::{optional, Check, Field, Invalid, NOT_BLANK};
@@ -246,6 +246,9 @@ pub struct ExtractRequest {
     pub session_id: Option<Field<SessionId>>,
     #[schema(inline)]
     pub metadata: Option<Field<Metadata>>,
+    /// ISO 8601: when the conversation or text took place, given to every memory extracted.
+    #[schema(inline)]
+    pub occurred_at: Option<Field<OccurredAt>>,
     /// Default false. True: each memory found supersedes the stored ones of its scope it
     /// contradicts, and one equal in meaning to a stored one is skipped (`skipped`).
     #[schema(inline)]
@@ -258,7 +261,7 @@ pub struct ExtractRequest {
 pub struct Extraction {
     pub deduplicate: bool,
     pub resolve: bool,
-    /// Scope and metadata every memory extracted is given.
+    /// Scope, metadata and occurrence time every memory extracted is given.
     pub extra: MemoryExtra,
     pub input: ExtractInput,
     /// The messages not read (an unknown role), answered as `skipped_messages`.
@@ -286,6 +289,7 @@ impl Body for ExtractRequest {
             self.session_id,
             self.metadata,
             None,
+            self.occurred_at,
         )?;
         let mut skipped_messages = Vec::new();
         let (input, input_value, input_text) = match (self.messages, self.text) {
@@ -489,5 +493,23 @@ mod tests {
                 "{messages}"
             );
         }
+    }
+
+    #[test]
+    fn an_extractions_occurred_at_is_given_to_every_memory_it_finds() {
+        let got = extraction(
+            serde_json::json!({"text": "I adopted a dog.", "user_id": "u",
+            "occurred_at": "2023-05-08T13:56:00+02:00"}),
+        )
+        .expect("checked");
+        assert_eq!(got.extra.occurred_at, Some(1_683_546_960_000_000));
+        assert_eq!(got.extra.user_id.as_deref(), Some("u"));
+        assert_eq!(
+            extraction(serde_json::json!({"text": "t", "occurred_at": "then"})).map(|_| ()),
+            Err(
+                "occurred_at must be an ISO 8601 time such as 2026-01-31T12:00:00Z, got 'then'"
+                    .into()
+            )
+        );
     }
 }

@@ -262,6 +262,34 @@ impl PartialSchema for ExpiresAt {
 
 impl ToSchema for ExpiresAt {}
 
+/// When what a memory says happened or was said: an ISO 8601 time, past or future; `null`
+/// (where an update takes it) clears it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct OccurredAt(pub Option<i64>);
+
+impl Check for OccurredAt {
+    type Raw = Value;
+
+    fn check(raw: Value) -> Result<Self, Invalid> {
+        match raw {
+            Value::Null => Ok(OccurredAt(None)),
+            Value::String(s) => parse_time("occurred_at", &s).map(|t| OccurredAt(Some(t))),
+            _ => Err(Invalid::new(
+                "occurred_at must be an ISO 8601 time such as 2026-01-31T12:00:00Z, or null",
+            )),
+        }
+    }
+}
+
+/// A string: ISO 8601 in more forms than the `date-time` format names, so none is claimed.
+impl PartialSchema for OccurredAt {
+    fn schema() -> RefOr<Schema> {
+        typed(Type::String).into()
+    }
+}
+
+impl ToSchema for OccurredAt {}
+
 /// `filters`: see [`crate::wire::filter`].
 #[derive(Clone, Debug, PartialEq)]
 pub struct Filters(pub Filter);
@@ -314,14 +342,15 @@ flag_field!(IncludeSuperseded, "include_superseded");
 flag_field!(Explain, "explain");
 flag_field!(Resolve, "resolve");
 
-/// The scope and metadata fields a create, a batch item and an extraction share, checked in
-/// this order.
+/// The scope, metadata and time fields a create, a batch item and an extraction share,
+/// checked in this order.
 pub(super) fn extra_of(
     user_id: Option<Field<UserId>>,
     agent_id: Option<Field<AgentId>>,
     session_id: Option<Field<SessionId>>,
     metadata: Option<Field<Metadata>>,
     expires_at: Option<Field<ExpiresAt>>,
+    occurred_at: Option<Field<OccurredAt>>,
 ) -> Result<MemoryExtra, Invalid> {
     Ok(MemoryExtra {
         user_id: optional(user_id)?.map(|v| v.0),
@@ -329,5 +358,6 @@ pub(super) fn extra_of(
         session_id: optional(session_id)?.map(|v| v.0),
         metadata: optional(metadata)?.and_then(|m| m.0),
         expires_at: optional(expires_at)?.and_then(|e| e.0),
+        occurred_at: optional(occurred_at)?.and_then(|o| o.0),
     })
 }

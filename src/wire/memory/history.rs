@@ -48,6 +48,10 @@ pub struct MemoryVersion {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<String>)]
     pub expires_at: Option<Option<Time>>,
+    /// The occurrence time set (created, updated; null when an update cleared it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>)]
+    pub occurred_at: Option<Option<Time>>,
     /// The newer memory that superseded it (superseded).
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<String>)]

@@ -2,7 +2,7 @@
 
 use std::borrow::Cow;
 
-use auditmem_projections::memories::filter::Filter;
+use auditmem_projections::memories::filter::{Filter, FilterField, FilterOp, Operand};
 use auditmem_projections::MemoryType;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -17,6 +17,7 @@ use crate::wire::envelope::Payload;
 use crate::wire::field::{optional, Check, Field, Invalid};
 use crate::wire::filter::parse_filter;
 use crate::wire::query::{self, Page, PageSize, Paging};
+use crate::wire::time::parse_time;
 use crate::wire::{unknown_field_named, Body, Params, Refusal};
 
 /// The memory list's page size: default 20, at most 100 (larger is clamped).
@@ -106,10 +107,46 @@ pub struct MemoryListQuery {
     /// only the memories of this session
     #[param(inline)]
     session_id: Option<Field<SessionId>>,
+    /// only the memories whose occurred_at is at or after this ISO 8601 time
+    #[param(inline)]
+    occurred_after: Option<Field<OccurredAfter>>,
+    /// only the memories whose occurred_at is before this ISO 8601 time
+    #[param(inline)]
+    occurred_before: Option<Field<OccurredBefore>>,
     /// a log position, or an RFC 3339 time: the page as the store stood then
     #[param(inline)]
     as_of: Option<Field<AsOf>>,
 }
+
+/// A bound of the list's `occurred_at` range, in µs; its refusal names the parameter.
+macro_rules! occurred_bound {
+    ($name:ident, $field:literal) => {
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        pub struct $name(pub i64);
+
+        impl Check for $name {
+            type Raw = String;
+
+            fn check(raw: String) -> Result<Self, Invalid> {
+                parse_time($field, &raw).map($name)
+            }
+        }
+
+        /// A string: ISO 8601 in more forms than the `date-time` format names.
+        impl PartialSchema for $name {
+            fn schema() -> RefOr<Schema> {
+                utoipa::openapi::schema::ObjectBuilder::new()
+                    .schema_type(utoipa::openapi::schema::Type::String)
+                    .into()
+            }
+        }
+
+        impl ToSchema for $name {}
+    };
+}
+
+occurred_bound!(OccurredAfter, "occurred_after");
+occurred_bound!(OccurredBefore, "occurred_before");
 
 /// The list's `memory_type`: a memory type, or nothing when left empty.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -166,9 +203,28 @@ impl Params for MemoryListQuery {
                 scopes.insert(name.into(), Value::String(v));
             }
         }
-        let filter = (!scopes.is_empty())
+        let mut conds: Vec<Filter> = (!scopes.is_empty())
             .then(|| parse_filter(&Value::Object(scopes)))
-            .transpose()?;
+            .transpose()?
+            .into_iter()
+            .collect();
+        for (op, at) in [
+            (FilterOp::Gte, optional(self.occurred_after)?.map(|t| t.0)),
+            (FilterOp::Lt, optional(self.occurred_before)?.map(|t| t.0)),
+        ] {
+            if let Some(at) = at {
+                conds.push(Filter::Cond {
+                    field: FilterField::OccurredAt,
+                    op,
+                    operand: Operand::One(Value::from(at)),
+                });
+            }
+        }
+        let filter = match conds.len() {
+            0 => None,
+            1 => conds.pop(),
+            _ => Some(Filter::And(conds)),
+        };
         let as_of = optional(self.as_of)?;
         Ok(MemoryListing {
             paging,

@@ -16,6 +16,7 @@ use super::fields::{double, int64, trimmed_text, Explain, Filters, IncludeSupers
 use crate::extract::MAX_CONTENT_CHARS;
 use crate::wire::envelope::Payload;
 use crate::wire::field::{optional, required, whole_number, Check, Field, Invalid};
+use crate::wire::time::Time;
 use crate::wire::{empty_refused, unknown_field_named, Body, Refusal};
 
 /// Search's result count: default 5, 1 to 100.
@@ -300,6 +301,10 @@ pub struct SearchResult {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
     pub metadata: Option<Value>,
+    /// When what it says happened, as the caller gave it (`occurred_at`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>)]
+    pub occurred_at: Option<Time>,
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<String>)]
     pub superseded_by: Option<Uuid>,

@@ -5,7 +5,8 @@ use serde::Deserialize;
 use utoipa::ToSchema;
 
 use super::fields::{
-    extra_of, AgentId, Content, ExpiresAt, Importance, Metadata, Resolve, SessionId, UserId,
+    extra_of, AgentId, Content, ExpiresAt, Importance, Metadata, OccurredAt, Resolve, SessionId,
+    UserId,
 };
 use crate::wire::field::{optional, present, required, Field, Invalid};
 use crate::wire::{empty_refused, unknown_field_named, Body, Refusal};
@@ -37,6 +38,11 @@ pub struct MemoryCreateRequest {
     /// ISO 8601, in the future: from then on the memory is gone from get, list and search.
     #[schema(inline)]
     pub expires_at: Option<Field<ExpiresAt>>,
+    /// ISO 8601, past or future: when what the memory says happened or was said (a
+    /// conversation turn's time). Shown in answers, filtered on as `occurred_at`, and matched
+    /// by a hybrid search whose query names a date (docs/SEARCH.md).
+    #[schema(inline)]
+    pub occurred_at: Option<Field<OccurredAt>>,
     /// Default false. True: a stored memory of the same scope this one contradicts is
     /// superseded by it, and if one equal in meaning is stored this one is not (see
     /// `resolution` in the answer). Not taken by batches.
@@ -50,7 +56,7 @@ pub struct NewMemory {
     pub content: String,
     pub memory_type: MemoryType,
     pub importance: f64,
-    /// Scope, metadata and expiry (all empty when none was given).
+    /// Scope, metadata, expiry and occurrence time (all empty when none was given).
     pub extra: MemoryExtra,
     /// Whether contradictions and duplicates are resolved on create.
     pub resolve: bool,
@@ -81,6 +87,7 @@ impl Body for MemoryCreateRequest {
                 self.session_id,
                 self.metadata,
                 self.expires_at,
+                self.occurred_at,
             )?,
             resolve: optional(self.resolve)?.is_some_and(|r| r.0),
         })
@@ -94,11 +101,11 @@ pub(super) fn memory_type_required(
 }
 
 /// `PATCH /v1/memories/{id}`: at least one field; content and importance may not be null,
-/// metadata and expires_at null clears them.
+/// metadata, expires_at and occurred_at null clears them.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 #[schema(
-    description = "At least one field; content and importance may not be null; metadata and expires_at null clears them."
+    description = "At least one field; content and importance may not be null; metadata, expires_at and occurred_at null clears them."
 )]
 pub struct MemoryUpdateRequest {
     /// 1 to 10,000 characters after trimming.
@@ -117,6 +124,10 @@ pub struct MemoryUpdateRequest {
     #[serde(default, deserialize_with = "present")]
     #[schema(inline)]
     pub expires_at: Option<Field<ExpiresAt>>,
+    /// ISO 8601, past or future; null clears it.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(inline)]
+    pub occurred_at: Option<Field<OccurredAt>>,
 }
 
 /// An update whose shape is checked: at least one field. Its values are checked after the
@@ -130,7 +141,7 @@ pub struct MemoryUpdate(MemoryUpdateRequest);
 pub struct Changes {
     pub content: Option<String>,
     pub importance: Option<f64>,
-    /// Metadata and expiry changes, when it asks for any.
+    /// Metadata, expiry and occurrence time changes, when it asks for any.
     pub amend: Option<MemoryAmend>,
 }
 
@@ -150,9 +161,10 @@ impl Body for MemoryUpdateRequest {
             && self.importance.is_none()
             && self.metadata.is_none()
             && self.expires_at.is_none()
+            && self.occurred_at.is_none()
         {
             return Err(Invalid::new(
-                "give content, importance, metadata and/or expires_at to update",
+                "give content, importance, metadata, expires_at and/or occurred_at to update",
             ));
         }
         Ok(MemoryUpdate(self))
@@ -165,12 +177,18 @@ impl MemoryUpdate {
         let importance = optional(self.0.importance)?.map(|i| i.0);
         let metadata = optional(self.0.metadata)?;
         let expires_at = optional(self.0.expires_at)?;
-        let amend = (metadata.is_some() || expires_at.is_some()).then(|| MemoryAmend {
-            set_metadata: metadata.is_some(),
-            metadata: metadata.and_then(|m| m.0),
-            set_expires_at: expires_at.is_some(),
-            expires_at: expires_at.and_then(|e| e.0),
-        });
+        let occurred_at = optional(self.0.occurred_at)?;
+        let amend =
+            (metadata.is_some() || expires_at.is_some() || occurred_at.is_some()).then(|| {
+                MemoryAmend {
+                    set_metadata: metadata.is_some(),
+                    metadata: metadata.and_then(|m| m.0),
+                    set_expires_at: expires_at.is_some(),
+                    expires_at: expires_at.and_then(|e| e.0),
+                    set_occurred_at: occurred_at.is_some(),
+                    occurred_at: occurred_at.and_then(|o| o.0),
+                }
+            });
         Ok(Changes {
             content,
             importance,
@@ -240,7 +258,10 @@ mod tests {
         let shape = |body: Value| parse::<MemoryUpdateRequest>(body).check();
         assert_eq!(
             shape(serde_json::json!({})).map(|_| ()).map_err(|e| e.0),
-            Err("give content, importance, metadata and/or expires_at to update".into())
+            Err(
+                "give content, importance, metadata, expires_at and/or occurred_at to update"
+                    .into()
+            )
         );
         let fields = |body: Value| shape(body).and_then(MemoryUpdate::check).map_err(|e| e.0);
         assert_eq!(

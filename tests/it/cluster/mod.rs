@@ -12,6 +12,7 @@ mod erasure;
 mod expiry_once;
 mod keys;
 mod node_joins_empty;
+mod occurred;
 mod quorum_loss;
 mod read_your_writes;
 mod stream_resume;

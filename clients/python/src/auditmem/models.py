@@ -340,6 +340,7 @@ class MemoryBatchUpdateItem(BaseModel):
     id: str
     importance: confloat(ge=0.0, le=1.0) | None = None
     metadata: dict[str, Any] | None = None
+    occurred_at: str | None = None
 
 
 class MemoryBatchUpdateRequest(BaseModel):
@@ -399,6 +400,9 @@ class MemoryUpdateRequest(BaseModel):
     metadata: dict[str, Any] | None = Field(
         None, description='Replaces the metadata object; null clears it.'
     )
+    occurred_at: str | None = Field(
+        None, description='ISO 8601, past or future; null clears it.'
+    )
 
 
 class MemoryVersion(BaseModel):
@@ -429,6 +433,10 @@ class MemoryVersion(BaseModel):
     metadata: dict[str, Any] | None = Field(
         None,
         description='The metadata set (created, updated; null when an update cleared it).',
+    )
+    occurred_at: str | None = Field(
+        None,
+        description='The occurrence time set (created, updated; null when an update cleared it).',
     )
     seq: conint(ge=0)
     session_id: str | None = None
@@ -566,6 +574,10 @@ class SearchResult(BaseModel):
     )
     memory_type: MemoryTypeName
     metadata: dict[str, Any] | None = None
+    occurred_at: str | None = Field(
+        None,
+        description='When what it says happened, as the caller gave it (`occurred_at`).',
+    )
     score: float = Field(..., description='Cosine similarity.')
     session_id: str | None = None
     superseded_by: str | None = None
@@ -878,6 +890,10 @@ class ExtractRequest(BaseModel):
     deduplicate: bool | None = Field(None, description='Default false.')
     messages: list[GivenMessage] | None = Field(None, min_length=1)
     metadata: dict[str, Any] | None = None
+    occurred_at: str | None = Field(
+        None,
+        description='ISO 8601: when the conversation or text took place, given to every memory extracted.',
+    )
     resolve: bool | None = Field(
         None,
         description='Default false. True: each memory found supersedes the stored ones of its scope it\ncontradicts, and one equal in meaning to a stored one is skipped (`skipped`).',
@@ -950,6 +966,10 @@ class Memory(BaseModel):
     importance: float
     memory_type: MemoryTypeName
     metadata: dict[str, Any] | None = None
+    occurred_at: str | None = Field(
+        None,
+        description='When what it says happened or was said, as the caller gave it; absent when not given.',
+    )
     resolution: MemoryResolution | None = None
     session_id: str | None = None
     superseded_at: str | None = None
@@ -989,6 +1009,10 @@ class MemoryCreateRequest(BaseModel):
     memory_type: MemoryTypeName
     metadata: dict[str, Any] | None = Field(
         None, description='A JSON object, at most 8192 bytes as JSON and 5 levels deep.'
+    )
+    occurred_at: str | None = Field(
+        None,
+        description="ISO 8601, past or future: when what the memory says happened or was said (a\nconversation turn's time). Shown in answers, filtered on as `occurred_at`, and matched\nby a hybrid search whose query names a date (docs/SEARCH.md).",
     )
     resolve: bool | None = Field(
         None,
