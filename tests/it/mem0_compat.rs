@@ -164,6 +164,11 @@ fn a_mem0_users_script_runs_unchanged_and_every_call_is_audited_as_mem0() {
         out["add_bob"],
         json!({"results": [{"id": bob_id, "event": "ADD", "memory": "Bob plays chess on Sundays"}]})
     );
+    // mem0's `timestamp` is the memory's occurred_at.
+    assert_eq!(
+        rest_memory(&s, &key, &bob_id)["occurred_at"],
+        json!("2023-11-14T22:13:20.000Z")
+    );
 
     // search with v2 filters: exactly our search under the same filter, in mem0's shape.
     let and = rest_search(

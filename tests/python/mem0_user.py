@@ -56,7 +56,9 @@ out["add_raw"] = client.add(
     metadata={"topic": "preferences"},
     infer=False,
 )
-out["add_bob"] = client.add("Bob plays chess on Sundays", user_id="bob", infer=False)
+out["add_bob"] = client.add(
+    "Bob plays chess on Sundays", user_id="bob", infer=False, timestamp=1700000000
+)
 colour_id = out["add_raw"]["results"][0]["id"]
 
 out["search_and"] = client.search(

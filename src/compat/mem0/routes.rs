@@ -57,10 +57,16 @@ pub(super) async fn add(State(m): State<Mem0>, c: Call, req: Request) -> Answere
             "async_mode",
             "version",
             "output_format",
+            "timestamp",
         ],
         "add",
     )?;
-    let scope = shape::add_scope(&body)?;
+    let mut scope = shape::add_scope(&body)?;
+    // mem0's `timestamp` (Unix seconds: when what is remembered happened) is our
+    // `occurred_at`, on what extraction finds and on each message stored as given.
+    if let Some(at) = shape::occurred_at(body.get("timestamp"))? {
+        scope.insert("occurred_at".into(), Value::String(at));
+    }
     let Some(Value::Array(messages)) = body.get("messages") else {
         return Err(Refused::bad_request("messages must be a list of messages"));
     };

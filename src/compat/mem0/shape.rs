@@ -133,6 +133,17 @@ pub fn add_scope(body: &Map<String, Value>) -> Result<Map<String, Value>, Refuse
     Ok(out)
 }
 
+/// mem0's `timestamp` of an add (whole Unix seconds), as our `occurred_at` (RFC 3339, UTC).
+pub fn occurred_at(timestamp: Option<&Value>) -> Result<Option<String>, Refused> {
+    let secs = match timestamp {
+        None | Some(Value::Null) => return Ok(None),
+        Some(v) => v.as_i64(),
+    };
+    secs.and_then(|s| chrono::DateTime::from_timestamp(s, 0))
+        .map(|t| Some(t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)))
+        .ok_or_else(|| Refused::bad_request("timestamp must be whole Unix seconds"))
+}
+
 /// An ISO 8601 date as mem0 gives `expiration_date` (`2026-12-31`), as our `expires_at`: the
 /// end of that day in UTC. A full time is passed on as it is.
 pub fn expires_at(v: &Value) -> Result<Value, Refused> {
