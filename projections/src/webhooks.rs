@@ -13,7 +13,8 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::event::{
-    Event, WebhookAttempted, WebhookDeleted, WebhookRedeliveryRequested, WebhookSaved,
+    Event, SignatureScheme, WebhookAttempted, WebhookDeleted, WebhookRedeliveryRequested,
+    WebhookSaved,
 };
 use crate::overlay::{prefixed, Overlay};
 use crate::projection::{Applied, Result};
@@ -49,6 +50,13 @@ pub struct WebhookEndpoint {
     pub retrying: Option<Retrying>,
     /// Redeliveries asked by hand and not yet attempted, oldest first.
     pub redeliveries: Vec<Uuid>,
+    /// As `WebhookSaved` has them (defaulted for endpoints folded before they existed).
+    #[serde(default)]
+    pub scheme: SignatureScheme,
+    #[serde(default)]
+    pub public_key: Option<String>,
+    #[serde(default)]
+    pub previous_public_key: Option<String>,
 }
 
 /// One delivery: an event sent (or to be sent) to an endpoint, with its attempts so far.
@@ -194,6 +202,9 @@ fn saved(ov: &mut Overlay<'_>, e: &WebhookSaved, seq: u64) -> Result<()> {
         cursor,
         retrying,
         redeliveries,
+        scheme: e.scheme,
+        public_key: e.public_key.clone(),
+        previous_public_key: e.previous_public_key.clone(),
     };
     ov.insert(key, enc(&endpoint));
     Ok(())
@@ -323,6 +334,9 @@ mod tests {
             previous_until: None,
             created_at: 1,
             updated_at: 1,
+            scheme: SignatureScheme::HmacSha256,
+            public_key: None,
+            previous_public_key: None,
         }))
     }
 
@@ -405,5 +419,81 @@ mod tests {
             })
         );
         assert_eq!(p.all_webhooks().expect("all").len(), 1);
+    }
+
+    /// `WebhookSaved` as it was encoded before endpoints had a signature scheme.
+    #[derive(Serialize)]
+    struct WebhookSavedBeforeSchemes {
+        tenant_id: Uuid,
+        endpoint_id: Uuid,
+        url: String,
+        event_types: Vec<String>,
+        audit_actions: Vec<String>,
+        enabled: bool,
+        disabled_reason: Option<String>,
+        secret: Sealed,
+        previous_secret: Option<Sealed>,
+        previous_until: Option<i64>,
+        created_at: i64,
+        updated_at: i64,
+    }
+
+    #[test]
+    fn an_event_from_before_schemes_folds_as_hmac_and_replays_the_same() {
+        let (t, e) = (Uuid::now_v7(), Uuid::now_v7());
+        let Event::WebhookSaved(now) = saved(t, e) else {
+            unreachable!("saved() makes a WebhookSaved")
+        };
+        let old = WebhookSavedBeforeSchemes {
+            tenant_id: now.tenant_id,
+            endpoint_id: now.endpoint_id,
+            url: now.url.clone(),
+            event_types: now.event_types.clone(),
+            audit_actions: now.audit_actions.clone(),
+            enabled: now.enabled,
+            disabled_reason: None,
+            secret: now.secret.clone(),
+            previous_secret: None,
+            previous_until: None,
+            created_at: now.created_at,
+            updated_at: now.updated_at,
+        };
+        let mut tagged = std::collections::BTreeMap::new();
+        tagged.insert("WebhookSaved", old);
+        let bytes =
+            rmp_serde::to_vec(&(crate::event::EVENT_FORMAT_VERSION, tagged)).expect("encode");
+        let decoded = Event::decode(&bytes).expect("an old WebhookSaved decodes");
+        let Event::WebhookSaved(got) = &decoded else {
+            panic!("{decoded:?}")
+        };
+        assert_eq!(got.scheme, SignatureScheme::HmacSha256);
+        assert_eq!((&got.public_key, &got.previous_public_key), (&None, &None));
+        assert_eq!(**got, *now);
+
+        // Folded twice from scratch (a replay), the old event gives the same HMAC endpoint.
+        let fold_once = |ev: &Event| {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let db = sled::open(dir.path()).expect("open");
+            let p = Tenants::open(&db).expect("open");
+            p.apply(&[Applied::at(3, ev)]).expect("apply");
+            p.webhook(&t, &e).expect("read").expect("endpoint")
+        };
+        let first = fold_once(&decoded);
+        assert_eq!(first, fold_once(&Event::decode(&bytes).expect("decode")));
+        assert_eq!(first.scheme, SignatureScheme::HmacSha256);
+        assert_eq!(first.public_key, None);
+
+        // An Ed25519 endpoint's fields survive the event's round trip.
+        let mut ed = (*now).clone();
+        ed.scheme = SignatureScheme::Ed25519;
+        ed.public_key = Some("whpk_new".into());
+        ed.previous_public_key = Some("whpk_old".into());
+        let ev = Event::WebhookSaved(Box::new(ed));
+        let back = Event::decode(&ev.encode().expect("encode")).expect("decode");
+        assert_eq!(back, ev);
+        let folded = fold_once(&back);
+        assert_eq!(folded.scheme, SignatureScheme::Ed25519);
+        assert_eq!(folded.public_key.as_deref(), Some("whpk_new"));
+        assert_eq!(folded.previous_public_key.as_deref(), Some("whpk_old"));
     }
 }

@@ -35,6 +35,7 @@ type WebhookDeletedEnvelope = Data<WebhookDeletedView>;
 pub const DELIVERIES_SHOWN: usize = 100;
 
 fn view(e: &WebhookEndpoint) -> WebhookView {
+    let overlap = e.previous_until.filter(|u| *u > crate::wire::time::now());
     WebhookView {
         id: e.endpoint_id,
         url: e.url.clone(),
@@ -43,10 +44,10 @@ fn view(e: &WebhookEndpoint) -> WebhookView {
         enabled: e.enabled,
         disabled_reason: e.disabled_reason.clone(),
         delivered_through: e.cursor,
-        previous_secret_expires_at: e
-            .previous_until
-            .filter(|u| *u > crate::wire::time::now())
-            .map(Time),
+        previous_secret_expires_at: overlap.map(Time),
+        signature_scheme: e.scheme.into(),
+        public_key: e.public_key.clone(),
+        previous_public_key: overlap.and(e.previous_public_key.clone()),
         created_at: Time(e.created_at),
         updated_at: Time(e.updated_at),
     }
@@ -108,13 +109,16 @@ fn saved_view(saved: &auditmem_projections::event::WebhookSaved, cursor: u64) ->
         cursor,
         retrying: None,
         redeliveries: Vec::new(),
+        scheme: saved.scheme,
+        public_key: saved.public_key.clone(),
+        previous_public_key: saved.previous_public_key.clone(),
     };
     view(&e)
 }
 
 #[utoipa::path(post, path = "/v1/webhooks", tag = "webhooks", security(("api_key" = [])),
     request_body = CreateWebhook,
-    responses((status = 201, description = "created: the endpoint and its secret, shown this once", body = WebhookCreatedEnvelope), (status = 400, description = "invalid field, or a URL the operator's settings refuse (4000)", body = ErrorEnvelope), (status = 403, description = "permission webhooks.manage (4030)", body = ErrorEnvelope), (status = 409, description = "the tenant has 16 webhooks already (4090)", body = ErrorEnvelope)))]
+    responses((status = 201, description = "created: the endpoint and its secret (hmac-sha256), shown this once, or its public key (ed25519)", body = WebhookCreatedEnvelope), (status = 400, description = "invalid field, or a URL the operator's settings refuse (4000)", body = ErrorEnvelope), (status = 403, description = "permission webhooks.manage (4030)", body = ErrorEnvelope), (status = 409, description = "the tenant has 16 webhooks already (4090)", body = ErrorEnvelope)))]
 pub(crate) async fn create_webhook(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -169,7 +173,7 @@ pub(crate) async fn get_webhook(
 #[utoipa::path(patch, path = "/v1/webhooks/{id}", tag = "webhooks", security(("api_key" = [])),
     params(("id" = String, Path, description = "webhook id")),
     request_body = UpdateWebhook,
-    responses((status = 200, description = "the webhook as changed", body = WebhookEnvelope), (status = 400, description = "invalid field, no field, or a URL the operator's settings refuse (4000)", body = ErrorEnvelope), (status = 403, description = "permission webhooks.manage (4030)", body = ErrorEnvelope), (status = 404, description = "missing or another tenant's (4040)", body = ErrorEnvelope)))]
+    responses((status = 200, description = "the webhook as changed", body = WebhookEnvelope), (status = 400, description = "invalid field, no field, signature_scheme (fixed at create), or a URL the operator's settings refuse (4000)", body = ErrorEnvelope), (status = 403, description = "permission webhooks.manage (4030)", body = ErrorEnvelope), (status = 404, description = "missing or another tenant's (4040)", body = ErrorEnvelope)))]
 pub(crate) async fn update_webhook(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -203,7 +207,7 @@ pub(crate) async fn delete_webhook(
 
 #[utoipa::path(post, path = "/v1/webhooks/{id}/rotate-secret", tag = "webhooks", security(("api_key" = [])),
     params(("id" = String, Path, description = "webhook id")),
-    responses((status = 200, description = "the new secret, shown this once; the old one signs too for 24 hours", body = WebhookCreatedEnvelope), (status = 403, description = "permission webhooks.manage (4030)", body = ErrorEnvelope), (status = 404, description = "missing or another tenant's (4040)", body = ErrorEnvelope)))]
+    responses((status = 200, description = "the new secret (hmac-sha256), shown this once, or the new public key (ed25519); the old key signs too for 24 hours", body = WebhookCreatedEnvelope), (status = 403, description = "permission webhooks.manage (4030)", body = ErrorEnvelope), (status = 404, description = "missing or another tenant's (4040)", body = ErrorEnvelope)))]
 pub(crate) async fn rotate_secret(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,

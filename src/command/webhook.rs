@@ -2,12 +2,15 @@
 //! redelivery. Each decides the one event that makes it so; the handler gathered what needs
 //! I/O first (the secret's random bytes, the check that the URL's host is a public address).
 //!
+//! For an `ed25519` endpoint the 32 random bytes are the Ed25519 private key's seed: sealed
+//! the same way, never shown; its public key is what the answer shows.
+//!
 //! The secret is sealed under the tenant's data key, bound to the endpoint
 //! (`webhook-secret/v1 || endpoint id`): the log never holds it in the clear, and erasing the
 //! tenant destroys it with the rest of the tenant's data.
 
 use auditmem_projections::event::{
-    Event, WebhookDeleted, WebhookRedeliveryRequested, WebhookSaved,
+    Event, SignatureScheme, WebhookDeleted, WebhookRedeliveryRequested, WebhookSaved,
 };
 use auditmem_projections::seal::{Sealed, Subject};
 use auditmem_projections::webhooks::WebhookEndpoint;
@@ -24,7 +27,7 @@ pub const MAX_ENDPOINTS: usize = 16;
 /// How long the secret before a rotation keeps signing beside the new one.
 pub const ROTATION_OVERLAP_MICROS: i64 = 24 * 3600 * 1_000_000;
 
-/// The secret's random bytes (32: Standard Webhooks allows 24 to 64).
+/// The secret's random bytes (32: Standard Webhooks allows 24 to 64; an Ed25519 seed is 32).
 pub const SECRET_BYTES: usize = 32;
 
 /// The associated data an endpoint's secret is sealed with.
@@ -42,11 +45,27 @@ pub fn secret_text(bytes: &[u8]) -> String {
     )
 }
 
-/// A created or rotated endpoint: its state after the event, and its secret in the clear for
-/// the one answer that shows it.
+/// A created or rotated endpoint: its state after the event, and (`hmac-sha256`) its secret in
+/// the clear for the one answer that shows it.
 pub struct WithSecret {
     pub saved: WebhookSaved,
-    pub secret: String,
+    pub secret: Option<String>,
+}
+
+/// What the caller is shown of new key bytes under `scheme`: the `whsec_` secret, or the
+/// `whpk_` public key of the Ed25519 seed.
+fn shown(
+    scheme: SignatureScheme,
+    secret: &[u8],
+) -> Result<(Option<String>, Option<String>), Refusal> {
+    match scheme {
+        SignatureScheme::HmacSha256 => Ok((Some(secret_text(secret)), None)),
+        SignatureScheme::Ed25519 => {
+            let key = crate::webhooks::sign::ed25519_key(secret)
+                .ok_or_else(|| Refusal::internal("an Ed25519 seed must be 32 bytes"))?;
+            Ok((None, Some(crate::webhooks::sign::public_key_text(&key))))
+        }
+    }
 }
 
 fn seal_secret(
@@ -98,6 +117,8 @@ pub fn create(
     }
     let id = ctx.id();
     let now = ctx.now_stored();
+    let scheme = change.signature_scheme.unwrap_or_default();
+    let (shown_secret, public_key) = shown(scheme, secret)?;
     let saved = WebhookSaved {
         tenant_id: tenant,
         endpoint_id: id,
@@ -111,12 +132,15 @@ pub fn create(
         previous_until: None,
         created_at: now,
         updated_at: now,
+        scheme,
+        public_key,
+        previous_public_key: None,
     };
     let event = Event::WebhookSaved(Box::new(saved.clone()));
     Ok(Decision::new(
         WithSecret {
             saved,
-            secret: secret_text(secret),
+            secret: shown_secret,
         },
         vec![event],
     ))
@@ -137,6 +161,9 @@ fn as_saved(e: &WebhookEndpoint, now: i64) -> WebhookSaved {
         previous_until: e.previous_until,
         created_at: e.created_at,
         updated_at: now,
+        scheme: e.scheme,
+        public_key: e.public_key.clone(),
+        previous_public_key: e.previous_public_key.clone(),
     }
 }
 
@@ -180,7 +207,8 @@ pub fn delete(ctx: &Context<'_>, tenant: Uuid, id: Uuid) -> Result<Decision<Uuid
 }
 
 /// `POST /v1/webhooks/{id}/rotate-secret`: `secret` signs from now on; the current one signs
-/// too for [`ROTATION_OVERLAP_MICROS`].
+/// too for [`ROTATION_OVERLAP_MICROS`]. The scheme stays: for `ed25519`, `secret` is the new
+/// key pair's seed and the current public key is kept beside it for the overlap.
 pub fn rotate(
     ctx: &Context<'_>,
     tenant: Uuid,
@@ -190,14 +218,17 @@ pub fn rotate(
     let current = endpoint(ctx, tenant, id)?;
     let now = ctx.now_stored();
     let mut saved = as_saved(&current, now);
+    let (shown_secret, public_key) = shown(current.scheme, secret)?;
     saved.previous_secret = Some(current.secret.clone());
     saved.previous_until = Some(now + ROTATION_OVERLAP_MICROS);
     saved.secret = seal_secret(ctx, tenant, id, secret)?;
+    saved.previous_public_key = current.public_key.clone();
+    saved.public_key = public_key;
     let event = Event::WebhookSaved(Box::new(saved.clone()));
     Ok(Decision::new(
         WithSecret {
             saved,
-            secret: secret_text(secret),
+            secret: shown_secret,
         },
         vec![event],
     ))

@@ -303,8 +303,8 @@ struct Outcome {
     error: Option<String>,
 }
 
-/// The endpoint's signing secrets now: the current one, and the one before a rotation while
-/// its overlap lasts.
+/// The endpoint's signing secrets (HMAC keys or Ed25519 seeds) now: the current one, and the
+/// one before a rotation while its overlap lasts.
 fn secrets(state: &AppState, endpoint: &WebhookEndpoint) -> Result<Vec<Vec<u8>>, String> {
     let aad = secret_aad(&endpoint.endpoint_id);
     let keys = &*state.projections.keys;
@@ -357,7 +357,10 @@ async fn send(state: &AppState, endpoint: &WebhookEndpoint, message: &Message) -
     let id = message_id(endpoint.endpoint_id, message.position);
     let timestamp = chrono::Utc::now().timestamp();
     let refs: Vec<&[u8]> = secrets.iter().map(Vec::as_slice).collect();
-    let signature = sign::header(&refs, &id, timestamp, &message.body);
+    let signature = match sign::header_for(endpoint.scheme, &refs, &id, timestamp, &message.body) {
+        Ok(s) => s,
+        Err(e) => return failed(e),
+    };
     let sent = client
         .post(url)
         .header("content-type", "application/json")

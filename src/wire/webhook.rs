@@ -2,6 +2,7 @@
 //! deliveries as the API shows them (docs/WEBHOOKS.md). What needs the operator's settings
 //! (whether a plain-HTTP or private target is allowed) is checked by the command, not here.
 
+use auditmem_projections::event::SignatureScheme;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use uuid::Uuid;
@@ -17,6 +18,8 @@ pub const MAX_URL: usize = 2048;
 pub const MAX_AUDIT_ACTIONS: usize = 32;
 /// Longest action name in a filter.
 pub const MAX_ACTION: usize = 64;
+/// What a PATCH naming `signature_scheme` answers.
+pub const SCHEME_FIXED: &str = "signature_scheme cannot be changed; create a new webhook with the scheme wanted, then delete this one (rotate-secret renews the key of the same scheme)";
 
 /// What an endpoint is sent.
 #[derive(
@@ -69,6 +72,38 @@ impl WebhookEventType {
     }
 }
 
+/// How an endpoint's deliveries are signed (Standard Webhooks). Chosen at create; a PATCH
+/// cannot change it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub enum WebhookSignatureScheme {
+    /// `v1,`: HMAC-SHA256 under the `whsec_` secret shown at create.
+    #[default]
+    #[serde(rename = "hmac-sha256")]
+    HmacSha256,
+    /// `v1a,`: Ed25519 under a private key the service keeps; the receiver verifies with the
+    /// `whpk_` public key.
+    #[serde(rename = "ed25519")]
+    Ed25519,
+}
+
+impl From<WebhookSignatureScheme> for SignatureScheme {
+    fn from(s: WebhookSignatureScheme) -> Self {
+        match s {
+            WebhookSignatureScheme::HmacSha256 => SignatureScheme::HmacSha256,
+            WebhookSignatureScheme::Ed25519 => SignatureScheme::Ed25519,
+        }
+    }
+}
+
+impl From<SignatureScheme> for WebhookSignatureScheme {
+    fn from(s: SignatureScheme) -> Self {
+        match s {
+            SignatureScheme::HmacSha256 => WebhookSignatureScheme::HmacSha256,
+            SignatureScheme::Ed25519 => WebhookSignatureScheme::Ed25519,
+        }
+    }
+}
+
 /// `POST /v1/webhooks`.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -88,6 +123,11 @@ pub struct CreateWebhook {
     #[serde(default)]
     #[schema(nullable = false)]
     pub enabled: Option<bool>,
+    /// How deliveries are signed: `hmac-sha256` (the default; a `whsec_` secret is answered)
+    /// or `ed25519` (a `whpk_` public key is answered). Fixed for the endpoint's life.
+    #[serde(default)]
+    #[schema(nullable = false)]
+    pub signature_scheme: Option<WebhookSignatureScheme>,
 }
 
 /// `PATCH /v1/webhooks/{id}`: at least one field; what is absent stays as it is.
@@ -113,6 +153,8 @@ pub struct WebhookChange {
     pub event_types: Option<Vec<WebhookEventType>>,
     pub audit_actions: Option<Vec<String>>,
     pub enabled: Option<bool>,
+    /// Only a create sets it.
+    pub signature_scheme: Option<SignatureScheme>,
 }
 
 fn check_url(url: String) -> Result<String, Invalid> {
@@ -188,6 +230,7 @@ impl Body for CreateWebhook {
             event_types: Some(check_types(self.event_types)?),
             audit_actions: Some(check_actions(self.audit_actions.unwrap_or_default())?),
             enabled: Some(self.enabled.unwrap_or(true)),
+            signature_scheme: Some(self.signature_scheme.unwrap_or_default().into()),
         })
     }
 }
@@ -200,6 +243,14 @@ impl Body for UpdateWebhook {
     }
 
     fn refused(e: Refusal<serde_json::Error>) -> Invalid {
+        // The scheme is fixed at create: a receiver verifying one scheme would reject every
+        // delivery the moment it changed, so a change is a new endpoint, not a patch.
+        if e.unknown
+            .as_ref()
+            .is_some_and(|u| u.name == "signature_scheme")
+        {
+            return Invalid::new(SCHEME_FIXED);
+        }
         unknown_field_named(e)
     }
 
@@ -209,6 +260,7 @@ impl Body for UpdateWebhook {
             event_types: self.event_types.map(check_types).transpose()?,
             audit_actions: self.audit_actions.map(check_actions).transpose()?,
             enabled: self.enabled,
+            signature_scheme: None,
         };
         if change == WebhookChange::default() {
             return Err(Invalid::new(
@@ -235,6 +287,13 @@ pub struct WebhookView {
     /// Until when the secret before the last rotation still signs too.
     #[schema(value_type = Option<String>, format = DateTime)]
     pub previous_secret_expires_at: Option<Time>,
+    pub signature_scheme: WebhookSignatureScheme,
+    /// `ed25519` only: `whpk_` and the base64 of the 32-byte Ed25519 public key that verifies
+    /// the `v1a,` signatures. Not a secret: shown on every read.
+    pub public_key: Option<String>,
+    /// `ed25519` only: the public key before the last rotation, while its key still signs too
+    /// (until `previous_secret_expires_at`).
+    pub previous_public_key: Option<String>,
     #[schema(value_type = String, format = DateTime)]
     pub created_at: Time,
     #[schema(value_type = String, format = DateTime)]
@@ -243,15 +302,18 @@ pub struct WebhookView {
 
 impl Payload for WebhookView {}
 
-/// `POST /v1/webhooks` and `POST /v1/webhooks/{id}/rotate-secret`: the endpoint and its
-/// signing secret, shown this once.
+/// `POST /v1/webhooks` and `POST /v1/webhooks/{id}/rotate-secret`: the endpoint and, for
+/// `hmac-sha256`, its signing secret, shown this once.
 #[derive(Clone, Debug, Serialize, ToSchema)]
 pub struct WebhookCreated {
     #[serde(flatten)]
     pub webhook: WebhookView,
-    /// `whsec_` and the base64 of 32 random bytes: the Standard Webhooks secret that signs
-    /// every delivery. Shown once.
-    pub secret: String,
+    /// `hmac-sha256` only: `whsec_` and the base64 of 32 random bytes, the Standard Webhooks
+    /// secret that signs every delivery. Shown once. An `ed25519` endpoint has no secret to
+    /// show (its private key never leaves the service): it answers `public_key` instead.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub secret: Option<String>,
 }
 
 impl Payload for WebhookCreated {}

@@ -3,7 +3,9 @@
 //! Webhooks reference library (PyPI `standardwebhooks`, tests/python/webhook_verify.py): the
 //! CRUD routes, their envelopes, permission and isolation; order and no loss across a SIGKILL;
 //! retries, 410, redirects, the bounded excerpt, redelivery; the SSRF guard; secret rotation;
-//! and one tenant's hanging endpoint not delaying another tenant's deliveries.
+//! `ed25519` endpoints, whose `v1a,` signatures Python's `cryptography` verifies with the
+//! public key (tests/python/webhook_verify_v1a.py); and one tenant's hanging endpoint not
+//! delaying another tenant's deliveries.
 
 use crate::common::{self, assert_error, Server};
 
@@ -17,6 +19,12 @@ use reqwest::Method;
 use serde_json::{json, Value};
 
 const ALLOW: &str = "--webhooks-allow-private-targets";
+
+/// What a create with an unknown `signature_scheme` answers (the body as reqwest serializes
+/// it, keys sorted: the value ends at column 55).
+const BAD_SCHEME: &str = "invalid JSON body: signature_scheme: unknown variant `rsa`, expected `hmac-sha256` or `ed25519` at line 1 column 55";
+/// What a PATCH naming `signature_scheme` answers (`auditmem::wire::webhook::SCHEME_FIXED`).
+const SCHEME_FIXED: &str = "signature_scheme cannot be changed; create a new webhook with the scheme wanted, then delete this one (rotate-secret renews the key of the same scheme)";
 
 /// A receiver process and its log.
 pub(crate) struct Receiver {
@@ -279,6 +287,8 @@ fn crud_answers_with_envelopes_the_permission_and_isolation() {
     assert_eq!(w["audit_actions"], json!(["memory.list"]));
     assert_eq!(w["enabled"], json!(true));
     assert_eq!(w["disabled_reason"], Value::Null);
+    assert_eq!(w["signature_scheme"], json!("hmac-sha256"));
+    assert_eq!(w["public_key"], Value::Null);
 
     let (status, list) = s.get("/v1/webhooks", &key);
     assert_eq!(status, 200, "{list}");
@@ -572,6 +582,152 @@ fn deliveries_are_signed_in_order_and_survive_a_sigkill() {
         "{refused}"
     );
     assert_eq!(receiver.records().len(), before);
+}
+
+/// What tests/python/webhook_verify_v1a.py says of each logged request under each public key.
+fn verify_v1a(r: &Receiver, public_keys: &[&str]) -> Vec<Value> {
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/python/webhook_verify_v1a.py"
+    );
+    let out = Command::new(common::test_python())
+        .arg(script)
+        .arg(&r.log)
+        .args(public_keys)
+        .output()
+        .expect("verifier");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect()
+}
+
+/// The public key of an answer, checked to be `whpk_` and 32 bytes of base64.
+fn public_key_of(data: &Value) -> String {
+    let pk = data["public_key"].as_str().expect("public_key").to_owned();
+    let raw = base64::engine::general_purpose::STANDARD
+        .decode(pk.strip_prefix("whpk_").expect("whpk_"))
+        .expect("base64");
+    assert_eq!(raw.len(), 32, "{pk}");
+    pk
+}
+
+#[test]
+fn ed25519_endpoints_sign_v1a_verified_by_the_public_key_and_rotate() {
+    let receiver = Receiver::start();
+    let s = Server::start_with(&[ALLOW]);
+    let t = s.create_tenant("pro");
+    let key = s.create_key(&t, &["webhooks.manage"]);
+    let url = receiver.url("/ok/ed");
+
+    let bad = s.post(
+        "/v1/webhooks",
+        &key,
+        json!({"url": url, "event_types": ["audit.entry"], "signature_scheme": "rsa"}),
+    );
+    assert_eq!(
+        bad,
+        (
+            400,
+            json!({"success": false, "code": 4000, "data": null, "message": BAD_SCHEME})
+        )
+    );
+
+    let (status, created, _) = call(
+        &s,
+        Method::POST,
+        "/v1/webhooks",
+        &key,
+        Some(json!({"url": url, "event_types": ["audit.entry"], "signature_scheme": "ed25519"})),
+    );
+    assert_eq!(status, 201, "{created}");
+    let w = &created["data"];
+    let id = w["id"].as_str().expect("id").to_owned();
+    assert_eq!(w["signature_scheme"], json!("ed25519"));
+    assert!(w.get("secret").is_none(), "{created}");
+    assert_eq!(w["previous_public_key"], Value::Null);
+    let first_key = public_key_of(w);
+
+    // The public key is no secret: every read shows it.
+    let (status, one) = s.get(&format!("/v1/webhooks/{id}"), &key);
+    assert_eq!(status, 200, "{one}");
+    assert_eq!(one["data"]["public_key"], json!(first_key));
+    assert_eq!(one["data"]["signature_scheme"], json!("ed25519"));
+    let (_, list) = s.get("/v1/webhooks", &key);
+    assert_eq!(list["data"]["webhooks"][0]["public_key"], json!(first_key));
+
+    // The scheme is fixed at create.
+    let patched = s.call(
+        Method::PATCH,
+        &format!("/v1/webhooks/{id}"),
+        Some(&key),
+        Some(&json!({"signature_scheme": "hmac-sha256"})),
+    );
+    assert_eq!(
+        patched,
+        (
+            400,
+            json!({"success": false, "code": 4000, "data": null, "message": SCHEME_FIXED})
+        )
+    );
+
+    let (_, _, last) = call(&s, Method::GET, "/v1/webhooks", &key, None);
+    let got = receiver.wait("/ok/ed", Duration::from_secs(30), |r| {
+        r.iter().any(|x| position_of(x) == last)
+    });
+    for r in &got {
+        let sig = r["signature"].as_str().expect("signature");
+        assert!(
+            sig.starts_with("v1a,") && !sig.contains(' '),
+            "one v1a signature: {sig}"
+        );
+    }
+    let verdicts = verify_v1a(&receiver, &[&first_key]);
+    assert_eq!(verdicts.len(), got.len());
+    for v in &verdicts {
+        assert_eq!(v["v1a"], json!(1), "{v}");
+        assert_eq!(v["verified_by"], json!([0]), "{v}");
+        assert_eq!(v["tampered_rejected"], json!(true), "{v}");
+    }
+
+    // A rotation: a new key pair; both sign during the overlap, the new one first.
+    let (status, rotated, _) = call(
+        &s,
+        Method::POST,
+        &format!("/v1/webhooks/{id}/rotate-secret"),
+        &key,
+        None,
+    );
+    assert_eq!(status, 200, "{rotated}");
+    let r = &rotated["data"];
+    assert!(r.get("secret").is_none(), "{rotated}");
+    assert_eq!(r["signature_scheme"], json!("ed25519"));
+    let new_key = public_key_of(r);
+    assert_ne!(new_key, first_key);
+    assert_eq!(r["previous_public_key"], json!(first_key));
+    assert!(r["previous_secret_expires_at"].is_string(), "{rotated}");
+    let (_, after) = s.get(&format!("/v1/webhooks/{id}"), &key);
+    assert_eq!(after["data"]["public_key"], json!(new_key));
+    assert_eq!(after["data"]["previous_public_key"], json!(first_key));
+
+    let (_, _, after_rotation) = call(&s, Method::GET, "/v1/webhooks", &key, None);
+    let got = receiver.wait("/ok/ed", Duration::from_secs(30), |r| {
+        r.iter().any(|x| position_of(x) == after_rotation)
+    });
+    let verdicts = verify_v1a(&receiver, &[&new_key, &first_key]);
+    let (record, verdict) = got
+        .iter()
+        .zip(&verdicts)
+        .rfind(|(r, _)| position_of(r) == after_rotation)
+        .expect("the delivery after the rotation");
+    assert_eq!(verdict["v1a"], json!(2), "{verdict} {record}");
+    assert_eq!(verdict["verified_by"], json!([0, 1]), "{verdict}");
+    assert_eq!(verdict["tampered_rejected"], json!(true), "{verdict}");
 }
 
 #[test]

@@ -4,6 +4,9 @@
 //!
 //! An endpoint's signing secret is never in the clear here: `WebhookSaved` carries it sealed
 //! under the tenant's data key, bound to the endpoint (`webhook-secret/v1 || endpoint id`).
+//! For an Ed25519 endpoint that secret is the private key's 32-byte seed; its public key,
+//! which is no secret, is carried in the clear. A `WebhookSaved` written before endpoints had
+//! a scheme reads as HMAC-SHA256 with no public key (the fields default).
 //! Every node of a cluster folds the same events, so every node knows every endpoint and how
 //! far its deliveries went.
 
@@ -33,6 +36,38 @@ pub struct WebhookSaved {
     pub previous_until: Option<i64>,
     pub created_at: i64,
     pub updated_at: i64,
+    /// How deliveries are signed. Last fields, defaulted: events are encoded as arrays, and
+    /// older ones end before them.
+    #[serde(default)]
+    pub scheme: SignatureScheme,
+    /// Ed25519 only: the public key of `secret` (`whpk_` and the base64 of its 32 bytes).
+    #[serde(default)]
+    pub public_key: Option<String>,
+    /// Ed25519 only: the public key of `previous_secret`.
+    #[serde(default)]
+    pub previous_public_key: Option<String>,
+}
+
+/// How an endpoint's deliveries are signed (Standard Webhooks): `v1,` HMAC-SHA256 under a
+/// shared `whsec_` secret, or `v1a,` Ed25519 under a private key whose public key the
+/// receiver holds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SignatureScheme {
+    #[default]
+    #[serde(rename = "hmac-sha256")]
+    HmacSha256,
+    #[serde(rename = "ed25519")]
+    Ed25519,
+}
+
+impl SignatureScheme {
+    /// The name the API uses.
+    pub fn name(self) -> &'static str {
+        match self {
+            SignatureScheme::HmacSha256 => "hmac-sha256",
+            SignatureScheme::Ed25519 => "ed25519",
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

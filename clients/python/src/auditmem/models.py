@@ -663,6 +663,11 @@ class WebhookEventType(StrEnum):
     export_completed = 'export.completed'
 
 
+class WebhookSignatureScheme(StrEnum):
+    hmac_sha256 = 'hmac-sha256'
+    ed25519 = 'ed25519'
+
+
 class WebhookView(BaseModel):
     audit_actions: list[str]
     created_at: AwareDatetime
@@ -676,10 +681,19 @@ class WebhookView(BaseModel):
     enabled: bool
     event_types: list[WebhookEventType]
     id: UUID
+    previous_public_key: str | None = Field(
+        None,
+        description='`ed25519` only: the public key before the last rotation, while its key still signs too\n(until `previous_secret_expires_at`).',
+    )
     previous_secret_expires_at: AwareDatetime | None = Field(
         None,
         description='Until when the secret before the last rotation still signs too.',
     )
+    public_key: str | None = Field(
+        None,
+        description='`ed25519` only: `whpk_` and the base64 of the 32-byte Ed25519 public key that verifies\nthe `v1a,` signatures. Not a secret: shown on every read.',
+    )
+    signature_scheme: WebhookSignatureScheme
     updated_at: AwareDatetime
     url: str
 
@@ -796,6 +810,10 @@ class CreateWebhook(BaseModel):
     )
     event_types: list[WebhookEventType] = Field(
         ..., description='The events sent: at least one, each named once.'
+    )
+    signature_scheme: WebhookSignatureScheme | None = Field(
+        None,
+        description="How deliveries are signed: `hmac-sha256` (the default; a `whsec_` secret is answered)\nor `ed25519` (a `whpk_` public key is answered). Fixed for the endpoint's life.",
     )
     url: str = Field(
         ...,
@@ -1098,9 +1116,9 @@ class UpdateWebhook(BaseModel):
 
 
 class WebhookCreated(WebhookView):
-    secret: str = Field(
-        ...,
-        description='`whsec_` and the base64 of 32 random bytes: the Standard Webhooks secret that signs\nevery delivery. Shown once.',
+    secret: str | None = Field(
+        None,
+        description='`hmac-sha256` only: `whsec_` and the base64 of 32 random bytes, the Standard Webhooks\nsecret that signs every delivery. Shown once. An `ed25519` endpoint has no secret to\nshow (its private key never leaves the service): it answers `public_key` instead.',
     )
 
 
