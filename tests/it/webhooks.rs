@@ -743,7 +743,20 @@ fn retries_410_redirects_excerpts_memory_events_and_redelivery() {
     let t = s.create_tenant("pro");
     let key = s.create_key(&t, &["webhooks.manage", "memory.read", "memory.write"]);
     let types = json!(["audit.entry"]);
-    let (retried, _) = create(&s, &key, &receiver.url("/fail/2/r"), types.clone());
+    // Narrowed from the start to an action nothing here performs, so no entry reaches it before
+    // the PATCH below points it at memory.list.
+    let (status, v, _) = call(
+        &s,
+        Method::POST,
+        "/v1/webhooks",
+        &key,
+        Some(
+            json!({"url": receiver.url("/fail/2/r"), "event_types": types,
+                    "audit_actions": ["memory.history"]}),
+        ),
+    );
+    assert_eq!(status, 201, "{v}");
+    let retried = v["data"]["id"].as_str().expect("id").to_owned();
     let (gone, _) = create(&s, &key, &receiver.url("/gone/g"), types.clone());
     let (redirected, _) = create(&s, &key, &receiver.url("/redirect/x"), types.clone());
     let (big, _) = create(&s, &key, &receiver.url("/fail/1000/big"), types.clone());
