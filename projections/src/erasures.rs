@@ -12,7 +12,7 @@
 //!   how the erasure's receipt waits for them to be gone.
 //! - The ids of every named key stay in this tree (state and checkpoint in one sled batch,
 //!   rebuilt by replay), so [`Erasures::enforce`] can destroy, before the service serves, any
-//!   of them a restore from a backup (or a crash between the append and the fold) brought
+//!   of them a restore from a backup (or a crash between the append and the destroy) brought
 //!   back. Key ids are random: the tree says nothing about whom a key served.
 //! - Each erasure's log position is kept by its id, for the receipt.
 

@@ -188,9 +188,7 @@ impl DirKeyring {
             .map(|(_, key)| Some(key))
             .map_err(|e| KeyError::Store(format!("{}: {e}", path.display())))
     }
-}
 
-impl DirKeyring {
     /// Drops `ids` from every cache and marks them gone: from here on this process neither
     /// opens nor seals under them, whatever their files still hold.
     fn forget(&self, ids: &[KeyId]) {
@@ -221,10 +219,11 @@ impl DirKeyring {
                 .read_subject(&path)?
                 .is_some_and(|(_, k)| cache.gone.contains(&k));
             if left_zeroed || names_gone {
-                cache.shredding.insert(path.clone());
                 claimed.push(path);
             }
         }
+        // All at once, after every read: a read that fails leaves nothing claimed.
+        cache.shredding.extend(claimed.iter().cloned());
         Ok(claimed)
     }
 
