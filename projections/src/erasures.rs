@@ -5,13 +5,21 @@
 //!   runs only once the event is durable in the log, so no key is ever destroyed for an
 //!   erasure the log could lose, and every node that folds the event destroys it (idempotent:
 //!   destroying a key that is gone already is nothing).
+//! - In a server ([`Erasures::shred_in_background`]) the fold only retires the keys (this
+//!   process opens and seals nothing under them from then on) and a thread of this projection
+//!   destroys them in the store, so that the destroy's syncs hold neither the applier (every
+//!   tenant's writes wait for it) nor a lock a request takes. [`Erasures::wait_destroyed`] is
+//!   how the erasure's receipt waits for them to be gone.
 //! - The ids of every named key stay in this tree (state and checkpoint in one sled batch,
 //!   rebuilt by replay), so [`Erasures::enforce`] can destroy, before the service serves, any
-//!   of them a restore from a backup (or a crash between the append and the fold) brought
+//!   of them a restore from a backup (or a crash between the append and the destroy) brought
 //!   back. Key ids are random: the tree says nothing about whom a key served.
 //! - Each erasure's log position is kept by its id, for the receipt.
 
-use std::sync::Arc;
+use std::collections::BTreeSet;
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
@@ -38,6 +46,87 @@ pub struct ErasureView {
 pub struct Erasures {
     tree: sled::Tree,
     keys: Arc<dyn Keyring>,
+    /// Where retired keys are destroyed, once [`Erasures::shred_in_background`] started it;
+    /// without it the fold destroys them itself.
+    shredder: OnceLock<Shredder>,
+}
+
+/// A job of the shredder: the log position of the erasure, and the keys it named.
+type ShredJob = (u64, Vec<KeyId>);
+
+/// The thread that destroys the keys the fold retired.
+struct Shredder {
+    jobs: Sender<ShredJob>,
+    progress: Arc<ShredProgress>,
+}
+
+/// The erasures whose keys are retired and not yet destroyed, by log position.
+#[derive(Default)]
+struct ShredProgress {
+    state: Mutex<Shredding>,
+    moved: Condvar,
+}
+
+#[derive(Default)]
+struct Shredding {
+    /// Log positions of the erasures whose keys wait to be destroyed.
+    pending: BTreeSet<u64>,
+    /// Why the last destroy failed, until one passes.
+    failed: Option<String>,
+}
+
+impl ShredProgress {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Shredding> {
+        // A set and a string: still consistent after a panic elsewhere.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// How long the shredder waits before it tries a failed destroy again.
+const SHRED_RETRY: Duration = Duration::from_secs(1);
+
+/// The shredder's loop, until the projection is dropped: the retired keys destroyed, what
+/// queued meanwhile in one destroy; a failed destroy is tried again until it passes (a stop
+/// in between leaves the keys named, and [`Erasures::enforce`] destroys them at the next
+/// start).
+fn shred_loop(jobs: Receiver<ShredJob>, keys: Arc<dyn Keyring>, progress: Arc<ShredProgress>) {
+    let mut ids: Vec<KeyId> = Vec::new();
+    let mut upto = 0u64;
+    loop {
+        let next = if ids.is_empty() {
+            match jobs.recv() {
+                Ok(job) => Some(job),
+                Err(_) => return,
+            }
+        } else {
+            match jobs.recv_timeout(SHRED_RETRY) {
+                Ok(job) => Some(job),
+                Err(RecvTimeoutError::Timeout) => None,
+                Err(RecvTimeoutError::Disconnected) => return,
+            }
+        };
+        for (seq, more) in next
+            .into_iter()
+            .chain(std::iter::from_fn(|| jobs.try_recv().ok()))
+        {
+            upto = upto.max(seq);
+            ids.extend(more);
+        }
+        ids.sort();
+        ids.dedup();
+        let outcome = keys.destroy(&ids);
+        let mut s = progress.lock();
+        match outcome {
+            Ok(_) => {
+                ids.clear();
+                s.failed = None;
+                s.pending = s.pending.split_off(&upto.saturating_add(1));
+            }
+            Err(e) => s.failed = Some(e.to_string()),
+        }
+        drop(s);
+        progress.moved.notify_all();
+    }
 }
 
 fn dec(bytes: &[u8]) -> Result<ErasureView> {
@@ -60,7 +149,67 @@ impl Erasures {
         Ok(Self {
             tree: db.open_tree(TREE)?,
             keys,
+            shredder: OnceLock::new(),
         })
+    }
+
+    /// From now on the fold retires the keys an erasure names and a thread of this projection
+    /// destroys them in the store (see the module's invariants); the thread ends when the
+    /// projection is dropped.
+    pub fn shred_in_background(&self) -> std::io::Result<()> {
+        if self.shredder.get().is_some() {
+            return Ok(());
+        }
+        let (jobs, queue) = std::sync::mpsc::channel();
+        let progress = Arc::new(ShredProgress::default());
+        let (keys, shared) = (self.keys.clone(), progress.clone());
+        std::thread::Builder::new()
+            .name("erasure-shred".into())
+            .spawn(move || shred_loop(queue, keys, shared))?;
+        let _ = self.shredder.set(Shredder { jobs, progress });
+        Ok(())
+    }
+
+    /// Blocks until the keys of every erasure folded at or before `seq` are destroyed in the
+    /// store; an error when the last try to destroy them failed (they stay retired and named,
+    /// and are tried again).
+    pub fn wait_destroyed(&self, seq: u64) -> Result<()> {
+        let Some(shredder) = self.shredder.get() else {
+            return Ok(());
+        };
+        let mut s = shredder.progress.lock();
+        while s.pending.first().is_some_and(|p| *p <= seq) {
+            if let Some(why) = &s.failed {
+                return Err(ProjectionError::Io(std::io::Error::other(format!(
+                    "destroying erased keys: {why}"
+                ))));
+            }
+            s = shredder
+                .progress
+                .moved
+                .wait(s)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+        Ok(())
+    }
+
+    /// Destroys the keys the erasure at `seq` named: here, or retired here and destroyed by
+    /// the shredder.
+    fn destroy_named(&self, seq: u64, ids: Vec<KeyId>) -> Result<()> {
+        let Some(shredder) = self.shredder.get() else {
+            return self.keys.destroy(&ids).map(|_| ()).map_err(store_error);
+        };
+        if !self.keys.retire(&ids).map_err(store_error)? {
+            return Ok(());
+        }
+        shredder.progress.lock().pending.insert(seq);
+        if let Err(returned) = shredder.jobs.send((seq, ids)) {
+            // The thread is gone (it only ends with the projection): destroy them here.
+            shredder.progress.lock().pending.remove(&seq);
+            let (_, ids) = returned.0;
+            self.keys.destroy(&ids).map_err(store_error)?;
+        }
+        Ok(())
     }
 
     /// The erasure `id`, once its event is folded.
@@ -110,8 +259,10 @@ impl Projection for Erasures {
         // checkpoint (`Overlay::commit`), as every projection does: so a start after a crash
         // does not fold the whole log again for this one.
         let mut destroy = Vec::new();
+        let mut at = 0;
         let folded = fold_new(&self.tree, TREE, events, |ov, a| {
             if let Event::SubjectsErased(e) = a.event {
+                at = a.seq;
                 for id in &e.key_ids {
                     ov.insert(prefixed(b'k', &[&id.0]), a.seq.to_be_bytes().to_vec());
                 }
@@ -133,7 +284,7 @@ impl Projection for Erasures {
             // `enforce` destroys at the next start.
             ov.commit(last)?;
             if !destroy.is_empty() {
-                self.keys.destroy(&destroy).map_err(store_error)?;
+                self.destroy_named(at, destroy)?;
             }
         }
         Ok(())
@@ -224,6 +375,87 @@ mod tests {
         let far = crate::overlay::CHECKPOINT_LAG + 3;
         erasures.apply(&[Applied::at(far, &other)]).expect("apply");
         assert_eq!(erasures.checkpoint().expect("cp"), far);
+    }
+
+    /// A ring that forgets a key in memory when it is retired (as the service's does), and
+    /// says which thread destroyed each key.
+    #[derive(Default)]
+    struct Retiring {
+        ring: MemoryKeyring,
+        retired: Mutex<Vec<KeyId>>,
+        destroyed_on: Mutex<Vec<Option<String>>>,
+    }
+
+    impl Keyring for Retiring {
+        fn key_of(&self, subject: &Subject) -> std::result::Result<KeyId, crate::seal::KeyError> {
+            self.ring.key_of(subject)
+        }
+        fn find(
+            &self,
+            subject: &Subject,
+        ) -> std::result::Result<Option<KeyId>, crate::seal::KeyError> {
+            self.ring.find(subject)
+        }
+        fn seal_key(
+            &self,
+            ids: &[KeyId],
+        ) -> std::result::Result<Option<crate::seal::SealKey>, crate::seal::KeyError> {
+            let retired = self.retired.lock().expect("lock");
+            if ids.iter().any(|id| retired.contains(id)) {
+                return Ok(None);
+            }
+            self.ring.seal_key(ids)
+        }
+        fn destroy(&self, ids: &[KeyId]) -> std::result::Result<usize, crate::seal::KeyError> {
+            let name = std::thread::current().name().map(str::to_string);
+            self.destroyed_on.lock().expect("lock").push(name);
+            self.ring.destroy(ids)
+        }
+        fn retire(&self, ids: &[KeyId]) -> std::result::Result<bool, crate::seal::KeyError> {
+            self.retired.lock().expect("lock").extend_from_slice(ids);
+            Ok(true)
+        }
+        fn keys_of_tenant(
+            &self,
+            tenant: Uuid,
+        ) -> std::result::Result<Vec<(Subject, KeyId)>, crate::seal::KeyError> {
+            self.ring.keys_of_tenant(tenant)
+        }
+    }
+
+    #[test]
+    fn shredding_in_background_the_fold_retires_and_the_shredder_destroys() {
+        let db = sled::Config::new().temporary(true).open().expect("db");
+        let ring = Arc::new(Retiring::default());
+        let alice = Subject::User(Uuid::nil(), "alice".into());
+        let sealed = Sealed::seal_for(
+            ring.as_ref(),
+            std::slice::from_ref(&alice),
+            b"",
+            b"078-05-1120",
+        )
+        .expect("seal");
+        let erasures = Erasures::open(&db, ring.clone()).expect("open");
+        erasures.shred_in_background().expect("shredder");
+
+        // Given an erasure folded at seq 9, then its keys are retired at once, and once
+        // `wait_destroyed(9)` returns they are destroyed, by the shredder's thread.
+        let event = erasure(1, sealed.keys.clone());
+        erasures.apply(&[Applied::at(9, &event)]).expect("apply");
+        assert_eq!(*ring.retired.lock().expect("lock"), sealed.keys);
+        assert!(sealed
+            .open_with(ring.as_ref(), b"")
+            .expect("ring")
+            .is_none());
+        erasures.wait_destroyed(9).expect("destroyed");
+        assert_eq!(ring.ring.find(&alice).expect("find"), None);
+        assert_eq!(
+            *ring.destroyed_on.lock().expect("lock"),
+            vec![Some("erasure-shred".to_string())]
+        );
+        // Nothing pending: waiting for a later position returns at once.
+        erasures.wait_destroyed(u64::MAX).expect("nothing pending");
+        assert_eq!(erasures.named_keys().expect("named"), sealed.keys);
     }
 
     #[test]

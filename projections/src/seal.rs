@@ -311,6 +311,14 @@ pub trait Keyring: Send + Sync {
     /// id that does not exist is not an error (an erasure applied again).
     fn destroy(&self, ids: &[KeyId]) -> Result<usize, KeyError>;
 
+    /// Stops this process from using `ids` at once: from its return nothing opens or seals
+    /// under them here, and a subject whose live key one was gets a new key. Returns whether
+    /// they still have to be [`destroyed`](Keyring::destroy) where the ring keeps them; a ring
+    /// that cannot forget a key in memory alone destroys it here (the default) and says no.
+    fn retire(&self, ids: &[KeyId]) -> Result<bool, KeyError> {
+        self.destroy(ids).map(|_| false)
+    }
+
     /// Every live key of a tenant's subjects (a tenant's erasure destroys them all).
     fn keys_of_tenant(&self, tenant: Uuid) -> Result<Vec<(Subject, KeyId)>, KeyError>;
 }

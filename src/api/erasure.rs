@@ -2,11 +2,16 @@
 //! receipt (the handler of `crate::command::erase`).
 //!
 //! The gate appends the erasure event with the request's audit entry, as for every operation;
-//! folding it destroys the keys (`auditmem_projections::erasures`), so by the time the gate
-//! answers, the event is durable and the keys are gone. The receipt names where the event is
-//! and a checkpoint that covers it, which exist only after that append: its body is written
-//! then, as the response is sent (a one-item stream), and the entry records no response body,
-//! as for an export download.
+//! folding it retires the keys and the erasures projection's shredder destroys them
+//! (`auditmem_projections::erasures`). The receipt names where the event is and a checkpoint
+//! that covers it, which exist only after that append: its body is written then, as the
+//! response is sent (a one-item stream), once the keys are destroyed, so by the time the
+//! receipt is read the event is durable and the keys are gone. The entry records no response
+//! body, as for an export download.
+//!
+//! Deciding reads the subject's every memory and the receipt counts the tenant's every audit
+//! entry: both run on the blocking pool, never on a runtime worker that other tenants'
+//! requests wait for.
 
 use axum::body::{Body, Bytes};
 use axum::extract::State;
@@ -39,8 +44,13 @@ pub(crate) async fn create_erasure(
     Extension(caller): Extension<Caller>,
     Json(target): Json<ErasureRequest>,
 ) -> Result<Recorded<Response>, ApiError> {
-    let ctx = Context::service(&state.projections);
-    let decision = erase::erase(&ctx, caller.tenant.id, target)?;
+    let projections = state.projections.clone();
+    let tenant = caller.tenant.id;
+    let decision = tokio::task::spawn_blocking(move || {
+        erase::erase(&Context::service(&projections), tenant, target)
+    })
+    .await
+    .map_err(ApiError::internal)??;
     let planned = decision.answer.clone();
     let mut recorded = Recorded::decided(decision, |_| receipt_response(state, planned));
     recorded.ops.streamed = true;
@@ -51,12 +61,16 @@ pub(crate) async fn create_erasure(
 /// the event (a failed append answers the failure instead, and this body is never read).
 fn receipt_response(state: AppState, planned: Planned) -> Response {
     let body = futures_util::stream::once(async move {
-        match receipt(&state, &planned) {
+        let erasure_id = planned.erasure_id;
+        let made = tokio::task::spawn_blocking(move || receipt(&state, &planned))
+            .await
+            .unwrap_or_else(|e| Err(ApiError::internal(e)));
+        match made {
             Ok(r) => serde_json::to_vec(&Data(r))
                 .map(Bytes::from)
                 .map_err(std::io::Error::other),
             Err(e) => {
-                tracing::error!(error = %e.message, erasure_id = %planned.erasure_id, "erasure receipt");
+                tracing::error!(error = %e.message, erasure_id = %erasure_id, "erasure receipt");
                 Err(std::io::Error::other(e.message))
             }
         }
@@ -71,14 +85,17 @@ fn receipt_response(state: AppState, planned: Planned) -> Response {
 }
 
 /// The receipt of an erasure whose event is in the log: its position, and a checkpoint that
-/// covers it (the latest when it does, else one signed now at the head).
+/// covers it (the latest when it does, else one signed now at the head). Blocks until the
+/// erasure's keys are destroyed in the key store.
 pub(crate) fn receipt(state: &AppState, planned: &Planned) -> Result<ErasureReceipt, ApiError> {
-    let view = state
-        .projections
-        .erasures
+    let erasures = &state.projections.erasures;
+    let view = erasures
         .get(&planned.erasure_id)
         .map_err(ApiError::internal)?
         .ok_or_else(|| ApiError::internal("the erasure event is not folded"))?;
+    erasures
+        .wait_destroyed(view.seq)
+        .map_err(ApiError::internal)?;
     let checkpoint = match state.signer.latest() {
         Some(cp) if cp.seq >= view.seq => cp,
         _ => state

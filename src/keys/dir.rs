@@ -11,12 +11,12 @@
 //! Every create is written to a temporary file, synced, renamed and its directory synced,
 //! so a key is durable before any value sealed under it is; a key is never written twice.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Condvar, Mutex, PoisonError};
 
 use auditmem_projections::seal::{DataKey, KeyError, KeyId, Keyring, SealKey, Subject};
 use uuid::Uuid;
@@ -34,6 +34,8 @@ pub struct DirKeyring {
     /// Unwrapped data keys by id, and each subject's live key id. Both are caches of the
     /// directory, filled as keys are read or created and emptied of a key when it is destroyed.
     cache: Mutex<Cache>,
+    /// Told when a destroy has let go of the subject files it shredded (`Cache::shredding`).
+    shredded: Condvar,
     /// Keys were written since the last `sync` (their files renamed into place, not synced):
     /// a create costs no sync of its own, and one sync of the filesystem in the log's group
     /// commit makes every key of the group durable with the records sealed under them.
@@ -48,6 +50,13 @@ struct Cache {
     /// asks for the same one, and its HKDF took ~0.4 µs of an ingested entry's ~16 µs. Any
     /// destroy empties it.
     sealing: HashMap<Vec<KeyId>, SealKey>,
+    /// Keys destroyed or retired by this process: never taken back from their files, which
+    /// a destroy still running (or not yet started) leaves in place a while. Key ids are
+    /// random and never reused; the set holds 16 bytes an erased key for the process's life.
+    gone: HashSet<KeyId>,
+    /// Subject files a destroy is shredding: a new key for such a subject waits until it is
+    /// done, so that the shred never zeroes the file naming the new key.
+    shredding: HashSet<PathBuf>,
 }
 
 /// Seal keys kept at most: past it the map starts again (a request showing many memories asks
@@ -91,6 +100,7 @@ impl DirKeyring {
             dir: dir.to_path_buf(),
             kek,
             cache: Mutex::new(Cache::default()),
+            shredded: Condvar::new(),
             unsynced: AtomicBool::new(false),
         })
     }
@@ -178,6 +188,88 @@ impl DirKeyring {
             .map(|(_, key)| Some(key))
             .map_err(|e| KeyError::Store(format!("{}: {e}", path.display())))
     }
+
+    /// Drops `ids` from every cache and marks them gone: from here on this process neither
+    /// opens nor seals under them, whatever their files still hold.
+    fn forget(&self, ids: &[KeyId]) {
+        let mut cache = self.lock();
+        cache.sealing.clear();
+        for id in ids {
+            cache.keys.remove(id);
+            cache.subjects.retain(|_, v| v != id);
+            cache.gone.insert(*id);
+        }
+    }
+
+    /// Claims, for one destroy, the subject files among `candidates` that still name a gone
+    /// key (or that a shred left zeroed): a subject given a new key since it was looked at is
+    /// not shredded. Waits while another destroy holds any of them.
+    fn claim(&self, candidates: Vec<PathBuf>) -> Result<Vec<PathBuf>, KeyError> {
+        let mut cache = self.lock();
+        while candidates.iter().any(|p| cache.shredding.contains(p)) {
+            cache = self
+                .shredded
+                .wait(cache)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+        let mut claimed = Vec::with_capacity(candidates.len());
+        for path in candidates {
+            let left_zeroed = fs::read(&path).is_ok_and(|b| shredded(&b));
+            let names_gone = self
+                .read_subject(&path)?
+                .is_some_and(|(_, k)| cache.gone.contains(&k));
+            if left_zeroed || names_gone {
+                claimed.push(path);
+            }
+        }
+        // All at once, after every read: a read that fails leaves nothing claimed.
+        cache.shredding.extend(claimed.iter().cloned());
+        Ok(claimed)
+    }
+
+    /// Lets go of the subject files [`Self::claim`] gave one destroy.
+    fn release(&self, claimed: &[PathBuf]) {
+        let mut cache = self.lock();
+        for path in claimed {
+            cache.shredding.remove(path);
+        }
+        drop(cache);
+        self.shredded.notify_all();
+    }
+
+    /// Zeroes `keys` and `subjects`, puts the zeros on the disk, unlinks them and syncs their
+    /// directories; how many of `keys` existed.
+    fn shred(&self, keys: &[PathBuf], subjects: &[PathBuf]) -> Result<usize, KeyError> {
+        // Zeros over every file, one `syncfs` to put them on the disk (a secure erase needs the
+        // old bytes overwritten, not only unlinked), then the unlinks and one sync of each
+        // directory: a few syncs however many keys. A crash after the zeros leaves zeroed
+        // files, read as destroyed.
+        let mut n = 0;
+        for path in keys {
+            n += usize::from(zero(path).map_err(Self::store)?);
+        }
+        for path in subjects {
+            zero(path).map_err(Self::store)?;
+        }
+        fs::File::open(&self.dir)
+            .and_then(|d| rustix::fs::syncfs(&d).map_err(std::io::Error::from))
+            .map_err(Self::store)?;
+        let mut dirs = std::collections::BTreeSet::new();
+        for path in keys.iter().chain(subjects) {
+            match fs::remove_file(path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(Self::store(e)),
+            }
+            if let Some(dir) = path.parent() {
+                dirs.insert(dir.to_path_buf());
+            }
+        }
+        for dir in dirs {
+            sync_dir(&dir).map_err(Self::store)?;
+        }
+        Ok(n)
+    }
 }
 
 impl Keyring for DirKeyring {
@@ -185,8 +277,16 @@ impl Keyring for DirKeyring {
         if let Some(id) = self.find(subject)? {
             return Ok(id);
         }
-        // Creating holds the cache's lock, so two requests for a new subject make one key.
+        // Creating holds the cache's lock, so two requests for a new subject make one key; it
+        // waits for a destroy shredding the subject's file, which would zero the new one.
+        let path = self.subject_path(subject);
         let mut cache = self.lock();
+        while cache.shredding.contains(&path) {
+            cache = self
+                .shredded
+                .wait(cache)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
         if let Some(id) = cache.subjects.get(subject) {
             return Ok(*id);
         }
@@ -196,7 +296,6 @@ impl Keyring for DirKeyring {
         // Set first: a sync that starts while the files are written must not clear it.
         self.unsynced.store(true, Ordering::SeqCst);
         write_unsynced(&self.data_path(&id), &data, false).map_err(Self::store)?;
-        let path = self.subject_path(subject);
         if let Some(parent) = path.parent() {
             fs::create_dir_all(parent).map_err(Self::store)?;
         }
@@ -240,7 +339,11 @@ impl Keyring for DirKeyring {
         if !self.holds_key(&id) {
             return Ok(None);
         }
-        self.lock().subjects.insert(subject.clone(), id);
+        let mut cache = self.lock();
+        if cache.gone.contains(&id) {
+            return Ok(None);
+        }
+        cache.subjects.insert(subject.clone(), id);
         Ok(Some(id))
     }
 
@@ -255,7 +358,11 @@ impl Keyring for DirKeyring {
                 Some(k) => k,
                 None => match self.read_key(id)? {
                     Some(k) => {
-                        self.lock().keys.insert(*id, k.clone());
+                        let mut cache = self.lock();
+                        if cache.gone.contains(id) {
+                            return Ok(None);
+                        }
+                        cache.keys.insert(*id, k.clone());
                         k
                     }
                     None => return Ok(None),
@@ -277,9 +384,11 @@ impl Keyring for DirKeyring {
         Ok(Some(key))
     }
 
+    /// Forgets the keys at once, then shreds their files holding no lock a request takes:
+    /// the syncs of a shred take tens to hundreds of milliseconds on a busy disk, while every
+    /// request seals its audit entry through this keyring.
     fn destroy(&self, ids: &[KeyId]) -> Result<usize, KeyError> {
-        let mut cache = self.lock();
-        cache.sealing.clear();
+        self.forget(ids);
         // Every file to shred first: each key's file, then the subject file naming it (it names
         // the subject, sealed, at a path any copy of the directory shows). Key files come
         // first in the list, so a crash between the unlinks leaves a subject file whose key is
@@ -287,8 +396,6 @@ impl Keyring for DirKeyring {
         let mut keys = Vec::with_capacity(ids.len());
         let mut subjects = Vec::new();
         for id in ids {
-            cache.keys.remove(id);
-            cache.subjects.retain(|_, v| v != id);
             let path = self.data_path(id);
             let digest = match fs::read(&path) {
                 Ok(bytes) => self.kek.unwrap_key(id, &bytes).ok().map(|(d, _)| d),
@@ -300,39 +407,19 @@ impl Keyring for DirKeyring {
                 subjects.extend(self.subject_files_of(id, &digest)?);
             }
         }
-        // Zeros over every file, one `syncfs` to put them on the disk (a secure erase needs the
-        // old bytes overwritten, not only unlinked), then the unlinks and one sync of each
-        // directory: a few syncs however many keys (the log's writer waits for a destroy, and a
-        // sync a key costs it milliseconds each). A crash after the zeros leaves zeroed files,
-        // read as destroyed.
         if keys.is_empty() && subjects.is_empty() {
             return Ok(0);
         }
-        let mut n = 0;
-        for path in &keys {
-            n += usize::from(zero(path).map_err(Self::store)?);
-        }
-        for path in &subjects {
-            zero(path).map_err(Self::store)?;
-        }
-        fs::File::open(&self.dir)
-            .and_then(|d| rustix::fs::syncfs(&d).map_err(std::io::Error::from))
-            .map_err(Self::store)?;
-        let mut dirs = std::collections::BTreeSet::new();
-        for path in keys.iter().chain(&subjects) {
-            match fs::remove_file(path) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(Self::store(e)),
-            }
-            if let Some(dir) = path.parent() {
-                dirs.insert(dir.to_path_buf());
-            }
-        }
-        for dir in dirs {
-            sync_dir(&dir).map_err(Self::store)?;
-        }
-        Ok(n)
+        let claimed = self.claim(subjects)?;
+        let shredded = self.shred(&keys, &claimed);
+        self.release(&claimed);
+        shredded
+    }
+
+    /// Forgets the keys in this process only; [`Keyring::destroy`] shreds their files.
+    fn retire(&self, ids: &[KeyId]) -> Result<bool, KeyError> {
+        self.forget(ids);
+        Ok(true)
     }
 
     fn keys_of_tenant(&self, tenant: Uuid) -> Result<Vec<(Subject, KeyId)>, KeyError> {
@@ -349,7 +436,7 @@ impl Keyring for DirKeyring {
                 continue;
             }
             if let Some((subject, id)) = self.read_subject(&path)? {
-                if self.holds_key(&id) {
+                if self.holds_key(&id) && !self.lock().gone.contains(&id) {
                     out.push((subject, id));
                 }
             }
@@ -527,6 +614,34 @@ mod tests {
             ring.keys_of_tenant(Uuid::nil()).expect("list"),
             vec![(alice(), again)]
         );
+    }
+
+    #[test]
+    fn a_retired_key_is_of_no_use_at_once_and_its_destroy_spares_the_subjects_new_key() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let (dir, kek) = (tmp.path().join("keys"), tmp.path().join("master.key"));
+        let ring = DirKeyring::open(&dir, &kek).expect("open");
+        let old = Sealed::seal_for(&ring, &[alice()], b"", b"078-05-1120").expect("seal");
+        let id = old.keys[0];
+        // Retired: its files are still there, but nothing opens, finds or lists it.
+        assert!(ring.retire(&[id]).expect("retire"));
+        assert!(dir.join("data").join(id.to_hex()).is_file());
+        assert!(old.open_with(&ring, b"").expect("ring").is_none());
+        assert_eq!(ring.find(&alice()).expect("find"), None);
+        assert!(ring.keys_of_tenant(Uuid::nil()).expect("list").is_empty());
+        // Alice writes again before the destroy ran: a new key, in the same subject file.
+        let new = Sealed::seal_for(&ring, &[alice()], b"", b"new").expect("seal");
+        assert_ne!(new.keys[0], id);
+        // The destroy shreds the old key's file but not the subject file, which names the
+        // new key now.
+        assert_eq!(ring.destroy(&[id]).expect("destroy"), 1);
+        assert!(!dir.join("data").join(id.to_hex()).exists());
+        drop(ring);
+        let ring = DirKeyring::open(&dir, &kek).expect("reopen");
+        assert_eq!(ring.find(&alice()).expect("find"), Some(new.keys[0]));
+        let plain = new.open_with(&ring, b"").expect("open").expect("live");
+        assert_eq!(plain.as_slice(), b"new");
+        assert!(old.open_with(&ring, b"").expect("ring").is_none());
     }
 
     #[test]

@@ -95,6 +95,11 @@ impl Storage {
             let log = LogReader::open(&db)?;
             (db, Arc::new(projections), log)
         };
+        // Serving, an erasure's keys are destroyed beside the applier, not in it.
+        projections
+            .erasures
+            .shred_in_background()
+            .context("starting the erasures' key shredder")?;
 
         let durability = match args.durability {
             DurabilityMode::Fsync => Durability::Fsync,

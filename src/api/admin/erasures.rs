@@ -23,7 +23,17 @@ pub(crate) async fn erase_tenant(
     Path(id): Path<String>,
 ) -> Result<(Position, Created<ErasureReceipt>), ApiError> {
     let tenant = admin::tenant_by_path(&context(&state), &id)?;
-    let decision = erase::erase(&context(&state), tenant.id, ErasureTarget::Tenant)?;
+    // Deciding reads every memory of the tenant, and the receipt waits for the keys' destroy
+    // and counts every entry: on the blocking pool, as for `POST /v1/erasures`.
+    let deciding = state.clone();
+    let decision = tokio::task::spawn_blocking(move || {
+        erase::erase(&context(&deciding), tenant.id, ErasureTarget::Tenant)
+    })
+    .await
+    .map_err(ApiError::internal)??;
     let (position, planned) = record(&state, decision).await?;
-    Ok((position, Created(receipt(&state, &planned)?)))
+    let receipt = tokio::task::spawn_blocking(move || receipt(&state, &planned))
+        .await
+        .map_err(ApiError::internal)??;
+    Ok((position, Created(receipt)))
 }
