@@ -3,8 +3,8 @@
 //!
 //! Each cycle gives a new user `MEMORIES` memories (each sealed under its own key and the
 //! user's) and `INGESTED` audit entries scoped to the user, each holding the cycle's secret;
-//! then sends `POST /v1/erasures` (alternately naming the memories, whose hundreds of keys take
-//! seconds to destroy one by one, and the user, one key) and SIGKILLs the server at one of
+//! then sends `POST /v1/erasures` (alternately naming the memories, hundreds of keys destroyed
+//! in one batch by the shredder thread, and the user, one key) and SIGKILLs the server at one of
 //! several points: at once (before the decision or among the first destroys), while the keys
 //! are being destroyed (seen from their files disappearing), after a random delay, or right
 //! after the answer. On restart:
@@ -37,7 +37,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 
-/// Memories of each cycle's user: one key each, destroyed one by one (~13 ms each here).
+/// Memories of each cycle's user: one key each, destroyed together in one batch.
 const MEMORIES: usize = 200;
 /// Audit entries of each cycle's user, ingested.
 const INGESTED: usize = 500;

@@ -10,7 +10,7 @@
 use crate::common::{self, assert_error, Server};
 
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -115,14 +115,19 @@ impl Drop for Receiver {
 
 /// What `standardwebhooks` says of each logged request under each of `secrets`.
 fn verify(r: &Receiver, secrets: &[&str]) -> Vec<Value> {
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/python/webhook_verify.py"
-    );
+    run_verifier("webhook_verify.py", r, secrets)
+}
+
+/// What a verifier script of tests/python says of each logged request under each of `keys`,
+/// one JSON line per request.
+fn run_verifier(script: &str, r: &Receiver, keys: &[&str]) -> Vec<Value> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/python")
+        .join(script);
     let out = Command::new(common::test_python())
         .arg(script)
         .arg(&r.log)
-        .args(secrets)
+        .args(keys)
         .output()
         .expect("verifier");
     assert!(
@@ -586,25 +591,7 @@ fn deliveries_are_signed_in_order_and_survive_a_sigkill() {
 
 /// What tests/python/webhook_verify_v1a.py says of each logged request under each public key.
 fn verify_v1a(r: &Receiver, public_keys: &[&str]) -> Vec<Value> {
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/python/webhook_verify_v1a.py"
-    );
-    let out = Command::new(common::test_python())
-        .arg(script)
-        .arg(&r.log)
-        .args(public_keys)
-        .output()
-        .expect("verifier");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("a JSON line"))
-        .collect()
+    run_verifier("webhook_verify_v1a.py", r, public_keys)
 }
 
 /// The public key of an answer, checked to be `whpk_` and 32 bytes of base64.
@@ -948,4 +935,67 @@ fn a_hanging_endpoint_of_one_tenant_does_not_delay_another_tenant() {
         *worst < Duration::from_millis(1500),
         "B waited {worst:?} behind A: {lags:?}"
     );
+}
+
+#[test]
+fn an_entry_erased_before_its_delivery_succeeds_goes_out_erased() {
+    let receiver = Receiver::start();
+    // Two failed attempts, 1.5 s then 6 s apart: the erasure lands before the third.
+    let s = Server::start_with(&[ALLOW, "--webhook-retry-base-ms", "1500"]);
+    let t = s.create_tenant("pro");
+    let key = s.create_key(&t, &["webhooks.manage", "memory.write", "memory.erase"]);
+    let path = "/fail/2/erased";
+    let (status, v, _) = call(
+        &s,
+        Method::POST,
+        "/v1/webhooks",
+        &key,
+        Some(
+            json!({"url": receiver.url(path), "event_types": ["audit.entry"],
+                    "audit_actions": ["memory.write"]}),
+        ),
+    );
+    assert_eq!(status, 201, "{v}");
+    let agent = "the-erased-agent/7.7";
+    let resp = reqwest::blocking::Client::new()
+        .post(format!("{}/v1/memories", s.url))
+        .bearer_auth(&key)
+        .header("user-agent", agent)
+        .json(&json!({"content": "Dana lives in Lyon", "memory_type": "fact", "user_id": "dana"}))
+        .send()
+        .expect("request");
+    assert_eq!(resp.status().as_u16(), 200);
+    // The first attempt carried the entry as it stood.
+    let first = receiver.wait(path, Duration::from_secs(30), |r| !r.is_empty());
+    assert!(
+        first[0]["body"].as_str().expect("body").contains(agent),
+        "{first:?}"
+    );
+    let (status, v) = s.post("/v1/erasures", &key, json!({"user_id": "dana"}));
+    assert_eq!(status, 201, "{v}");
+    let erased_at = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs_f64();
+
+    let got = receiver.wait(path, Duration::from_secs(30), |r| {
+        r.last().is_some_and(|x| x["status"] == json!(200))
+    });
+    let after: Vec<&Value> = got
+        .iter()
+        .filter(|r| r["at"].as_f64().expect("at") > erased_at)
+        .collect();
+    assert!(!after.is_empty(), "{got:?}");
+    for r in after {
+        assert_eq!(r["id"], got[0]["id"], "one delivery, retried");
+        let body = r["body"].as_str().expect("body");
+        assert!(!body.contains(agent), "{body}");
+        let payload: Value = serde_json::from_str(body).expect("a JSON body");
+        assert_eq!(payload["data"]["entry"]["erased"], json!(true), "{payload}");
+        assert_eq!(
+            payload["data"]["entry"]["user_agent"],
+            Value::Null,
+            "{payload}"
+        );
+    }
 }

@@ -29,6 +29,14 @@ fn json(v: Value) -> Answered {
 }
 
 /// The body's fields outside `taken` that are given (not null): the first is refused.
+/// The `memories` list of a `/v1` answer (empty when it has none).
+fn memories_of(data: &Value) -> Vec<Value> {
+    data.get("memories")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default()
+}
+
 fn only(body: &Map<String, Value>, taken: &[&str], call: &str) -> Result<(), Refused> {
     match body
         .iter()
@@ -87,11 +95,7 @@ pub(super) async fn add(State(m): State<Mem0>, c: Call, req: Request) -> Answere
         let data = m
             .v1(&c, "add", Method::POST, path, Some(Value::Object(req)))
             .await?;
-        let written = data
-            .get("memories")
-            .and_then(Value::as_array)
-            .cloned()
-            .unwrap_or_default();
+        let written = memories_of(&data);
         // The superseded memories' texts, for their DELETE events (they stay readable by id).
         let mut ids: Vec<String> = Vec::new();
         for w in &written {
@@ -137,11 +141,7 @@ pub(super) async fn add(State(m): State<Mem0>, c: Call, req: Request) -> Answere
     let data = m
         .v1(&c, "add", Method::POST, "/v1/memories/batch", Some(body))
         .await?;
-    let written = data
-        .get("memories")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
+    let written = memories_of(&data);
     json(shape::add_results(&written, &[]))
 }
 
@@ -401,11 +401,7 @@ pub(super) async fn users(State(m): State<Mem0>, c: Call) -> Answered {
         let data = m
             .v1(&c, "users", Method::POST, "/v1/memories/query", Some(body))
             .await?;
-        let memories = data
-            .get("memories")
-            .and_then(Value::as_array)
-            .cloned()
-            .unwrap_or_default();
+        let memories = memories_of(&data);
         for mem in &memories {
             for (rank, (_, ours)) in SCOPES.iter().enumerate() {
                 let Some(name) = mem.get(*ours).and_then(Value::as_str) else {
