@@ -71,7 +71,7 @@ pub struct WebhookDelivery {
     pub status: String,
     pub attempts: u32,
     pub response_status: Option<u16>,
-    pub response_excerpt: Option<String>,
+    pub response_excerpt: Option<Sealed>,
     pub error: Option<String>,
     pub next_try: Option<i64>,
     /// The delivery this one sends again, for a redelivery.

@@ -15,7 +15,7 @@ use super::error::ApiError;
 use super::extract::Json;
 use super::gate::{Caller, Recorded};
 use super::state::AppState;
-use crate::command::webhook::{self, SECRET_BYTES};
+use crate::command::webhook::{self, excerpt_aad, SECRET_BYTES};
 use crate::command::{Context, Refusal};
 use crate::wire::envelope::{Data, ErrorEnvelope};
 use crate::wire::time::Time;
@@ -53,7 +53,18 @@ fn view(e: &WebhookEndpoint) -> WebhookView {
     }
 }
 
-fn delivery_view(d: WebhookDelivery) -> DeliveryView {
+/// A delivery as the API shows it, its answer's excerpt opened (`null` once the tenant's key
+/// is destroyed).
+fn delivery_view(state: &AppState, d: WebhookDelivery) -> DeliveryView {
+    let aad = excerpt_aad(&d.endpoint_id, &d.delivery_id);
+    let response_excerpt = d.response_excerpt.as_ref().and_then(|s| {
+        let opened = s.open_with(&*state.projections.keys, &aad);
+        opened
+            .map_err(|e| tracing::warn!(error = %e, "opening a webhook answer's excerpt"))
+            .ok()
+            .flatten()
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+    });
     DeliveryView {
         id: d.delivery_id,
         position: d.position,
@@ -61,7 +72,7 @@ fn delivery_view(d: WebhookDelivery) -> DeliveryView {
         status: d.status,
         attempts: d.attempts,
         response_status: d.response_status,
-        response_excerpt: d.response_excerpt,
+        response_excerpt,
         error: d.error,
         next_try: d.next_try.map(Time),
         redelivery_of: d.redelivery_of,
@@ -244,7 +255,10 @@ pub(crate) async fn list_deliveries(
         .webhook_deliveries(&caller.tenant.id, &id, DELIVERIES_SHOWN)
         .map_err(|e| ApiError::from(Refusal::internal(e)))?;
     let list = DeliveryList {
-        deliveries: deliveries.into_iter().map(delivery_view).collect(),
+        deliveries: deliveries
+            .into_iter()
+            .map(|d| delivery_view(&state, d))
+            .collect(),
     };
     Ok(Recorded::new(Data(list), Default::default()))
 }

@@ -37,6 +37,14 @@ pub fn secret_aad(endpoint: &Uuid) -> Vec<u8> {
     aad
 }
 
+/// The associated data a delivery attempt's answer excerpt is sealed with.
+pub fn excerpt_aad(endpoint: &Uuid, delivery: &Uuid) -> Vec<u8> {
+    let mut aad = b"webhook-excerpt/v1".to_vec();
+    aad.extend_from_slice(endpoint.as_bytes());
+    aad.extend_from_slice(delivery.as_bytes());
+    aad
+}
+
 /// The secret as shown to the caller: `whsec_` and its bytes in base64.
 pub fn secret_text(bytes: &[u8]) -> String {
     format!(

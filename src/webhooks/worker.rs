@@ -20,6 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use auditmem_projections::event::{Event, WebhookAttempted};
+use auditmem_projections::seal::{Sealed, Subject};
 use auditmem_projections::webhooks::WebhookEndpoint;
 use auditmem_projections::Projections;
 use tokio::sync::{watch, Semaphore};
@@ -29,7 +30,7 @@ use uuid::Uuid;
 use super::events::{self, Message, Scan};
 use super::{sign, target};
 use crate::api::state::AppState;
-use crate::command::webhook::secret_aad;
+use crate::command::webhook::{excerpt_aad, secret_aad};
 use crate::log::appender::{AppendError, Precondition, Rejection};
 use crate::registry::ErrorCode;
 
@@ -323,6 +324,24 @@ fn secrets(state: &AppState, endpoint: &WebhookEndpoint) -> Result<Vec<Vec<u8>>,
     Ok(out)
 }
 
+/// The answer's excerpt sealed under the tenant's key; `None` (the attempt still recorded)
+/// when the key store cannot seal it now.
+fn seal_excerpt(
+    state: &AppState,
+    endpoint: &WebhookEndpoint,
+    delivery: Uuid,
+    excerpt: &str,
+) -> Option<Sealed> {
+    Sealed::seal_for(
+        &*state.projections.keys,
+        &[Subject::Tenant(endpoint.tenant_id)],
+        &excerpt_aad(&endpoint.endpoint_id, &delivery),
+        excerpt.as_bytes(),
+    )
+    .map_err(|e| tracing::warn!(error = %e, endpoint = %endpoint.endpoint_id, "sealing a webhook answer's excerpt"))
+    .ok()
+}
+
 /// The `webhook-id` of a message: the same for every attempt and redelivery of it.
 pub fn message_id(endpoint: Uuid, position: u64) -> String {
     format!("msg_{}_{position}", endpoint.simple())
@@ -452,7 +471,9 @@ async fn record(
         attempt,
         delivered,
         response_status: outcome.status,
-        response_excerpt: outcome.excerpt,
+        response_excerpt: outcome
+            .excerpt
+            .and_then(|x| seal_excerpt(state, endpoint, delivery_id, &x)),
         error: outcome.error,
         next_try,
         disable: gone.then(|| "the endpoint answered 410 Gone".to_owned()),

@@ -815,6 +815,15 @@ fn retries_410_redirects_excerpts_memory_events_and_redelivery() {
     assert_eq!(failed["response_status"], json!(500));
     assert_eq!(failed["response_excerpt"], json!("x".repeat(1024)));
     assert_eq!(failed["next_try"], Value::Null);
+    // The excerpt is sealed: no file of the data dir holds it, though the endpoint's URL (kept
+    // in the clear) shows the scan can find what is stored.
+    let excerpt = "x".repeat(1024);
+    let scanned = crate::forget::scan(&s.data_dir, &[&excerpt, "/fail/1000/big"]);
+    assert_eq!(
+        scanned.needles(),
+        std::collections::BTreeSet::from(["/fail/1000/big"]),
+        "{scanned:?}"
+    );
 
     // Memory events: ids and positions, nothing of the content.
     let (status, m, created_at) = call(

@@ -90,8 +90,9 @@ pub struct WebhookAttempted {
     /// The endpoint answered 2xx.
     pub delivered: bool,
     pub response_status: Option<u16>,
-    /// At most the first KiB of the answer's body.
-    pub response_excerpt: Option<String>,
+    /// At most the first KiB of the answer's body, sealed under the tenant's key: a receiver
+    /// may echo what it was sent, personal fields included, and the log keeps no clear copy.
+    pub response_excerpt: Option<Sealed>,
     /// Why no answer came (refused target, timeout, connection error).
     pub error: Option<String>,
     /// When the next attempt is due; none when there is none (delivered, or given up).
