@@ -44,6 +44,7 @@ use crate::vector_table::{
 mod apply;
 mod block;
 pub mod filter;
+pub mod neighbours;
 mod scopes;
 #[cfg(test)]
 mod sealed_tests;
@@ -576,7 +577,8 @@ impl Memories {
 
     /// A search in any [`SearchMode`]: `text` is the query for BM25, `vector` its embedding.
     /// Semantic results are what [`Self::search`] returns; keyword results are ranked by BM25;
-    /// hybrid fuses the best [`HYBRID_DEPTH`] (at least `k`) of each by `fusion`, and lifts the
+    /// hybrid fuses the best [`HYBRID_DEPTH`] (at least `k`) of each by `fusion`, lifts the
+    /// `context` memories written next to a candidate in its stream ([`neighbours`]) and the
     /// memories whose `occurred_at` is in a period the query names ([`when`]). Every result
     /// carries its cosine similarity. `min_similarity` bounds the semantic part only.
     #[allow(clippy::too_many_arguments)]
@@ -633,6 +635,11 @@ impl Memories {
             _ => keyword.clone(),
         };
         if mode == SearchMode::Hybrid {
+            neighbours::lift(
+                &mut ranked,
+                |id| neighbours::of(&state, t, id, admit),
+                neighbours::NEIGHBOUR_SHARE,
+            );
             if let Some(period) = when::named_period(text) {
                 // The memories that say when they happened, in the period the query names.
                 let occurred = |id: &Uuid| state.names.extra(id).and_then(|e| e.occurred_at);
