@@ -650,7 +650,13 @@ fn a_hybrid_search_lifts_the_neighbours_of_a_found_turn_in_its_stream() {
         };
         let events = [
             turn(1, ty, "ana", [0.1, 0.995], "How was your week?"),
-            turn(2, MemoryType::Context, "ana", [1.0, 0.0], "I went to the support group"),
+            turn(
+                2,
+                MemoryType::Context,
+                "ana",
+                [1.0, 0.0],
+                "I went to the support group",
+            ),
             turn(3, ty, user3, [0.0, 1.0], "It helped a lot, I felt accepted"),
             turn(9, MemoryType::Context, "ben", [0.8, 0.6], "memory nine"),
         ];
@@ -690,4 +696,64 @@ fn a_hybrid_search_lifts_the_neighbours_of_a_found_turn_in_its_stream() {
         search(MemoryType::Context, "ana", SearchMode::Semantic),
         vec![2, 9, 1]
     );
+}
+
+/// What the neighbour lift adds to a hybrid search at 100,000 `context` memories in one tenant:
+/// `cargo test --release -p auditmem-projections --lib neighbour_lift_cost -- --ignored
+/// --nocapture`. Each search's 100 fused candidates (the most two lists of 50 give) look up
+/// their two neighbours and are re-sorted; printed per search, for streams written one after
+/// another and for four streams interleaved (each neighbour three memories away).
+#[test]
+#[ignore]
+fn neighbour_lift_cost() {
+    use crate::event::MemoryExtra;
+    for streams in [1u128, 4] {
+        let (_dir, _db, p) = fresh();
+        let t = Uuid::from_u128(100);
+        let n: u128 = 100_000;
+        for chunk in (1..=n).collect::<Vec<_>>().chunks(1000) {
+            let events: Vec<Event> = chunk
+                .iter()
+                .map(|&i| {
+                    let mut e = created(t, i, MemoryType::Context, [1.0, 0.0], i as i64);
+                    if let Event::MemoryCreated(c) = &mut e {
+                        c.extra = Some(MemoryExtra {
+                            user_id: Some(format!("user {}", i % streams)),
+                            ..MemoryExtra::default()
+                        });
+                    }
+                    e
+                })
+                .collect();
+            p.apply(&Applied::in_order(&events)).expect("apply");
+        }
+        let state = p.state();
+        let tm = &state.tenants[&t];
+        let mut times = Vec::new();
+        let mut x: u128 = 0x9E37_79B9;
+        for _ in 0..2000 {
+            let mut ranked: Vec<(Uuid, f32)> = (0..100)
+                .map(|r| {
+                    x = x
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
+                    (Uuid::from_u128(1 + (x >> 64) % n), 1.0 / (2.0 + r as f32))
+                })
+                .collect();
+            let start = std::time::Instant::now();
+            neighbours::lift(
+                &mut ranked,
+                |id| neighbours::of(&state, tm, id, |_| true),
+                neighbours::NEIGHBOUR_SHARE,
+            );
+            times.push(start.elapsed().as_micros());
+            assert!(ranked.len() > 100);
+        }
+        times.sort_unstable();
+        println!(
+            "{streams} stream(s), 100,000 memories: lift p50 {} µs, p99 {} µs",
+            times[times.len() / 2],
+            times[times.len() * 99 / 100]
+        );
+    }
 }
