@@ -25,6 +25,8 @@
 //! - `tenant`: the per-tenant indexes and vector tables, and their rebuild at open;
 //! - `apply`: the [`Projection`](crate::projection::Projection) impl (fold, plan, land);
 //! - `sealing`: a state's sealed and open forms, and what the tree and texts file keep;
+//! - [`neighbours`]: the lift a hybrid search gives a found `context` memory's stream
+//!   neighbours; [`when`]: the periods a query names and the boost of memories in them;
 //! - here: [`Memories`] and its queries.
 
 use std::io;
