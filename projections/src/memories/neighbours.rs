@@ -5,7 +5,7 @@
 //! the next answers; one names the thing, the next says what happened to it), and a query
 //! matches one of them. On LoCoMo's development half, lifting each fused candidate's two
 //! neighbours by [`NEIGHBOUR_SHARE`] of its fused score raises the default search's recall@5
-//! from 0.578 to 0.611 and recall@10 from 0.674 to 0.709 (docs/SEARCH.md, "Neighbours").
+//! from 0.578 to 0.611 and recall@10 from 0.674 to 0.708 (docs/SEARCH.md, "Neighbours").
 //!
 //! When it applies, and only then:
 //! - both memories are of type `context` (a turn, an observation in a running context);
