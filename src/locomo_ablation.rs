@@ -9,14 +9,16 @@
 //! (what `POST /v1/memories/search` returns: `auditmem eval locomo` gives the same figures),
 //! the keyword list is BM25 over the conversation's turns, hybrid fuses the top
 //! [`HYBRID_DEPTH`] of each. It prints recall@5/@10 per variant and the fusion grid the
-//! service's [`Fusion::default`] was chosen from (docs/SEARCH.md, "LoCoMo"). Ignored by
+//! service's [`Fusion::default`] was chosen from, and the hybrid search with each candidate's
+//! neighbours lifted by a sweep of shares ([`neighbours::lift`], the service's
+//! [`neighbours::NEIGHBOUR_SHARE`] among them) (docs/SEARCH.md, "LoCoMo"). Ignored by
 //! default: it measures, it checks nothing the other tests do not.
 
 use std::path::{Path, PathBuf};
 
 use auditmem_projections::keyword::tokenize::{Analyzer, Stemmer, StopWords};
 use auditmem_projections::keyword::{fuse, Bm25, Fusion, KeywordIndex, SERVICE_BM25};
-use auditmem_projections::memories::HYBRID_DEPTH;
+use auditmem_projections::memories::{neighbours, HYBRID_DEPTH};
 use uuid::Uuid;
 
 use crate::embed::{cosine, Embedder, MiniLm};
@@ -272,6 +274,33 @@ fn locomo_ablation() {
         "hybrid, Fusion::default()",
         &score(&all, |r| hybrid(r, service, &Fusion::default())),
     );
+    // The service's hybrid lifts each candidate's neighbours in its stream: here a turn's
+    // neighbours are the turns before and after it in its conversation (one user_id, all of
+    // type context, stored in order, as `auditmem eval locomo` stores them).
+    let conversation_of: Vec<usize> = conversations
+        .iter()
+        .enumerate()
+        .flat_map(|(c, conv)| std::iter::repeat_n(c, conv.turns.len()))
+        .collect();
+    let neighbours = |id: &Uuid| -> [Option<Uuid>; 2] {
+        let i = id.as_u128() as usize - 1;
+        let same = |j: usize| conversation_of.get(j) == Some(&conversation_of[i]);
+        [
+            i.checked_sub(1).filter(|j| same(*j)).map(uuid),
+            Some(i + 1).filter(|j| same(*j)).map(uuid),
+        ]
+    };
+    for share in [0.1, 0.2, 0.3, 0.5] {
+        let lifted = |r: &Ranked<'_>| {
+            let f = Fusion::default();
+            let (hits, weight) = &r.keyword[service];
+            let mut ranked = fuse(&r.semantic, &f.keyword_ranking(hits, *weight), &f);
+            neighbours::lift(&mut ranked, neighbours, share);
+            ranked.into_iter().map(|h| h.0).collect()
+        };
+        let name = format!("hybrid, Fusion::default(), neighbours lifted by {share}");
+        line(&name, &score(&all, lifted));
+    }
 }
 
 /// Keyword search and the service's hybrid under other BM25 parameters (service analyzer).

@@ -25,6 +25,8 @@
 //! - `tenant`: the per-tenant indexes and vector tables, and their rebuild at open;
 //! - `apply`: the [`Projection`](crate::projection::Projection) impl (fold, plan, land);
 //! - `sealing`: a state's sealed and open forms, and what the tree and texts file keep;
+//! - [`neighbours`]: the lift a hybrid search gives a found `context` memory's stream
+//!   neighbours; [`when`]: the periods a query names and the boost of memories in them;
 //! - here: [`Memories`] and its queries.
 
 use std::io;
@@ -44,6 +46,7 @@ use crate::vector_table::{
 mod apply;
 mod block;
 pub mod filter;
+pub mod neighbours;
 mod scopes;
 #[cfg(test)]
 mod sealed_tests;
@@ -576,7 +579,8 @@ impl Memories {
 
     /// A search in any [`SearchMode`]: `text` is the query for BM25, `vector` its embedding.
     /// Semantic results are what [`Self::search`] returns; keyword results are ranked by BM25;
-    /// hybrid fuses the best [`HYBRID_DEPTH`] (at least `k`) of each by `fusion`, and lifts the
+    /// hybrid fuses the best [`HYBRID_DEPTH`] (at least `k`) of each by `fusion`, lifts the
+    /// `context` memories written next to a candidate in its stream ([`neighbours`]) and the
     /// memories whose `occurred_at` is in a period the query names ([`when`]). Every result
     /// carries its cosine similarity. `min_similarity` bounds the semantic part only.
     #[allow(clippy::too_many_arguments)]
@@ -633,6 +637,11 @@ impl Memories {
             _ => keyword.clone(),
         };
         if mode == SearchMode::Hybrid {
+            neighbours::lift(
+                &mut ranked,
+                |id| neighbours::of(&state, t, id, admit),
+                neighbours::NEIGHBOUR_SHARE,
+            );
             if let Some(period) = when::named_period(text) {
                 // The memories that say when they happened, in the period the query names.
                 let occurred = |id: &Uuid| state.names.extra(id).and_then(|e| e.occurred_at);
