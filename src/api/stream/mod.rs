@@ -8,12 +8,17 @@
 //! it got has no gap and no duplicate, whichever node or server process answers it: a
 //! position names the same entry everywhere.
 //!
-//! **Reading.** The audit index's ref blocks are in seq order ([`AuditIndex::tenant_after`]):
-//! a stream reads them from its position up to the head it last saw, a batch of at most
-//! [`BATCH`] entries (or [`MAX_SCAN`] refs of any tenant) at a time, on a blocking thread. Refs
-//! up to the head are always stored (the applier folds a group before the head moves), so
-//! once a stream has read to the head it waits for the head to move, sending a heartbeat
-//! comment each `--stream-heartbeat-secs` meanwhile.
+//! **Reading.** The audit index's ref blocks are in seq order ([`AuditIndex::tenant_after`]).
+//! A tenant's open streams share a feed (`feed.rs`): one follower reads the tenant's entries
+//! up to the head each time it moves and renders each once per form a stream wants, into a
+//! bounded window; a stream whose next entries are there copies them, framed its way. A
+//! stream whose next entries are not (it resumes from further back, or the window moved past
+//! it) reads them itself from its position, a batch of at most [`BATCH`] entries (or
+//! [`MAX_SCAN`] refs of any tenant) at a time, on a blocking thread, until it reaches the
+//! window. Refs up to the head are always stored (the applier folds a group before the head
+//! moves), so once a stream has everything up to the head it waits for the feed (or, without
+//! one, the head) to move, sending a heartbeat comment each `--stream-heartbeat-secs`
+//! meanwhile.
 //!
 //! **Pacing.** The body is a stream hyper polls when the connection has taken what was
 //! written: the next batch is read only then. A slow reader holds one batch and hyper's
