@@ -321,6 +321,77 @@ pub trait Keyring: Send + Sync {
 
     /// Every live key of a tenant's subjects (a tenant's erasure destroys them all).
     fn keys_of_tenant(&self, tenant: Uuid) -> Result<Vec<(Subject, KeyId)>, KeyError>;
+
+    /// How many times this process has retired or destroyed keys, when the ring counts it
+    /// ([`Retirements`] does): a value opened while the count stood at `n` is still what an
+    /// open would give while it stands at `n`, so a cache of opened values checks it. `None`:
+    /// the ring does not count, and nothing opened may be cached.
+    fn retirements(&self) -> Option<u64> {
+        None
+    }
+}
+
+/// A [`Keyring`] that counts the retires and destroys it passes on ([`Keyring::retirements`]).
+/// The count moves once the inner ring has let go of the keys, so a value opened after a
+/// read of the count that still matches was opened with no key retired since.
+pub struct Retirements {
+    inner: std::sync::Arc<dyn Keyring>,
+    count: std::sync::atomic::AtomicU64,
+}
+
+impl Retirements {
+    pub fn new(inner: std::sync::Arc<dyn Keyring>) -> Self {
+        Retirements {
+            inner,
+            count: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    fn moved<T>(&self, r: Result<T, KeyError>) -> Result<T, KeyError> {
+        // Also on an error: the ring may have let go of some of the keys.
+        self.count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        r
+    }
+}
+
+impl Keyring for Retirements {
+    fn key_of(&self, subject: &Subject) -> Result<KeyId, KeyError> {
+        self.inner.key_of(subject)
+    }
+
+    fn unsynced(&self) -> bool {
+        self.inner.unsynced()
+    }
+
+    fn sync(&self) -> Result<(), KeyError> {
+        self.inner.sync()
+    }
+
+    fn find(&self, subject: &Subject) -> Result<Option<KeyId>, KeyError> {
+        self.inner.find(subject)
+    }
+
+    fn seal_key(&self, ids: &[KeyId]) -> Result<Option<SealKey>, KeyError> {
+        self.inner.seal_key(ids)
+    }
+
+    fn destroy(&self, ids: &[KeyId]) -> Result<usize, KeyError> {
+        let r = self.inner.destroy(ids);
+        self.moved(r)
+    }
+
+    fn retire(&self, ids: &[KeyId]) -> Result<bool, KeyError> {
+        let r = self.inner.retire(ids);
+        self.moved(r)
+    }
+
+    fn keys_of_tenant(&self, tenant: Uuid) -> Result<Vec<(Subject, KeyId)>, KeyError> {
+        self.inner.keys_of_tenant(tenant)
+    }
+
+    fn retirements(&self) -> Option<u64> {
+        Some(self.count.load(std::sync::atomic::Ordering::SeqCst))
+    }
 }
 
 /// A [`Keyring`] in memory, for tests of what seals and opens values.
@@ -439,6 +510,27 @@ mod tests {
         let mut changed = s.clone();
         changed.ct[0] ^= 1;
         assert!(changed.open_with(&ring, b"place").is_err());
+    }
+
+    #[test]
+    fn retirements_move_with_every_retire_and_destroy_and_only_then() {
+        let plain = MemoryKeyring::default();
+        assert_eq!(
+            plain.retirements(),
+            None,
+            "a ring that does not count says so"
+        );
+        let ring = Retirements::new(std::sync::Arc::new(MemoryKeyring::default()));
+        let s = Sealed::seal_for(&ring, &[alice()], b"", b"x").expect("seal");
+        assert_eq!(ring.retirements(), Some(0));
+        assert!(s.open_with(&ring, b"").expect("ring").is_some());
+        assert_eq!(ring.retirements(), Some(0), "opening moves nothing");
+        let key = ring.find(&alice()).expect("find").expect("a key");
+        assert!(!ring.retire(&[key]).expect("retire"));
+        assert_eq!(ring.retirements(), Some(1));
+        assert!(s.open_with(&ring, b"").expect("ring").is_none());
+        assert_eq!(ring.destroy(&[key]).expect("destroy"), 0);
+        assert_eq!(ring.retirements(), Some(2));
     }
 
     #[test]

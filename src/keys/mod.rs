@@ -21,7 +21,7 @@ pub mod rotate;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use auditmem_projections::seal::Keyring;
+use auditmem_projections::seal::{Keyring, Retirements};
 
 pub use dir::DirKeyring;
 pub use kek::{Kek, KekError};
@@ -42,10 +42,12 @@ pub fn open(
     kek_path: &Path,
     cluster: Option<&crate::log::cluster::NatsConfig>,
 ) -> Result<Arc<dyn Keyring>, OpenError> {
-    Ok(match cluster {
+    let ring: Arc<dyn Keyring> = match cluster {
         None => open_in(data_dir, kek_path)?,
         Some(config) => Arc::new(NatsKeyring::open(config, kek_path)?),
-    })
+    };
+    // Counted, so the audit tails' shared renders know when an erasure retired a key.
+    Ok(Arc::new(Retirements::new(ring)))
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -594,3 +594,187 @@ fn a_stop_closes_a_stream_its_client_stopped_reading_at_the_drain_timeout() {
         "the stop waited {took:?} for a client that does not read"
     );
 }
+
+/// Tails of one tenant share what is read and rendered at the head: an entry one tail got
+/// with its personal fields, resumed by another after its subject was erased, comes erased,
+/// as the list shows it, while the first tail's stream (and what it rendered) is still open.
+#[test]
+fn an_entry_sent_before_an_erasure_is_resumed_after_it_erased() {
+    let s = Server::start_with(&["--stream-heartbeat-secs", "1"]);
+    let (tenant, key) = s.tenant_with_key("business");
+    let eraser = s.create_key(&tenant, &["memory.erase"]);
+    let c = client();
+    // Open all along and never read: the tenant's shared head lives as long as it does.
+    let keeper = open(&s.url, &key, "", None, false);
+    assert_eq!(keeper.status().as_u16(), 200);
+    let live = open(&s.url, &key, "", None, false);
+    assert_eq!(live.status().as_u16(), 200);
+    let resp = c
+        .post(format!("{}/v1/memories", s.url))
+        .bearer_auth(&key)
+        .header("user-agent", "the-erased-agent/1.0")
+        .json(&json!({"content": "Dana lives in Lyon", "memory_type": "fact", "user_id": "dana"}))
+        .send()
+        .expect("request");
+    assert_eq!(resp.status().as_u16(), 200);
+    let created = position_of(&resp);
+    let mut before = None;
+    read_events(live, false, |e| match e {
+        Some(e) if e.position == created => {
+            before = Some(e);
+            false
+        }
+        _ => true,
+    });
+    let before = before.expect("the live tail got the create");
+    assert_eq!(before.data["user_agent"], json!("the-erased-agent/1.0"));
+    assert_eq!(before.data.get("erased"), None, "{}", before.data);
+
+    let (status, v) = s.post("/v1/erasures", &eraser, json!({"user_id": "dana"}));
+    assert_eq!(status, 201, "{v}");
+    let (_, last) = audited_get(&c, &s.url, "/v1/memories?page_size=1", &key);
+    let listed = listed_by_id(&s, &key);
+    for ndjson in [false, true] {
+        let mut got = Vec::new();
+        let stopped = read_events(
+            open(&s.url, &key, "", Some(created - 1), ndjson),
+            ndjson,
+            |e| {
+                let Some(e) = e else { return true };
+                let p = e.position;
+                got.push(e);
+                p < last
+            },
+        );
+        assert!(stopped, "the stream ended early: {got:?}");
+        let e = &got[0];
+        assert_eq!(e.position, created, "{got:?}");
+        assert_eq!(e.data["erased"], json!(true), "{}", e.data);
+        assert_eq!(e.data["user_agent"], Value::Null);
+        assert_eq!(
+            Some(&e.data),
+            listed.get(e.data["id"].as_str().expect("id"))
+        );
+        let text =
+            serde_json::to_string(&got.iter().map(|e| &e.data).collect::<Vec<_>>()).expect("json");
+        assert!(!text.contains("the-erased-agent"), "{text}");
+    }
+    drop(keeper);
+}
+
+/// Five tails of one tenant, in different forms and with different filters, resuming from
+/// before their shared head and reading on while writers run: each gets exactly its own
+/// stream, every entry it keeps once, in order, as it renders them.
+#[test]
+fn many_tails_of_one_tenant_each_get_exactly_their_own_stream() {
+    let s = Server::start_with(&["--stream-heartbeat-secs", "1"]);
+    let (tenant, writer_key) = s.tenant_with_key("business");
+    let reader = s.create_key(&tenant, &["audit.read"]);
+    let c = client();
+    let (_, from) = audited_get(&c, &s.url, "/v1/memories?page_size=1", &writer_key);
+    // The time filter's start falls between the two halves of the writes.
+    let since = chrono::Utc::now() + chrono::Duration::seconds(3);
+    let since_text = since.to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
+    // (query, NDJSON): SSE and NDJSON, JSON and OCSF, action filters and a time filter.
+    let tails = [
+        (String::new(), false),
+        (format!("start_time={since_text}"), true),
+        ("format=ocsf".to_string(), false),
+        ("action=memory.list".to_string(), true),
+        ("action=audit.list&format=ocsf".to_string(), false),
+    ];
+    let (tx, rx) = std::sync::mpsc::channel::<u64>();
+    // Where each tail stops: the last entry it keeps, once the writers are done.
+    let ends = std::sync::Arc::new(std::sync::Mutex::new(None::<(u64, u64)>));
+    let mut handles = Vec::new();
+    for (query, ndjson) in tails.iter().cloned() {
+        let (url, key, ends, tx) = (s.url.clone(), reader.clone(), ends.clone(), tx.clone());
+        handles.push(std::thread::spawn(move || {
+            let resp = open(&url, &key, &query, Some(from), ndjson);
+            assert_eq!(resp.status().as_u16(), 200);
+            tx.send(position_of(&resp)).expect("the test waits");
+            let deadline = Instant::now() + Duration::from_secs(60);
+            let mut got: Vec<Event> = Vec::new();
+            let stopped = read_events(resp, ndjson, |e| {
+                if let Some(e) = e {
+                    got.push(e);
+                }
+                assert!(Instant::now() < deadline, "{query}: no end: {got:?}");
+                let end = ends.lock().expect("lock").map(|(lists, reads)| {
+                    if query.contains("memory.list") {
+                        lists
+                    } else {
+                        reads
+                    }
+                });
+                end.is_none_or(|end| got.last().is_none_or(|e| e.position < end))
+            });
+            (query, ndjson, stopped, got)
+        }));
+    }
+    drop(tx);
+    let opened: Vec<u64> = rx.iter().take(tails.len()).collect();
+    let (mut lists, mut reads, mut late) = (Vec::new(), Vec::new(), Vec::new());
+    for half in 0..2 {
+        if half == 1 {
+            assert!(chrono::Utc::now() < since, "the first half took too long");
+            while chrono::Utc::now() <= since + chrono::Duration::milliseconds(10) {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        for _ in 0..15 {
+            let list = audited_get(&c, &s.url, "/v1/memories?page_size=1", &writer_key).1;
+            let read = audited_get(&c, &s.url, "/v1/audit/logs?page_size=1", &writer_key).1;
+            lists.push(list);
+            reads.push(read);
+            if half == 1 {
+                late.extend([list, read]);
+            }
+        }
+    }
+    let last = (*lists.last().expect("lists"), *reads.last().expect("reads"));
+    *ends.lock().expect("lock") = Some(last);
+    let listed = listed_by_id(&s, &writer_key);
+    let mut seen = Vec::new();
+    for h in handles {
+        let (query, ndjson, stopped, got) = h.join().expect("a tail");
+        assert!(stopped, "{query}: the stream ended: {got:?}");
+        // A tail may read past its end before it learns where that is.
+        let end = if query.contains("memory.list") {
+            last.0
+        } else {
+            last.1
+        };
+        let got: Vec<Event> = got.into_iter().filter(|e| e.position <= end).collect();
+        let received: Vec<u64> = got.iter().map(|e| e.position).collect();
+        let expected: BTreeSet<u64> = if query.contains("memory.list") {
+            lists.iter().copied().collect()
+        } else if query.contains("audit.list") {
+            reads.iter().copied().collect()
+        } else if query.contains("start_time") {
+            late.iter().copied().collect()
+        } else {
+            lists.iter().chain(&reads).chain(&opened).copied().collect()
+        };
+        assert_eq!(
+            received,
+            expected.into_iter().collect::<Vec<_>>(),
+            "{query} ndjson={ndjson}"
+        );
+        for e in &got {
+            if query.contains("ocsf") {
+                assert_eq!(e.data["class_uid"], json!(6003), "{query}");
+                assert_eq!(e.data["metadata"]["sequence"], json!(e.position));
+                let id = e.data["metadata"]["uid"].as_str().expect("uid");
+                let row = listed.get(id).expect("a listed entry");
+                assert_eq!(e.data["api"]["operation"], row["action"], "{query}");
+            } else {
+                let id = e.data["id"].as_str().expect("id");
+                assert_eq!(Some(&e.data), listed.get(id), "{query} at {}", e.position);
+            }
+        }
+        seen.push(received.len());
+    }
+    // The streams differ: 30 writes of each action, and five stream openings.
+    assert_eq!(seen, vec![65, 30, 65, 30, 30]);
+}

@@ -8,12 +8,17 @@
 //! it got has no gap and no duplicate, whichever node or server process answers it: a
 //! position names the same entry everywhere.
 //!
-//! **Reading.** The audit index's ref blocks are in seq order ([`AuditIndex::tenant_after`]):
-//! a stream reads them from its position up to the head it last saw, a batch of at most
-//! [`BATCH`] entries (or [`MAX_SCAN`] refs of any tenant) at a time, on a blocking thread. Refs
-//! up to the head are always stored (the applier folds a group before the head moves), so
-//! once a stream has read to the head it waits for the head to move, sending a heartbeat
-//! comment each `--stream-heartbeat-secs` meanwhile.
+//! **Reading.** The audit index's ref blocks are in seq order ([`AuditIndex::tenant_after`]).
+//! A tenant's open streams share a feed (`feed.rs`): one follower reads the tenant's entries
+//! up to the head each time it moves and renders each once per form a stream wants, into a
+//! bounded window; a stream whose next entries are there copies them, framed its way. A
+//! stream whose next entries are not (it resumes from further back, or the window moved past
+//! it) reads them itself from its position, a batch of at most [`BATCH`] entries (or
+//! [`MAX_SCAN`] refs of any tenant) at a time, on a blocking thread, until it reaches the
+//! window. Refs up to the head are always stored (the applier folds a group before the head
+//! moves), so once a stream has everything up to the head it waits for the feed (or, without
+//! one, the head) to move, sending a heartbeat comment each `--stream-heartbeat-secs`
+//! meanwhile.
 //!
 //! **Pacing.** The body is a stream hyper polls when the connection has taken what was
 //! written: the next batch is read only then. A slow reader holds one batch and hyper's
@@ -27,12 +32,14 @@
 //!
 //! [`AuditIndex::tenant_after`]: auditmem_projections::audit_index::AuditIndex::tenant_after
 
+mod feed;
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use auditmem_projections::audit_index::{action_key, AuditRef};
-use auditmem_projections::event::KeyCache;
+use auditmem_projections::event::{AuditEntry, KeyCache};
 use auditmem_projections::Plan;
 use axum::body::{Body, Bytes};
 use axum::extract::State;
@@ -49,9 +56,10 @@ use super::gate::{Caller, PendingOps, Recorded};
 use super::state::AppState;
 use crate::registry::ErrorCode;
 use crate::wire::audit::stream::{parse_position, AuditStreamQuery, StreamFormat, StreamQuery};
-use crate::wire::audit::ListedEntry;
+use crate::wire::audit::{ListedEntry, Personal};
 use crate::wire::envelope::ErrorEnvelope;
 use crate::wire::ocsf;
+use feed::{Feeds, Form, Member, Take};
 
 /// Most entries one read sends.
 pub const BATCH: usize = 256;
@@ -68,6 +76,8 @@ pub struct Streams {
     /// Turns true when the service stops: every stream ends.
     pub stop: watch::Receiver<bool>,
     open: Arc<Mutex<HashMap<Uuid, usize>>>,
+    /// Each tenant's shared head, while it has open streams.
+    feeds: Feeds,
 }
 
 impl Streams {
@@ -77,6 +87,7 @@ impl Streams {
             heartbeat,
             stop,
             open: Arc::default(),
+            feeds: Feeds::default(),
         }
     }
 
@@ -133,6 +144,9 @@ struct Tail {
     head: watch::Receiver<crate::log::Head>,
     stop: watch::Receiver<bool>,
     heartbeat: Duration,
+    /// The tenant's shared head, which the stream reads from once it is there; None when
+    /// nothing rendered may be shared, or the feed failed.
+    member: Option<Member>,
     /// Whether the first bytes (a heartbeat, so the client sees the stream open at once) went.
     opened: bool,
     ended: bool,
@@ -152,61 +166,62 @@ fn render(
     filter: &Filtering,
     out: &mut Vec<u8>,
 ) -> Result<(), ApiError> {
-    let window = state.settings.retention_start(filter.plan);
-    let from = filter.from.unwrap_or(window).max(window);
+    let from = filter.earliest(state);
+    let form = Form::of(filter);
     let mut keys = KeyCache::new(&*state.projections.keys);
     for r in refs {
-        if r.created_at < from || r.created_at > filter.to {
-            continue;
-        }
-        if filter.action.is_some_and(|a| a != r.action_key) {
+        if !filter.keeps(r, from) {
             continue;
         }
         let (entry, personal) = load_list_entry(state, &mut keys, r.seq)?;
-        let created_at = entry.created_at;
-        let listed = ListedEntry::with(entry, personal, r, filter.show_hash);
-        let data = match filter.format {
-            StreamFormat::Json => serde_json::to_value(&listed),
-            StreamFormat::Ocsf => serde_json::to_value(&listed).map(|v| match v {
-                serde_json::Value::Object(row) => {
-                    ocsf::event(&row, r.tenant_id, created_at, Some(r.seq))
-                }
-                other => other,
-            }),
-        }
-        .map_err(|e| ApiError::internal(format!("rendering a streamed entry: {e}")))?;
-        match filter.framing {
-            Framing::Sse => {
-                out.extend_from_slice(format!("id: {}\ndata: ", r.seq).as_bytes());
-                serde_json::to_writer(&mut *out, &data)
-                    .map_err(|e| ApiError::internal(format!("rendering an event: {e}")))?;
-                out.extend_from_slice(b"\n\n");
-            }
-            Framing::Ndjson => {
-                serde_json::to_writer(
-                    &mut *out,
-                    &Line {
-                        position: r.seq,
-                        entry: &data,
-                    },
-                )
-                .map_err(|e| ApiError::internal(format!("rendering a line: {e}")))?;
-                out.push(b'\n');
-            }
-        }
+        let data = event_data(entry, personal, r, form)?;
+        frame(out, r.seq, &data, filter.framing);
     }
     Ok(())
 }
 
-/// An NDJSON line: the position first, so a line-oriented tool finds it at the start.
-#[derive(serde::Serialize)]
-struct Line<'a> {
-    position: u64,
-    entry: &'a serde_json::Value,
+/// An entry's event data in `form`: compact JSON, as the list shows it or as its OCSF event.
+fn event_data(
+    entry: AuditEntry,
+    personal: Personal,
+    r: &AuditRef,
+    form: Form,
+) -> Result<Vec<u8>, ApiError> {
+    let created_at = entry.created_at;
+    let listed = ListedEntry::with(entry, personal, r, form.show_hash);
+    let data = match form.format {
+        StreamFormat::Json => serde_json::to_value(&listed),
+        StreamFormat::Ocsf => serde_json::to_value(&listed).map(|v| match v {
+            serde_json::Value::Object(row) => {
+                ocsf::event(&row, r.tenant_id, created_at, Some(r.seq))
+            }
+            other => other,
+        }),
+    }
+    .map_err(|e| ApiError::internal(format!("rendering a streamed entry: {e}")))?;
+    serde_json::to_vec(&data).map_err(|e| ApiError::internal(format!("rendering an event: {e}")))
+}
+
+/// Writes one event, its data already rendered, as `framing` frames it: an SSE event with the
+/// position as its id, or an NDJSON line `{"position":N,"entry":DATA}`, the position first so a
+/// line-oriented tool finds it at the start.
+fn frame(out: &mut Vec<u8>, seq: u64, data: &[u8], framing: Framing) {
+    match framing {
+        Framing::Sse => {
+            out.extend_from_slice(format!("id: {seq}\ndata: ").as_bytes());
+            out.extend_from_slice(data);
+            out.extend_from_slice(b"\n\n");
+        }
+        Framing::Ndjson => {
+            out.extend_from_slice(format!("{{\"position\":{seq},\"entry\":").as_bytes());
+            out.extend_from_slice(data);
+            out.extend_from_slice(b"}\n");
+        }
+    }
 }
 
 /// What a stream sends and how: its filters (the plan's retention among them) and its form.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Filtering {
     plan: Plan,
     show_hash: bool,
@@ -217,8 +232,23 @@ struct Filtering {
     framing: Framing,
 }
 
+impl Filtering {
+    /// The earliest `created_at` the stream sends now: its start time, or its plan's retention.
+    fn earliest(&self, state: &AppState) -> i64 {
+        let window = state.settings.retention_start(self.plan);
+        self.from.unwrap_or(window).max(window)
+    }
+
+    /// Whether the stream sends the entry of `r`, `from` being [`Self::earliest`].
+    fn keeps(&self, r: &AuditRef, from: i64) -> bool {
+        r.created_at >= from
+            && r.created_at <= self.to
+            && self.action.is_none_or(|a| a == r.action_key)
+    }
+}
+
 impl Tail {
-    /// Reads the next batch past the stream's position, up to `head`.
+    /// Reads the next batch past the stream's position, up to `head`, itself.
     async fn read(&self, head: u64) -> Result<Read, ApiError> {
         let state = self.state.clone();
         let (tenant, after, filter) = (self.tenant, self.position, self.filter);
@@ -269,28 +299,66 @@ impl Tail {
                 return None;
             }
             let head = self.head.borrow_and_update().seq;
+            if let Some(m) = &mut self.member {
+                m.moved.borrow_and_update();
+            }
             if self.position < head {
-                match self.read(head).await {
-                    Ok(read) => {
-                        self.position = read.reached;
-                        if !read.bytes.is_empty() {
-                            return Some(Ok(Bytes::from(read.bytes)));
+                let upto = match &self.member {
+                    None => Some(head),
+                    Some(m) => {
+                        let from = self.filter.earliest(&self.state);
+                        match m.take(
+                            self.position,
+                            self.state.projections.keys.retirements(),
+                            from,
+                        ) {
+                            Take::Sent { bytes, reached } => {
+                                self.position = reached;
+                                if !bytes.is_empty() {
+                                    return Some(Ok(Bytes::from(bytes)));
+                                }
+                                continue;
+                            }
+                            Take::Wait => None,
+                            Take::Own { upto } => Some(upto.min(head)),
+                            Take::Failed => {
+                                self.member = None;
+                                continue;
+                            }
                         }
-                        continue;
                     }
-                    Err(e) => {
-                        // The client resumes after the last id it got.
-                        self.ended = true;
-                        tracing::error!(error = %e.message, "a stream's read failed; ending it");
-                        return None;
+                };
+                if let Some(upto) = upto.filter(|u| *u > self.position) {
+                    match self.read(upto).await {
+                        Ok(read) => {
+                            self.position = read.reached;
+                            if !read.bytes.is_empty() {
+                                return Some(Ok(Bytes::from(read.bytes)));
+                            }
+                            continue;
+                        }
+                        Err(e) => {
+                            // The client resumes after the last id it got.
+                            self.ended = true;
+                            tracing::error!(error = %e.message, "a stream's read failed; ending it");
+                            return None;
+                        }
                     }
                 }
             }
             let beat = tokio::time::sleep(self.heartbeat);
             let heartbeat = self.heartbeat_bytes();
+            // A member waits for its feed, which follows the head; a stream without one waits
+            // for the head itself.
+            let moved = async {
+                match &mut self.member {
+                    Some(m) => m.moved.changed().await.is_ok(),
+                    None => self.head.changed().await.is_ok(),
+                }
+            };
             tokio::select! {
-                changed = self.head.changed() => {
-                    if changed.is_err() {
+                ok = moved => {
+                    if !ok {
                         return None;
                     }
                 }
@@ -358,18 +426,24 @@ pub(crate) async fn stream_logs(
     };
     let head = state.appender.subscribe();
     let position = after.unwrap_or_else(|| head.borrow().seq);
+    let filter = Filtering {
+        plan: caller.tenant.plan,
+        show_hash: caller.tenant.plan.shows_hash(),
+        action: q.action.as_deref().map(action_key),
+        from: q.start,
+        to: q.end.unwrap_or(i64::MAX),
+        format: q.format,
+        framing,
+    };
+    let member = state
+        .streams
+        .feeds
+        .join(&state, caller.tenant.id, filter, head.clone());
     let tail = Tail {
         tenant: caller.tenant.id,
         key: caller.key.key_id,
-        filter: Filtering {
-            plan: caller.tenant.plan,
-            show_hash: caller.tenant.plan.shows_hash(),
-            action: q.action.as_deref().map(action_key),
-            from: q.start,
-            to: q.end.unwrap_or(i64::MAX),
-            format: q.format,
-            framing,
-        },
+        filter,
+        member,
         position,
         head,
         stop: state.streams.stop.clone(),
