@@ -314,7 +314,12 @@ impl Memories {
     /// what a read `as_of` a log position folds that tenant's history into. Its sealed values
     /// open with `keys`, so a memory whose keys were destroyed since is erased in it too.
     pub fn past(keys: Arc<dyn Keyring>, at: i64) -> Result<Self> {
-        let db = sled::Config::new().temporary(true).open()?;
+        // Never flushed: it is gone once answered, and a flusher thread would work beside
+        // the other tenants' requests at the process's priority.
+        let db = sled::Config::new()
+            .temporary(true)
+            .flush_every_ms(None)
+            .open()?;
         let mut past = Self::open(&db, &|_| Ok(None), None, keys)?;
         past.clock = Some(at);
         Ok(past)
