@@ -80,6 +80,11 @@ pub struct Candidate {
     pub memory_type: MemoryType,
     /// In [0, 1], rounded to 2 decimals.
     pub importance: f32,
+    /// The messages it was drawn from: their indexes in the conversation the extractor read
+    /// (`ExtractInput::Messages`), ascending. Empty for a text, or when the extractor cannot
+    /// say (a model that named none): the memory then takes the request's `occurred_at`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub messages: Vec<usize>,
 }
 
 /// Blocking (may call a remote model): async callers use `spawn_blocking`.
@@ -158,6 +163,7 @@ mod tests {
             content: "I am vegan".into(),
             memory_type: MemoryType::Fact,
             importance: 0.6,
+            messages: Vec::new(),
         };
         let json = serde_json::to_value(&c).unwrap();
         assert_eq!(json["memory_type"], "fact");

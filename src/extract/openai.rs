@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use auditmem_projections::MemoryType;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use crate::http_client::{chain, redacted, refused_redirect, ExtraRoots};
 use crate::openai_compat::snippet;
@@ -22,13 +22,14 @@ use super::{
 /// Sent as the system message; the user message carries the input.
 pub const SYSTEM_PROMPT: &str = r#"You extract long-term memories about the user from a conversation or a text.
 Return ONLY a JSON object of the form:
-{"memories": [{"content": "...", "memory_type": "rule" | "fact" | "context", "importance": 0.0-1.0}]}
+{"memories": [{"content": "...", "memory_type": "rule" | "fact" | "context", "importance": 0.0-1.0, "messages": [0]}]}
 - "rule": an instruction or preference about how the assistant should behave (e.g. "The user wants answers in French").
 - "fact": a stable fact about the user or their world (name, where they live or work, family, allergies and diet, tools they use).
 - "context": the user's current task or situation (what they are working on now, deadlines).
 Write each memory as one standalone statement in the third person, in English whatever the language of the conversation, starting with "The user" (e.g. "The user's name is Dana", "The user lives in Lisbon", "The user prefers answers in Spanish"). Keep names, places and titles as written.
 Split a message that says several things into one memory per statement ("I'm Dana and I live in Lisbon" is two memories).
 Only what the user says about themselves is a memory. The assistant's, the system's and tools' messages are context for understanding the user (e.g. what "that" refers to), never facts about the user. Skip questions, hypotheticals ("if I lived in Paris"), negated statements unless they state a lasting fact ("I don't eat pork" is one), statements about other people ("my sister lives in Rome"), greetings, thanks and small talk.
+messages: in a conversation, the "index" of each message the memory was drawn from (leave it out for a text).
 importance: 0.9-1.0 for safety/health facts and hard rules ("always", "never"), about 0.7 for rules, 0.6 for facts, 0.4 for context.
 If there is nothing worth remembering, return {"memories": []}."#;
 
@@ -205,7 +206,16 @@ impl Extractor for OpenAiChatExtractor {
             None => return Ok(Vec::new()),
         };
         let text = self.complete(SYSTEM_PROMPT, user_content, gone)?;
-        parse_response(&text)
+        let mut candidates = parse_response(&text)?;
+        // Only a message the conversation holds is a source; a text has none.
+        let held = match input {
+            ExtractInput::Messages(m) => m.len(),
+            ExtractInput::Text(_) => 0,
+        };
+        for c in &mut candidates {
+            c.messages.retain(|&i| i < held);
+        }
+        Ok(candidates)
     }
 }
 
@@ -271,7 +281,13 @@ fn render_input(input: &ExtractInput) -> Result<Option<String>, ExtractError> {
         ExtractInput::Text(t) => Ok(Some(format!("Text:\n{t}"))),
         ExtractInput::Messages(m) if m.iter().all(|m| m.content.trim().is_empty()) => Ok(None),
         ExtractInput::Messages(m) => {
-            let json = serde_json::to_string_pretty(m)
+            // Each message with its index, which the model names as a memory's source.
+            let indexed: Vec<Value> = m
+                .iter()
+                .enumerate()
+                .map(|(index, m)| json!({"index": index, "role": m.role, "content": m.content}))
+                .collect();
+            let json = serde_json::to_string_pretty(&indexed)
                 .map_err(|e| ExtractError::Provider(format!("cannot encode messages: {e}")))?;
             Ok(Some(format!(
                 "Conversation (JSON array of messages):\n{json}"
@@ -348,7 +364,22 @@ fn parse_item(item: &Value) -> Option<Candidate> {
         content,
         memory_type,
         importance: normalize_importance(importance),
+        messages: sources(item.get("messages")),
     })
+}
+
+/// The indexes a memory names as its sources: a list of whole numbers, or one; anything else
+/// names none (the memory is kept, with the request's `occurred_at`).
+fn sources(given: Option<&Value>) -> Vec<usize> {
+    let index = |v: &Value| v.as_u64().and_then(|i| usize::try_from(i).ok());
+    let mut out: Vec<usize> = match given {
+        Some(Value::Array(items)) => items.iter().filter_map(index).collect(),
+        Some(v) => index(v).into_iter().collect(),
+        None => Vec::new(),
+    };
+    out.sort_unstable();
+    out.dedup();
+    out
 }
 
 /// Same base weights as the rule extractor, for models that omit the field.
@@ -390,7 +421,8 @@ mod tests {
             vec![Candidate {
                 content: "I am vegan".into(),
                 memory_type: MemoryType::Fact,
-                importance: 0.67
+                importance: 0.67,
+                messages: Vec::new(),
             }]
         );
     }

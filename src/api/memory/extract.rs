@@ -46,6 +46,7 @@ pub(crate) async fn extract_memories(
         resolve,
         extra,
         input,
+        message_times,
         skipped_messages,
         input_value,
         input_text,
@@ -93,6 +94,7 @@ pub(crate) async fn extract_memories(
     };
     let asked = Asked {
         extra,
+        message_times,
         skipped_messages,
         input_value,
         input_text,

@@ -196,14 +196,33 @@ pub struct Found<'a> {
 
 /// What the request gave besides its input, and what its audit entry records of it.
 pub struct Asked {
-    /// Scope and metadata every memory extracted is given.
+    /// Scope, metadata and occurrence time every memory extracted is given.
     pub extra: MemoryExtra,
+    /// Per message the extractor read, its own `occurred_at` (none: the request's): a memory
+    /// drawn from messages takes the latest of theirs ([`occurred_at`]).
+    pub message_times: Vec<Option<i64>>,
     /// The messages not read, answered as they are.
     pub skipped_messages: Vec<SkippedMessage>,
     /// The input as it was given (the entry's `input_content`).
     pub input_value: Value,
     /// The input as text: what was measured and charged (the entry's `memory_query`).
     pub input_text: String,
+}
+
+/// When what candidate `c` says happened: the latest time of the messages it was drawn from,
+/// a message without its own `occurred_at` counting as the request's `default`; `default`
+/// when it names no message (a text, or a model that said none).
+pub fn occurred_at(
+    c: &Candidate,
+    message_times: &[Option<i64>],
+    default: Option<i64>,
+) -> Option<i64> {
+    c.messages
+        .iter()
+        .filter_map(|&i| message_times.get(i).copied())
+        .map(|own| own.or(default))
+        .max()
+        .unwrap_or(default)
 }
 
 /// The extraction's memories, the memories they supersede and the charge, with the
@@ -256,7 +275,10 @@ pub fn decide(
             content: c.content.clone(),
             memory_type: c.memory_type,
             importance: (c.importance as f64 * 100.0).round() / 100.0,
-            extra: asked.extra.clone(),
+            extra: MemoryExtra {
+                occurred_at: occurred_at(c, &asked.message_times, asked.extra.occurred_at),
+                ..asked.extra.clone()
+            },
         };
         let embedding = Embedding {
             model: found.model,
@@ -351,6 +373,7 @@ mod tests {
             content: content.into(),
             memory_type,
             importance: 0.666,
+            messages: Vec::new(),
         }
     }
 
@@ -360,10 +383,31 @@ mod tests {
                 user_id: Some("u1".into()),
                 ..Default::default()
             },
+            message_times: Vec::new(),
             skipped_messages: Vec::new(),
             input_value: json!({"text": "..."}),
             input_text: "...".into(),
         }
+    }
+
+    #[test]
+    fn a_memory_takes_the_latest_time_of_the_messages_it_was_drawn_from() {
+        let times = [Some(100), None, Some(300), Some(50)];
+        let from = |messages: &[usize]| Candidate {
+            messages: messages.to_vec(),
+            ..candidate("The user lives in Lisbon", MemoryType::Fact)
+        };
+        // One message: its own time; without one, the request's.
+        assert_eq!(occurred_at(&from(&[0]), &times, Some(200)), Some(100));
+        assert_eq!(occurred_at(&from(&[1]), &times, Some(200)), Some(200));
+        assert_eq!(occurred_at(&from(&[1]), &times, None), None);
+        // Several: the latest, the request's counting for a message without its own.
+        assert_eq!(occurred_at(&from(&[0, 2, 3]), &times, Some(200)), Some(300));
+        assert_eq!(occurred_at(&from(&[0, 1, 3]), &times, Some(200)), Some(200));
+        assert_eq!(occurred_at(&from(&[0, 1, 3]), &times, None), Some(100));
+        // None named, or only indexes the conversation does not hold: the request's.
+        assert_eq!(occurred_at(&from(&[]), &times, Some(200)), Some(200));
+        assert_eq!(occurred_at(&from(&[9]), &times, Some(200)), Some(200));
     }
 
     #[test]
