@@ -638,7 +638,9 @@ impl Memories {
             _ => keyword.clone(),
         };
         if mode == SearchMode::Hybrid {
-            if let Some(period) = when::named_period(text) {
+            // A relative time ("last week") is read against the store's clock: the time of
+            // the position of a search `as_of`, else now.
+            if let Some(period) = when::named_period_at(text, Some(now)) {
                 // The memories that say when they happened, in the period the query names.
                 let occurred = |id: &Uuid| state.names.extra(id).and_then(|e| e.occurred_at);
                 when::boost(
