@@ -80,10 +80,15 @@ pub struct Candidate {
     pub memory_type: MemoryType,
     /// In [0, 1], rounded to 2 decimals.
     pub importance: f32,
-    /// The messages it was drawn from: their indexes in the conversation the extractor read
-    /// (`ExtractInput::Messages`), ascending. Empty for a text, or when the extractor cannot
-    /// say (a model that named none): the memory then takes the request's `occurred_at`.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+}
+
+/// A candidate and the messages it was drawn from: their indexes in the conversation the
+/// extractor read (`ExtractInput::Messages`), ascending. None for a text, or when the
+/// extractor cannot say (a model that named none): the memory then takes the request's
+/// `occurred_at`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sourced {
+    pub candidate: Candidate,
     pub messages: Vec<usize>,
 }
 
@@ -101,6 +106,22 @@ pub trait Extractor: Send + Sync {
     ) -> Result<Vec<Candidate>, ExtractError> {
         let _ = gone;
         self.extract(input)
+    }
+    /// [`Extractor::extract_unless_gone`] with the messages each candidate was drawn from. The
+    /// default names none.
+    fn extract_sourced(
+        &self,
+        input: &ExtractInput,
+        gone: &dyn Fn() -> bool,
+    ) -> Result<Vec<Sourced>, ExtractError> {
+        Ok(self
+            .extract_unless_gone(input, gone)?
+            .into_iter()
+            .map(|candidate| Sourced {
+                candidate,
+                messages: Vec::new(),
+            })
+            .collect())
     }
 }
 
@@ -163,7 +184,6 @@ mod tests {
             content: "I am vegan".into(),
             memory_type: MemoryType::Fact,
             importance: 0.6,
-            messages: Vec::new(),
         };
         let json = serde_json::to_value(&c).unwrap();
         assert_eq!(json["memory_type"], "fact");

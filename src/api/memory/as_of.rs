@@ -16,9 +16,10 @@
 //! and one more is refused 429 (4290) with `Retry-After`, so one tenant cannot fill the queue.
 //!
 //! ```text
-//! handler ── slot (≤ 2 per tenant, else 429) ── turn (1 at a time) ──▶ thread "as-of-replay",
-//!    ▲                                                                   niced +10:
-//!    └──────────────── the answer ◀──── fold ─ ask ────────────────────  drop store, turn, slot
+//! handler: slot (≤ 2 per tenant, else 429) ─▶ turn (1 at a time) ─▶ thread "as-of-replay" (+10):
+//!    ▲                                                                fold, ask, free the slot,
+//!    └──────────────────────── the answer ◀────────────────────────── send the answer;
+//!                                                                     free the store, the turn
 //! ```
 //!
 //! Erased stays erased: the past store opens sealed values with the service's keyring, so a

@@ -190,6 +190,8 @@ fn duplicate(
 /// What the extraction found, embedded by `model` (one vector per candidate, in order).
 pub struct Found<'a> {
     pub candidates: &'a [Candidate],
+    /// Per candidate, the messages it was drawn from (none: the request's `occurred_at`).
+    pub sources: &'a [Vec<usize>],
     pub vectors: &'a [Vec<f32>],
     pub model: &'a str,
 }
@@ -209,15 +211,15 @@ pub struct Asked {
     pub input_text: String,
 }
 
-/// When what candidate `c` says happened: the latest time of the messages it was drawn from,
-/// a message without its own `occurred_at` counting as the request's `default`; `default`
-/// when it names no message (a text, or a model that said none).
+/// When what a candidate drawn from `messages` says happened: the latest of their times, a
+/// message without its own `occurred_at` counting as the request's `default`; `default` when
+/// it names no message (a text, or a model that said none).
 pub fn occurred_at(
-    c: &Candidate,
+    messages: &[usize],
     message_times: &[Option<i64>],
     default: Option<i64>,
 ) -> Option<i64> {
-    c.messages
+    messages
         .iter()
         .filter_map(|&i| message_times.get(i).copied())
         .map(|own| own.or(default))
@@ -276,7 +278,11 @@ pub fn decide(
             memory_type: c.memory_type,
             importance: (c.importance as f64 * 100.0).round() / 100.0,
             extra: MemoryExtra {
-                occurred_at: occurred_at(c, &asked.message_times, asked.extra.occurred_at),
+                occurred_at: occurred_at(
+                    found.sources.get(i).map_or(&[][..], Vec::as_slice),
+                    &asked.message_times,
+                    asked.extra.occurred_at,
+                ),
                 ..asked.extra.clone()
             },
         };
@@ -373,7 +379,6 @@ mod tests {
             content: content.into(),
             memory_type,
             importance: 0.666,
-            messages: Vec::new(),
         }
     }
 
@@ -393,21 +398,17 @@ mod tests {
     #[test]
     fn a_memory_takes_the_latest_time_of_the_messages_it_was_drawn_from() {
         let times = [Some(100), None, Some(300), Some(50)];
-        let from = |messages: &[usize]| Candidate {
-            messages: messages.to_vec(),
-            ..candidate("The user lives in Lisbon", MemoryType::Fact)
-        };
         // One message: its own time; without one, the request's.
-        assert_eq!(occurred_at(&from(&[0]), &times, Some(200)), Some(100));
-        assert_eq!(occurred_at(&from(&[1]), &times, Some(200)), Some(200));
-        assert_eq!(occurred_at(&from(&[1]), &times, None), None);
+        assert_eq!(occurred_at(&[0], &times, Some(200)), Some(100));
+        assert_eq!(occurred_at(&[1], &times, Some(200)), Some(200));
+        assert_eq!(occurred_at(&[1], &times, None), None);
         // Several: the latest, the request's counting for a message without its own.
-        assert_eq!(occurred_at(&from(&[0, 2, 3]), &times, Some(200)), Some(300));
-        assert_eq!(occurred_at(&from(&[0, 1, 3]), &times, Some(200)), Some(200));
-        assert_eq!(occurred_at(&from(&[0, 1, 3]), &times, None), Some(100));
+        assert_eq!(occurred_at(&[0, 2, 3], &times, Some(200)), Some(300));
+        assert_eq!(occurred_at(&[0, 1, 3], &times, Some(200)), Some(200));
+        assert_eq!(occurred_at(&[0, 1, 3], &times, None), Some(100));
         // None named, or only indexes the conversation does not hold: the request's.
-        assert_eq!(occurred_at(&from(&[]), &times, Some(200)), Some(200));
-        assert_eq!(occurred_at(&from(&[9]), &times, Some(200)), Some(200));
+        assert_eq!(occurred_at(&[], &times, Some(200)), Some(200));
+        assert_eq!(occurred_at(&[9], &times, Some(200)), Some(200));
     }
 
     #[test]
@@ -526,6 +527,7 @@ mod tests {
         };
         let found = Found {
             candidates: &candidates,
+            sources: &[],
             vectors: &vectors,
             model: MODEL,
         };

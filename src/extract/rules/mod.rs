@@ -12,7 +12,9 @@ use auditmem_projections::MemoryType;
 
 use super::cues::{self, Cue, Kind, Lang, Out};
 use super::person::{finish, third_person, Named};
-use super::{cap_content, normalize_importance, Candidate, ExtractError, ExtractInput, Extractor};
+use super::{
+    cap_content, normalize_importance, Candidate, ExtractError, ExtractInput, Extractor, Sourced,
+};
 
 #[derive(Debug, Clone, Copy, Default)]
 pub struct RuleExtractor;
@@ -54,24 +56,44 @@ impl Extractor for RuleExtractor {
     }
 
     fn extract(&self, input: &ExtractInput) -> Result<Vec<Candidate>, ExtractError> {
-        let mut out: Vec<Candidate> = Vec::new();
+        Ok(Self::sourced(input)
+            .into_iter()
+            .map(|s| s.candidate)
+            .collect())
+    }
+
+    fn extract_sourced(
+        &self,
+        input: &ExtractInput,
+        _gone: &dyn Fn() -> bool,
+    ) -> Result<Vec<Sourced>, ExtractError> {
+        Ok(Self::sourced(input))
+    }
+}
+
+impl RuleExtractor {
+    /// The candidates of `input`, each with the user messages that said it.
+    fn sourced(input: &ExtractInput) -> Vec<Sourced> {
+        let mut out: Vec<Sourced> = Vec::new();
         // Each statement kept (lowercased), and where it is in `out`.
         let mut seen = HashMap::new();
         let mut take = |text: &str, message: Option<usize>| {
             for found in Self::found(text) {
-                let mut candidate = found.candidate;
-                match seen.get(&candidate.content.to_lowercase()) {
+                let key = found.candidate.content.to_lowercase();
+                match seen.get(&key) {
                     // The same statement repeated in a conversation is one memory, drawn from
                     // every message that says it.
                     Some(&at) => {
-                        let kept: &mut Candidate = &mut out[at];
+                        let kept: &mut Sourced = &mut out[at];
                         kept.messages.extend(message);
                         kept.messages.dedup();
                     }
                     None => {
-                        seen.insert(candidate.content.to_lowercase(), out.len());
-                        candidate.messages.extend(message);
-                        out.push(candidate);
+                        seen.insert(key, out.len());
+                        out.push(Sourced {
+                            candidate: found.candidate,
+                            messages: message.into_iter().collect(),
+                        });
                     }
                 }
             }
@@ -86,7 +108,7 @@ impl Extractor for RuleExtractor {
                 }
             }
         }
-        Ok(out)
+        out
     }
 }
 
@@ -607,7 +629,6 @@ fn kept(kind: Kind, content: String, t: &str) -> Found {
             content: cap_content(&content),
             memory_type,
             importance: normalize_importance(importance),
-            messages: Vec::new(),
         },
     }
 }
