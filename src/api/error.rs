@@ -15,6 +15,8 @@ use crate::wire::Invalid;
 pub struct ApiError {
     pub code: ErrorCode,
     pub message: String,
+    /// Whole seconds the caller should wait before trying again, answered as `Retry-After`.
+    pub retry_after: Option<u64>,
 }
 
 /// Attached to every enveloped error so the audit recorder and the guard need not parse bodies.
@@ -33,6 +35,14 @@ impl ApiError {
         Self {
             code,
             message: message.into(),
+            retry_after: None,
+        }
+    }
+    /// The same refusal, telling the caller to wait `secs` whole seconds before trying again.
+    pub fn retry_after(self, secs: u64) -> Self {
+        Self {
+            retry_after: Some(secs),
+            ..self
         }
     }
     pub fn bad_request(message: impl Into<String>) -> Self {
@@ -158,7 +168,12 @@ pub fn error_response(code: ErrorCode, message: &str) -> Response {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        error_response(self.code, &self.message)
+        let mut resp = error_response(self.code, &self.message);
+        if let Some(secs) = self.retry_after {
+            resp.headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        resp
     }
 }
 

@@ -82,6 +82,16 @@ pub struct Candidate {
     pub importance: f32,
 }
 
+/// A candidate and the messages it was drawn from: their indexes in the conversation the
+/// extractor read (`ExtractInput::Messages`), ascending. None for a text, or when the
+/// extractor cannot say (a model that named none): the memory then takes the request's
+/// `occurred_at`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sourced {
+    pub candidate: Candidate,
+    pub messages: Vec<usize>,
+}
+
 /// Blocking (may call a remote model): async callers use `spawn_blocking`.
 pub trait Extractor: Send + Sync {
     fn name(&self) -> &str;
@@ -96,6 +106,22 @@ pub trait Extractor: Send + Sync {
     ) -> Result<Vec<Candidate>, ExtractError> {
         let _ = gone;
         self.extract(input)
+    }
+    /// [`Extractor::extract_unless_gone`] with the messages each candidate was drawn from. The
+    /// default names none.
+    fn extract_sourced(
+        &self,
+        input: &ExtractInput,
+        gone: &dyn Fn() -> bool,
+    ) -> Result<Vec<Sourced>, ExtractError> {
+        Ok(self
+            .extract_unless_gone(input, gone)?
+            .into_iter()
+            .map(|candidate| Sourced {
+                candidate,
+                messages: Vec::new(),
+            })
+            .collect())
     }
 }
 

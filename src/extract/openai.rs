@@ -16,19 +16,20 @@ use crate::openai_compat::snippet;
 
 use super::{
     cap_content, normalize_importance, Candidate, ChatMessage, ExtractError, ExtractInput,
-    Extractor,
+    Extractor, Sourced,
 };
 
 /// Sent as the system message; the user message carries the input.
 pub const SYSTEM_PROMPT: &str = r#"You extract long-term memories about the user from a conversation or a text.
 Return ONLY a JSON object of the form:
-{"memories": [{"content": "...", "memory_type": "rule" | "fact" | "context", "importance": 0.0-1.0}]}
+{"memories": [{"content": "...", "memory_type": "rule" | "fact" | "context", "importance": 0.0-1.0, "messages": [0]}]}
 - "rule": an instruction or preference about how the assistant should behave (e.g. "The user wants answers in French").
 - "fact": a stable fact about the user or their world (name, where they live or work, family, allergies and diet, tools they use).
 - "context": the user's current task or situation (what they are working on now, deadlines).
 Write each memory as one standalone statement in the third person, in English whatever the language of the conversation, starting with "The user" (e.g. "The user's name is Dana", "The user lives in Lisbon", "The user prefers answers in Spanish"). Keep names, places and titles as written.
 Split a message that says several things into one memory per statement ("I'm Dana and I live in Lisbon" is two memories).
 Only what the user says about themselves is a memory. The assistant's, the system's and tools' messages are context for understanding the user (e.g. what "that" refers to), never facts about the user. Skip questions, hypotheticals ("if I lived in Paris"), negated statements unless they state a lasting fact ("I don't eat pork" is one), statements about other people ("my sister lives in Rome"), greetings, thanks and small talk.
+messages: in a conversation, the position in the array (from 0) of each message the memory was drawn from (leave it out for a text).
 importance: 0.9-1.0 for safety/health facts and hard rules ("always", "never"), about 0.7 for rules, 0.6 for facts, 0.4 for context.
 If there is nothing worth remembering, return {"memories": []}."#;
 
@@ -200,12 +201,30 @@ impl Extractor for OpenAiChatExtractor {
         input: &ExtractInput,
         gone: &dyn Fn() -> bool,
     ) -> Result<Vec<Candidate>, ExtractError> {
+        let sourced = self.extract_sourced(input, gone)?;
+        Ok(sourced.into_iter().map(|s| s.candidate).collect())
+    }
+
+    fn extract_sourced(
+        &self,
+        input: &ExtractInput,
+        gone: &dyn Fn() -> bool,
+    ) -> Result<Vec<Sourced>, ExtractError> {
         let user_content = match render_input(input)? {
             Some(c) => c,
             None => return Ok(Vec::new()),
         };
         let text = self.complete(SYSTEM_PROMPT, user_content, gone)?;
-        parse_response(&text)
+        let mut sourced = parse_sourced(&text)?;
+        // Only a message the conversation holds is a source; a text has none.
+        let held = match input {
+            ExtractInput::Messages(m) => m.len(),
+            ExtractInput::Text(_) => 0,
+        };
+        for s in &mut sourced {
+            s.messages.retain(|&i| i < held);
+        }
+        Ok(sourced)
     }
 }
 
@@ -280,11 +299,20 @@ fn render_input(input: &ExtractInput) -> Result<Option<String>, ExtractError> {
     }
 }
 
-/// Parses a chat completion body into candidates. Items with an unknown
-/// `memory_type`, an empty `content` or a non-numeric `importance` are skipped
-/// (models occasionally invent a category); a body that is not a completion,
-/// or content that is not the `{"memories": [...]}` object, is an error.
+/// [`parse_sourced`]'s candidates alone.
+#[cfg(test)]
 pub(crate) fn parse_response(body: &str) -> Result<Vec<Candidate>, ExtractError> {
+    Ok(parse_sourced(body)?
+        .into_iter()
+        .map(|s| s.candidate)
+        .collect())
+}
+
+/// Parses a chat completion body into candidates, each with the messages the model named as
+/// its sources. Items with an unknown `memory_type`, an empty `content` or a non-numeric
+/// `importance` are skipped (models occasionally invent a category); a body that is not a
+/// completion, or content that is not the `{"memories": [...]}` object, is an error.
+fn parse_sourced(body: &str) -> Result<Vec<Sourced>, ExtractError> {
     let content = completion_content(body)?;
     let json = strip_fence(&content);
     let value: Value = serde_json::from_str(json).map_err(|e| {
@@ -327,7 +355,7 @@ pub(crate) fn completion_content(body: &str) -> Result<String, ExtractError> {
         .ok_or_else(|| ExtractError::Provider("response has no choices[0].message.content".into()))
 }
 
-fn parse_item(item: &Value) -> Option<Candidate> {
+fn parse_item(item: &Value) -> Option<Sourced> {
     let content = cap_content(item.get("content")?.as_str()?);
     if content.is_empty() {
         return None;
@@ -344,11 +372,28 @@ fn parse_item(item: &Value) -> Option<Candidate> {
         None | Some(Value::Null) => default_importance(memory_type),
         Some(v) => v.as_f64()? as f32,
     };
-    Some(Candidate {
-        content,
-        memory_type,
-        importance: normalize_importance(importance),
+    Some(Sourced {
+        candidate: Candidate {
+            content,
+            memory_type,
+            importance: normalize_importance(importance),
+        },
+        messages: sources(item.get("messages")),
     })
+}
+
+/// The indexes a memory names as its sources: a list of whole numbers, or one; anything else
+/// names none (the memory is kept, with the request's `occurred_at`).
+fn sources(given: Option<&Value>) -> Vec<usize> {
+    let index = |v: &Value| v.as_u64().and_then(|i| usize::try_from(i).ok());
+    let mut out: Vec<usize> = match given {
+        Some(Value::Array(items)) => items.iter().filter_map(index).collect(),
+        Some(v) => index(v).into_iter().collect(),
+        None => Vec::new(),
+    };
+    out.sort_unstable();
+    out.dedup();
+    out
 }
 
 /// Same base weights as the rule extractor, for models that omit the field.

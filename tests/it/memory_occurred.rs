@@ -400,3 +400,191 @@ fn a_hybrid_search_naming_a_date_lifts_the_memories_of_that_date() {
         [july, march]
     );
 }
+
+/// An extraction's memories, content → `occurred_at` (null when it has none).
+fn extracted_times(v: &Value) -> Vec<(String, Value)> {
+    let mut out: Vec<(String, Value)> = v["data"]["memories"]
+        .as_array()
+        .expect("memories")
+        .iter()
+        .map(|m| {
+            (
+                m["content"].as_str().unwrap_or_default().to_string(),
+                m.get("occurred_at").cloned().unwrap_or(Value::Null),
+            )
+        })
+        .collect();
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out
+}
+
+#[test]
+fn an_extracted_memory_takes_the_occurred_at_of_the_messages_it_came_from() {
+    let s = Server::start();
+    let (_, key) = s.tenant_with_key("pro");
+    let (status, v) = s.post(
+        "/v1/memories/extract",
+        &key,
+        json!({
+            "occurred_at": "2023-01-01T00:00:00Z",
+            "messages": [
+                {"role": "user", "content": "I live in Lisbon.", "occurred_at": "2023-05-08T13:56:00+02:00"},
+                {"role": "assistant", "content": "Nice!", "occurred_at": "2023-05-09T10:00:00Z"},
+                {"role": "user", "content": "I am allergic to peanuts."},
+                {"role": "narrator", "content": "Later.", "occurred_at": "2023-06-01T00:00:00Z"},
+                {"role": "user", "content": "I work at Renault. I live in Lisbon.", "occurred_at": "2023-07-20T09:30:00Z"},
+                {"role": "user", "content": "I work at Renault.", "occurred_at": "2023-03-01T00:00:00Z"}
+            ]
+        }),
+    );
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(
+        extracted_times(&v),
+        vec![
+            // A message without its own time: the request's.
+            (
+                "The user is allergic to peanuts".to_string(),
+                json!("2023-01-01T00:00:00.000Z")
+            ),
+            // Said twice: the later time of the two messages.
+            (
+                "The user lives in Lisbon".to_string(),
+                json!("2023-07-20T09:30:00.000Z")
+            ),
+            // Said twice, the second message given an earlier time: still the latest time.
+            (
+                "The user works at Renault".to_string(),
+                json!("2023-07-20T09:30:00.000Z")
+            ),
+        ]
+    );
+    assert_eq!(
+        v["data"]["skipped_messages"],
+        json!([{"index": 3, "reason": "unknown role \"narrator\""}])
+    );
+
+    // Without a request-level time, a message without its own gives none.
+    let (status, v) = s.post(
+        "/v1/memories/extract",
+        &key,
+        json!({"messages": [
+            {"role": "user", "content": "I live in Oslo.", "occurred_at": "2024-02-29"},
+            {"role": "user", "content": "I work at Initech."}
+        ]}),
+    );
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(
+        extracted_times(&v),
+        vec![
+            (
+                "The user lives in Oslo".to_string(),
+                json!("2024-02-29T00:00:00.000Z")
+            ),
+            ("The user works at Initech".to_string(), Value::Null),
+        ]
+    );
+}
+
+#[test]
+fn a_bad_message_occurred_at_is_refused_naming_the_message() {
+    let s = Server::start();
+    let (_, key) = s.tenant_with_key("pro");
+    let cases = [
+        (
+            json!("yesterday"),
+            "messages[1].occurred_at must be an ISO 8601 time such as 2026-01-31T12:00:00Z, got 'yesterday'",
+        ),
+        (
+            json!(1700000000),
+            "messages[1].occurred_at must be an ISO 8601 time such as 2026-01-31T12:00:00Z, or null",
+        ),
+    ];
+    for (bad, said) in cases {
+        let resp = s.post(
+            "/v1/memories/extract",
+            &key,
+            json!({"messages": [
+                {"role": "user", "content": "I live in Oslo."},
+                {"role": "user", "content": "I work at Initech.", "occurred_at": bad}
+            ]}),
+        );
+        assert_error(&resp, 400, 4000);
+        assert_eq!(message(&resp), said);
+    }
+    // Nothing was stored.
+    let (status, v) = s.get("/v1/memories", &key);
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["data"]["total"], json!(0));
+}
+
+/// A chat-completions server whose model names, for each memory, the messages it came from.
+fn sourcing_provider() -> String {
+    use axum::routing::post;
+    let app = axum::Router::new().route(
+        "/v1/chat/completions",
+        post(|| async {
+            let content = json!({"memories": [
+                {"content": "The user lives in Lisbon", "memory_type": "fact", "importance": 0.6, "messages": [0, 2]},
+                {"content": "The user is allergic to peanuts", "memory_type": "fact", "importance": 0.9, "messages": 1},
+                {"content": "The user works at Renault", "memory_type": "fact", "importance": 0.6},
+                {"content": "The user likes tea", "memory_type": "fact", "importance": 0.5, "messages": [7]}
+            ]})
+            .to_string();
+            axum::Json(json!({"id": "x", "object": "chat.completion",
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}]}))
+        }),
+    );
+    format!("http://{}", crate::common::serve_in_background(app))
+}
+
+#[test]
+fn a_model_extracted_memory_takes_the_occurred_at_of_the_messages_it_names() {
+    let url = sourcing_provider();
+    let s = Server::start_with(&[
+        "--extractor",
+        "openai",
+        "--extract-url",
+        &url,
+        "--extract-model",
+        "mini-llm",
+    ]);
+    let (_, key) = s.tenant_with_key("pro");
+    let (status, v) = s.post(
+        "/v1/memories/extract",
+        &key,
+        json!({
+            "occurred_at": "2023-01-01T00:00:00Z",
+            "messages": [
+                {"role": "user", "content": "I live in Lisbon.", "occurred_at": "2023-05-08T13:56:00Z"},
+                {"role": "user", "content": "I am allergic to peanuts.", "occurred_at": "2023-04-01T08:00:00Z"},
+                {"role": "user", "content": "Still in Lisbon, and I work at Renault.", "occurred_at": "2023-07-20T09:30:00Z"}
+            ]
+        }),
+    );
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(
+        extracted_times(&v),
+        vec![
+            // Messages 1: its time.
+            (
+                "The user is allergic to peanuts".to_string(),
+                json!("2023-04-01T08:00:00.000Z")
+            ),
+            // A message the conversation does not hold (7) names none: the request's time.
+            (
+                "The user likes tea".to_string(),
+                json!("2023-01-01T00:00:00.000Z")
+            ),
+            // Messages 0 and 2: the later.
+            (
+                "The user lives in Lisbon".to_string(),
+                json!("2023-07-20T09:30:00.000Z")
+            ),
+            // None named: the request's time.
+            (
+                "The user works at Renault".to_string(),
+                json!("2023-01-01T00:00:00.000Z")
+            ),
+        ]
+    );
+}

@@ -317,7 +317,12 @@ impl Memories {
     /// what a read `as_of` a log position folds that tenant's history into. Its sealed values
     /// open with `keys`, so a memory whose keys were destroyed since is erased in it too.
     pub fn past(keys: Arc<dyn Keyring>, at: i64) -> Result<Self> {
-        let db = sled::Config::new().temporary(true).open()?;
+        // Never flushed: it is gone once answered, and a flusher thread would work beside
+        // the other tenants' requests at the process's priority.
+        let db = sled::Config::new()
+            .temporary(true)
+            .flush_every_ms(None)
+            .open()?;
         let mut past = Self::open(&db, &|_| Ok(None), None, keys)?;
         past.clock = Some(at);
         Ok(past)
@@ -642,7 +647,9 @@ impl Memories {
                 |id| neighbours::of(&state, t, id, admit),
                 neighbours::NEIGHBOUR_SHARE,
             );
-            if let Some(period) = when::named_period(text) {
+            // A relative time ("last week") is read against the store's clock: the time of
+            // the position of a search `as_of`, else now.
+            if let Some(period) = when::named_period_at(text, Some(now)) {
                 // The memories that say when they happened, in the period the query names.
                 let occurred = |id: &Uuid| state.names.extra(id).and_then(|e| e.occurred_at);
                 when::boost(

@@ -1,12 +1,15 @@
 //! The time a search's query names ("in May 2023", "on 8 May, 2023", "May 3, 2023", "in
-//! 2022", "in June"), read as a [`Period`] that memories' `occurred_at` is matched against, and
-//! the boost a hybrid search gives the memories whose `occurred_at` falls in it.
+//! 2022", "in June"; and relative to when the question is asked: "yesterday", "last week",
+//! "two months ago", "last year"), read as a [`Period`] that memories' `occurred_at` is
+//! matched against, and the boost a hybrid search gives the memories whose `occurred_at` falls
+//! in it.
 //!
-//! Only absolute times are read: a relative one ("last year", "two weeks ago") needs the time
-//! the question is asked about, which a query does not carry. A memory without `occurred_at`
-//! is never in a period, so a tenant that gives none gets exactly the ranking it had.
+//! A relative time is resolved against the reference time the caller gives: the time of the
+//! position a search is `as_of`, else now (in UTC; a week runs Monday to Sunday). A memory
+//! without `occurred_at` is never in a period, so a tenant that gives none gets exactly the
+//! ranking it had.
 
-use chrono::{Datelike, NaiveDate};
+use chrono::{Datelike, Days, Months, NaiveDate};
 use uuid::Uuid;
 
 /// How long after a period a memory still counts as in it: a conversation turn is dated when it
@@ -29,6 +32,8 @@ pub enum Period {
     Year(i32),
     /// A month named without its year: that month of any year (1-12).
     MonthOfAnyYear(u32),
+    /// A week, Monday to Sunday (its Monday).
+    Week(NaiveDate),
 }
 
 const MONTHS: [&str; 12] = [
@@ -76,8 +81,83 @@ fn year(w: &str) -> Option<i32> {
         .filter(|y| (1900..=2199).contains(y))
 }
 
-/// The first time `query` names, if it names one.
+/// The first absolute time `query` names, if it names one (a relative one is not read).
 pub fn named_period(query: &str) -> Option<Period> {
+    named_period_at(query, None)
+}
+
+/// Small counts written as words ("two months ago").
+const COUNTS: [&str; 12] = [
+    "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven",
+    "twelve",
+];
+
+/// A count before a unit of time: digits, a word, or "a"/"an" ("a week ago").
+fn count(w: &str) -> Option<u32> {
+    match w {
+        "a" | "an" => Some(1),
+        _ => COUNTS
+            .iter()
+            .position(|c| *c == w)
+            .map(|i| i as u32 + 1)
+            .or_else(|| w.parse().ok().filter(|n| (1..=100).contains(n))),
+    }
+}
+
+/// The Monday of the week holding `d`.
+fn monday(d: NaiveDate) -> Option<NaiveDate> {
+    d.checked_sub_days(Days::new(u64::from(d.weekday().num_days_from_monday())))
+}
+
+/// The period `n` `unit`s (day, week, month, year, singular or plural) before `today`: the day,
+/// the week, the calendar month or the calendar year holding that moment.
+fn before(today: NaiveDate, n: u32, unit: &str) -> Option<Period> {
+    match unit.strip_suffix('s').unwrap_or(unit) {
+        "day" => today.checked_sub_days(Days::new(n.into())).map(Period::Day),
+        "week" => today
+            .checked_sub_days(Days::new(7 * u64::from(n)))
+            .and_then(monday)
+            .map(Period::Week),
+        "month" => today
+            .with_day(1)
+            .and_then(|first| first.checked_sub_months(Months::new(n)))
+            .map(Period::Month),
+        "year" => Some(Period::Year(today.year() - n as i32)),
+        _ => None,
+    }
+}
+
+/// The relative time at words `i..` of a query asked at `today`: "today", "yesterday", "the
+/// day before yesterday", "last/this week|month|year", "N days|weeks|months|years ago".
+fn relative(words: &[String], i: usize, today: NaiveDate) -> Option<Period> {
+    let at = |i: usize| words.get(i).map(String::as_str).unwrap_or("");
+    match (at(i), at(i + 1)) {
+        ("today", _) => return Some(Period::Day(today)),
+        // "the day before yesterday", read at its last word.
+        ("yesterday", _) if i >= 2 && at(i - 1) == "before" && at(i - 2) == "day" => {
+            return before(today, 2, "day")
+        }
+        ("yesterday", _) => return before(today, 1, "day"),
+        ("last", unit) | ("past", unit) if matches!(unit, "week" | "month" | "year") => {
+            return before(today, 1, unit)
+        }
+        ("this", unit) if matches!(unit, "week" | "month" | "year") => {
+            return before(today, 0, unit)
+        }
+        _ => {}
+    }
+    let n = count(at(i))?;
+    (at(i + 2) == "ago")
+        .then(|| before(today, n, at(i + 1)))
+        .flatten()
+}
+
+/// The first time `query` names, if it names one; a relative time only when `now` (µs) says
+/// when the question is asked.
+pub fn named_period_at(query: &str, now: Option<i64>) -> Option<Period> {
+    let today = now
+        .and_then(chrono::DateTime::from_timestamp_micros)
+        .map(|t| t.date_naive());
     let words: Vec<String> = query
         .split(|c: char| !c.is_alphanumeric())
         .filter(|w| !w.is_empty())
@@ -87,6 +167,9 @@ pub fn named_period(query: &str) -> Option<Period> {
     let led = |i: usize| i > 0 && LEADS.contains(&at(i - 1));
     for i in 0..words.len() {
         let w = at(i);
+        if let Some(p) = today.and_then(|today| relative(&words, i, today)) {
+            return Some(p);
+        }
         if let Some(m) = month(w) {
             // "May 3, 2023", "May 2023", "in June".
             if let (Some(d), Some(y)) = (day(at(i + 1)), year(at(i + 2))) {
@@ -149,6 +232,7 @@ impl Period {
         };
         match *self {
             Period::Day(d) => within(Some((micros(d), micros(d) + DAY_MICROS))),
+            Period::Week(monday) => within(Some((micros(monday), micros(monday) + 7 * DAY_MICROS))),
             Period::Month(first) => within(month_span(first.year(), first.month())),
             Period::Year(y) => within(
                 NaiveDate::from_ymd_opt(y, 1, 1)
@@ -216,6 +300,100 @@ mod tests {
         assert_eq!(p("May I ask what she said about 2000 cats?"), None);
         assert_eq!(p("What did she do last year?"), None);
         assert_eq!(p("When did Caroline go to the support group?"), None);
+    }
+
+    #[test]
+    fn relative_times_are_read_against_the_time_asked() {
+        // Wednesday 2023-05-10, 15:00 UTC.
+        let asked = micros(date(2023, 5, 10)) + 15 * 3_600_000_000;
+        let p = |q: &str| named_period_at(q, Some(asked));
+        assert_eq!(
+            p("What did I eat today?"),
+            Some(Period::Day(date(2023, 5, 10)))
+        );
+        assert_eq!(
+            p("Where did Caroline go yesterday?"),
+            Some(Period::Day(date(2023, 5, 9)))
+        );
+        assert_eq!(
+            p("What happened the day before yesterday?"),
+            Some(Period::Day(date(2023, 5, 8)))
+        );
+        assert_eq!(
+            p("What did Melanie paint last week?"),
+            Some(Period::Week(date(2023, 5, 1)))
+        );
+        assert_eq!(
+            p("Anything new this week?"),
+            Some(Period::Week(date(2023, 5, 8)))
+        );
+        assert_eq!(
+            p("Which book did she read last month?"),
+            Some(Period::Month(date(2023, 4, 1)))
+        );
+        assert_eq!(
+            p("What did she start this month?"),
+            Some(Period::Month(date(2023, 5, 1)))
+        );
+        assert_eq!(p("What did she do last year?"), Some(Period::Year(2022)));
+        assert_eq!(p("this year"), Some(Period::Year(2023)));
+        assert_eq!(
+            p("What did John buy two months ago?"),
+            Some(Period::Month(date(2023, 3, 1)))
+        );
+        assert_eq!(
+            p("Who called 3 days ago?"),
+            Some(Period::Day(date(2023, 5, 7)))
+        );
+        assert_eq!(
+            p("Where was he a week ago?"),
+            Some(Period::Week(date(2023, 5, 1)))
+        );
+        assert_eq!(
+            p("What changed two weeks ago?"),
+            Some(Period::Week(date(2023, 4, 24)))
+        );
+        assert_eq!(
+            p("Where did she live five years ago?"),
+            Some(Period::Year(2018))
+        );
+        // Across a year's turn: January asked, "last month" is December of the year before.
+        let january = micros(date(2024, 1, 3));
+        assert_eq!(
+            named_period_at("last month", Some(january)),
+            Some(Period::Month(date(2023, 12, 1)))
+        );
+        // The first time named wins, relative or absolute.
+        assert_eq!(
+            p("What did she do in March 2021 and last week?"),
+            Some(Period::Month(date(2021, 3, 1)))
+        );
+        assert_eq!(
+            p("What did she do last week, and in March 2021?"),
+            Some(Period::Week(date(2023, 5, 1)))
+        );
+        // Not times: a count with no unit or no "ago", "last" of something else.
+        assert_eq!(p("I have two cats"), None);
+        assert_eq!(p("two weeks of holiday"), None);
+        assert_eq!(p("What was the last book she read?"), None);
+        // Without the time asked, only absolute times are read.
+        assert_eq!(named_period_at("last year", None), None);
+        assert_eq!(
+            named_period_at("in March 2021", None),
+            Some(Period::Month(date(2021, 3, 1)))
+        );
+    }
+
+    #[test]
+    fn a_week_holds_monday_to_sunday_and_the_slack_after_it() {
+        let at = |y, m, d| micros(date(y, m, d)) + 3_600_000_000;
+        let week = Period::Week(date(2023, 5, 1));
+        assert!(week.holds(at(2023, 5, 1)));
+        assert!(week.holds(at(2023, 5, 7)));
+        assert!(!week.holds(at(2023, 4, 30)));
+        assert!(!week.holds_with(at(2023, 5, 8), 0));
+        assert!(week.holds(at(2023, 5, 14)));
+        assert!(!week.holds(at(2023, 5, 15)));
     }
 
     #[test]

@@ -57,7 +57,7 @@ pub(crate) async fn create_memory(
 
 #[utoipa::path(get, path = "/v1/memories", tag = "memory", security(("api_key" = [])),
     params(MemoryListQuery),
-    responses((status = 200, description = "newest first", body = MemoryPageEnvelope), (status = 400, description = "bad parameter (4000)", body = ErrorEnvelope), (status = 403, description = "permission (4030)", body = ErrorEnvelope)))]
+    responses((status = 200, description = "newest first", body = MemoryPageEnvelope), (status = 400, description = "bad parameter (4000)", body = ErrorEnvelope), (status = 403, description = "permission (4030)", body = ErrorEnvelope), (status = 429, description = "the key's rate limit, or with `as_of` the tenant's reads as of a position already running or waiting, 2 at most (4290)", headers(("Retry-After" = u64, description = "whole seconds to wait, at least 1")), body = ErrorEnvelope)))]
 pub(crate) async fn list_memories(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -88,22 +88,39 @@ async fn page(
     as_of: Option<AsOf>,
 ) -> Result<Recorded<Data<MemoryPage>>, ApiError> {
     let tenant = caller.tenant.id;
-    let (past, shown) = match as_of {
-        None => (None, None),
+    let (offset, size) = (paging.offset(), paging.page_size);
+    let ((total, items), shown) = match as_of {
+        None => (
+            state
+                .projections
+                .memories
+                .list(&tenant, query, offset, size)
+                .map_err(ApiError::internal)?,
+            None,
+        ),
         Some(wanted) => {
             let then = as_of::resolve(state, wanted)?;
             let seqs = as_of::history(state, tenant, &then)?;
             let shown = then.shown(seqs.len());
-            (
-                Some(as_of::past(state, tenant, then, seqs).await?),
-                Some(shown),
-            )
+            // The replay thread outlives this borrow: it takes its own copy of the filter.
+            let (memory_type, filter, include_superseded) = (
+                query.memory_type,
+                query.filter.cloned(),
+                query.include_superseded,
+            );
+            let listed = as_of::replay(state, tenant, then, seqs, move |past| {
+                let query = MemoryQuery {
+                    memory_type,
+                    filter: filter.as_ref(),
+                    include_superseded,
+                };
+                past.list(&tenant, query, offset, size)
+                    .map_err(ApiError::internal)
+            })
+            .await?;
+            (listed, Some(shown))
         }
     };
-    let memories = past.as_ref().unwrap_or(&state.projections.memories);
-    let (total, items) = memories
-        .list(&tenant, query, paging.offset(), paging.page_size)
-        .map_err(ApiError::internal)?;
     let memories: Vec<Memory> = items.into_iter().map(Memory::from).collect();
     let ops = PendingOps {
         subjects: all_subjects(caller.tenant.id, &memories),
@@ -121,7 +138,7 @@ async fn page(
 
 #[utoipa::path(get, path = "/v1/memories/{id}", tag = "memory", security(("api_key" = [])),
     params(("id" = String, Path, description = "memory id"), AsOfQuery),
-    responses((status = 200, description = "the memory (as it stood at `as_of`, when given)", body = MemoryEnvelope), (status = 400, description = "`as_of` malformed, beyond the head or in the future (4000)", body = ErrorEnvelope), (status = 403, description = "permission (4030)", body = ErrorEnvelope), (status = 404, description = "missing or foreign (4040)", body = ErrorEnvelope)))]
+    responses((status = 200, description = "the memory (as it stood at `as_of`, when given)", body = MemoryEnvelope), (status = 400, description = "`as_of` malformed, beyond the head or in the future (4000)", body = ErrorEnvelope), (status = 403, description = "permission (4030)", body = ErrorEnvelope), (status = 404, description = "missing or foreign (4040)", body = ErrorEnvelope), (status = 429, description = "the key's rate limit, or with `as_of` the tenant's reads as of a position already running or waiting, 2 at most (4290)", headers(("Retry-After" = u64, description = "whole seconds to wait, at least 1")), body = ErrorEnvelope)))]
 pub(crate) async fn get_memory(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -170,11 +187,11 @@ async fn past_memory(
     }
     as_of::bounded(&then, seqs.len())?;
     let events = seqs.len();
-    let past = as_of::past(state, tenant, then, seqs).await?;
-    let view = past
-        .get(&tenant, &id)
-        .map_err(ApiError::internal)?
-        .ok_or_else(not_found)?;
+    let view = as_of::replay(state, tenant, then, seqs, move |past| {
+        past.get(&tenant, &id).map_err(ApiError::internal)
+    })
+    .await?
+    .ok_or_else(not_found)?;
     Ok(Memory {
         as_of: Some(then.shown(events)),
         ..Memory::from(view)
@@ -244,7 +261,7 @@ pub(crate) async fn delete_by_type(
 
 #[utoipa::path(post, path = "/v1/memories/query", tag = "memory", security(("api_key" = [])),
     request_body = MemoryQueryRequest,
-    responses((status = 200, description = "the memories the filter matches, newest first", body = MemoryPageEnvelope), (status = 400, description = "bad filter or paging (4000)", body = ErrorEnvelope), (status = 403, description = "permission (4030)", body = ErrorEnvelope)))]
+    responses((status = 200, description = "the memories the filter matches, newest first", body = MemoryPageEnvelope), (status = 400, description = "bad filter or paging (4000)", body = ErrorEnvelope), (status = 403, description = "permission (4030)", body = ErrorEnvelope), (status = 429, description = "the key's rate limit, or with `as_of` the tenant's reads as of a position already running or waiting, 2 at most (4290)", headers(("Retry-After" = u64, description = "whole seconds to wait, at least 1")), body = ErrorEnvelope)))]
 pub(crate) async fn query_memories(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,

@@ -24,7 +24,7 @@ use crate::api::gate::{Caller, Recorded};
 use crate::api::state::AppState;
 use crate::command::memory::extract::{at_most, decide, insufficient, price, sort, Asked, Found};
 use crate::command::Context;
-use crate::extract::{Candidate, ExtractInput};
+use crate::extract::{Candidate, ExtractInput, Sourced};
 use crate::registry::ErrorCode;
 use crate::wire::envelope::{Data, ErrorEnvelope};
 use crate::wire::memory::{ExtractRequest, Extracted, Extraction};
@@ -46,6 +46,7 @@ pub(crate) async fn extract_memories(
         resolve,
         extra,
         input,
+        message_times,
         skipped_messages,
         input_value,
         input_text,
@@ -56,7 +57,11 @@ pub(crate) async fn extract_memories(
         &input_text,
     )?;
     let hold = reserve(&state, &caller, charge.credits)?;
-    let candidates = extract(&state, &request, input).await?;
+    let (candidates, sources): (Vec<Candidate>, Vec<Vec<usize>>) = extract(&state, &request, input)
+        .await?
+        .into_iter()
+        .map(|s| (s.candidate, s.messages))
+        .unzip();
     at_most(candidates.len(), state.memory.max_extract_memories)?;
     let texts = candidates.iter().map(|c| c.content.clone()).collect();
     let vectors = embed_many(&state, &caller, &request, texts).await?;
@@ -88,11 +93,13 @@ pub(crate) async fn extract_memories(
     };
     let found = Found {
         candidates: &candidates,
+        sources: &sources,
         vectors: &vectors,
         model: state.embed.model_id(),
     };
     let asked = Asked {
         extra,
+        message_times,
         skipped_messages,
         input_value,
         input_text,
@@ -136,14 +143,12 @@ async fn extract(
     state: &AppState,
     request: &RequestId,
     input: ExtractInput,
-) -> Result<Vec<Candidate>, ApiError> {
+) -> Result<Vec<Sourced>, ApiError> {
     let extractor = state.extractor.clone();
     // Dropped with this future when the caller goes away, which closes `alive`.
     let (alive, _caller_here) = tokio::sync::oneshot::channel::<()>();
-    tokio::task::spawn_blocking(move || {
-        extractor.extract_unless_gone(&input, &|| alive.is_closed())
-    })
-    .await
-    .map_err(|e| ApiError::internal(format!("extractor crashed: {e}")))?
-    .map_err(|e| provider_failed("extraction", request, e))
+    tokio::task::spawn_blocking(move || extractor.extract_sourced(&input, &|| alive.is_closed()))
+        .await
+        .map_err(|e| ApiError::internal(format!("extractor crashed: {e}")))?
+        .map_err(|e| provider_failed("extraction", request, e))
 }

@@ -18,7 +18,7 @@ type SearchEnvelope = Data<SearchResults>;
 
 #[utoipa::path(post, path = "/v1/memories/search", tag = "memory", security(("api_key" = [])),
     request_body = SearchRequest,
-    responses((status = 200, description = "ranked by final_score: 0.85 * score + 0.15 * importance (semantic), BM25 (keyword) or reciprocal rank fusion (hybrid); with `as_of`, over the store as it stood then", body = SearchEnvelope), (status = 400, description = "invalid field, `as_of` beyond the head, in the future or past the replay bound (4000)", body = ErrorEnvelope), (status = 403, description = "permission (4030)", body = ErrorEnvelope), (status = 502, description = "embedding provider failed (5020)", body = ErrorEnvelope)))]
+    responses((status = 200, description = "ranked by final_score: 0.85 * score + 0.15 * importance (semantic), BM25 (keyword) or reciprocal rank fusion (hybrid); with `as_of`, over the store as it stood then", body = SearchEnvelope), (status = 400, description = "invalid field, `as_of` beyond the head, in the future or past the replay bound (4000)", body = ErrorEnvelope), (status = 403, description = "permission (4030)", body = ErrorEnvelope), (status = 502, description = "embedding provider failed (5020)", body = ErrorEnvelope), (status = 429, description = "the key's rate limit, or with `as_of` the tenant's reads as of a position already running or waiting, 2 at most (4290)", headers(("Retry-After" = u64, description = "whole seconds to wait, at least 1")), body = ErrorEnvelope)))]
 pub(crate) async fn search_memories(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -38,12 +38,14 @@ pub(crate) async fn search_memories(
     let seqs = as_of::history(&state, tenant, &then)?;
     let events = seqs.len();
     let vector = embed_one(&state, &caller, &request, &asked.query).await?;
-    let past = as_of::past(&state, tenant, then, seqs).await?;
-    let mut decision = search::search_in(&past, tenant, asked, &vector)?;
+    let (mut decision, memory_models) = as_of::replay(&state, tenant, then, seqs, move |past| {
+        let decision = search::search_in(past, tenant, asked, &vector)?;
+        Ok((decision, past.live_models(&tenant)))
+    })
+    .await?;
     // The memories were embedded then by the models their events name; the query is embedded
     // now: another model ranks by another geometry.
     let query_model = state.embed.model_id().to_string();
-    let memory_models = past.live_models(&tenant);
     decision.answer.as_of = Some(AsOfShown {
         embedder_changed: Some(memory_models.iter().any(|m| *m != query_model)),
         query_model: Some(query_model),

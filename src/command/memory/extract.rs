@@ -190,20 +190,41 @@ fn duplicate(
 /// What the extraction found, embedded by `model` (one vector per candidate, in order).
 pub struct Found<'a> {
     pub candidates: &'a [Candidate],
+    /// Per candidate, the messages it was drawn from (none: the request's `occurred_at`).
+    pub sources: &'a [Vec<usize>],
     pub vectors: &'a [Vec<f32>],
     pub model: &'a str,
 }
 
 /// What the request gave besides its input, and what its audit entry records of it.
 pub struct Asked {
-    /// Scope and metadata every memory extracted is given.
+    /// Scope, metadata and occurrence time every memory extracted is given.
     pub extra: MemoryExtra,
+    /// Per message the extractor read, its own `occurred_at` (none: the request's): a memory
+    /// drawn from messages takes the latest of theirs ([`occurred_at`]).
+    pub message_times: Vec<Option<i64>>,
     /// The messages not read, answered as they are.
     pub skipped_messages: Vec<SkippedMessage>,
     /// The input as it was given (the entry's `input_content`).
     pub input_value: Value,
     /// The input as text: what was measured and charged (the entry's `memory_query`).
     pub input_text: String,
+}
+
+/// When what a candidate drawn from `messages` says happened: the latest of their times, a
+/// message without its own `occurred_at` counting as the request's `default`; `default` when
+/// it names no message (a text, or a model that said none).
+pub fn occurred_at(
+    messages: &[usize],
+    message_times: &[Option<i64>],
+    default: Option<i64>,
+) -> Option<i64> {
+    messages
+        .iter()
+        .filter_map(|&i| message_times.get(i).copied())
+        .map(|own| own.or(default))
+        .max()
+        .unwrap_or(default)
 }
 
 /// The extraction's memories, the memories they supersede and the charge, with the
@@ -256,7 +277,14 @@ pub fn decide(
             content: c.content.clone(),
             memory_type: c.memory_type,
             importance: (c.importance as f64 * 100.0).round() / 100.0,
-            extra: asked.extra.clone(),
+            extra: MemoryExtra {
+                occurred_at: occurred_at(
+                    found.sources.get(i).map_or(&[][..], Vec::as_slice),
+                    &asked.message_times,
+                    asked.extra.occurred_at,
+                ),
+                ..asked.extra.clone()
+            },
         };
         let embedding = Embedding {
             model: found.model,
@@ -360,10 +388,27 @@ mod tests {
                 user_id: Some("u1".into()),
                 ..Default::default()
             },
+            message_times: Vec::new(),
             skipped_messages: Vec::new(),
             input_value: json!({"text": "..."}),
             input_text: "...".into(),
         }
+    }
+
+    #[test]
+    fn a_memory_takes_the_latest_time_of_the_messages_it_was_drawn_from() {
+        let times = [Some(100), None, Some(300), Some(50)];
+        // One message: its own time; without one, the request's.
+        assert_eq!(occurred_at(&[0], &times, Some(200)), Some(100));
+        assert_eq!(occurred_at(&[1], &times, Some(200)), Some(200));
+        assert_eq!(occurred_at(&[1], &times, None), None);
+        // Several: the latest, the request's counting for a message without its own.
+        assert_eq!(occurred_at(&[0, 2, 3], &times, Some(200)), Some(300));
+        assert_eq!(occurred_at(&[0, 1, 3], &times, Some(200)), Some(200));
+        assert_eq!(occurred_at(&[0, 1, 3], &times, None), Some(100));
+        // None named, or only indexes the conversation does not hold: the request's.
+        assert_eq!(occurred_at(&[], &times, Some(200)), Some(200));
+        assert_eq!(occurred_at(&[9], &times, Some(200)), Some(200));
     }
 
     #[test]
@@ -482,6 +527,7 @@ mod tests {
         };
         let found = Found {
             candidates: &candidates,
+            sources: &[],
             vectors: &vectors,
             model: MODEL,
         };

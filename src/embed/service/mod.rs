@@ -45,7 +45,8 @@ use tokio::sync::oneshot;
 use uuid::Uuid;
 
 use super::{EmbedError, Embedder};
-use worker::{lower_priority, worker, Job, Lane, Limits, Queues, Shared};
+pub(crate) use worker::lower_priority;
+use worker::{worker, Job, Lane, Limits, Queues, Shared};
 
 #[derive(Debug, Clone)]
 pub struct EmbedServiceConfig {

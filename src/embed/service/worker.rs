@@ -160,14 +160,19 @@ pub(super) fn short((n, bytes): (usize, usize)) -> bool {
 }
 
 /// Raises the calling thread's nice value by `nice` (Linux: per thread). Failing leaves the
-/// thread at the process's priority: the lanes still work, the prompt lane gets an even share.
-pub(super) fn lower_priority(nice: i32) {
+/// thread at the process's priority: the bulk lanes still work, the prompt lane gets an even
+/// share; an `as_of` replay still answers, sharing the cores evenly with other requests.
+pub(crate) fn lower_priority(nice: i32) {
     #[cfg(target_os = "linux")]
     if nice > 0 {
         // The calling thread's own value: a nice value is per thread on Linux.
         let now = rustix::process::getpriority_process(None).unwrap_or(0);
         if let Err(e) = rustix::process::setpriority_process(None, (now + nice).min(19)) {
-            tracing::warn!(error = %e, "the bulk embedding threads keep the process's priority");
+            tracing::warn!(
+                error = %e,
+                thread = std::thread::current().name().unwrap_or("unnamed"),
+                "a thread meant to run niced keeps the process's priority"
+            );
         }
     }
     #[cfg(not(target_os = "linux"))]

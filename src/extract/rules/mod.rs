@@ -6,13 +6,15 @@
 //! deterministic. docs/EXTRACTION.md lists what it catches and misses, and its measured
 //! precision and recall; keep that file in step with the cue tables.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 
 use auditmem_projections::MemoryType;
 
 use super::cues::{self, Cue, Kind, Lang, Out};
 use super::person::{finish, third_person, Named};
-use super::{cap_content, normalize_importance, Candidate, ExtractError, ExtractInput, Extractor};
+use super::{
+    cap_content, normalize_importance, Candidate, ExtractError, ExtractInput, Extractor, Sourced,
+};
 
 #[derive(Debug, Clone, Copy, Default)]
 pub struct RuleExtractor;
@@ -54,36 +56,81 @@ impl Extractor for RuleExtractor {
     }
 
     fn extract(&self, input: &ExtractInput) -> Result<Vec<Candidate>, ExtractError> {
-        let mut out = Vec::new();
-        let mut seen = HashSet::new();
-        let mut take = |text: &str| {
+        Ok(Self::sourced(input)
+            .into_iter()
+            .map(|s| s.candidate)
+            .collect())
+    }
+
+    fn extract_sourced(
+        &self,
+        input: &ExtractInput,
+        _gone: &dyn Fn() -> bool,
+    ) -> Result<Vec<Sourced>, ExtractError> {
+        Ok(Self::sourced(input))
+    }
+}
+
+impl RuleExtractor {
+    /// The candidates of `input`, each with the user messages that said it.
+    fn sourced(input: &ExtractInput) -> Vec<Sourced> {
+        let mut out: Vec<Sourced> = Vec::new();
+        // Each statement kept (lowercased), and where it is in `out`.
+        let mut seen = HashMap::new();
+        let mut take = |text: &str, message: Option<usize>| {
             for found in Self::found(text) {
-                // The same statement repeated in a conversation is one memory.
-                if seen.insert(found.candidate.content.to_lowercase()) {
-                    out.push(found.candidate);
+                let key = found.candidate.content.to_lowercase();
+                match seen.get(&key) {
+                    // The same statement repeated in a conversation is one memory, drawn from
+                    // every message that says it.
+                    Some(&at) => {
+                        let kept: &mut Sourced = &mut out[at];
+                        kept.messages.extend(message);
+                        kept.messages.dedup();
+                    }
+                    None => {
+                        seen.insert(key, out.len());
+                        out.push(Sourced {
+                            candidate: found.candidate,
+                            messages: message.into_iter().collect(),
+                        });
+                    }
                 }
             }
         };
-        for text in user_texts(input) {
-            take(text);
+        match input {
+            ExtractInput::Text(text) => take(text, None),
+            ExtractInput::Messages(messages) => {
+                for (i, m) in messages.iter().enumerate() {
+                    if speaks_for_the_user(&m.role) {
+                        take(&m.content, Some(i));
+                    }
+                }
+            }
         }
-        Ok(out)
+        out
     }
 }
 
 /// The texts of an input that speak for the user: the text, or the user's turns. The
 /// assistant's, the system's and tools' words are context; as facts about the user they
-/// would be hearsay.
+/// would be hearsay. (The extractor itself walks the messages with their indexes.)
+#[cfg(test)]
 pub(crate) fn user_texts(input: &ExtractInput) -> Box<dyn Iterator<Item = &str> + '_> {
     match input {
         ExtractInput::Text(text) => Box::new(std::iter::once(text.as_str())),
         ExtractInput::Messages(messages) => Box::new(
             messages
                 .iter()
-                .filter(|m| m.role.eq_ignore_ascii_case("user"))
+                .filter(|m| speaks_for_the_user(&m.role))
                 .map(|m| m.content.as_str()),
         ),
     }
+}
+
+/// Whether a message of `role` speaks for the user (see [`user_texts`]).
+fn speaks_for_the_user(role: &str) -> bool {
+    role.eq_ignore_ascii_case("user")
 }
 
 /// A clause lowercased with typographic apostrophes folded, and where each of its bytes

@@ -645,3 +645,32 @@ fn documented_limits_hold() {
         ))
     );
 }
+
+#[test]
+fn each_candidate_names_the_user_messages_that_said_it() {
+    let input = ExtractInput::Messages(vec![
+        msg("user", "I live in Oslo."),
+        msg("assistant", "I live in Paris."),
+        msg("user", "I am allergic to peanuts. I live in Oslo."),
+    ]);
+    let got = RuleExtractor::new()
+        .extract_sourced(&input, &|| false)
+        .unwrap();
+    let summary: Vec<(&str, &[usize])> = got
+        .iter()
+        .map(|s| (s.candidate.content.as_str(), s.messages.as_slice()))
+        .collect();
+    assert_eq!(
+        summary,
+        vec![
+            ("The user lives in Oslo", &[0, 2][..]),
+            ("The user is allergic to peanuts", &[2][..]),
+        ]
+    );
+    // A text names no message.
+    let text = RuleExtractor::new()
+        .extract_sourced(&ExtractInput::Text("I live in Oslo.".into()), &|| false)
+        .unwrap();
+    assert_eq!(text.len(), 1);
+    assert!(text[0].messages.is_empty());
+}

@@ -14,6 +14,7 @@ use super::fields::{extra_of, typed, AgentId, Metadata, OccurredAt, Resolve, Ses
 use crate::extract::{ChatMessage, ChatRole, ExtractInput};
 use crate::wire::envelope::Payload;
 use crate::wire::field::{optional, Check, Field, Invalid, NOT_BLANK};
+use crate::wire::time::parse_time;
 use crate::wire::{empty_refused, unknown_field_named, Body, Refusal};
 
 /// A conversation to extract from: 1 or more messages in OpenAI's chat format, kept also as
@@ -23,6 +24,8 @@ use crate::wire::{empty_refused, unknown_field_named, Body, Refusal};
 #[derive(Clone, Debug, PartialEq)]
 pub struct Messages {
     pub list: Vec<ChatMessage>,
+    /// Per message of `list`, its own `occurred_at`, if it gives one.
+    pub times: Vec<Option<i64>>,
     pub skipped: Vec<SkippedMessage>,
     pub given: Value,
 }
@@ -41,6 +44,10 @@ pub struct GivenMessage {
     /// audio, files) ignored. Other fields of a message (`name`, `tool_calls`,
     /// `tool_call_id`) are ignored.
     content: Option<GivenContent>,
+    /// ISO 8601: when this message was said. A memory extracted from it takes this time (from
+    /// several messages: the latest of theirs); a message without one counts as the request's
+    /// `occurred_at`.
+    occurred_at: Option<String>,
 }
 
 /// A message's content: a string or content parts.
@@ -87,6 +94,7 @@ impl Check for Messages {
             return Err(Invalid::new("messages must not be empty"));
         }
         let mut list = Vec::with_capacity(items.len());
+        let mut times = Vec::with_capacity(items.len());
         let mut skipped = Vec::new();
         for (i, item) in items.iter().enumerate() {
             let Value::Object(m) = item else {
@@ -98,11 +106,15 @@ impl Check for Messages {
                 return Err(Invalid(format!("messages[{i}].role must be a string")));
             };
             let content = message_text(i, m.get("content"))?;
+            let occurred_at = message_time(i, m.get("occurred_at"))?;
             match role.parse::<ChatRole>() {
-                Ok(known) => list.push(ChatMessage {
-                    role: <&str>::from(known).to_string(),
-                    content,
-                }),
+                Ok(known) => {
+                    list.push(ChatMessage {
+                        role: <&str>::from(known).to_string(),
+                        content,
+                    });
+                    times.push(occurred_at);
+                }
                 Err(_) => skipped.push(SkippedMessage {
                     index: i,
                     reason: format!("unknown role {}", Value::String(role.clone())),
@@ -111,9 +123,23 @@ impl Check for Messages {
         }
         Ok(Messages {
             list,
+            times,
             skipped,
             given: raw,
         })
+    }
+}
+
+/// Message `i`'s own `occurred_at`: an ISO 8601 time as the request's takes, or null or left
+/// out for none.
+fn message_time(i: usize, given: Option<&Value>) -> Result<Option<i64>, Invalid> {
+    let field = format!("messages[{i}].occurred_at");
+    match given {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => parse_time(&field, s).map(Some),
+        Some(_) => Err(Invalid(format!(
+            "{field} must be an ISO 8601 time such as 2026-01-31T12:00:00Z, or null"
+        ))),
     }
 }
 
@@ -246,7 +272,8 @@ pub struct ExtractRequest {
     pub session_id: Option<Field<SessionId>>,
     #[schema(inline)]
     pub metadata: Option<Field<Metadata>>,
-    /// ISO 8601: when the conversation or text took place, given to every memory extracted.
+    /// ISO 8601: when the conversation or text took place, given to every memory extracted
+    /// but one drawn from messages that give their own `occurred_at`.
     #[schema(inline)]
     pub occurred_at: Option<Field<OccurredAt>>,
     /// Default false. True: each memory found supersedes the stored ones of its scope it
@@ -264,6 +291,8 @@ pub struct Extraction {
     /// Scope, metadata and occurrence time every memory extracted is given.
     pub extra: MemoryExtra,
     pub input: ExtractInput,
+    /// Per message of the input, its own `occurred_at` (empty for a text).
+    pub message_times: Vec<Option<i64>>,
     /// The messages not read (an unknown role), answered as `skipped_messages`.
     pub skipped_messages: Vec<SkippedMessage>,
     pub input_value: Value,
@@ -292,6 +321,7 @@ impl Body for ExtractRequest {
             self.occurred_at,
         )?;
         let mut skipped_messages = Vec::new();
+        let mut message_times = Vec::new();
         let (input, input_value, input_text) = match (self.messages, self.text) {
             (Some(_), Some(_)) => {
                 return Err(Invalid::new(
@@ -302,10 +332,12 @@ impl Body for ExtractRequest {
             (Some(m), None) => {
                 let Messages {
                     list,
+                    times,
                     skipped,
                     given,
                 } = m.value()?;
                 skipped_messages = skipped;
+                message_times = times;
                 // What is measured and charged is the text of the messages read.
                 let text = list
                     .iter()
@@ -330,6 +362,7 @@ impl Body for ExtractRequest {
             resolve: optional(self.resolve)?.is_some_and(|r| r.0),
             extra,
             input,
+            message_times,
             skipped_messages,
             input_value,
             input_text,

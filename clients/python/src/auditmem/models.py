@@ -208,6 +208,10 @@ class GivenContent(RootModel[str | list[ContentPart]]):
 
 class GivenMessage(BaseModel):
     content: GivenContent | None = None
+    occurred_at: str | None = Field(
+        None,
+        description="ISO 8601: when this message was said. A memory extracted from it takes this time (from\nseveral messages: the latest of theirs); a message without one counts as the request's\n`occurred_at`.",
+    )
     role: str = Field(
         ...,
         description="system, developer, user, assistant, tool or function, in any case. A message of\nanother role is skipped and named in the answer's `skipped_messages`.",
@@ -910,7 +914,7 @@ class ExtractRequest(BaseModel):
     metadata: dict[str, Any] | None = None
     occurred_at: str | None = Field(
         None,
-        description='ISO 8601: when the conversation or text took place, given to every memory extracted.',
+        description='ISO 8601: when the conversation or text took place, given to every memory extracted\nbut one drawn from messages that give their own `occurred_at`.',
     )
     resolve: bool | None = Field(
         None,
