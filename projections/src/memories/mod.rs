@@ -723,7 +723,8 @@ impl Memories {
 impl State {
     /// Whether memory `id` (one of the tenant's live ones) is taken by `query` at `now`.
     fn admits(&self, id: &Uuid, query: &MemoryQuery<'_>, now: i64) -> bool {
-        let Some(k) = self.all.get(id) else {
+        // Not live: dropped by a batch that is still taking it out of the indexes.
+        let Some(k) = self.all.get(id).filter(|k| k.is_live()) else {
             return false;
         };
         let held = self.names.held(id);

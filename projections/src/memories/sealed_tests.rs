@@ -400,3 +400,148 @@ fn an_erasure_naming_another_tenants_memory_leaves_it_alone() {
     assert_eq!(m.content, ALICE_SECRET);
     drop(ring);
 }
+
+#[test]
+fn a_memory_hidden_ahead_of_a_large_batch_landing_is_shown_by_no_read_while_still_indexed() {
+    let (_dir, _db, _ring, _events, p) = given_two_users();
+    let alice = Uuid::from_u128(1);
+    let mut m = p.stored(&alice).expect("read").expect("kept");
+    sealing::erase(&mut m);
+    m.deleted_at = Some(90);
+    // What a batch of more than `LAND_CHUNK` memories does before its first chunk lands.
+    let hidden = p.hide_dropped(&[m]);
+    assert_eq!(hidden.into_iter().collect::<Vec<_>>(), vec![alice]);
+    {
+        let state = p.state();
+        let t = &state.tenants[&T];
+        assert_eq!((t.vectors.len(), t.keywords.len(), t.unindexing), (2, 2, 1));
+    }
+    assert_eq!(p.get(&T, &alice).expect("get"), None);
+    assert_eq!(listed(&p), vec![2]);
+    assert_eq!(p.list(&T, None, 0, 10).expect("list").0, 1);
+    assert_eq!(noted(&p, ALICE_META), Vec::<u128>::new());
+    for mode in [
+        SearchMode::Semantic,
+        SearchMode::Keyword,
+        SearchMode::Hybrid,
+    ] {
+        assert_eq!(
+            found(&p, ALICE_SECRET, [1.0, 0.0], mode)
+                .into_iter()
+                .filter(|id| *id == 1)
+                .count(),
+            0,
+            "{mode:?}"
+        );
+    }
+    // The search still fills its page from the others, and the duplicate check passes it by.
+    assert_eq!(
+        p.search(&T, &[1.0, 0.0], None, -1.0, 1)
+            .expect("search")
+            .iter()
+            .map(|(m, _)| m.id.as_u128())
+            .collect::<Vec<_>>(),
+        vec![2]
+    );
+    assert_eq!(
+        p.nearest(&T, &[1.0, 0.0], None)
+            .expect("nearest")
+            .map(|n| n.0),
+        Some(Uuid::from_u128(2))
+    );
+}
+
+/// Times erasing a user with 10,000 memories (384-d vectors, 30-word contents) beside another
+/// user's 10,000, and the longest a reader of the other user's memories waits meanwhile.
+/// `cargo test -p auditmem-projections --release erase_10k -- --ignored --nocapture`
+#[test]
+#[ignore]
+fn erase_10k_timing() {
+    use std::time::{Duration, Instant};
+    const N: u128 = 10_000;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = sled::open(dir.path().join("db")).expect("open");
+    let ring = Arc::new(MemoryKeyring::default());
+    let words = [
+        "alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india",
+        "juliet", "kilo", "lima", "mike", "november", "oscar", "papa", "quebec", "romeo",
+    ];
+    let mut events = Vec::new();
+    for i in 0..2 * N {
+        let user = if i % 2 == 0 { "alice" } else { "bob" };
+        let content: Vec<String> = (0..30)
+            .map(|w| {
+                format!(
+                    "{}{}",
+                    words[(i as usize * 7 + w * 3) % words.len()],
+                    (i + w as u128) % 500
+                )
+            })
+            .collect();
+        let mut v = vec![0f32; 384];
+        for (j, x) in v.iter_mut().enumerate() {
+            *x = (((i as usize * 31 + j * 17) % 97) as f32 - 48.0) / 48.0;
+        }
+        let e = MemoryCreated {
+            memory_id: Uuid::from_u128(i + 1),
+            tenant_id: T,
+            content: content.join(" "),
+            memory_type: MemoryType::Fact,
+            importance: 0.5,
+            created_at: i as i64 + 1,
+            model: "m".into(),
+            vector: vector_to_bytes(&v),
+            extra: Some(MemoryExtra {
+                user_id: Some(user.into()),
+                metadata: Some(format!(r#"{{"note":"n{i}"}}"#)),
+                ..MemoryExtra::default()
+            }),
+            sealed: None,
+        };
+        let subjects = e.subjects();
+        events.push(Event::MemoryCreated(
+            e.sealed_for(&*ring, &subjects).expect("seal"),
+        ));
+    }
+    let p = Arc::new(open(&db, &[], &ring, dir.path()));
+    for chunk in Applied::in_order(&events).chunks(1000) {
+        p.apply(chunk).expect("apply");
+    }
+    let alice: Vec<Uuid> = (0..2 * N)
+        .step_by(2)
+        .map(|i| Uuid::from_u128(i + 1))
+        .collect();
+    let erasure = Event::SubjectsErased(SubjectsErased {
+        erasure_id: Uuid::from_u128(0xE),
+        tenant_id: T,
+        subjects: vec![Subject::User(T, "alice".into())],
+        key_ids: vec![alice_key(&ring)],
+        memory_ids: alice,
+        erased_at: 1 << 40,
+    });
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reader = {
+        let (p, stop) = (p.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut worst = Duration::ZERO;
+            let mut n = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let t = Instant::now();
+                let _ = p.get(&T, &Uuid::from_u128(2)).expect("get");
+                worst = worst.max(t.elapsed());
+                n += 1;
+            }
+            (worst, n)
+        })
+    };
+    std::thread::sleep(Duration::from_millis(50));
+    let seq = 2 * N as u64 + 1;
+    let t = Instant::now();
+    p.apply(&[Applied::at(seq, &erasure)]).expect("erase");
+    let took = t.elapsed();
+    std::thread::sleep(Duration::from_millis(50));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (worst, n) = reader.join().expect("reader");
+    eprintln!("erase 10k: apply {took:?}; a reader's longest wait {worst:?} ({n} reads)");
+    assert_eq!(p.count(&T), N as usize);
+}

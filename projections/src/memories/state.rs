@@ -5,7 +5,8 @@
 //! Invariants: `State::all` holds every memory ever created, deleted ones too (their history
 //! stays readable); a [`Kept`]'s tenant and model indexes were handed out by its [`Names`]'
 //! [`Interned`] tables, and its text range is in `Names::texts`; a live memory (and only a
-//! live one) is listed in its tenant's [`TenantMemories`].
+//! live one) is listed in its tenant's [`TenantMemories`] (its indexes may hold a memory a
+//! batch that is still landing dropped, until the batch has landed: see `apply`).
 
 use std::borrow::Borrow;
 use std::collections::{BTreeMap, HashMap};
@@ -102,6 +103,15 @@ impl Kept {
     /// See [`StoredMemory::erased`].
     pub(super) fn is_erased(&self) -> bool {
         self.erased
+    }
+
+    /// Marks it deleted at `deleted_at` (if given) and erased (if `erased`) ahead of the state
+    /// that replaces it, so that no read shows it from then on (see `apply`).
+    pub(super) fn hide(&mut self, deleted_at: Option<i64>, erased: bool) {
+        if let Some(at) = deleted_at {
+            self.deleted_at = at;
+        }
+        self.erased |= erased;
     }
 
     /// Neither deleted nor erased: what lists, searches and the indexes hold.

@@ -45,6 +45,10 @@ pub(super) struct TenantMemories {
     /// union of their versions), ascending: what a read `as_of` a position replays, so that
     /// its cost is the tenant's own history up to there, never the log's.
     pub(super) history: Vec<u64>,
+    /// Memories taken off the order and counts but still in the vectors, scopes and keyword
+    /// index (a large batch's drops, see `apply`): while any are, every query checks each
+    /// memory it meets (`State::admits` turns them away).
+    pub(super) unindexing: usize,
 }
 
 /// What makes a live memory hidden from a list or search: its expiry, its supersession.
@@ -80,6 +84,7 @@ impl TenantMemories {
             superseded: [0; MemoryType::VARIANTS.len()],
             scopes: ScopeIndex::default(),
             history: Vec::new(),
+            unindexing: 0,
         })
     }
 
@@ -96,6 +101,7 @@ impl TenantMemories {
     /// over); when not, the order and counts answer it alone.
     pub(super) fn needs_check(&self, query: &MemoryQuery<'_>, now: i64) -> bool {
         query.filter.is_some()
+            || self.unindexing > 0
             || (!query.include_superseded && self.superseded.iter().any(|n| *n > 0))
             || self.expiring.first().is_some_and(|(at, _)| *at <= now)
     }
@@ -223,13 +229,34 @@ impl TenantMemories {
         indexed: Option<&Held>,
         unindexed: &mut Vec<Uuid>,
     ) -> std::io::Result<()> {
-        self.set_mark(id, m.memory_type, Mark::default());
-        if let Some(ty) = self.order.remove(&(m.created_at, id)) {
-            self.scopes.replace(id, indexed, None);
-            self.per_type[ty as usize] = self.per_type[ty as usize].saturating_sub(1);
-            self.vectors.remove(&id)?;
-            unindexed.push(id);
+        if self.unlist(id, m) {
+            self.unindex(id, indexed, unindexed)?;
         }
+        Ok(())
+    }
+
+    /// Takes memory `id` off the order, the counts and the marks (what lists and their totals
+    /// read); whether it was listed. Its indexes keep it until [`Self::unindex`].
+    pub(super) fn unlist(&mut self, id: Uuid, m: &Kept) -> bool {
+        self.set_mark(id, m.memory_type, Mark::default());
+        let Some(ty) = self.order.remove(&(m.created_at, id)) else {
+            return false;
+        };
+        self.per_type[ty as usize] = self.per_type[ty as usize].saturating_sub(1);
+        true
+    }
+
+    /// Takes memory `id`, unlisted, out of the scopes and the vectors; its id is pushed on
+    /// `unindexed` for [`Self::unindex_keywords`].
+    pub(super) fn unindex(
+        &mut self,
+        id: Uuid,
+        indexed: Option<&Held>,
+        unindexed: &mut Vec<Uuid>,
+    ) -> std::io::Result<()> {
+        self.scopes.replace(id, indexed, None);
+        self.vectors.remove(&id)?;
+        unindexed.push(id);
         Ok(())
     }
 
