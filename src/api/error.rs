@@ -99,12 +99,7 @@ impl Rejection {
     /// The refusal as the caller gets it: the envelope, with `Retry-After` when the
     /// precondition knows when the request can pass.
     pub fn response(&self) -> Response {
-        let mut resp = error_response(self.code, &self.message);
-        if let Some(secs) = self.retry_after {
-            resp.headers_mut()
-                .insert(axum::http::header::RETRY_AFTER, HeaderValue::from(secs));
-        }
-        resp
+        refusal_response(self.code, &self.message, self.retry_after)
     }
 }
 
@@ -168,13 +163,18 @@ pub fn error_response(code: ErrorCode, message: &str) -> Response {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let mut resp = error_response(self.code, &self.message);
-        if let Some(secs) = self.retry_after {
-            resp.headers_mut()
-                .insert(axum::http::header::RETRY_AFTER, HeaderValue::from(secs));
-        }
-        resp
+        refusal_response(self.code, &self.message, self.retry_after)
     }
+}
+
+/// The envelope of a refusal, with `Retry-After` when the refusal says when to try again.
+pub fn refusal_response(code: ErrorCode, message: &str, retry_after: Option<u64>) -> Response {
+    let mut resp = error_response(code, message);
+    if let Some(secs) = retry_after {
+        resp.headers_mut()
+            .insert(axum::http::header::RETRY_AFTER, HeaderValue::from(secs));
+    }
+    resp
 }
 
 /// Outermost layer: any error response that is not yet an envelope (router 404/405, timeouts,

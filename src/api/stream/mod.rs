@@ -43,14 +43,14 @@ use auditmem_projections::event::{AuditEntry, KeyCache};
 use auditmem_projections::Plan;
 use axum::body::{Body, Bytes};
 use axum::extract::State;
-use axum::http::{header, HeaderMap, HeaderValue};
+use axum::http::{header, HeaderMap};
 use axum::response::{IntoResponse, Response};
 use axum::Extension;
 use tokio::sync::watch;
 use uuid::Uuid;
 
 use super::audit::load_list_entry;
-use super::error::{error_response, ApiError};
+use super::error::{refusal_response, ApiError};
 use super::extract::Query;
 use super::gate::{Caller, PendingOps, Recorded};
 use super::state::AppState;
@@ -392,13 +392,11 @@ fn wants_ndjson(headers: &HeaderMap) -> bool {
 
 /// 429 with `Retry-After`: the tenant has as many streams open as it may.
 fn too_many_streams(limit: usize) -> Response {
-    let mut resp = error_response(
+    refusal_response(
         ErrorCode::RateLimited,
         &format!("this tenant has {limit} audit streams open, as many as it may; close one, or retry after 5 s"),
-    );
-    resp.headers_mut()
-        .insert(header::RETRY_AFTER, HeaderValue::from(5u64));
-    resp
+        Some(5),
+    )
 }
 
 #[utoipa::path(get, path = "/v1/audit/logs/stream", tag = "audit", security(("api_key" = [])),
