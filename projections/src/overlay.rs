@@ -38,6 +38,26 @@ impl<'t> Overlay<'t> {
         self.pending.insert(key, None);
     }
 
+    /// Every key starting with `prefix` as the overlay sees it: the tree's, less those removed
+    /// here, with those inserted here. It walks all pending writes, so it is for rare events
+    /// (a deletion), not for one folded per record.
+    pub fn keys_with_prefix(&self, prefix: &[u8]) -> Result<Vec<Vec<u8>>> {
+        let mut keys = Vec::new();
+        for k in self.tree.scan_prefix(prefix).keys() {
+            let k = k?;
+            if !self.pending.contains_key(k.as_ref()) {
+                keys.push(k.to_vec());
+            }
+        }
+        keys.extend(
+            self.pending
+                .iter()
+                .filter(|(k, v)| v.is_some() && k.starts_with(prefix))
+                .map(|(k, _)| k.clone()),
+        );
+        Ok(keys)
+    }
+
     /// Writes every pending change and the new checkpoint in one atomic batch.
     ///
     /// With no change pending, nothing is written unless the stored checkpoint trails by

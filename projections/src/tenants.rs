@@ -3,7 +3,8 @@
 //!
 //! Tree `proj_tenants`: `t|tenant_id` → tenant, `k|key_hash` → key, `i|key_id` → key_hash,
 //! `w|tenant_id|endpoint_id` → webhook endpoint, `d|tenant_id|endpoint_id|delivery_id` →
-//! webhook delivery.
+//! webhook delivery, `r|...` and `s|...` → which deliveries settled in which order
+//! (`crate::webhooks`).
 //! A key is looked up by the blake3 hash of what the client presents; the key itself is never
 //! known to this projection.
 

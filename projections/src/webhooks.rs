@@ -1,6 +1,8 @@
 //! Webhook endpoints and their deliveries, folded from the webhook events into the tenants
 //! tree (`proj_tenants`): `w|tenant|endpoint` → [`WebhookEndpoint`],
-//! `d|tenant|endpoint|delivery` → [`WebhookDelivery`], `l` → the cluster's [`WebhookLease`].
+//! `d|tenant|endpoint|delivery` → [`WebhookDelivery`], `l` → the cluster's [`WebhookLease`],
+//! and each endpoint's settled deliveries in the order they settled: `r|tenant|endpoint` →
+//! [`SettledRing`], `s|tenant|endpoint|n` → the delivery id settled `n`-th.
 //!
 //! **The cursor.** An endpoint's `cursor` is the log position up to which every event of its
 //! tenant was delivered or given up on: it starts at the position of the event that created
@@ -8,6 +10,14 @@
 //! event after it moves it, to that event's position. The log is the outbox: what is past the
 //! cursor is still to be sent, so nothing is lost by a restart, and every node of a cluster
 //! agrees on it.
+//!
+//! **The delivery log is bounded.** An endpoint keeps every delivery still `pending` (the one
+//! being retried at its cursor and each redelivery asked by hand and not yet attempted), and
+//! its most recently settled ones (`delivered` or `failed`) up to [`DELIVERY_LOG_KEPT`]
+//! deliveries in all; an older settled one is removed as a newer one settles or a new one is
+//! pending. Deleting the endpoint removes all of its deliveries. The pruning is folded from the
+//! events alone, through the overlay, so a replay, a restart or another batching of the same
+//! events keeps exactly the same deliveries.
 
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
@@ -17,9 +27,9 @@ use crate::event::{
     WebhookSaved,
 };
 use crate::overlay::{prefixed, Overlay};
-use crate::projection::{Applied, Result};
+use crate::projection::{corrupt, Applied, Result};
 use crate::seal::Sealed;
-use crate::tenants::{dec, enc, Tenants};
+use crate::tenants::{dec, enc, Tenants, TREE};
 
 /// The delivery an endpoint is retrying at its cursor.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -87,6 +97,22 @@ pub struct WebhookLease {
     pub until: i64,
 }
 
+/// Most deliveries an endpoint's log keeps, pending ones first: what
+/// `GET /v1/webhooks/{id}/deliveries` shows, so no delivery a tenant can see (or name in a
+/// redelivery) is removed, and an endpoint's log costs at most this many records (each a few
+/// hundred bytes, at most ~1.5 KB with a sealed answer excerpt) however busy it is. Pending
+/// deliveries are kept beyond it: one is being retried (at most one per endpoint) or was asked
+/// for by hand.
+pub const DELIVERY_LOG_KEPT: usize = 100;
+
+/// An endpoint's settled deliveries still kept: the `n`-th settled is at `s|tenant|endpoint|n`
+/// for `first <= n < next`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SettledRing {
+    pub first: u64,
+    pub next: u64,
+}
+
 const LEASE_KEY: &[u8] = b"l";
 
 fn endpoint_key(tenant: &Uuid, endpoint: &Uuid) -> Vec<u8> {
@@ -97,6 +123,17 @@ fn delivery_key(tenant: &Uuid, endpoint: &Uuid, delivery: &Uuid) -> Vec<u8> {
     prefixed(
         b'd',
         &[tenant.as_bytes(), endpoint.as_bytes(), delivery.as_bytes()],
+    )
+}
+
+fn ring_key(tenant: &Uuid, endpoint: &Uuid) -> Vec<u8> {
+    prefixed(b'r', &[tenant.as_bytes(), endpoint.as_bytes()])
+}
+
+fn settled_key(tenant: &Uuid, endpoint: &Uuid, n: u64) -> Vec<u8> {
+    prefixed(
+        b's',
+        &[tenant.as_bytes(), endpoint.as_bytes(), &n.to_be_bytes()],
     )
 }
 
@@ -184,7 +221,13 @@ fn saved(ov: &mut Overlay<'_>, e: &WebhookSaved, seq: u64) -> Result<()> {
     let before: Option<WebhookEndpoint> = ov.get(&key)?.map(|v| dec(&v, "webhook")).transpose()?;
     let (cursor, retrying, redeliveries) = match before {
         Some(b) => (b.cursor, b.retrying, b.redeliveries),
-        None => (seq, None, Vec::new()),
+        None => {
+            ov.insert(
+                ring_key(&e.tenant_id, &e.endpoint_id),
+                enc(&SettledRing::default()),
+            );
+            (seq, None, Vec::new())
+        }
     };
     let endpoint = WebhookEndpoint {
         tenant_id: e.tenant_id,
@@ -211,13 +254,81 @@ fn saved(ov: &mut Overlay<'_>, e: &WebhookSaved, seq: u64) -> Result<()> {
 }
 
 fn deleted(ov: &mut Overlay<'_>, e: &WebhookDeleted) -> Result<()> {
-    // The deliveries stay, unreachable through the API: the overlay folds by key, and the
-    // deleted endpoint's id is never reused.
+    let (t, id) = (e.tenant_id.as_bytes(), e.endpoint_id.as_bytes());
+    for prefix in [b'd', b's'] {
+        for key in ov.keys_with_prefix(&prefixed(prefix, &[t, id]))? {
+            ov.remove(key);
+        }
+    }
+    ov.remove(ring_key(&e.tenant_id, &e.endpoint_id));
     ov.remove(endpoint_key(&e.tenant_id, &e.endpoint_id));
     Ok(())
 }
 
+/// The endpoint's ring of settled deliveries. An endpoint folded before the ring existed has
+/// none: its settled deliveries are taken into one, in id (creation) order, the first time it
+/// is needed, so the bound reaches them too. Read before the event being folded writes its
+/// delivery, so that delivery is never taken twice.
+fn ring_of(ov: &mut Overlay<'_>, tenant: &Uuid, endpoint: &Uuid) -> Result<SettledRing> {
+    if let Some(bytes) = ov.get(&ring_key(tenant, endpoint))? {
+        return dec(&bytes, "webhook settled ring");
+    }
+    let mut keys =
+        ov.keys_with_prefix(&prefixed(b'd', &[tenant.as_bytes(), endpoint.as_bytes()]))?;
+    keys.sort();
+    let mut ring = SettledRing::default();
+    for key in keys {
+        let Some(bytes) = ov.get(&key)? else { continue };
+        let d: WebhookDelivery = dec(&bytes, "webhook delivery")?;
+        if d.status != "pending" {
+            ov.insert(
+                settled_key(tenant, endpoint, ring.next),
+                d.delivery_id.as_bytes().to_vec(),
+            );
+            ring.next += 1;
+        }
+    }
+    Ok(ring)
+}
+
+/// Records `settled` (a delivery that just settled) in the ring, then removes the oldest
+/// settled deliveries while the endpoint keeps more than [`DELIVERY_LOG_KEPT`], counting its
+/// pending ones, which are never removed.
+fn bound(
+    ov: &mut Overlay<'_>,
+    endpoint: &WebhookEndpoint,
+    mut ring: SettledRing,
+    settled: Option<Uuid>,
+) -> Result<()> {
+    let (t, e) = (&endpoint.tenant_id, &endpoint.endpoint_id);
+    if let Some(id) = settled {
+        ov.insert(settled_key(t, e, ring.next), id.as_bytes().to_vec());
+        ring.next += 1;
+    }
+    let pending = usize::from(endpoint.retrying.is_some()) + endpoint.redeliveries.len();
+    let kept = |r: &SettledRing| usize::try_from(r.next - r.first).unwrap_or(usize::MAX);
+    while ring.first < ring.next && kept(&ring).saturating_add(pending) > DELIVERY_LOG_KEPT {
+        let key = settled_key(t, e, ring.first);
+        if let Some(id) = ov.get(&key)? {
+            let id = Uuid::from_slice(&id)
+                .map_err(|err| corrupt(TREE, format!("settled webhook delivery id: {err}")))?;
+            ov.remove(delivery_key(t, e, &id));
+        }
+        ov.remove(key);
+        ring.first += 1;
+    }
+    ov.insert(ring_key(t, e), enc(&ring));
+    Ok(())
+}
+
 fn attempted(ov: &mut Overlay<'_>, e: &WebhookAttempted) -> Result<()> {
+    // A deleted endpoint's deliveries went with it.
+    let key = endpoint_key(&e.tenant_id, &e.endpoint_id);
+    let Some(bytes) = ov.get(&key)? else {
+        return Ok(());
+    };
+    let mut endpoint: WebhookEndpoint = dec(&bytes, "webhook")?;
+    let ring = ring_of(ov, &e.tenant_id, &e.endpoint_id)?;
     let dkey = delivery_key(&e.tenant_id, &e.endpoint_id, &e.delivery_id);
     let before: Option<WebhookDelivery> = ov
         .get(&dkey)?
@@ -230,6 +341,7 @@ fn attempted(ov: &mut Overlay<'_>, e: &WebhookAttempted) -> Result<()> {
     } else {
         "failed"
     };
+    let settles = status != "pending" && before.as_ref().is_none_or(|b| b.status == "pending");
     let delivery = WebhookDelivery {
         delivery_id: e.delivery_id,
         tenant_id: e.tenant_id,
@@ -248,11 +360,6 @@ fn attempted(ov: &mut Overlay<'_>, e: &WebhookAttempted) -> Result<()> {
     };
     ov.insert(dkey, enc(&delivery));
 
-    let key = endpoint_key(&e.tenant_id, &e.endpoint_id);
-    let Some(bytes) = ov.get(&key)? else {
-        return Ok(());
-    };
-    let mut endpoint: WebhookEndpoint = dec(&bytes, "webhook")?;
     if e.redelivery {
         endpoint.redeliveries.retain(|d| *d != e.delivery_id);
     } else if e.position > endpoint.cursor {
@@ -278,7 +385,7 @@ fn attempted(ov: &mut Overlay<'_>, e: &WebhookAttempted) -> Result<()> {
         endpoint.disabled_reason = Some(reason.clone());
     }
     ov.insert(key, enc(&endpoint));
-    Ok(())
+    bound(ov, &endpoint, ring, settles.then_some(e.delivery_id))
 }
 
 fn redelivery(ov: &mut Overlay<'_>, e: &WebhookRedeliveryRequested) -> Result<()> {
@@ -287,6 +394,7 @@ fn redelivery(ov: &mut Overlay<'_>, e: &WebhookRedeliveryRequested) -> Result<()
         return Ok(());
     };
     let mut endpoint: WebhookEndpoint = dec(&bytes, "webhook")?;
+    let ring = ring_of(ov, &e.tenant_id, &e.endpoint_id)?;
     endpoint.redeliveries.push(e.delivery_id);
     ov.insert(key, enc(&endpoint));
     let delivery = WebhookDelivery {
@@ -309,7 +417,7 @@ fn redelivery(ov: &mut Overlay<'_>, e: &WebhookRedeliveryRequested) -> Result<()
         delivery_key(&e.tenant_id, &e.endpoint_id, &e.delivery_id),
         enc(&delivery),
     );
-    Ok(())
+    bound(ov, &endpoint, ring, None)
 }
 
 #[cfg(test)]
@@ -419,6 +527,170 @@ mod tests {
             })
         );
         assert_eq!(p.all_webhooks().expect("all").len(), 1);
+    }
+
+    fn redelivery_of(tenant: Uuid, endpoint: Uuid, of: u64, id: u128) -> Event {
+        Event::WebhookRedeliveryRequested(WebhookRedeliveryRequested {
+            tenant_id: tenant,
+            endpoint_id: endpoint,
+            delivery_id: Uuid::from_u128(id),
+            of: Uuid::from_u128(of as u128),
+            position: of,
+            event_type: "audit.entry".into(),
+            requested_at: 3,
+        })
+    }
+
+    fn redelivered(tenant: Uuid, endpoint: Uuid, of: u64, id: u128) -> Event {
+        let Event::WebhookAttempted(mut a) = attempt(tenant, endpoint, of, 1, 500) else {
+            unreachable!("attempt() makes a WebhookAttempted")
+        };
+        a.delivery_id = Uuid::from_u128(id);
+        a.redelivery = true;
+        a.next_try = None;
+        Event::WebhookAttempted(a)
+    }
+
+    /// Every key and value of the tree but the checkpoint.
+    fn state(p: &Tenants) -> Vec<(Vec<u8>, Vec<u8>)> {
+        p.tree
+            .iter()
+            .map(|kv| kv.expect("read"))
+            .filter(|(k, _)| k.first() != Some(&0))
+            .map(|(k, v)| (k.to_vec(), v.to_vec()))
+            .collect()
+    }
+
+    fn open() -> (tempfile::TempDir, Tenants) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = sled::open(dir.path()).expect("open");
+        let p = Tenants::open(&db).expect("open");
+        (dir, p)
+    }
+
+    /// 105 deliveries settle, one is retried, two redeliveries are asked, one attempted:
+    /// every pending one stays, the oldest settled go, whatever the batches.
+    fn bounded_run(t: Uuid, e: Uuid) -> Vec<Event> {
+        let mut events = vec![saved(t, e)];
+        // Positions 10..=114 delivered (their delivery ids are their positions).
+        events.extend((10..115).map(|p| attempt(t, e, p, 1, 200)));
+        // 115 fails once: pending, retried at its cursor.
+        events.push(attempt(t, e, 115, 1, 500));
+        events.push(redelivery_of(t, e, 50, 1_000));
+        events.push(redelivery_of(t, e, 60, 1_001));
+        // The first redelivery's one attempt fails: settled.
+        events.push(redelivered(t, e, 50, 1_000));
+        events
+    }
+
+    #[test]
+    fn the_delivery_log_keeps_pending_ones_and_the_latest_settled_whatever_the_batches() {
+        let (t, e) = (Uuid::now_v7(), Uuid::now_v7());
+        let events = bounded_run(t, e);
+
+        let (_one_dir, one) = open();
+        let all: Vec<Applied<'_>> = events
+            .iter()
+            .enumerate()
+            .map(|(i, ev)| Applied::at(i as u64 + 1, ev))
+            .collect();
+        one.apply(&all).expect("apply");
+
+        let (_each_dir, each) = open();
+        for a in &all {
+            each.apply(std::slice::from_ref(a)).expect("apply");
+        }
+        assert_eq!(state(&one), state(&each));
+
+        let kept = one
+            .webhook_deliveries(&t, &e, usize::MAX)
+            .expect("deliveries");
+        assert_eq!(kept.len(), DELIVERY_LOG_KEPT);
+        let got: Vec<(u128, &str)> = kept
+            .iter()
+            .map(|d| (d.delivery_id.as_u128(), d.status.as_str()))
+            .collect();
+        // Two pending (115 retried, 1001 asked) and 98 settled: the redelivery 1000 and the 97
+        // deliveries settled last, 18..=114; 10..=17 are gone.
+        let mut want = vec![(1_001, "pending"), (1_000, "failed"), (115, "pending")];
+        want.extend((18..115).rev().map(|p| (p, "delivered")));
+        assert_eq!(got, want);
+        let ring: SettledRing = dec(
+            &one.tree.get(ring_key(&t, &e)).expect("read").expect("ring"),
+            "ring",
+        )
+        .expect("ring");
+        assert_eq!(
+            ring,
+            SettledRing {
+                first: 8,
+                next: 106
+            }
+        );
+    }
+
+    #[test]
+    fn deleting_an_endpoint_removes_its_deliveries_and_nothing_of_another() {
+        let (t, e, other) = (Uuid::now_v7(), Uuid::now_v7(), Uuid::now_v7());
+        let mut events = bounded_run(t, e);
+        events.push(saved(t, other));
+        events.push(attempt(t, other, 200, 1, 200));
+        let (_dir, p) = open();
+        p.apply(&Applied::in_order(&events)).expect("apply");
+        let other_before: Vec<_> = state(&p)
+            .into_iter()
+            .filter(|(k, _)| k.windows(16).any(|w| w == other.as_bytes()))
+            .collect();
+        assert_eq!(other_before.len(), 4, "endpoint, ring, delivery, settled");
+
+        // Deleted in the same batch as attempts of it, and again from the tree alone.
+        let (_dir2, q) = open();
+        let mut with_delete = events.clone();
+        with_delete.push(Event::WebhookDeleted(WebhookDeleted {
+            tenant_id: t,
+            endpoint_id: e,
+            deleted_at: 4,
+        }));
+        // A late attempt of the deleted endpoint leaves nothing behind.
+        with_delete.push(attempt(t, e, 116, 1, 200));
+        q.apply(&Applied::in_order(&with_delete)).expect("apply");
+        let n = events.len() as u64;
+        let deleted = Event::WebhookDeleted(WebhookDeleted {
+            tenant_id: t,
+            endpoint_id: e,
+            deleted_at: 4,
+        });
+        let late = attempt(t, e, 116, 1, 200);
+        p.apply(&[Applied::at(n + 1, &deleted), Applied::at(n + 2, &late)])
+            .expect("apply");
+        assert_eq!(state(&p), other_before);
+        assert_eq!(state(&q), other_before);
+    }
+
+    #[test]
+    fn deliveries_folded_before_the_bound_are_taken_into_it() {
+        let (t, e) = (Uuid::now_v7(), Uuid::now_v7());
+        let (_dir, p) = open();
+        let mut events = vec![saved(t, e)];
+        events.extend((10..110).map(|p| attempt(t, e, p, 1, 200)));
+        p.apply(&Applied::in_order(&events)).expect("apply");
+        // As a tree folded before the ring existed holds them: deliveries, no ring.
+        for (k, _) in state(&p) {
+            if matches!(k.first(), Some(b'r' | b's')) {
+                p.tree.remove(k).expect("remove");
+            }
+        }
+        let more = [attempt(t, e, 110, 1, 200), attempt(t, e, 111, 1, 200)];
+        let n = events.len() as u64;
+        p.apply(&[Applied::at(n + 1, &more[0]), Applied::at(n + 2, &more[1])])
+            .expect("apply");
+        let kept: Vec<u128> = p
+            .webhook_deliveries(&t, &e, usize::MAX)
+            .expect("deliveries")
+            .iter()
+            .map(|d| d.delivery_id.as_u128())
+            .collect();
+        assert_eq!(kept, (12..112).rev().collect::<Vec<u128>>());
     }
 
     /// `WebhookSaved` as it was encoded before endpoints had a signature scheme.

@@ -31,8 +31,9 @@ type DeliveryListEnvelope = Data<DeliveryList>;
 type DeliveryEnvelope = Data<DeliveryView>;
 type WebhookDeletedEnvelope = Data<WebhookDeletedView>;
 
-/// Most deliveries the delivery log shows.
-pub const DELIVERIES_SHOWN: usize = 100;
+/// Most deliveries the delivery log shows: all an endpoint keeps, unless more than that many
+/// are pending at once.
+pub const DELIVERIES_SHOWN: usize = auditmem_projections::webhooks::DELIVERY_LOG_KEPT;
 
 fn view(e: &WebhookEndpoint) -> WebhookView {
     let overlap = e.previous_until.filter(|u| *u > crate::wire::time::now());

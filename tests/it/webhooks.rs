@@ -4,8 +4,8 @@
 //! CRUD routes, their envelopes, permission and isolation; order and no loss across a SIGKILL;
 //! retries, 410, redirects, the bounded excerpt, redelivery; the SSRF guard; secret rotation;
 //! `ed25519` endpoints, whose `v1a,` signatures Python's `cryptography` verifies with the
-//! public key (tests/python/webhook_verify_v1a.py); and one tenant's hanging endpoint not
-//! delaying another tenant's deliveries.
+//! public key (tests/python/webhook_verify_v1a.py); one tenant's hanging endpoint not
+//! delaying another tenant's deliveries; and the delivery log's bound.
 
 use crate::common::{self, assert_error, Server};
 
@@ -1007,4 +1007,141 @@ fn an_entry_erased_before_its_delivery_succeeds_goes_out_erased() {
             "{payload}"
         );
     }
+}
+
+/// The delivery log is bounded (docs/WEBHOOKS.md, "The delivery log"): past 100 deliveries an
+/// endpoint keeps its pending ones and its latest settled ones, the oldest settled are gone
+/// (a redelivery of one is 404), and a restart and a replay keep exactly the same.
+#[test]
+fn the_delivery_log_keeps_pending_and_latest_settled_through_restart_and_replay() {
+    let receiver = Receiver::start();
+    // A failed attempt is retried only after ten minutes: it stays pending for the test.
+    let mut s = Server::start_with(&[ALLOW, "--webhook-retry-base-ms", "600000"]);
+    let t = s.create_tenant("pro");
+    let key = s.create_key(&t, &["webhooks.manage"]);
+    // Only the lists' entries reach it: the test's other calls add no delivery.
+    let (status, v, _) = call(
+        &s,
+        Method::POST,
+        "/v1/webhooks",
+        &key,
+        Some(
+            json!({"url": receiver.url("/ok/bound"), "event_types": ["audit.entry"],
+                    "audit_actions": ["webhook.list"]}),
+        ),
+    );
+    assert_eq!(status, 201, "{v}");
+    let id = v["data"]["id"].as_str().expect("id").to_owned();
+    let list = |s: &Server| {
+        let (status, _, p) = call(s, Method::GET, "/v1/webhooks", &key, None);
+        assert_eq!(status, 200);
+        p
+    };
+
+    // 100 deliveries, all kept and shown.
+    let positions: Vec<u64> = (0..100).map(|_| list(&s)).collect();
+    let last = positions[99];
+    let d = wait_deliveries(&s, &key, &id, |d| {
+        d.len() == 100 && d[0]["position"] == json!(last) && d[0]["status"] == "delivered"
+    });
+    let mut delivered = d.clone();
+    delivered.reverse();
+    let shown: Vec<u64> = delivered
+        .iter()
+        .map(|x| x["position"].as_u64().expect("position"))
+        .collect();
+    assert_eq!(shown, positions);
+    let ids: Vec<String> = delivered
+        .iter()
+        .map(|x| x["id"].as_str().expect("id").to_owned())
+        .collect();
+
+    // One more event to a failing URL: pending, and the oldest delivery makes room for it.
+    let (status, v, _) = call(
+        &s,
+        Method::PATCH,
+        &format!("/v1/webhooks/{id}"),
+        &key,
+        Some(json!({"url": receiver.url("/fail/1000/bound")})),
+    );
+    assert_eq!(status, 200, "{v}");
+    let pending_at = list(&s);
+    wait_deliveries(&s, &key, &id, |d| {
+        d[0]["position"] == json!(pending_at) && d[0]["status"] == "pending"
+    });
+    // Three redeliveries by hand (each one attempt, to the failing URL): three more go.
+    let mut redelivered = Vec::new();
+    for i in [49, 50, 51] {
+        let (status, v, _) = call(
+            &s,
+            Method::POST,
+            &format!("/v1/webhooks/{id}/deliveries/{}/redeliver", ids[i]),
+            &key,
+            None,
+        );
+        assert_eq!(status, 202, "{v}");
+        redelivered.push(v["data"]["id"].as_str().expect("id").to_owned());
+    }
+    let d = wait_deliveries(&s, &key, &id, |d| {
+        d.iter()
+            .filter(|x| !x["redelivery_of"].is_null() && x["status"] == "failed")
+            .count()
+            == 3
+    });
+
+    // Newest first: the three redeliveries (failed), the pending one, then the 96 latest
+    // deliveries; the four oldest are gone.
+    let got: Vec<(String, u64, String)> = d
+        .iter()
+        .map(|x| {
+            (
+                x["id"].as_str().expect("id").to_owned(),
+                x["position"].as_u64().expect("position"),
+                x["status"].as_str().expect("status").to_owned(),
+            )
+        })
+        .collect();
+    let mut want: Vec<(String, u64, String)> = redelivered
+        .iter()
+        .zip([49, 50, 51])
+        .rev()
+        .map(|(r, i)| (r.clone(), positions[i], "failed".to_owned()))
+        .collect();
+    want.push((
+        d[3]["id"].as_str().expect("id").to_owned(),
+        pending_at,
+        "pending".to_owned(),
+    ));
+    want.extend(
+        (4..100)
+            .rev()
+            .map(|i| (ids[i].clone(), positions[i], "delivered".to_owned())),
+    );
+    assert_eq!(got, want);
+    assert_eq!(d[3]["attempts"], json!(1));
+    for (x, i) in d[..3].iter().zip([51, 50, 49]) {
+        assert_eq!(x["redelivery_of"], json!(ids[i]), "{x}");
+        assert_eq!(x["response_status"], json!(500), "{x}");
+    }
+    for gone in &ids[..4] {
+        assert_error(
+            &s.post(
+                &format!("/v1/webhooks/{id}/deliveries/{gone}/redeliver"),
+                &key,
+                json!({}),
+            ),
+            404,
+            4040,
+        );
+    }
+
+    // A restart and a replay of the log keep exactly the same log.
+    s.restart();
+    assert_eq!(deliveries(&s, &key, &id), d);
+    s.stop();
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let replayed = tmp.path().join("replayed");
+    common::replayed_copy(&s.data_dir, &replayed);
+    let r = Server::start_on_with(&replayed, &["--webhook-delivery", "false"]);
+    assert_eq!(deliveries(&r, &key, &id), d);
 }
