@@ -778,3 +778,44 @@ fn many_tails_of_one_tenant_each_get_exactly_their_own_stream() {
     // The streams differ: 30 writes of each action, and five stream openings.
     assert_eq!(seen, vec![65, 30, 65, 30, 30]);
 }
+
+/// A tenant with few entries in a busy log, tailing from position 0: its backfill reads its
+/// own entries (the audit index's per-tenant log order), and gets exactly them, in order, then
+/// its live ones.
+#[test]
+fn a_tenant_with_few_entries_in_a_busy_log_backfills_exactly_its_own() {
+    let s = Server::start();
+    let (tenant, writer_key) = s.tenant_with_key("business");
+    let reader = s.create_key(&tenant, &["audit.read"]);
+    let (busy, _) = s.tenant_with_key("business");
+    let c = client();
+    let mut written = Vec::new();
+    for i in 0..3 {
+        let (status, p) = audited_get(&c, &s.url, "/v1/memories?page_size=1", &writer_key);
+        assert_eq!(status, 200);
+        written.push(p);
+        if i < 2 {
+            common::ingest_filler(&s, &busy, 20_000);
+        }
+    }
+    assert!(written[2] - written[0] > 40_000, "{written:?}");
+    for ndjson in [true, false] {
+        let resp = open(&s.url, &reader, "after=0", None, ndjson);
+        assert_eq!(resp.status().as_u16(), 200);
+        // The stream's own entry comes after every one written so far, live.
+        let own = position_of(&resp);
+        let mut got = Vec::new();
+        let stopped = read_events(resp, ndjson, |e| {
+            if let Some(e) = e {
+                got.push(e);
+            }
+            got.last().is_none_or(|e| e.position < own)
+        });
+        assert!(stopped, "{got:?}");
+        written.push(own);
+        let positions: Vec<u64> = got.iter().map(|e| e.position).collect();
+        assert_eq!(positions, written, "ndjson: {ndjson}");
+        assert!(got.iter().all(|e| e.data["action"] == json!("memory.list")
+            || e.data["action"] == json!("audit.stream")));
+    }
+}

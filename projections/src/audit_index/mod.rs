@@ -16,7 +16,8 @@
 //!
 //! The entry itself is read from the log record at `seq`, never copied. In memory: per tenant
 //! sorted `(created_at, seq)` indexes (all entries, and per action), rebuilt from the blocks at
-//! open; they answer `total` and any page offset by rank, without scanning. Opened with a
+//! open; they answer `total` and any page offset by rank, without scanning. A third one per
+//! tenant holds its seqs in log order, for reading its entries after a log position. Opened with a
 //! directory (the service's data dir), their sealed blocks go to an unlinked file there and
 //! memory holds a summary per 2,048 pairs (see `sorted_index`), so what the index keeps in
 //! memory stops growing with the log.
@@ -151,6 +152,7 @@ impl AuditIndex {
             .values()
             .map(|t| {
                 t.all.heap_bytes()
+                    + t.by_seq.heap_bytes()
                     + t.by_action
                         .values()
                         .map(SortedIndex::heap_bytes)
@@ -193,6 +195,31 @@ impl AuditIndex {
             Some(idx) => Ok(op(idx)?),
             None => Ok(default),
         }
+    }
+
+    /// The seqs of `tenant_id`'s entries with `after < seq <= upto`, in log order, at most
+    /// `limit`: a rank in the tenant's log-order index, then its keys from there.
+    pub(super) fn tenant_seqs(
+        &self,
+        tenant_id: &Uuid,
+        after: u64,
+        upto: u64,
+        limit: usize,
+    ) -> Result<Vec<u64>> {
+        let state = self.state();
+        let Some(t) = state.tenants.get(tenant_id) else {
+            return Ok(Vec::new());
+        };
+        let lo = t.by_seq.rank((0, after.saturating_add(1)))?;
+        let mut seqs = Vec::new();
+        for k in t.by_seq.between(lo, t.by_seq.len()) {
+            let seq = k?.1;
+            if seq > upto || seqs.len() >= limit {
+                break;
+            }
+            seqs.push(seq);
+        }
+        Ok(seqs)
     }
 
     /// Number of matching entries.

@@ -120,60 +120,41 @@ impl AuditIndex {
     }
 
     /// The refs of `tenant_id`'s entries with `after < seq <= upto`, in log order, at most
-    /// `limit` of them, reading stored blocks until `limit` are found or `max_scan` refs (of
-    /// every tenant) were passed over. Also how far the scan went: every ref of the tenant up
-    /// to that seq is in the answer, so a caller resumes after it without reading a block
-    /// twice. A live tail reads its tenant's new entries this way: blocks are in seq order, so
-    /// it never walks the tenant's older entries.
+    /// `limit` of them, and how far that read: every ref of the tenant up to that seq is in the
+    /// answer, so a caller resumes after it. A live tail reads its tenant's entries this way.
+    /// The seqs come from the tenant's log-order index, the refs from the blocks holding them
+    /// (each block read once), so a read costs the tenant's own entries, however many other
+    /// tenants' lie between them.
+    ///
+    /// Every entry up to the log's head is in the index (the applier folds a group before the
+    /// head moves), so a caller passing `upto` at or below the head misses none.
     pub fn tenant_after(
         &self,
         tenant_id: &Uuid,
         after: u64,
         upto: u64,
         limit: usize,
-        max_scan: usize,
     ) -> Result<(Vec<AuditRef>, u64)> {
-        let mut found = Vec::new();
         if upto <= after {
-            return Ok((found, after));
+            return Ok((Vec::new(), after));
         }
-        let first = after.saturating_add(1);
-        // The block holding `first` starts at or below it; blocks after it start above.
-        let start = match self
-            .tree
-            .range(prefixed(b'g', &[])..=prefixed(b'g', &[&first.to_be_bytes()]))
-            .next_back()
-        {
-            Some(kv) => kv?.0.to_vec(),
-            None => prefixed(b'g', &[&first.to_be_bytes()]),
+        let limit = limit.max(1);
+        let seqs = self.tenant_seqs(tenant_id, after, upto, limit)?;
+        let refs = self
+            .at_seqs(&seqs)?
+            .into_iter()
+            .zip(&seqs)
+            .map(|(r, seq)| {
+                r.ok_or_else(|| {
+                    corrupt(TREE, format!("seq {seq} is indexed but has no stored ref"))
+                })
+            })
+            .collect::<Result<Vec<AuditRef>>>()?;
+        let reached = match seqs.last() {
+            Some(&last) if seqs.len() >= limit => last,
+            _ => upto,
         };
-        let mut scanned = 0usize;
-        let mut reached = after;
-        for kv in self.tree.range(start..prefixed(b'h', &[])) {
-            let (_, block) = kv?;
-            let refs = parse_block(&block)?;
-            for r in refs {
-                if r.seq <= after {
-                    continue;
-                }
-                if r.seq > upto {
-                    return Ok((found, upto));
-                }
-                if r.tenant_id == *tenant_id {
-                    found.push(r);
-                }
-                reached = r.seq;
-                scanned += 1;
-                if found.len() >= limit.max(1) {
-                    return Ok((found, reached));
-                }
-            }
-            if scanned >= max_scan {
-                return Ok((found, reached));
-            }
-        }
-        // Every stored ref up to `upto` was read: the seqs past the last one hold no audit entry.
-        Ok((found, upto))
+        Ok((refs, reached))
     }
 
     /// Refs of several seqs, reading each stored block once.

@@ -355,7 +355,7 @@ fn given_two_tenants_interleaved_then_tenant_after_reads_one_tenants_refs_in_log
         let mut got = Vec::new();
         let mut after = start;
         loop {
-            let (refs, reached) = index.tenant_after(&a, after, 700, 7, 100).expect("read");
+            let (refs, reached) = index.tenant_after(&a, after, 700, 7).expect("read");
             assert!(refs.len() <= 7);
             assert!(reached >= after, "{reached} < {after}");
             got.extend(refs.iter().map(|r| r.seq));
@@ -370,13 +370,78 @@ fn given_two_tenants_interleaved_then_tenant_after_reads_one_tenants_refs_in_log
         assert_eq!(got, want, "from {start}");
     }
     // and a read never goes past the head it is given.
-    let (refs, reached) = index.tenant_after(&a, 0, 10, 100, 1_000).expect("read");
+    let (refs, reached) = index.tenant_after(&a, 0, 10, 100).expect("read");
     assert_eq!(
         refs.iter().map(|r| r.seq).collect::<Vec<_>>(),
         vec![1, 4, 7, 10]
     );
     assert_eq!(reached, 10);
-    let (refs, reached) = index.tenant_after(&b, 9, 9, 100, 1_000).expect("read");
+    let (refs, reached) = index.tenant_after(&b, 9, 9, 100).expect("read");
     assert!(refs.is_empty());
     assert_eq!(reached, 9);
+}
+
+#[test]
+fn a_tenant_with_few_entries_in_a_busy_log_is_read_in_one_pass_of_its_own() {
+    // Given 40,000 entries of B with one of A's every 10,000, dated out of log order (late
+    // forwarded entries), in group commits of 1,000,
+    let (a, b) = (Uuid::now_v7(), Uuid::now_v7());
+    let events: Vec<Event> = (0..40_003i64)
+        .map(|i| {
+            Event::AuditRecorded(Box::new(AuditRecorded {
+                tenant_id: if i % 10_001 == 5 { a } else { b },
+                entry: entry("memory.write", 1_000_000 - i),
+                detail: Default::default(),
+                sealed: None,
+                sealed_detail: None,
+            }))
+        })
+        .collect();
+    let a_seqs: Vec<u64> = (1..=40_003u64).filter(|s| (s - 1) % 10_001 == 5).collect();
+    assert_eq!(a_seqs, vec![6, 10_007, 20_008, 30_009]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = sled::open(dir.path()).expect("open");
+    let index = AuditIndex::open(&db).expect("open");
+    for batch in Applied::in_order(&events).chunks(1_000) {
+        index.apply(batch).expect("apply");
+    }
+    // when A is read from the start up to the head, one read answers all of its entries, in
+    // log order, and has reached the head,
+    let (refs, reached) = index.tenant_after(&a, 0, 40_003, 256).expect("read");
+    assert_eq!(refs.iter().map(|r| r.seq).collect::<Vec<_>>(), a_seqs);
+    assert!(refs.iter().all(|r| r.tenant_id == a));
+    assert_eq!(
+        refs.iter().map(|r| r.chain_index).collect::<Vec<_>>(),
+        vec![1, 2, 3, 4]
+    );
+    assert_eq!(reached, 40_003);
+    // from inside the log, on one of A's positions, and a limit cut where it stops,
+    let (refs, reached) = index.tenant_after(&a, 10_007, 40_003, 256).expect("read");
+    assert_eq!(
+        refs.iter().map(|r| r.seq).collect::<Vec<_>>(),
+        vec![20_008, 30_009]
+    );
+    assert_eq!(reached, 40_003);
+    let (refs, reached) = index.tenant_after(&a, 0, 40_003, 2).expect("read");
+    assert_eq!(
+        refs.iter().map(|r| r.seq).collect::<Vec<_>>(),
+        vec![6, 10_007]
+    );
+    assert_eq!(reached, 10_007);
+    let (refs, reached) = index.tenant_after(&a, 6, 20_007, 256).expect("read");
+    assert_eq!(refs.iter().map(|r| r.seq).collect::<Vec<_>>(), vec![10_007]);
+    assert_eq!(reached, 20_007);
+    // and B, the busy one, reads its own in order past A's, its batches joined whole.
+    let (mut got, mut after) = (Vec::new(), 0);
+    loop {
+        let (refs, reached) = index.tenant_after(&b, after, 40_003, 256).expect("read");
+        assert!(refs.len() <= 256);
+        got.extend(refs.iter().map(|r| r.seq));
+        if reached >= 40_003 {
+            break;
+        }
+        after = reached;
+    }
+    let want: Vec<u64> = (1..=40_003u64).filter(|s| !a_seqs.contains(s)).collect();
+    assert_eq!(got, want);
 }

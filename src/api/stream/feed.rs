@@ -36,7 +36,7 @@ use axum::body::Bytes;
 use tokio::sync::{watch, Notify};
 use uuid::Uuid;
 
-use super::{event_data, frame, Filtering, BATCH, MAX_SCAN};
+use super::{event_data, frame, Filtering, BATCH};
 use crate::api::audit::load_list_entry;
 use crate::api::error::ApiError;
 use crate::api::state::AppState;
@@ -387,7 +387,7 @@ fn read_shared(
     let (refs, reached) = state
         .projections
         .audit
-        .tenant_after(&tenant, after, upto, BATCH, MAX_SCAN)?;
+        .tenant_after(&tenant, after, upto, BATCH)?;
     let from: Vec<i64> = tails.iter().map(|f| f.earliest(state)).collect();
     let mut keys = KeyCache::new(&*state.projections.keys);
     let mut out = Vec::with_capacity(refs.len());

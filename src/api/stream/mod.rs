@@ -8,14 +8,16 @@
 //! it got has no gap and no duplicate, whichever node or server process answers it: a
 //! position names the same entry everywhere.
 //!
-//! **Reading.** The audit index's ref blocks are in seq order ([`AuditIndex::tenant_after`]).
+//! **Reading.** The audit index keeps each tenant's entries in log order
+//! ([`AuditIndex::tenant_after`]): a read of a tenant's entries after a position costs those
+//! entries, never the other tenants' in between, so a backfill from position 0 of a tenant
+//! with few entries in a busy log is as short as its own entries.
 //! A tenant's open streams share a feed (`feed.rs`): one follower reads the tenant's entries
 //! up to the head each time it moves and renders each once per form a stream wants, into a
 //! bounded window; a stream whose next entries are there copies them, framed its way. A
 //! stream whose next entries are not (it resumes from further back, or the window moved past
-//! it) reads them itself from its position, a batch of at most [`BATCH`] entries (or
-//! [`MAX_SCAN`] refs of any tenant) at a time, on a blocking thread, until it reaches the
-//! window. Refs up to the head are always stored (the applier folds a group before the head
+//! it) reads them itself from its position, a batch of at most [`BATCH`] entries at a time,
+//! on a blocking thread, until it reaches the window. Refs up to the head are always stored (the applier folds a group before the head
 //! moves), so once a stream has everything up to the head it waits for the feed (or, without
 //! one, the head) to move, sending a heartbeat comment each `--stream-heartbeat-secs`
 //! meanwhile.
@@ -63,9 +65,6 @@ use feed::{Feeds, Form, Member, Take};
 
 /// Most entries one read sends.
 pub const BATCH: usize = 256;
-/// Most refs (of every tenant) one read passes over, so a read of a tenant with few entries
-/// in a busy log stays short.
-pub const MAX_SCAN: usize = 16_384;
 
 /// The open streams, per tenant, and what every stream shares.
 pub struct Streams {
@@ -256,7 +255,7 @@ impl Tail {
             let (refs, reached) = state
                 .projections
                 .audit
-                .tenant_after(&tenant, after, head, BATCH, MAX_SCAN)?;
+                .tenant_after(&tenant, after, head, BATCH)?;
             let mut bytes = Vec::new();
             render(&state, &refs, &filter, &mut bytes)?;
             Ok(Read { bytes, reached })
