@@ -21,6 +21,7 @@
 //! never a content or metadata; an erasure carries its id and the memories it took, never
 //! the scope it named.
 
+use auditmem_projections::audit_index::action_key;
 use auditmem_projections::audit_view::format_time;
 use auditmem_projections::event::{Event, KeyCache};
 use auditmem_projections::webhooks::WebhookEndpoint;
@@ -174,8 +175,11 @@ pub enum Scan {
     Reached(u64),
 }
 
-/// The endpoint's first wanted event after `after`, reading at most `max_scan` records and no
-/// further than `head`.
+/// The endpoint's first wanted event after `after`, no further than `head`. An endpoint sent
+/// only `audit.entry` reads its tenant's entries in the audit index's per-tenant log order, at
+/// most `max_scan` of them: a read costs its own tenant's entries. Any other reads the log's
+/// records, every tenant's, at most `max_scan` of them (memory, erasure and export events are
+/// in no per-tenant index).
 pub fn next(
     state: &AppState,
     endpoint: &WebhookEndpoint,
@@ -183,6 +187,10 @@ pub fn next(
     head: u64,
     max_scan: usize,
 ) -> Result<Scan, String> {
+    let audit = WebhookEventType::AuditEntry.name();
+    if !endpoint.event_types.is_empty() && endpoint.event_types.iter().all(|t| t == audit) {
+        return next_entry(state, endpoint, after, head, max_scan);
+    }
     let mut reached = after;
     for item in state.log.records_from(after + 1).take(max_scan) {
         let (seq, bytes) = item.map_err(|e| e.to_string())?;
@@ -198,6 +206,41 @@ pub fn next(
             }
         }
         reached = seq;
+    }
+    Ok(Scan::Reached(reached))
+}
+
+/// [`next`] for an endpoint sent only audit entries: its tenant's entries past `after`, those
+/// of its actions (by the index's action key, then exactly by the entry itself).
+fn next_entry(
+    state: &AppState,
+    endpoint: &WebhookEndpoint,
+    after: u64,
+    head: u64,
+    max_scan: usize,
+) -> Result<Scan, String> {
+    let actions: Vec<u64> = endpoint
+        .audit_actions
+        .iter()
+        .map(|a| action_key(a))
+        .collect();
+    let (refs, reached) = state
+        .projections
+        .audit
+        .tenant_after(&endpoint.tenant_id, after, head, max_scan)
+        .map_err(|e| e.to_string())?;
+    for r in refs {
+        if !actions.is_empty() && !actions.contains(&r.action_key) {
+            continue;
+        }
+        let Some((record, event)) = state.log.event(r.seq).map_err(|e| e.to_string())? else {
+            continue;
+        };
+        if wanted(endpoint, &event) {
+            if let Some(m) = message(state, endpoint.tenant_id, r.seq, record.ts_micros, &event)? {
+                return Ok(Scan::Found(m));
+            }
+        }
     }
     Ok(Scan::Reached(reached))
 }
