@@ -89,9 +89,15 @@ impl From<ApiError> for crate::command::Refusal {
     }
 }
 
+/// The refusal, with when to try again: a throttled request answered through this keeps its
+/// `Retry-After`, as one answered by [`Rejection::response`] does.
 impl From<Rejection> for ApiError {
     fn from(r: Rejection) -> Self {
-        Self::new(r.code, r.message)
+        Self {
+            code: r.code,
+            message: r.message,
+            retry_after: r.retry_after,
+        }
     }
 }
 
@@ -205,4 +211,46 @@ pub async fn envelope_guard(req: axum::extract::Request, next: axum::middleware:
         return out;
     }
     resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::header::RETRY_AFTER;
+
+    fn quota_refusal(retry_after: Option<u64>) -> AppendError {
+        AppendError::Rejected(Rejection {
+            code: ErrorCode::ExportQuotaExceeded,
+            message: "the tenant's export quota is used up; retry in 1800 s".into(),
+            retry_after,
+        })
+    }
+
+    #[test]
+    fn a_throttled_rejection_answered_as_an_api_error_keeps_its_retry_after() {
+        let resp = ApiError::from(quota_refusal(Some(1800))).into_response();
+        assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(
+            resp.headers().get(RETRY_AFTER),
+            Some(&HeaderValue::from_static("1800"))
+        );
+        let info = resp.extensions().get::<ErrorInfo>().expect("error info");
+        assert_eq!(info.code, 2204);
+        assert_eq!(
+            info.message,
+            "the tenant's export quota is used up; retry in 1800 s"
+        );
+        // The same answer as the gate gives the rejection itself.
+        let AppendError::Rejected(r) = quota_refusal(Some(1800)) else {
+            unreachable!("quota_refusal makes a rejection")
+        };
+        assert_eq!(
+            r.response().headers().get(RETRY_AFTER),
+            resp.headers().get(RETRY_AFTER)
+        );
+        // A rejection that says nothing of when has no header.
+        let resp = ApiError::from(quota_refusal(None)).into_response();
+        assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(resp.headers().get(RETRY_AFTER), None);
+    }
 }
