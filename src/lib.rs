@@ -24,6 +24,8 @@ pub mod keys;
 pub mod locomo;
 #[cfg(test)]
 mod locomo_ablation;
+#[cfg(test)]
+mod locomo_feedback;
 pub mod log;
 pub mod mcp;
 mod openai_compat;
