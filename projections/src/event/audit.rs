@@ -177,7 +177,10 @@ pub struct AuditRecorded {
     /// The entry's detail (msgpack) sealed under the same keys, bound to
     /// [`audit_detail_aad`]; the clear `detail` is then empty. Apart from `sealed` so that a
     /// list, which shows no detail, neither reads nor decrypts one (details reach the audit
-    /// body limit in each field). Last and defaulted, so records written without it decode.
+    /// body limit in each field). `None` beside `sealed` when the detail is empty (a gateway
+    /// entry without bodies): there is nothing personal to seal, the clear `detail` (empty)
+    /// is the detail, and an empty value's ciphertext would tell as much by its length. Last
+    /// and defaulted, so records written without it decode.
     #[serde(default)]
     pub sealed_detail: Option<Sealed>,
 }
@@ -251,9 +254,18 @@ impl AuditRecorded {
         entry.detail_hash = Some(crate::audit_view::personal_hash(&personal));
         let encode =
             |e: rmp_serde::encode::Error| KeyError::Store(format!("encoding an entry: {e}"));
-        let fields = zeroize::Zeroizing::new(rmp_serde::to_vec(&personal.fields).map_err(encode)?);
-        let detail_bytes =
-            zeroize::Zeroizing::new(rmp_serde::to_vec(&personal.detail).map_err(encode)?);
+        // Sized for a gateway entry's fields up front: a buffer that grows leaves copies of
+        // its start behind unzeroed, and growing cost more than the encoding.
+        let mut fields = zeroize::Zeroizing::new(Vec::with_capacity(256));
+        rmp_serde::encode::write(&mut *fields, &personal.fields).map_err(encode)?;
+        // An empty detail is not sealed: an AEAD and ~60 stored bytes fewer an entry.
+        let detail_bytes = if personal.detail == AuditDetail::default() {
+            None
+        } else {
+            let mut bytes = zeroize::Zeroizing::new(Vec::with_capacity(1024));
+            rmp_serde::encode::write(&mut *bytes, &personal.detail).map_err(encode)?;
+            Some(bytes)
+        };
         let ids = subjects
             .iter()
             .map(|s| ring.key_of(s))
@@ -267,12 +279,9 @@ impl AuditRecorded {
                 &audit_aad(tenant_id, entry.id),
                 &fields,
             )),
-            sealed_detail: Some(Sealed::seal(
-                &key,
-                &ids,
-                &audit_detail_aad(tenant_id, entry.id),
-                &detail_bytes,
-            )),
+            sealed_detail: detail_bytes.map(|bytes| {
+                Sealed::seal(&key, &ids, &audit_detail_aad(tenant_id, entry.id), &bytes)
+            }),
             entry,
             detail,
         })

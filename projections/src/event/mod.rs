@@ -212,10 +212,10 @@ impl Event {
             if fields < 4 {
                 return Some(Some(None));
             }
-            let mut de = rmp_serde::Deserializer::from_read_ref(rd);
             for _ in 0..3 {
-                serde::de::IgnoredAny::deserialize(&mut de).ok()?;
+                skip_value(&mut rd)?;
             }
+            let mut de = rmp_serde::Deserializer::from_read_ref(rd);
             let sealed = Option::<SealedKeys>::deserialize(&mut de).ok()?;
             Some(Some(sealed.map(|s| s.keys)))
         })();
@@ -260,6 +260,68 @@ impl Event {
 
 #[cfg(test)]
 mod tests;
+
+/// Moves `rd` past one msgpack value (with everything it holds), reading only its markers and
+/// lengths; `None` on bytes that are not msgpack or end inside the value. `verify` passes over
+/// every audit record's entry and detail this way to reach its key ids: serde's `IgnoredAny`
+/// visits each of their ~35 values, several times the cost.
+fn skip_value(rd: &mut &[u8]) -> Option<()> {
+    fn take<'a>(rd: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
+        let (head, rest) = rd.split_at_checked(n)?;
+        *rd = rest;
+        Some(head)
+    }
+    fn len(rd: &mut &[u8], bytes: usize) -> Option<usize> {
+        let raw = take(rd, bytes)?;
+        let mut n = 0usize;
+        for b in raw {
+            n = (n << 8) | usize::from(*b);
+        }
+        Some(n)
+    }
+    // Values still to pass over; each takes at least a byte, so more than the bytes left
+    // cannot be valid (and the count cannot overflow).
+    let mut pending: usize = 1;
+    while pending > 0 {
+        pending -= 1;
+        let marker = *take(rd, 1)?.first()?;
+        let (skip, values) = match marker {
+            0x00..=0x7f | 0xe0..=0xff | 0xc0 | 0xc2 | 0xc3 => (0, 0),
+            0x80..=0x8f => (0, 2 * usize::from(marker & 0x0f)),
+            0x90..=0x9f => (0, usize::from(marker & 0x0f)),
+            0xa0..=0xbf => (usize::from(marker & 0x1f), 0),
+            0xc4 | 0xd9 => (len(rd, 1)?, 0),
+            0xc5 | 0xda => (len(rd, 2)?, 0),
+            0xc6 | 0xdb => (len(rd, 4)?, 0),
+            // ext 8/16/32: a length, then a type byte and the data.
+            0xc7 => (len(rd, 1)?.checked_add(1)?, 0),
+            0xc8 => (len(rd, 2)?.checked_add(1)?, 0),
+            0xc9 => (len(rd, 4)?.checked_add(1)?, 0),
+            0xcc | 0xd0 => (1, 0),
+            0xcd | 0xd1 => (2, 0),
+            0xca | 0xce | 0xd2 => (4, 0),
+            0xcb | 0xcf | 0xd3 => (8, 0),
+            // fixext 1/2/4/8/16: a type byte and the data.
+            0xd4 => (2, 0),
+            0xd5 => (3, 0),
+            0xd6 => (5, 0),
+            0xd7 => (9, 0),
+            0xd8 => (17, 0),
+            0xdc => (0, len(rd, 2)?),
+            0xdd => (0, len(rd, 4)?),
+            0xde => (0, len(rd, 2)?.checked_mul(2)?),
+            0xdf => (0, len(rd, 4)?.checked_mul(2)?),
+            // 0xc1: never used.
+            _ => return None,
+        };
+        take(rd, skip)?;
+        pending = pending.checked_add(values)?;
+        if pending > rd.len() {
+            return None;
+        }
+    }
+    Some(())
+}
 
 /// A [`crate::seal::Sealed`] read for its key ids alone: its nonce and ciphertext are passed
 /// over, not copied (`verify` counts every record's key set).

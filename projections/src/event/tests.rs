@@ -411,6 +411,53 @@ fn a_sealed_audit_record_holds_no_personal_field_in_the_clear() {
     assert!(matches!(open_personal(&ring, &sealed), Ok(Opened::Erased)));
 }
 
+/// An entry with no detail (a gateway entry without bodies) seals its personal fields alone:
+/// no sealed detail, and it opens, hashes and erases as an entry with one does.
+#[test]
+fn an_entry_without_a_detail_seals_its_fields_alone() {
+    let ring = crate::seal::MemoryKeyring::default();
+    let Event::AuditRecorded(rec) = sample_audit() else {
+        unreachable!()
+    };
+    let plain = *rec;
+    let alice = Subject::User(plain.tenant_id, "alice".into());
+    let sealed = AuditRecorded::sealed_for(
+        plain.tenant_id,
+        plain.entry.clone(),
+        AuditDetail::default(),
+        &ring,
+        &[alice],
+    )
+    .expect("seal");
+    assert!(sealed.sealed.is_some());
+    assert_eq!(sealed.sealed_detail, None);
+    assert_eq!(sealed.detail, AuditDetail::default());
+    let bytes = Event::AuditRecorded(Box::new(sealed.clone()))
+        .encode()
+        .expect("encode");
+    for secret in [&b"curl/8"[..], b"127.0.0.1", b"team"] {
+        assert!(!bytes.windows(secret.len()).any(|w| w == secret));
+    }
+    assert_eq!(
+        Event::decode(&bytes).expect("decode"),
+        Event::AuditRecorded(Box::new(sealed.clone()))
+    );
+    let Opened::Open(p) = open_personal(&ring, &sealed).expect("open") else {
+        panic!("a sealed entry with its key opens")
+    };
+    assert_eq!(p.detail, AuditDetail::default());
+    assert_eq!(p.fields.ip_address.as_deref(), Some("127.0.0.1"));
+    assert_eq!(p.fields.metadata, plain.entry.metadata);
+    assert_eq!(
+        sealed.entry.detail_hash,
+        Some(crate::audit_view::personal_hash(&p))
+    );
+    let keys = sealed.sealed.as_ref().expect("sealed").keys.clone();
+    assert_eq!(Event::sealing_of(&bytes), Some(Some(keys.clone())));
+    assert_eq!(ring.destroy(&keys).expect("destroy"), 1);
+    assert!(matches!(open_personal(&ring, &sealed), Ok(Opened::Erased)));
+}
+
 #[test]
 fn plaintext_audit_records_of_earlier_builds_decode_as_such() {
     // An AuditRecorded of three fields, as builds before sealing wrote it, in both layouts.
@@ -531,4 +578,65 @@ fn sealed_memory_events_round_trip_with_or_without_extra_and_older_ones_still_de
     let key = ring.find(&subjects[0]).expect("ring").expect("a key");
     ring.destroy(&[key]).expect("destroy");
     assert_eq!(sealed.opened(&ring).expect("ring"), None);
+}
+
+/// `skip_value` passes over exactly one value, as serde's `IgnoredAny` does, for every kind of
+/// msgpack value, and refuses bytes that end inside one.
+#[test]
+fn skipping_a_msgpack_value_lands_where_decoding_it_would() {
+    let long = "x".repeat(70_000);
+    let values: Vec<Vec<u8>> = vec![
+        rmp_serde::to_vec(&serde_json::json!({
+            "a": [1, -1, 127, 128, -33, 255, 256, 65_536, -70_000, 1u64 << 40, -(1i64 << 40)],
+            "f": [1.5, 0.1],
+            "s": ["", "short", "y".repeat(40), "z".repeat(300)],
+            "n": null, "t": true, "u": false,
+        }))
+        .expect("encode"),
+        rmp_serde::to_vec(&serde_json::json!({ "long": long })).expect("encode"),
+        rmp_serde::to_vec(&(0..20).collect::<Vec<u32>>()).expect("encode"),
+        rmp_serde::to_vec(&(0..70_000).map(|i| i % 3).collect::<Vec<u32>>()).expect("encode"),
+        rmp_serde::to_vec(
+            &(0..20)
+                .map(|i| (i, i))
+                .collect::<std::collections::BTreeMap<u32, u32>>(),
+        )
+        .expect("encode"),
+        rmp_serde::to_vec(&serde_bytes::ByteBuf::from(vec![1u8; 300])).expect("encode"),
+        rmp_serde::to_vec(&serde_bytes::ByteBuf::from(vec![1u8; 70_000])).expect("encode"),
+        rmp_serde::to_vec(&1.25f32).expect("encode"),
+        sample_audit().encode().expect("encode"),
+        // ext 8, fixext 1, 2, 4, 8, 16.
+        vec![0xc7, 3, 5, 1, 2, 3],
+        vec![0xd4, 5, 1],
+        vec![0xd5, 5, 1, 2],
+        vec![0xd6, 5, 1, 2, 3, 4],
+        vec![0xd7, 5, 1, 2, 3, 4, 5, 6, 7, 8],
+        [&[0xd8, 5][..], &[9; 16]].concat(),
+    ];
+    for v in &values {
+        let mut bytes = v.clone();
+        bytes.extend_from_slice(&[0xc3, 0x07]);
+        let mut rd = &bytes[..];
+        assert_eq!(super::skip_value(&mut rd), Some(()), "{v:02x?}");
+        assert_eq!(rd, &[0xc3, 0x07], "{v:02x?}");
+        // Where serde's decoder ends up too (it reads no ext, which rmp_serde decodes apart).
+        if !matches!(v[0], 0xc7 | 0xd4..=0xd8) {
+            let mut rest = &bytes[..];
+            let mut de = rmp_serde::Deserializer::new(&mut rest);
+            serde::de::IgnoredAny::deserialize(&mut de).expect("decodes");
+            drop(de);
+            assert_eq!(rest, &[0xc3, 0x07]);
+        }
+        for cut in [1, v.len() / 2, v.len() - 1] {
+            let mut rd = &v[..cut];
+            assert_eq!(super::skip_value(&mut rd), None, "{v:02x?} cut at {cut}");
+        }
+    }
+    // The unused marker, and a count of values larger than the bytes left.
+    assert_eq!(super::skip_value(&mut &[0xc1][..]), None);
+    assert_eq!(
+        super::skip_value(&mut &[0xdd, 0xff, 0xff, 0xff, 0xff, 0x01][..]),
+        None
+    );
 }

@@ -1,6 +1,6 @@
 //! Ingestion: `POST /admin/v1/audit/logs`, the gateway's entries and their checks.
 
-use auditmem_projections::audit_view::{detail_hash, millis_floor};
+use auditmem_projections::audit_view::millis_floor;
 use auditmem_projections::{AuditDetail, AuditEntry, AuditRecorded, Tokens};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -357,7 +357,8 @@ impl IngestEntry {
         }
     }
 
-    /// The checked entry as the event that records it: its detail bounded and hashed.
+    /// The checked entry as the event that records it, its detail bounded: in the clear, for
+    /// the caller to seal.
     fn recorded(self, id: Uuid, created_at: i64, body_limit: usize) -> AuditRecorded {
         let e = self;
         // Empty strings are stored as null: an export cell cannot tell the two apart.
@@ -396,7 +397,8 @@ impl IngestEntry {
                 tokens: e.tokens.map(Tokens::from),
                 metadata: e.metadata,
                 created_at: millis_floor(created_at),
-                detail_hash: Some(detail_hash(&detail)),
+                // Sealing sets it, keyed with the entry's salt (`AuditRecorded::sealed_for`).
+                detail_hash: None,
             },
             detail,
             sealed: None,
