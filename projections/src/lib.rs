@@ -70,7 +70,7 @@ impl Projections {
     /// memory's vector, so what sled keeps of that reading grows with the log and stays
     /// resident, however small the cache. Closing the database frees it; the server then opens
     /// it again (a fraction of a second) and [`Projections::attach`]es the state.
-    pub fn detach(self) -> Detached {
+    pub fn detach(self) -> projection::Result<Detached> {
         let Self {
             tenants,
             audit,
@@ -80,11 +80,11 @@ impl Projections {
             keys,
         } = self;
         drop((tenants, exports, erasures));
-        Detached {
+        Ok(Detached {
             audit: audit.detach(),
-            memories: memories.detach(),
+            memories: memories.detach()?,
             keys,
-        }
+        })
     }
 
     /// Projections over `db` with the state [`Projections::detach`] kept; `db` must be the

@@ -86,7 +86,7 @@ impl Storage {
         // Everything read to build the projections stays in sled's memory (see
         // `Projections::detach`): close the database and open it again, keeping what was built.
         let (db, projections, log) = {
-            let detached = projections.detach();
+            let detached = projections.detach().context("detaching projections")?;
             drop((log, db));
             let db = reopen_db(dir, cache)
                 .with_context(|| format!("reopening data dir {}", dir.display()))?;

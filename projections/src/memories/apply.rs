@@ -7,13 +7,22 @@
 //! failed commit leaves memory as it was. A batch of more than [`LAND_CHUNK`] memories lands
 //! in chunks, the state's lock released between them: the memories it drops are hidden from
 //! every read before the first chunk, so a read between chunks never shows one.
+//!
+//! `apply` runs on the appender's applier, which every tenant's next answer waits for (each
+//! request's audit entry is folded before it is answered). So the memories a large batch
+//! drops are taken out of the in-memory indexes (vectors, scopes, keyword postings) by a
+//! thread of their own after `apply` returned ([`Unindexing`]), a chunk a hold of the lock:
+//! hidden until then, as between chunks. The indexes are rebuilt from the committed states at
+//! open, so a stop before that thread is done loses nothing. An erased memory's state is built
+//! without reading its text, which the erasure drops.
 
 use std::io;
+use std::sync::{Arc, Condvar, Mutex, PoisonError, RwLock};
 
 use uuid::Uuid;
 
 use super::block::plan;
-use super::state::{Home, State};
+use super::state::{Held, Home, State};
 use super::tenant::TenantMemories;
 use super::{sealing, Extra, Memories, StoredMemory, TREE};
 use crate::event::{vector_from_bytes, Event};
@@ -192,8 +201,16 @@ fn fold(
         // keys may still exist: the erasure destroys them once this is applied.
         Event::SubjectsErased(e) => {
             for id in &e.memory_ids {
-                if !load(finals, id)? {
-                    continue;
+                // Its text is dropped here: not read (a file read and a decode a memory).
+                if !finals.contains_key(id) {
+                    let Some(k) = state
+                        .all
+                        .get(id)
+                        .filter(|k| state.names.tenant(k.tenant) == e.tenant_id)
+                    else {
+                        continue;
+                    };
+                    finals.insert(*id, state.names.stored_erased(*id, k));
                 }
                 let Some(m) = finals.get_mut(id).filter(|m| m.tenant_id == e.tenant_id) else {
                     continue;
@@ -266,18 +283,22 @@ impl Projection for Memories {
         } else {
             FastSet::default()
         };
+        // The hidden memories' index entries, for the unindexing thread.
+        let mut deferred: Vec<Unindex> = Vec::with_capacity(hidden.len());
         loop {
             let chunk = finals.split_off(finals.len().saturating_sub(LAND_CHUNK));
             let done = finals.is_empty();
             let mut guard = self.state.write().unwrap_or_else(|p| p.into_inner());
             let state = &mut *guard;
-            land(state, chunk, &learned, &resealed, &hidden)?;
+            land(state, chunk, &learned, &resealed, &hidden, &mut deferred)?;
             if done {
                 for (tenant, seqs) in std::mem::take(&mut histories) {
                     TenantMemories::of(&mut state.tenants, state.spill.as_ref(), tenant)
                         .record_history(seqs);
                 }
                 plan.land(state);
+                drop(guard);
+                self.unindex_later(deferred);
                 return Ok(());
             }
             drop(guard);
@@ -287,6 +308,8 @@ impl Projection for Memories {
     }
 
     fn reset(&self) -> Result<()> {
+        // What an unindexing thread holds is of the state being dropped.
+        self.wait_unindexed()?;
         self.tree.clear()?;
         let mut state = self.state.write().unwrap_or_else(|p| p.into_inner());
         *state = State::new(state.spill.take());
@@ -327,13 +350,15 @@ impl Memories {
 }
 
 /// Lands `chunk`, states of a committed batch, in the in-memory state: each kept, and put in
-/// its tenant's indexes or dropped from them (those `hidden` already off the order).
+/// its tenant's indexes or dropped from them; those `hidden` (already off the order) are
+/// pushed on `deferred`, for [`Memories::unindex_later`].
 fn land(
     state: &mut State,
     chunk: Vec<StoredMemory>,
     learned: &Learned,
     resealed: &FastSet<Uuid>,
     hidden: &FastSet<Uuid>,
+    deferred: &mut Vec<Unindex>,
 ) -> Result<()> {
     // Memories dropped, by tenant: their keyword postings go in one pass a tenant.
     let mut unindexed: FastMap<Uuid, Vec<Uuid>> = FastMap::default();
@@ -357,8 +382,12 @@ fn land(
         let held = state.names.held(&id);
         let t = TenantMemories::of(&mut state.tenants, state.spill.as_ref(), tenant);
         if hidden.contains(&id) {
-            t.unindex(id, indexed.as_deref(), unindexed.entry(tenant).or_default())?;
-            t.unindexing = t.unindexing.saturating_sub(1);
+            // Off the order and counts already; out of the indexes by the unindexing thread.
+            deferred.push(Unindex {
+                tenant,
+                id,
+                indexed,
+            });
         } else if !kept.is_live() {
             t.drop_memory(
                 id,
@@ -383,4 +412,117 @@ fn land(
         TenantMemories::of(&mut state.tenants, state.spill.as_ref(), tenant).unindex_keywords(&ids);
     }
     Ok(())
+}
+
+/// A memory a large batch hid, still in its tenant's indexes: what takes it out of them.
+pub(super) struct Unindex {
+    tenant: Uuid,
+    id: Uuid,
+    /// What its scopes and metadata indexed it under.
+    indexed: Option<Box<Held>>,
+}
+
+/// How many unindexing threads are at work, and why the last removal failed, if one did.
+#[derive(Default)]
+pub(super) struct Unindexing {
+    state: Mutex<UnindexState>,
+    moved: Condvar,
+}
+
+#[derive(Default)]
+struct UnindexState {
+    running: usize,
+    failed: Option<String>,
+}
+
+impl Unindexing {
+    fn lock(&self) -> std::sync::MutexGuard<'_, UnindexState> {
+        // A count and a string: still consistent after a panic elsewhere.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl Memories {
+    /// Takes `deferred` out of the indexes on a thread of its own (here when none can be
+    /// started), so that the applier does not wait for it.
+    fn unindex_later(&self, deferred: Vec<Unindex>) {
+        if deferred.is_empty() {
+            return;
+        }
+        self.unindexing.lock().running += 1;
+        let (state, progress) = (Arc::clone(&self.state), Arc::clone(&self.unindexing));
+        let started = std::thread::Builder::new()
+            .name("memories-unindex".into())
+            .spawn(move || {
+                let failed = unindex(&state, deferred).err();
+                // The state is let go of before anyone hears it is done (`detach` unwraps it).
+                drop(state);
+                let mut s = progress.lock();
+                s.running -= 1;
+                if let Some(e) = failed {
+                    s.failed = Some(e.to_string());
+                }
+                drop(s);
+                progress.moved.notify_all();
+            });
+        if let Err(e) = started {
+            // The closure, and the work it owned, are gone with the failed spawn.
+            let mut s = self.unindexing.lock();
+            s.running -= 1;
+            s.failed = Some(format!("starting the unindexing thread: {e}"));
+        }
+    }
+
+    /// Blocks until no memory a batch hid is left in an index; an error when a removal
+    /// failed (that memory stays hidden: its tenant's queries keep checking each memory).
+    pub fn wait_unindexed(&self) -> Result<()> {
+        let mut s = self.unindexing.lock();
+        while s.running > 0 {
+            s = self
+                .unindexing
+                .moved
+                .wait(s)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+        match &s.failed {
+            Some(why) => Err(io::Error::other(format!(
+                "taking erased memories out of the indexes: {why}"
+            ))
+            .into()),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Takes `deferred` out of their tenants' scopes, vectors and keyword postings,
+/// [`LAND_CHUNK`] a hold of the write lock. A memory whose vector row cannot be removed stays
+/// counted in `unindexing` (so hidden); the first such error is returned once the rest is done.
+fn unindex(state: &RwLock<State>, mut deferred: Vec<Unindex>) -> io::Result<()> {
+    let mut failed = None;
+    while !deferred.is_empty() {
+        let chunk = deferred.split_off(deferred.len().saturating_sub(LAND_CHUNK));
+        let mut guard = state.write().unwrap_or_else(|p| p.into_inner());
+        let mut unindexed: FastMap<Uuid, Vec<Uuid>> = FastMap::default();
+        for u in chunk {
+            let Some(t) = guard.tenants.get_mut(&u.tenant) else {
+                continue;
+            };
+            let ids = unindexed.entry(u.tenant).or_default();
+            match t.unindex(u.id, u.indexed.as_deref(), ids) {
+                Ok(()) => t.unindexing = t.unindexing.saturating_sub(1),
+                Err(e) => {
+                    failed.get_or_insert(e);
+                }
+            }
+        }
+        for (tenant, ids) in unindexed {
+            if let Some(t) = guard.tenants.get_mut(&tenant) {
+                t.unindex_keywords(&ids);
+            }
+        }
+        drop(guard);
+        // Lets the readers the chunk held up take the lock before the next one does.
+        std::thread::yield_now();
+    }
+    failed.map_or(Ok(()), Err)
 }

@@ -262,7 +262,11 @@ pub struct MemoryView {
 /// The memories projection: tree `proj_memories` and the in-memory state folded from it.
 pub struct Memories {
     tree: sled::Tree,
-    state: RwLock<State>,
+    /// Shared with the threads that take a large batch's dropped memories out of the indexes
+    /// after it landed (see `apply`).
+    state: Arc<RwLock<State>>,
+    /// Those threads' progress.
+    unindexing: Arc<apply::Unindexing>,
     /// Opens the memories' sealed contents and metadata (see `sealing`).
     keys: Arc<dyn Keyring>,
     /// The time expiry is judged at: the reader's clock (`None`), or a fixed time for a store
@@ -275,17 +279,23 @@ pub struct Detached(State, Arc<dyn Keyring>);
 
 impl Memories {
     /// The in-memory state without the tree handle (see `Projections::detach`).
-    pub fn detach(self) -> Detached {
-        Detached(
-            self.state.into_inner().unwrap_or_else(|p| p.into_inner()),
+    pub fn detach(self) -> Result<Detached> {
+        // No thread holds the state once none is unindexing (each lets go of it first).
+        self.wait_unindexed()?;
+        let state = Arc::try_unwrap(self.state).map_err(|_| {
+            io::Error::other("the memories' state is still shared by an unindexing thread")
+        })?;
+        Ok(Detached(
+            state.into_inner().unwrap_or_else(|p| p.into_inner()),
             self.keys,
-        )
+        ))
     }
 
     pub fn attach(db: &sled::Db, d: Detached) -> Result<Self> {
         Ok(Self {
             tree: db.open_tree(TREE)?,
-            state: RwLock::new(d.0),
+            state: Arc::new(RwLock::new(d.0)),
+            unindexing: Arc::default(),
             keys: d.1,
             clock: None,
         })
@@ -307,7 +317,8 @@ impl Memories {
         state.tenants = tenant::read_tenants(&state, vectors, contents)?;
         Ok(Self {
             tree,
-            state: RwLock::new(state),
+            state: Arc::new(RwLock::new(state)),
+            unindexing: Arc::default(),
             keys,
             clock: None,
         })

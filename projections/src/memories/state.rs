@@ -315,7 +315,25 @@ impl Names {
                 sealing::Text::Sealed(s) => (String::new(), Some(s)),
             },
         };
-        Ok(StoredMemory {
+        Ok(self.stored_with(id, k, content, sealed))
+    }
+
+    /// The memory's state erased (see `sealing::erase`), its text not read: what an erasure
+    /// that names it folds it into.
+    pub(super) fn stored_erased(&self, id: Uuid, k: &Kept) -> StoredMemory {
+        let mut m = self.stored_with(id, k, String::new(), None);
+        sealing::erase(&mut m);
+        m
+    }
+
+    fn stored_with(
+        &self,
+        id: Uuid,
+        k: &Kept,
+        content: String,
+        sealed: Option<crate::seal::Sealed>,
+    ) -> StoredMemory {
+        StoredMemory {
             id,
             tenant_id: self.tenant(k.tenant),
             content,
@@ -336,7 +354,7 @@ impl Names {
             keys: sealed.as_ref().map(|s| s.keys.clone()).unwrap_or_default(),
             sealed,
             erased: k.erased,
-        })
+        }
     }
 }
 

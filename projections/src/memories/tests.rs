@@ -147,7 +147,7 @@ fn state_detached_and_attached_to_the_reopened_database_answers_and_takes_writes
     let applied = Applied::in_order(&events);
     p.apply(&applied[..2]).expect("apply");
     // Given the state detached, the database closed and opened again,
-    let detached = p.detach();
+    let detached = p.detach().expect("detach");
     drop(db);
     let db = crate::reopen_db(dir.path());
     let p = Memories::attach(&db, detached).expect("attach");
@@ -696,4 +696,65 @@ fn a_hybrid_search_lifts_the_neighbours_of_a_found_turn_in_its_stream() {
         search(MemoryType::Context, "ana", SearchMode::Semantic),
         vec![2, 9, 1]
     );
+}
+
+#[test]
+fn a_large_erasure_hides_its_memories_at_once_and_leaves_the_indexes_off_the_applier() {
+    let (_dir, _db, p) = fresh();
+    let (t, other) = (Uuid::from_u128(100), Uuid::from_u128(200));
+    // 300 memories erased (more than a landing chunk), one kept, and another tenant's one.
+    let mut events: Vec<Event> = (0..301)
+        .map(|i| created(t, i, MemoryType::Fact, [1.0, i as f32], i as i64))
+        .collect();
+    events.push(created(other, 1_000, MemoryType::Fact, [1.0, 0.0], 5));
+    events.push(Event::SubjectsErased(crate::event::SubjectsErased {
+        erasure_id: Uuid::from_u128(0xE),
+        tenant_id: t,
+        subjects: vec![crate::seal::Subject::User(t, "alice".into())],
+        key_ids: Vec::new(),
+        // The other tenant's memory is named too: an erasure leaves it alone.
+        memory_ids: (0..300).chain([1_000]).map(Uuid::from_u128).collect(),
+        erased_at: 900,
+    }));
+    let applied = Applied::in_order(&events);
+    p.apply(&applied[..302]).expect("apply");
+    p.apply(&applied[302..]).expect("apply the erasure");
+    // Hidden from every read once `apply` returned.
+    assert_eq!(p.count(&t), 1);
+    let listed: Vec<u128> = p
+        .list(&t, None, 0, 10)
+        .expect("list")
+        .1
+        .iter()
+        .map(|m| m.id.as_u128())
+        .collect();
+    assert_eq!(listed, vec![300]);
+    let hits = p.search(&t, &[1.0, 0.0], None, -1.0, 10).expect("search");
+    assert_eq!(
+        hits.iter().map(|(m, _)| m.id.as_u128()).collect::<Vec<_>>(),
+        vec![300]
+    );
+    // Out of the vectors and postings once the unindexing thread is done.
+    p.wait_unindexed().expect("unindexed");
+    {
+        let state = p.state();
+        let mine = &state.tenants[&t];
+        assert_eq!(
+            (mine.vectors.len(), mine.keywords.len(), mine.unindexing),
+            (1, 1, 0)
+        );
+        let theirs = &state.tenants[&other];
+        assert_eq!((theirs.vectors.len(), theirs.keywords.len()), (1, 1));
+    }
+    let erased = p.stored(&Uuid::from_u128(7)).expect("read").expect("kept");
+    assert_eq!(
+        (
+            erased.erased,
+            erased.content.as_str(),
+            erased.versions,
+            erased.deleted_at
+        ),
+        (true, "", vec![8, 303], Some(900))
+    );
+    assert_eq!(p.count(&other), 1);
 }
