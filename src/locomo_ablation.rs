@@ -34,7 +34,8 @@ struct Ranked<'a> {
     keyword: Vec<(Vec<(Uuid, f32)>, f32)>,
 }
 
-fn data() -> Option<PathBuf> {
+/// The development half's file, if it is beside the repository (never copied into it).
+pub(crate) fn data() -> Option<PathBuf> {
     let path = std::env::var_os("AUDITMEM_LOCOMO_DATA")
         .map(PathBuf::from)
         .unwrap_or_else(|| {
@@ -82,7 +83,8 @@ const SNOWBALL_NLTK: Analyzer = Analyzer {
     stop_words: StopWords::English,
 };
 
-fn uuid(i: usize) -> Uuid {
+/// A turn's memory id: its index in the data, plus one.
+pub(crate) fn uuid(i: usize) -> Uuid {
     Uuid::from_u128(i as u128 + 1)
 }
 
@@ -171,7 +173,8 @@ fn hybrid(r: &Ranked<'_>, analyzer: usize, f: &Fusion) -> Vec<Uuid> {
         .collect()
 }
 
-fn line(name: &str, t: &Tally) {
+/// One row of a table: the overall recall@5 and @10, then each category's.
+pub(crate) fn line(name: &str, t: &Tally) {
     let cats: Vec<String> = t
         .categories()
         .iter()
@@ -179,7 +182,7 @@ fn line(name: &str, t: &Tally) {
         .collect();
     let o: Recall = t.overall();
     println!(
-        "{name:<58} {:.3}  {:.3}   {}",
+        "{name:<64} {:.3}  {:.3}   {}",
         o.at5,
         o.at10,
         cats.join("  ")

@@ -22,19 +22,7 @@ use uuid::Uuid;
 
 use crate::embed::{cosine, l2_normalize, Embedder, MiniLm};
 use crate::locomo::{self, Conversation, Question, Tally};
-
-fn data() -> Option<PathBuf> {
-    let path = std::env::var_os("AUDITMEM_LOCOMO_DATA")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data/locomo/locomo-dev.json")
-        });
-    path.is_file().then_some(path)
-}
-
-fn uuid(i: usize) -> Uuid {
-    Uuid::from_u128(i as u128 + 1)
-}
+use crate::locomo_ablation::{data, line, uuid};
 
 fn index(u: &Uuid) -> usize {
     u.as_u128() as usize - 1
@@ -184,21 +172,6 @@ fn tally(w: &World<'_>, qs: &[Q<'_>], rank: impl Fn(&Q<'_>) -> Vec<(Uuid, f32)>)
         t.add(q.question, &turns);
     }
     t
-}
-
-fn line(name: &str, t: &Tally) {
-    let cats: Vec<String> = t
-        .categories()
-        .iter()
-        .map(|(_, r)| format!("{:.3}/{:.3}", r.at5, r.at10))
-        .collect();
-    let o = t.overall();
-    println!(
-        "{name:<64} {:.3}  {:.3}   {}",
-        o.at5,
-        o.at10,
-        cats.join("  ")
-    );
 }
 
 #[test]
