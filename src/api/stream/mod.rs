@@ -17,10 +17,10 @@
 //! bounded window; a stream whose next entries are there copies them, framed its way. A
 //! stream whose next entries are not (it resumes from further back, or the window moved past
 //! it) reads them itself from its position, a batch of at most [`BATCH`] entries at a time,
-//! on a blocking thread, until it reaches the window. Refs up to the head are always stored (the applier folds a group before the head
-//! moves), so once a stream has everything up to the head it waits for the feed (or, without
-//! one, the head) to move, sending a heartbeat comment each `--stream-heartbeat-secs`
-//! meanwhile.
+//! on a blocking thread, until it reaches the window. Refs up to the head are always stored
+//! (the applier folds a group before the head moves), so once a stream has everything up to
+//! the head it waits for the feed (or, without one, the head) to move, sending a heartbeat
+//! comment each `--stream-heartbeat-secs` meanwhile.
 //!
 //! **Pacing.** The body is a stream hyper polls when the connection has taken what was
 //! written: the next batch is read only then. A slow reader holds one batch and hyper's
