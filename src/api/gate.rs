@@ -15,7 +15,9 @@
 //!   ─▶ handler (408 past the deadline) ─▶ record: append [events..., AuditRecorded]
 //! ```
 //!
-//! Every refusal after `identify` is itself recorded as the tenant's entry.
+//! Every refusal after `identify` is itself recorded as the tenant's entry. A request that
+//! changed nothing is answered once its entry is durable, before it is folded; the tenant's
+//! next requests that read the folded state wait for that fold first (`reads_memories_only`).
 //!
 //! What the entry records is bounded (`wire::audit::bounds`): the user agent truncated with a
 //! marker, the tags refused over their size, every detail field within the audit body limit;
@@ -312,6 +314,12 @@ pub async fn v1_gate(State(gate): State<Gate>, req: Request, next: Next) -> Resp
         entry.scope.sort();
         entry.scope.dedup();
     }
+    // A caller sees its own entries: what reads the folded state waits for the tenant's entries
+    // answered before their fold (`Appender::append_read`). A read of memories alone does not:
+    // those entries change no memory.
+    if !reads_memories_only(policy, parts.uri.query(), &bytes) {
+        state.appender.caught_up(Some(tenant.id)).await;
+    }
     let mut req = Request::from_parts(parts, Body::from(bytes));
     req.extensions_mut().insert(Caller { tenant, key, scope });
     let resp = match tokio::time::timeout_at(deadline, next.run(req)).await {
@@ -319,6 +327,18 @@ pub async fn v1_gate(State(gate): State<Gate>, req: Request, next: Next) -> Resp
         Err(_) => timed_out(&state),
     };
     record(&state, entry, resp).await
+}
+
+/// Whether a call reads the memories projection alone, as it stands: a memory get, list or
+/// search without `as_of` (which reads the log up to a position). Over-cautious on purpose: any
+/// `as_of` in the query or the body counts.
+fn reads_memories_only(policy: Policy, query: Option<&str>, body: &[u8]) -> bool {
+    const AS_OF: &[u8] = b"as_of";
+    matches!(
+        policy.action,
+        "memory.read" | "memory.list" | "memory.search"
+    ) && !query.is_some_and(|q| q.contains("as_of"))
+        && !body.windows(AS_OF.len()).any(|w| w == AS_OF)
 }
 
 /// The tenant and key of the key presented in `Authorization: Bearer <key>`.
@@ -562,6 +582,8 @@ async fn record(state: &AppState, entry: Entry, resp: Response) -> Response {
             AppendError::ClusterUnavailable("the log cluster is not taking writes".into()),
         ),
         (Some(check), _) => state.appender.append_checked(events, check).await,
+        // Only its own entry: answered once durable, not folded (see `Appender::append_read`).
+        (None, _) if events.len() == 1 => state.appender.append_read(entry.tenant.id, events).await,
         (None, _) => state.appender.append(events).await,
     };
     match outcome {
@@ -664,4 +686,31 @@ fn audit_event(
     )
     .map_err(|e| ApiError::from(crate::command::Refusal::from(e)))?;
     Ok(Event::AuditRecorded(Box::new(sealed)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_memory_reads_without_as_of_skip_waiting_for_the_tenants_entries() {
+        let policy = |action| Policy {
+            action,
+            permission: Permission::MemoryRead,
+        };
+        let body = br#"{"query":"tea","filters":{"user_id":"alice"}}"#;
+        for action in ["memory.read", "memory.list", "memory.search"] {
+            assert!(reads_memories_only(policy(action), None, body), "{action}");
+            assert!(reads_memories_only(policy(action), Some("limit=5"), b""));
+            assert!(!reads_memories_only(policy(action), Some("as_of=12"), b""));
+            assert!(!reads_memories_only(
+                policy(action),
+                None,
+                br#"{"query":"tea","as_of":"12"}"#
+            ));
+        }
+        for action in ["audit.list", "audit.read", "memory.history", "memory.write"] {
+            assert!(!reads_memories_only(policy(action), None, body), "{action}");
+        }
+    }
 }

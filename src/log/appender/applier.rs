@@ -28,6 +28,9 @@ pub(crate) struct ApplyProgress {
     pub(super) seq: std::sync::Mutex<u64>,
     pub(super) moved: std::sync::Condvar,
     pub(super) failed: std::sync::Mutex<Option<Failure>>,
+    /// Held by the applier while it folds a batch and answers it; a test holds it to stall
+    /// the applier (uncontended otherwise: one lock a batch).
+    pub(super) folding: std::sync::Mutex<()>,
 }
 
 impl ApplyProgress {
@@ -37,6 +40,7 @@ impl ApplyProgress {
             seq: std::sync::Mutex::new(seq),
             moved: std::sync::Condvar::new(),
             failed: std::sync::Mutex::new(None),
+            folding: std::sync::Mutex::new(()),
         }
     }
 
@@ -73,6 +77,10 @@ pub(super) fn apply_loop(
         while let Ok(more) = jobs.try_recv() {
             batch.push(more);
         }
+        let folding = progress
+            .folding
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let started = Instant::now();
         let mut applied = Vec::new();
         for job in &batch {
@@ -133,6 +141,7 @@ pub(super) fn apply_loop(
             }
         }
         progress.moved.notify_all();
+        drop(folding);
     }
     // Stopping with everything applied: move the checkpoints that trail (see `Overlay::commit`)
     // up to the head, so the next start has nothing to catch up.

@@ -18,8 +18,9 @@
 //! one request and await the outcome. The writer takes what is queued (up to a bounded group),
 //! checks each submission's precondition, seals the records and has the log of record store
 //! them; a second thread, the applier ([`applier`]), folds each stored group into the
-//! projections and only then answers its callers. The two form a pipeline: while group N is
-//! applied, group N+1 is sealed and stored, so both cores work.
+//! projections and only then answers its callers (a read's entry is answered once stored:
+//! [`Appender::append_read`]). The two form a pipeline: while group N is applied, group N+1 is
+//! sealed and stored, so both cores work.
 //!
 //! A submission may carry a precondition, checked against the projections right before its
 //! events are sealed, with everything before it already applied: that is how "one export in
@@ -132,6 +133,8 @@ pub(crate) struct Submission {
     check: Option<Precondition>,
     /// Who waits for the outcome (`None`: another node's records, nobody here waits).
     reply: Option<oneshot::Sender<Result<Committed, AppendError>>>,
+    /// Answered once stored, before the applier folds it ([`Appender::append_read`]).
+    early: bool,
     /// When it was submitted: a cluster's write is answered within `--nats-timeout-ms` of it,
     /// however long it queued behind groups that waited for the stream.
     at: Instant,
@@ -186,6 +189,18 @@ pub struct Appender {
     outbox: Option<super::cluster::Outbox>,
     /// The Merkle tree over the log, holding every record up to the head.
     tlog: Arc<MerkleTree>,
+    /// What reads answered before their fold left to fold ([`Appender::caught_up`]).
+    owed: Arc<Owed>,
+    #[cfg(test)]
+    progress: Arc<applier::ApplyProgress>,
+}
+
+/// The highest seq answered before the applier folded it, per tenant and in all: what a read
+/// of the folded state must wait for so that a caller sees its own entries.
+#[derive(Default)]
+struct Owed {
+    tenants: std::sync::Mutex<std::collections::HashMap<uuid::Uuid, u64>>,
+    max: AtomicU64,
 }
 
 pub struct AppenderThread {
@@ -302,6 +317,8 @@ impl Appender {
         let (job_tx, job_rx) = std::sync::mpsc::sync_channel(4);
         let space = SpaceGuard::new(data_dir, min_free_bytes);
         let chain = Chain::new(head, job_tx, progress.clone(), stats.clone());
+        #[cfg(test)]
+        let held = progress.clone();
         let writer = writer::Writer::new(of_record, chain, projections.clone(), space.clone());
         let applier_stats = stats.clone();
         let applier_tlog = tlog.clone();
@@ -328,6 +345,9 @@ impl Appender {
                 space,
                 outbox,
                 tlog,
+                owed: Arc::default(),
+                #[cfg(test)]
+                progress: held,
             },
             AppenderThread {
                 writer: handle,
@@ -400,7 +420,45 @@ impl Appender {
 
     /// Appends the events of one request atomically; resolves once durable and applied.
     pub async fn append(&self, events: Vec<Event>) -> Result<Committed, AppendError> {
-        self.submit(events, None).await
+        self.submit(events, None, false).await
+    }
+
+    /// Appends the audit entry of a request of `tenant` that changed nothing (a read, a
+    /// refusal); resolves once durable, without waiting for the applier to fold it: a read
+    /// answered while the applier folds a large group of another tenant (an erasure of
+    /// thousands of memories) does not wait for that fold. Whatever reads the folded state
+    /// waits first, in [`caught_up`](Self::caught_up), for the tenant's entries answered so.
+    pub async fn append_read(
+        &self,
+        tenant: uuid::Uuid,
+        events: Vec<Event>,
+    ) -> Result<Committed, AppendError> {
+        let c = self.submit(events, None, true).await?;
+        if let Ok(mut owed) = self.owed.tenants.lock() {
+            let seq = owed.entry(tenant).or_default();
+            *seq = (*seq).max(c.last_seq);
+        }
+        self.owed.max.fetch_max(c.last_seq, Ordering::SeqCst);
+        Ok(c)
+    }
+
+    /// Resolves once the applier has folded every entry of `tenant` (`None`: of every tenant)
+    /// that [`append_read`](Self::append_read) answered before its fold, or the appender
+    /// stopped.
+    pub async fn caught_up(&self, tenant: Option<uuid::Uuid>) {
+        let owed = match tenant {
+            Some(t) => self
+                .owed
+                .tenants
+                .lock()
+                .map_or(0, |o| o.get(&t).copied().unwrap_or(0)),
+            None => self.owed.max.load(Ordering::SeqCst),
+        };
+        if self.head().seq >= owed {
+            return;
+        }
+        let mut head = self.subscribe();
+        let _ = head.wait_for(|h| h.seq >= owed).await;
     }
 
     /// Like [`append`](Self::append), after `check` accepted the current state.
@@ -409,13 +467,14 @@ impl Appender {
         events: Vec<Event>,
         check: Precondition,
     ) -> Result<Committed, AppendError> {
-        self.submit(events, Some(check)).await
+        self.submit(events, Some(check), false).await
     }
 
     async fn submit(
         &self,
         events: Vec<Event>,
         check: Option<Precondition>,
+        early: bool,
     ) -> Result<Committed, AppendError> {
         // Encode and prepare on the caller's thread (many run at once): the writer only hashes
         // and writes, the applier only links and indexes.
@@ -432,10 +491,23 @@ impl Appender {
                 events: encoded,
                 check,
                 reply: Some(reply),
+                early,
             }))
             .await
             .map_err(|_| AppendError::Closed)?;
         rx.await.map_err(|_| AppendError::Closed)?
+    }
+}
+
+#[cfg(test)]
+impl Appender {
+    /// Stalls the applier (before its next batch, or once the one it folds is answered) until
+    /// the guard is dropped.
+    pub(crate) fn hold_applier(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.progress
+            .folding
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
@@ -445,3 +517,6 @@ fn tlog_error(e: crate::tlog::TlogError) -> super::LogError {
         other => super::LogError::Io(std::io::Error::other(other.to_string())),
     }
 }
+
+#[cfg(test)]
+mod tests;

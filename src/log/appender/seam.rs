@@ -235,6 +235,7 @@ impl Chain {
                 events: vec![(r.event, Vec::new(), r.prepared)],
                 check: None,
                 reply: None,
+                early: false,
                 at,
             });
         }

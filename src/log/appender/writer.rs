@@ -307,13 +307,21 @@ impl<L: LogOfRecord> Writer<L> {
         self.hand_to_applier(group, outcomes, Vec::new());
     }
 
-    /// Hands a stored group to the applier, which folds it and answers its callers.
+    /// Hands a stored group to the applier, which folds it and answers its callers; those
+    /// who asked to hear once it is stored ([`Appender::append_read`]) hear now.
     fn hand_to_applier(
         &mut self,
-        group: Vec<Submission>,
+        mut group: Vec<Submission>,
         outcomes: Vec<Committed>,
         leaves: Vec<[u8; 32]>,
     ) {
+        for (s, outcome) in group.iter_mut().zip(&outcomes) {
+            if s.early {
+                if let Some(reply) = s.reply.take() {
+                    let _ = reply.send(Ok(*outcome));
+                }
+            }
+        }
         let job = ApplyJob {
             group,
             outcomes,
