@@ -12,11 +12,13 @@ pub mod erasures;
 pub mod event;
 pub mod exports;
 pub mod keyword;
+mod log_order;
 pub mod memories;
 mod overlay;
 pub mod projection;
 pub mod seal;
 pub mod sorted_index;
+pub mod tenant_events;
 pub mod tenants;
 pub mod texts;
 pub mod unlinked;
@@ -47,6 +49,8 @@ pub struct Projections {
     pub audit: audit_index::AuditIndex,
     pub exports: exports::Exports,
     pub memories: memories::Memories,
+    /// Per tenant, the log positions of its webhook events other than audit entries.
+    pub events: tenant_events::TenantEvents,
     /// Every data key an erasure named: destroyed as each erasure is folded, and again at start.
     pub erasures: erasures::Erasures,
     /// The data keys personal fields are sealed under (`seal`): what the read paths open
@@ -59,6 +63,7 @@ pub struct Projections {
 pub struct Detached {
     audit: audit_index::Detached,
     memories: memories::Detached,
+    events: tenant_events::Detached,
     keys: std::sync::Arc<dyn seal::Keyring>,
 }
 
@@ -76,6 +81,7 @@ impl Projections {
             audit,
             exports,
             memories,
+            events,
             erasures,
             keys,
         } = self;
@@ -83,6 +89,7 @@ impl Projections {
         Ok(Detached {
             audit: audit.detach(),
             memories: memories.detach()?,
+            events: events.detach(),
             keys,
         })
     }
@@ -95,24 +102,27 @@ impl Projections {
             audit: audit_index::AuditIndex::attach(db, d.audit)?,
             exports: exports::Exports::open(db)?,
             memories: memories::Memories::attach(db, d.memories)?,
+            events: tenant_events::TenantEvents::attach(db, d.events)?,
             erasures: erasures::Erasures::open(db, d.keys.clone())?,
             keys: d.keys,
         })
     }
 
     /// The sled tree of every projection (what `auditmem replay` drops).
-    pub const TREES: [&'static str; 5] = [
+    pub const TREES: [&'static str; 6] = [
         tenants::TREE,
         audit_index::TREE,
         exports::TREE,
         memories::TREE,
+        tenant_events::TREE,
         erasures::TREE,
     ];
 
     /// Opens every projection; `vectors` reads a memory event's vector from the log, for the
     /// memories projection rebuilding its vector table; large vector tables keep their f32
-    /// rows in files as `spill` says, and the audit index its sealed time-index blocks in a
-    /// file in the same directory (none: both on the heap). `keys` opens what is sealed.
+    /// rows in files as `spill` says, and the audit index and the tenant events index their
+    /// sealed blocks in a file each in the same directory (none: all on the heap). `keys` opens
+    /// what is sealed.
     pub fn open(
         db: &sled::Db,
         vectors: memories::VectorSource<'_>,
@@ -121,12 +131,17 @@ impl Projections {
     ) -> projection::Result<Self> {
         Ok(Self {
             tenants: tenants::Tenants::open(db)?,
-            // The audit time indexes' sealed blocks go where the vector rows spill.
+            // The audit time indexes' and the tenant events lists' sealed blocks go where the
+            // vector rows spill.
             audit: match &spill {
                 Some(s) => audit_index::AuditIndex::open_in(db, &s.dir)?,
                 None => audit_index::AuditIndex::open(db)?,
             },
             exports: exports::Exports::open(db)?,
+            events: match &spill {
+                Some(s) => tenant_events::TenantEvents::open_in(db, &s.dir)?,
+                None => tenant_events::TenantEvents::open(db)?,
+            },
             memories: memories::Memories::open(db, vectors, spill, keys.clone())?,
             erasures: erasures::Erasures::open(db, keys.clone())?,
             keys,
@@ -148,12 +163,13 @@ impl Projections {
 
     /// Erasures come last: a group's erasure destroys its keys once every other projection
     /// has folded the group.
-    pub fn all(&self) -> [&dyn Projection; 5] {
+    pub fn all(&self) -> [&dyn Projection; 6] {
         [
             &self.tenants,
             &self.audit,
             &self.exports,
             &self.memories,
+            &self.events,
             &self.erasures,
         ]
     }

@@ -80,6 +80,10 @@ pub async fn render(State(state): State<AppState>) -> Response {
     // Written, not resident: the sealed blocks are read back through the page cache.
     metrics::gauge!("auditmem_index_file_bytes", "index" => "audit_time")
         .set(p.audit.index_file_bytes() as f64);
+    metrics::gauge!("auditmem_index_heap_bytes", "index" => "tenant_events")
+        .set(p.events.heap_bytes() as f64);
+    metrics::gauge!("auditmem_index_file_bytes", "index" => "tenant_events")
+        .set(p.events.file_bytes() as f64);
     let (memories, vector_bytes) = p.memories.footprint();
     metrics::gauge!("auditmem_index_heap_bytes", "index" => "vectors").set(vector_bytes as f64);
     metrics::gauge!("auditmem_memories_held").set(memories as f64);

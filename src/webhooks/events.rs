@@ -24,6 +24,7 @@
 use auditmem_projections::audit_index::action_key;
 use auditmem_projections::audit_view::format_time;
 use auditmem_projections::event::{Event, KeyCache};
+use auditmem_projections::tenant_events;
 use auditmem_projections::webhooks::WebhookEndpoint;
 use serde_json::{json, Value};
 use uuid::Uuid;
@@ -42,22 +43,28 @@ pub struct Message {
     pub body: Vec<u8>,
 }
 
-/// The type of `event`, and its tenant, for the types webhooks send.
+/// The type of `event`, and its tenant, for the types webhooks send. Every one but an audit
+/// entry is one the tenant events index lists (its tenant is read through that index's own
+/// `tenant_of`), so [`next`] finds each of them there.
 fn type_of(event: &Event) -> Option<(Uuid, WebhookEventType)> {
     use WebhookEventType as T;
-    Some(match event {
-        Event::AuditRecorded(e) => (e.tenant_id, T::AuditEntry),
-        Event::MemoryCreated(e) => (e.tenant_id, T::MemoryCreated),
-        Event::MemoryUpdated(e) => (e.tenant_id, T::MemoryUpdated),
-        Event::MemoryDeleted(e) => (e.tenant_id, T::MemoryDeleted),
-        Event::MemoriesDeletedByType(e) => (e.tenant_id, T::MemoryDeleted),
-        Event::MemoriesDeleted(e) => (e.tenant_id, T::MemoryDeleted),
-        Event::MemorySuperseded(e) => (e.tenant_id, T::MemorySuperseded),
-        Event::MemoriesExpired(e) => (e.tenant_id, T::MemoryExpired),
-        Event::SubjectsErased(e) => (e.tenant_id, T::ErasureCompleted),
-        Event::ExportCompleted(e) => (e.tenant_id, T::ExportCompleted),
+    if let Event::AuditRecorded(e) = event {
+        return Some((e.tenant_id, T::AuditEntry));
+    }
+    let tenant = tenant_events::tenant_of(event)?;
+    let kind = match event {
+        Event::MemoryCreated(_) => T::MemoryCreated,
+        Event::MemoryUpdated(_) => T::MemoryUpdated,
+        Event::MemoryDeleted(_) | Event::MemoriesDeletedByType(_) | Event::MemoriesDeleted(_) => {
+            T::MemoryDeleted
+        }
+        Event::MemorySuperseded(_) => T::MemorySuperseded,
+        Event::MemoriesExpired(_) => T::MemoryExpired,
+        Event::SubjectsErased(_) => T::ErasureCompleted,
+        Event::ExportCompleted(_) => T::ExportCompleted,
         _ => return None,
-    })
+    };
+    Some((tenant, kind))
 }
 
 /// Whether `endpoint` is sent `event`.
@@ -175,11 +182,12 @@ pub enum Scan {
     Reached(u64),
 }
 
-/// The endpoint's first wanted event after `after`, no further than `head`. An endpoint sent
-/// only `audit.entry` reads its tenant's entries in the audit index's per-tenant log order, at
-/// most `max_scan` of them: a read costs its own tenant's entries. Any other reads the log's
-/// records, every tenant's, at most `max_scan` of them (memory, erasure and export events are
-/// in no per-tenant index).
+/// The endpoint's first wanted event after `after`, no further than `head`. Its candidates
+/// are its tenant's positions in log order: its audit entries from the audit index (those of
+/// its actions, by the index's action key, then exactly by the entry itself) if it is sent
+/// `audit.entry`, its other events from the tenant events index if it is sent any other type;
+/// at most `max_scan` from each list. Only candidates are read from the log, so a lookup
+/// costs the tenant's own events, however busy the rest of the log is.
 pub fn next(
     state: &AppState,
     endpoint: &WebhookEndpoint,
@@ -188,56 +196,45 @@ pub fn next(
     max_scan: usize,
 ) -> Result<Scan, String> {
     let audit = WebhookEventType::AuditEntry.name();
-    if !endpoint.event_types.is_empty() && endpoint.event_types.iter().all(|t| t == audit) {
-        return next_entry(state, endpoint, after, head, max_scan);
-    }
-    let mut reached = after;
-    for item in state.log.records_from(after + 1).take(max_scan) {
-        let (seq, bytes) = item.map_err(|e| e.to_string())?;
-        if seq > head {
-            break;
-        }
-        let record = crate::log::record::RecordRef::decode(&bytes)
-            .map_err(|e| format!("record {seq}: {e}"))?;
-        let event = Event::decode(record.event).map_err(|e| format!("record {seq}: {e}"))?;
-        if wanted(endpoint, &event) {
-            if let Some(m) = message(state, endpoint.tenant_id, seq, record.ts_micros, &event)? {
-                return Ok(Scan::Found(m));
-            }
-        }
-        reached = seq;
-    }
-    Ok(Scan::Reached(reached))
-}
-
-/// [`next`] for an endpoint sent only audit entries: its tenant's entries past `after`, those
-/// of its actions (by the index's action key, then exactly by the entry itself).
-fn next_entry(
-    state: &AppState,
-    endpoint: &WebhookEndpoint,
-    after: u64,
-    head: u64,
-    max_scan: usize,
-) -> Result<Scan, String> {
+    let types = &endpoint.event_types;
+    let tenant = &endpoint.tenant_id;
+    let p = &state.projections;
+    let (entries, entries_reached) = if types.iter().any(|t| t == audit) {
+        p.audit
+            .tenant_after(tenant, after, head, max_scan)
+            .map_err(|e| e.to_string())?
+    } else {
+        (Vec::new(), head)
+    };
+    let (others, others_reached) = if types.iter().any(|t| t != audit) {
+        p.events
+            .tenant_after(tenant, after, head, max_scan)
+            .map_err(|e| e.to_string())?
+    } else {
+        (Vec::new(), head)
+    };
+    // Each list is complete up to how far it read, so together they are up to the nearer.
+    let reached = entries_reached.min(others_reached);
     let actions: Vec<u64> = endpoint
         .audit_actions
         .iter()
         .map(|a| action_key(a))
         .collect();
-    let (refs, reached) = state
-        .projections
-        .audit
-        .tenant_after(&endpoint.tenant_id, after, head, max_scan)
-        .map_err(|e| e.to_string())?;
-    for r in refs {
-        if !actions.is_empty() && !actions.contains(&r.action_key) {
-            continue;
-        }
-        let Some((record, event)) = state.log.event(r.seq).map_err(|e| e.to_string())? else {
+    let mut candidates: Vec<u64> = entries
+        .iter()
+        .filter(|r| actions.is_empty() || actions.contains(&r.action_key))
+        .map(|r| r.seq)
+        .chain(others)
+        .filter(|&seq| seq <= reached)
+        .collect();
+    candidates.sort_unstable();
+    for seq in candidates {
+        metrics::counter!("auditmem_webhook_records_read_total").increment(1);
+        let Some((record, event)) = state.log.event(seq).map_err(|e| e.to_string())? else {
             continue;
         };
         if wanted(endpoint, &event) {
-            if let Some(m) = message(state, endpoint.tenant_id, r.seq, record.ts_micros, &event)? {
+            if let Some(m) = message(state, endpoint.tenant_id, seq, record.ts_micros, &event)? {
                 return Ok(Scan::Found(m));
             }
         }

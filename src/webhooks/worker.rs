@@ -36,8 +36,8 @@ use crate::registry::ErrorCode;
 
 /// Most bytes of an answer's body kept in the delivery log.
 pub const EXCERPT_BYTES: usize = 1024;
-/// Most records one scan for an endpoint's next event reads: of its tenant's audit entries
-/// for an endpoint sent only those, else of the log, every tenant's.
+/// Most positions one scan for an endpoint's next event takes from each of its tenant's
+/// log-order lists (its audit entries, its other webhook events).
 const MAX_SCAN: usize = 4096;
 /// How often the supervisor looks for new, changed or deleted endpoints.
 const SUPERVISE_EVERY: Duration = Duration::from_millis(250);

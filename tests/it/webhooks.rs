@@ -1145,3 +1145,125 @@ fn the_delivery_log_keeps_pending_and_latest_settled_through_restart_and_replay(
     let r = Server::start_on_with(&replayed, &["--webhook-delivery", "false"]);
     assert_eq!(deliveries(&r, &key, &id), d);
 }
+
+/// `auditmem_webhook_records_read_total`: log records read by endpoints' next-event lookups.
+fn records_read(s: &Server) -> u64 {
+    common::metrics_text(s)
+        .lines()
+        .find_map(|l| l.strip_prefix("auditmem_webhook_records_read_total "))
+        .map_or(0, |v| v.trim().parse().expect("a count"))
+}
+
+/// The type and `data.position` of each request.
+fn typed_positions(got: &[Value]) -> Vec<(String, u64)> {
+    got.iter()
+        .map(|r| {
+            let body: Value =
+                serde_json::from_str(r["body"].as_str().expect("body")).expect("JSON");
+            let kind = body["type"].as_str().expect("type").to_owned();
+            (kind, position_of(r))
+        })
+        .collect()
+}
+
+#[test]
+fn a_quiet_tenants_endpoints_read_only_its_own_events_in_a_busy_log() {
+    let receiver = Receiver::start();
+    let mut s = Server::start_with(&[ALLOW, "--webhook-retry-base-ms", "100"]);
+    let busy = s.create_tenant("pro");
+    let quiet = s.create_tenant("pro");
+    let key = s.create_key(&quiet, &["webhooks.manage", "memory.write"]);
+    let (memories, _) = create(
+        &s,
+        &key,
+        &receiver.url("/ok/memories"),
+        json!(["memory.created", "memory.deleted"]),
+    );
+    let (status, v, mixed_at) = call(
+        &s,
+        Method::POST,
+        "/v1/webhooks",
+        &key,
+        Some(json!({"url": receiver.url("/ok/mixed"),
+                    "event_types": ["audit.entry", "memory.created", "memory.deleted"]})),
+    );
+    assert_eq!(status, 201, "{v}");
+    // Given the busy tenant's 5,000 records around the quiet tenant's memory written and
+    // deleted,
+    common::ingest_filler(&s, &busy, 2_000);
+    let (status, m, created_at) = call(
+        &s,
+        Method::POST,
+        "/v1/memories",
+        &key,
+        Some(json!({"content": "a quiet fact", "memory_type": "fact", "user_id": "u1"})),
+    );
+    assert_eq!(status, 200, "{m}");
+    let memory_id = m["data"]["id"].as_str().expect("id").to_owned();
+    common::ingest_filler(&s, &busy, 2_000);
+    let (status, _, deleted_at) = call(
+        &s,
+        Method::DELETE,
+        &format!("/v1/memories/{memory_id}"),
+        &key,
+        None,
+    );
+    assert_eq!(status, 200);
+    common::ingest_filler(&s, &busy, 1_000);
+
+    // then the memory endpoint is sent exactly its two events, in order (each the record
+    // right before its request's audit entry),
+    let created = ("memory.created".to_owned(), created_at - 1);
+    let deleted = ("memory.deleted".to_owned(), deleted_at - 1);
+    let got = receiver.wait("/ok/memories", Duration::from_secs(30), |r| r.len() >= 2);
+    assert_eq!(
+        typed_positions(&got),
+        vec![created.clone(), deleted.clone()]
+    );
+    // the mixed one its audit entries and memory events merged in log order,
+    let mixed = receiver.wait("/ok/mixed", Duration::from_secs(30), |r| {
+        r.iter().any(|x| position_of(x) == deleted_at)
+    });
+    let entry = |p: u64| ("audit.entry".to_owned(), p);
+    assert_eq!(
+        typed_positions(&mixed),
+        vec![
+            entry(mixed_at),
+            created,
+            entry(created_at),
+            deleted,
+            entry(deleted_at)
+        ]
+    );
+    // and the lookups read from the log only what they sent, none of the busy tenant's
+    // records (a pass over the log past a cursor would read thousands).
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(records_read(&s), 7);
+    assert_eq!(receiver.at("/ok/memories").len(), 2);
+    assert_eq!(receiver.at("/ok/mixed").len(), 5);
+
+    // After a restart (the lists rebuilt from their blocks), the same.
+    s.restart();
+    common::ingest_filler(&s, &busy, 2_000);
+    let (status, _, again_at) = call(
+        &s,
+        Method::POST,
+        "/v1/memories",
+        &key,
+        Some(json!({"content": "another quiet fact", "memory_type": "fact", "user_id": "u1"})),
+    );
+    assert_eq!(status, 200);
+    let got = receiver.wait("/ok/memories", Duration::from_secs(30), |r| r.len() >= 3);
+    assert_eq!(
+        typed_positions(&got[2..]),
+        vec![("memory.created".to_owned(), again_at - 1)]
+    );
+    receiver.wait("/ok/mixed", Duration::from_secs(30), |r| {
+        r.iter().any(|x| position_of(x) == again_at)
+    });
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(records_read(&s), 3);
+    assert_eq!(receiver.at("/ok/memories").len(), 3);
+    assert_eq!(receiver.at("/ok/mixed").len(), 7);
+    drop(memories);
+}

@@ -198,7 +198,7 @@ impl AuditIndex {
     }
 
     /// The seqs of `tenant_id`'s entries with `after < seq <= upto`, in log order, at most
-    /// `limit`: a rank in the tenant's log-order index, then its keys from there.
+    /// `limit`, from the tenant's log-order list.
     pub(super) fn tenant_seqs(
         &self,
         tenant_id: &Uuid,
@@ -206,20 +206,10 @@ impl AuditIndex {
         upto: u64,
         limit: usize,
     ) -> Result<Vec<u64>> {
-        let state = self.state();
-        let Some(t) = state.tenants.get(tenant_id) else {
-            return Ok(Vec::new());
-        };
-        let lo = t.by_seq.rank((0, after.saturating_add(1)))?;
-        let mut seqs = Vec::new();
-        for k in t.by_seq.between(lo, t.by_seq.len()) {
-            let seq = k?.1;
-            if seq > upto || seqs.len() >= limit {
-                break;
-            }
-            seqs.push(seq);
+        match self.state().tenants.get(tenant_id) {
+            Some(t) => Ok(t.by_seq.after(after, upto, limit)?),
+            None => Ok(Vec::new()),
         }
-        Ok(seqs)
     }
 
     /// Number of matching entries.

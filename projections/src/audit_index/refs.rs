@@ -150,11 +150,7 @@ impl AuditIndex {
                 })
             })
             .collect::<Result<Vec<AuditRef>>>()?;
-        let reached = match seqs.last() {
-            Some(&last) if seqs.len() >= limit => last,
-            _ => upto,
-        };
-        Ok((refs, reached))
+        Ok((refs, crate::log_order::reached(&seqs, upto, limit)))
     }
 
     /// Refs of several seqs, reading each stored block once.

@@ -13,6 +13,7 @@ use uuid::Uuid;
 
 use super::refs::AuditRef;
 use super::BLOCK_REFS;
+use crate::log_order::LogOrder;
 use crate::sorted_index::{BlockFile, SortedIndex};
 use crate::FastMap;
 
@@ -25,16 +26,15 @@ pub fn action_key(action: &str) -> u64 {
 }
 
 /// One tenant's sorted `(created_at, seq)` indexes: of all its entries, and per action key;
-/// and its entries in log order, keyed `(0, seq)`.
+/// and its entries' seqs in log order.
 pub(super) struct TenantIndex {
     pub(super) all: SortedIndex,
     pub(super) by_action: FastMap<u64, SortedIndex>,
     /// In log order: "this tenant's entries after log position P" at the cost of those
-    /// entries, not of every tenant's since P (a live tail's backfill). Created_at is not in
-    /// log order (the gateway forwards entries late), so `all` cannot answer it. Every key
-    /// lands past the last one (an append), and with its time column 0 a sealed block packs
-    /// to the width of its seqs' spread alone.
-    pub(super) by_seq: SortedIndex,
+    /// entries, not of every tenant's since P (a live tail's backfill, an `audit.entry`
+    /// webhook). Created_at is not in log order (the gateway forwards entries late), so `all`
+    /// cannot answer it.
+    pub(super) by_seq: LogOrder,
 }
 
 impl TenantIndex {
@@ -42,14 +42,14 @@ impl TenantIndex {
         Self {
             all: SortedIndex::with_file(file.cloned()),
             by_action: FastMap::default(),
-            by_seq: SortedIndex::with_file(file.cloned()),
+            by_seq: LogOrder::with_file(file.cloned()),
         }
     }
 
     /// An error is the block file's (see [`SortedIndex::insert`]).
     fn insert(&mut self, r: &AuditRef) -> std::io::Result<()> {
         let k = (r.created_at, r.seq);
-        self.by_seq.insert((0, r.seq))?;
+        self.by_seq.push(r.seq)?;
         self.all.insert(k)?;
         let all = &self.all;
         self.by_action
