@@ -16,8 +16,8 @@
 //! ```
 //!
 //! Every refusal after `identify` is itself recorded as the tenant's entry. A request that
-//! changed nothing is answered once its entry is durable, before it is folded; the tenant's
-//! next requests that read the folded state wait for that fold first (`reads_memories_only`).
+//! changed nothing is answered once its entry is durable, before it is folded; the requests
+//! after it that read the folded state wait for that fold first (`reads_memories_only`).
 //!
 //! What the entry records is bounded (`wire::audit::bounds`): the user agent truncated with a
 //! marker, the tags refused over their size, every detail field within the audit body limit;
@@ -314,11 +314,11 @@ pub async fn v1_gate(State(gate): State<Gate>, req: Request, next: Next) -> Resp
         entry.scope.sort();
         entry.scope.dedup();
     }
-    // A caller sees its own entries: what reads the folded state waits for the tenant's entries
-    // answered before their fold (`Appender::append_read`). A read of memories alone does not:
-    // those entries change no memory.
+    // A caller sees its own entries: what reads the folded state waits for the entries answered
+    // before their fold (`Appender::append_read`). A read of memories alone does not: those
+    // entries change no memory.
     if !reads_memories_only(policy, parts.uri.query(), &bytes) {
-        state.appender.caught_up(Some(tenant.id)).await;
+        state.appender.caught_up().await;
     }
     let mut req = Request::from_parts(parts, Body::from(bytes));
     req.extensions_mut().insert(Caller { tenant, key, scope });
@@ -583,7 +583,7 @@ async fn record(state: &AppState, entry: Entry, resp: Response) -> Response {
         ),
         (Some(check), _) => state.appender.append_checked(events, check).await,
         // Only its own entry: answered once durable, not folded (see `Appender::append_read`).
-        (None, _) if events.len() == 1 => state.appender.append_read(entry.tenant.id, events).await,
+        (None, _) if events.len() == 1 => state.appender.append_read(events).await,
         (None, _) => state.appender.append(events).await,
     };
     match outcome {

@@ -189,18 +189,10 @@ pub struct Appender {
     outbox: Option<super::cluster::Outbox>,
     /// The Merkle tree over the log, holding every record up to the head.
     tlog: Arc<MerkleTree>,
-    /// What reads answered before their fold left to fold ([`Appender::caught_up`]).
-    owed: Arc<Owed>,
+    /// The highest seq answered before the applier folded it ([`Appender::caught_up`]).
+    owed: Arc<AtomicU64>,
     #[cfg(test)]
     progress: Arc<applier::ApplyProgress>,
-}
-
-/// The highest seq answered before the applier folded it, per tenant and in all: what a read
-/// of the folded state must wait for so that a caller sees its own entries.
-#[derive(Default)]
-struct Owed {
-    tenants: std::sync::Mutex<std::collections::HashMap<uuid::Uuid, u64>>,
-    max: AtomicU64,
 }
 
 pub struct AppenderThread {
@@ -423,37 +415,23 @@ impl Appender {
         self.submit(events, None, false).await
     }
 
-    /// Appends the audit entry of a request of `tenant` that changed nothing (a read, a
-    /// refusal); resolves once durable, without waiting for the applier to fold it: a read
-    /// answered while the applier folds a large group of another tenant (an erasure of
-    /// thousands of memories) does not wait for that fold. Whatever reads the folded state
-    /// waits first, in [`caught_up`](Self::caught_up), for the tenant's entries answered so.
-    pub async fn append_read(
-        &self,
-        tenant: uuid::Uuid,
-        events: Vec<Event>,
-    ) -> Result<Committed, AppendError> {
+    /// Appends the audit entry of a request that changed nothing (a read, a refusal); resolves
+    /// once durable, without waiting for the applier to fold it: a read answered while the
+    /// applier folds another tenant's large group (an erasure of thousands of memories) does
+    /// not wait for that fold. Whatever reads the folded state waits first, in
+    /// [`caught_up`](Self::caught_up), for every entry answered so.
+    pub async fn append_read(&self, events: Vec<Event>) -> Result<Committed, AppendError> {
         let c = self.submit(events, None, true).await?;
-        if let Ok(mut owed) = self.owed.tenants.lock() {
-            let seq = owed.entry(tenant).or_default();
-            *seq = (*seq).max(c.last_seq);
-        }
-        self.owed.max.fetch_max(c.last_seq, Ordering::SeqCst);
+        self.owed.fetch_max(c.last_seq, Ordering::SeqCst);
         Ok(c)
     }
 
-    /// Resolves once the applier has folded every entry of `tenant` (`None`: of every tenant)
-    /// that [`append_read`](Self::append_read) answered before its fold, or the appender
-    /// stopped.
-    pub async fn caught_up(&self, tenant: Option<uuid::Uuid>) {
-        let owed = match tenant {
-            Some(t) => self
-                .owed
-                .tenants
-                .lock()
-                .map_or(0, |o| o.get(&t).copied().unwrap_or(0)),
-            None => self.owed.max.load(Ordering::SeqCst),
-        };
+    /// Resolves once the applier has folded every entry that
+    /// [`append_read`](Self::append_read) answered before its fold, or the appender stopped:
+    /// what a request reads of the folded state then holds every entry answered before it
+    /// came, as if each had been answered after its fold.
+    pub async fn caught_up(&self) {
+        let owed = self.owed.load(Ordering::SeqCst);
         if self.head().seq >= owed {
             return;
         }

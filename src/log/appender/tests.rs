@@ -45,7 +45,7 @@ async fn given_a_stalled_applier_then_a_read_is_answered_once_stored_and_caught_
 ) {
     let dir = tempfile::tempdir().expect("tempdir");
     let (appender, thread, projections) = started(&dir);
-    let (a, b) = (Uuid::from_u128(1), Uuid::from_u128(2));
+    let a = Uuid::from_u128(3);
     let held = appender.hold_applier();
 
     // A write waits for its fold, so it is not answered while the applier is held,
@@ -56,28 +56,20 @@ async fn given_a_stalled_applier_then_a_read_is_answered_once_stored_and_caught_
     tokio::time::sleep(STALLED).await;
     assert!(!write.is_finished(), "a write was answered before its fold");
     // but a read's entry is answered once durable, with its position, before any fold,
-    let read = tokio::time::timeout(ARRIVES, appender.append_read(a, vec![created(3)]))
+    let read = tokio::time::timeout(ARRIVES, appender.append_read(vec![created(3)]))
         .await
         .expect("a read is answered while the applier is stalled")
         .expect("the read's append");
     assert_eq!((read.first_seq, read.last_seq), (2, 2));
     assert_eq!(appender.head().seq, 0);
     assert!(projections.tenants.tenant(&a).expect("read").is_none());
-    // and what reads tenant a's folded state waits for it; tenant b's owes nothing.
+    // and what reads the folded state waits for it.
     let waiting = tokio::spawn({
         let appender = appender.clone();
-        async move { appender.caught_up(Some(a)).await }
+        async move { appender.caught_up().await }
     });
-    let admin = tokio::spawn({
-        let appender = appender.clone();
-        async move { appender.caught_up(None).await }
-    });
-    tokio::time::timeout(ARRIVES, appender.caught_up(Some(b)))
-        .await
-        .expect("a tenant with nothing answered early waits for nothing");
     tokio::time::sleep(STALLED).await;
     assert!(!waiting.is_finished(), "caught up before the read's fold");
-    assert!(!admin.is_finished(), "caught up before the read's fold");
 
     drop(held);
     let write = tokio::time::timeout(ARRIVES, write)
@@ -86,12 +78,10 @@ async fn given_a_stalled_applier_then_a_read_is_answered_once_stored_and_caught_
         .expect("join")
         .expect("the write's append");
     assert_eq!(write.last_seq, 1);
-    for w in [waiting, admin] {
-        tokio::time::timeout(ARRIVES, w)
-            .await
-            .expect("caught up once folded")
-            .expect("join");
-    }
+    tokio::time::timeout(ARRIVES, waiting)
+        .await
+        .expect("caught up once folded")
+        .expect("join");
     assert!(appender.head().seq >= 2);
     assert!(projections.tenants.tenant(&a).expect("read").is_some());
     thread.stop().await;
