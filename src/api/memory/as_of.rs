@@ -299,7 +299,7 @@ where
             let entry = Entry {
                 tenant,
                 position: then.position,
-                bytes: seqs.len().saturating_mul(STORE_BYTES_PER_EVENT),
+                bytes: STORE_BASE_BYTES + seqs.len().saturating_mul(STORE_BYTES_PER_EVENT),
                 store: Arc::new(past),
                 unerased: unerased.into(),
                 retirements,
@@ -362,14 +362,19 @@ fn kept(state: &AppState, tenant: Uuid, position: u64) -> Option<Arc<Memories>> 
 /// [`MAX_REPLAYED`] is sized by (an event creates at most one memory).
 pub const STORE_BYTES_PER_EVENT: usize = 2_800;
 
-/// The bytes of the stores kept at once (~45,000 events' worth).
+/// The bytes a replayed store is counted as holding whatever it folded: its temporary
+/// database's write buffers (sled's are a 512 KiB segment each), so that many small stores
+/// are bounded too.
+pub const STORE_BASE_BYTES: usize = 1 << 20;
+
+/// The bytes of the stores kept at once (~45,000 events' worth, or 128 empty stores).
 pub const KEPT_BYTES: usize = 128 << 20;
 
 /// A tenant's stores kept at once: its latest positions, so that one tenant's many positions
 /// evict its own stores before other tenants'.
 pub const KEPT_PER_TENANT: usize = 2;
 
-/// The largest store kept: a quarter of [`KEPT_BYTES`] (~12,000 events), so that one tenant's
+/// The largest store kept: a quarter of [`KEPT_BYTES`] (~11,600 events), so that one tenant's
 /// largest stores leave room for others'.
 pub const KEPT_MAX_STORE_BYTES: usize = KEPT_BYTES / 4;
 
