@@ -2,9 +2,11 @@
 //! a search as of a recorded `memory.search` gives back the recorded ids in the recorded order
 //! after the store changed; get, list, query and history show the store as it stood; bad
 //! values are refused naming `as_of`; an erased user's memories are absent from the past too;
-//! a tenant never reads another tenant's past.
+//! a tenant never reads another tenant's past. A store replayed as of a position is kept for
+//! the tenant's next read as of it: that read answers the same, an erasure since makes it fold
+//! again, and another tenant never gets it.
 
-use crate::common::{assert_error, Server};
+use crate::common::{assert_error, metrics_text, Server};
 use crate::forget;
 
 use reqwest::Method;
@@ -408,4 +410,139 @@ fn a_tenant_never_reads_another_tenants_past() {
         json!({"query": "private plan", "as_of": head}),
     );
     assert_eq!(found["data"]["results"], json!([]));
+}
+
+/// How many reads as of a position were answered by a store folded for them and by a store
+/// kept from an earlier read (`auditmem_as_of_reads_total`).
+fn reads_as_of(s: &Server) -> (u64, u64) {
+    let text = metrics_text(s);
+    let count = |store: &str| {
+        let series = format!("auditmem_as_of_reads_total{{store=\"{store}\"}} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(&series))
+            .map(|v| v.trim().parse().expect("a count"))
+            .unwrap_or(0)
+    };
+    (count("folded"), count("kept"))
+}
+
+#[test]
+fn a_second_search_as_of_the_same_position_is_answered_by_the_kept_store_the_same() {
+    let s = Server::start();
+    let key = tenant(&s);
+    for content in [
+        "The user loves hiking in the Alps every summer",
+        "The user has two cats named Miso and Tofu",
+        "The user climbed Mont Blanc in 2019",
+    ] {
+        remember(&s, &key, json!({"content": content, "memory_type": "fact"}));
+    }
+    let asked = json!({"query": "mountain hiking trips", "top_k": 3, "search_mode": "hybrid"});
+    let (status, recorded, position) = call(
+        &s,
+        Method::POST,
+        "/v1/memories/search",
+        &key,
+        Some(asked.clone()),
+    );
+    assert_eq!(status, 200, "{recorded}");
+    // Changed since: the kept store must be the past one, not this.
+    remember(
+        &s,
+        &key,
+        json!({"content": "The user hikes mountain trails on every trip", "memory_type": "fact"}),
+    );
+
+    let mut again = asked.clone();
+    again["as_of"] = json!(position);
+    let (status, first) = s.post("/v1/memories/search", &key, again.clone());
+    assert_eq!(status, 200, "{first}");
+    assert_eq!(
+        ids(&first["data"]["results"]),
+        ids(&recorded["data"]["results"])
+    );
+    assert_eq!(reads_as_of(&s), (1, 0));
+    let (status, second) = s.post("/v1/memories/search", &key, again);
+    assert_eq!(status, 200, "{second}");
+    assert_eq!(reads_as_of(&s), (1, 1));
+    // The whole answer: ids, contents, scores, and the echo of what was replayed.
+    assert_eq!(second, first);
+    assert_eq!(second["data"]["as_of"]["events_replayed"], json!(3));
+
+    // A list as of the same position asks the same kept store.
+    let (status, page) = s.get(&format!("/v1/memories?as_of={position}"), &key);
+    assert_eq!(status, 200, "{page}");
+    assert_eq!(page["data"]["total"], json!(3));
+    assert_eq!(reads_as_of(&s), (1, 2));
+}
+
+#[test]
+fn an_erasure_after_a_kept_replay_makes_the_erased_memory_absent_from_the_next() {
+    let s = Server::start();
+    let key = tenant(&s);
+    let (alice, _) = remember(
+        &s,
+        &key,
+        json!({"content": "Alice's passport number is QX-55192", "memory_type": "fact", "user_id": "alice"}),
+    );
+    let (bob, before) = remember(
+        &s,
+        &key,
+        json!({"content": "Bob's passport is in the drawer", "memory_type": "fact", "user_id": "bob"}),
+    );
+    let asked = json!({"query": "passport number", "as_of": before, "top_k": 5});
+    let (_, found) = s.post("/v1/memories/search", &key, asked.clone());
+    assert_eq!(
+        ids(&found["data"]["results"]),
+        vec![alice.clone(), bob.clone()]
+    );
+    let (_, found) = s.post("/v1/memories/search", &key, asked.clone());
+    assert_eq!(
+        ids(&found["data"]["results"]),
+        vec![alice.clone(), bob.clone()]
+    );
+    assert_eq!(reads_as_of(&s), (1, 1));
+
+    let (status, v) = s.post("/v1/erasures", &key, json!({"user_id": "alice"}));
+    assert_eq!(status, 201, "{v}");
+
+    // The kept store held Alice's memory: it is folded again, and she is absent.
+    let (_, found) = s.post("/v1/memories/search", &key, asked.clone());
+    assert_eq!(ids(&found["data"]["results"]), vec![bob.clone()]);
+    assert!(!found.to_string().contains("QX-55192"), "{found}");
+    assert_eq!(reads_as_of(&s), (2, 1));
+    let (_, page) = s.get(&format!("/v1/memories?as_of={before}"), &key);
+    assert_eq!(page["data"]["total"], json!(1));
+    assert_eq!(ids(&page["data"]["memories"]), vec![bob]);
+    assert_eq!(reads_as_of(&s), (2, 2));
+}
+
+#[test]
+fn another_tenant_as_of_the_same_position_never_gets_the_kept_store() {
+    let s = Server::start();
+    let owner = tenant(&s);
+    let other = tenant(&s);
+    remember(
+        &s,
+        &owner,
+        json!({"content": "owner's private plan", "memory_type": "fact"}),
+    );
+    let (head, _) = s.head();
+    let (_, page) = s.get(&format!("/v1/memories?as_of={head}"), &owner);
+    assert_eq!(page["data"]["total"], json!(1));
+    let (_, page) = s.get(&format!("/v1/memories?as_of={head}"), &owner);
+    assert_eq!(page["data"]["total"], json!(1));
+    assert_eq!(reads_as_of(&s), (1, 1));
+
+    let (_, page) = s.get(&format!("/v1/memories?as_of={head}"), &other);
+    assert_eq!(page["data"]["total"], json!(0));
+    assert_eq!(page["data"]["memories"], json!([]));
+    let (_, found) = s.post(
+        "/v1/memories/search",
+        &other,
+        json!({"query": "private plan", "as_of": head}),
+    );
+    assert_eq!(found["data"]["results"], json!([]));
+    // The other tenant's first read folded its own (empty) past; its second asked that.
+    assert_eq!(reads_as_of(&s), (2, 2));
 }

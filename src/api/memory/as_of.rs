@@ -1,25 +1,43 @@
 //! Reads `as_of` a log position: the tenant's memory store as it stood right after it.
 //!
-//! Nothing is kept for this. The memories projection holds, per tenant, the seqs of the events
-//! that changed its memories (`Memories::history_up_to`); a read `as_of` position `p` reads
-//! those up to `p` from the log and folds them into a store of its own
-//! (`Memories::past`, on a temporary database, expiry judged at the time of record `p`), then
-//! asks it what the current store is asked. So the cost is the tenant's history up to `p`
-//! (one log read and one fold per event), never the log's; at most [`MAX_REPLAYED`] events are
-//! replayed (more: 400).
+//! The memories projection holds, per tenant, the seqs of the events that changed its memories
+//! (`Memories::history_up_to`); a read `as_of` position `p` reads those up to `p` from the log
+//! and folds them into a store of its own (`Memories::past`, on a temporary database, expiry
+//! judged at the time of record `p`), then asks it what the current store is asked. So the
+//! cost is the tenant's history up to `p` (one log read and one fold per event), never the
+//! log's; at most [`MAX_REPLAYED`] events are replayed (more: 400).
+//!
+//! Kept for the next look: a store folded from a tenant's whole history up to `p` (list,
+//! query, search; not get, which folds one memory's events) is kept, and the tenant's next read
+//! as of `p` asks it instead of folding again (the console's "replay this search" and a second
+//! look at it ask the same position). Kept stores are bounded ([`KEPT_BYTES`] in all,
+//! [`KEPT_PER_TENANT`] a tenant, least recently used out first) and only ever handed to their
+//! own tenant. A kept store is dropped, and the position folded again, once it may no longer be
+//! what a fold would give: when the keyring has retired or destroyed a key since it was folded
+//! (its sealed values were opened before; `Keyring::retirements`), or when a memory it holds
+//! unerased is erased in the current store (an erasure of memories that predate sealing
+//! destroys no key).
 //!
 //! Other tenants first: a replay (the fold, the question asked of the folded store, and
-//! freeing it) runs on a thread of its own whose nice value is raised by [`REPLAY_NICE`], as
-//! the bulk embedding lanes' are, so a request at the process's priority takes a core from it
-//! whenever it wants one. [`CONCURRENT_REPLAYS`] replay runs at a time (one replayed store is
-//! held at a time); a tenant has at most [`REPLAYS_PER_TENANT`] running or waiting their turn,
-//! and one more is refused 429 (4290) with `Retry-After`, so one tenant cannot fill the queue.
+//! freeing or keeping it) and a question asked of a kept store run on a thread of their own
+//! whose nice value is raised by [`REPLAY_NICE`], as the bulk embedding lanes' are, so a
+//! request at the process's priority takes a core from it whenever it wants one. No lock is
+//! held across a fold: it takes the keyring's cache lock once per sealed event and the current
+//! store's read lock once per memory it created, each for a map lookup, so a niced thread never
+//! keeps a request at the process's priority waiting for longer than that.
+//!
+//! [`CONCURRENT_REPLAYS`] fold runs at a time, in the order they asked (a fair semaphore); a
+//! tenant has at most [`REPLAYS_PER_TENANT`] reads as of a position running or waiting their
+//! turn, and one more is refused 429 (4290) with `Retry-After`, so one tenant has at most two
+//! places in the queue whatever it sends, and another tenant's fold waits for at most two of
+//! its. A read answered by a kept store takes its tenant's place but waits for no turn.
 //!
 //! ```text
-//! handler: slot (≤ 2 per tenant, else 429) ─▶ turn (1 at a time) ─▶ thread "as-of-replay" (+10):
-//!    ▲                                                                fold, ask, free the slot,
-//!    └──────────────────────── the answer ◀────────────────────────── send the answer;
-//!                                                                     free the store, the turn
+//! handler: slot (≤ 2 per tenant, else 429) ─┬─ kept? ─▶ thread "as-of-replay" (+10): ask
+//!    ▲                                       └─ turn (1 at a time) ─▶ thread (+10): fold, ask,
+//!    └──────────────────────── the answer ◀───────────────────────── free the slot, answer;
+//!                                                                    keep or free the store,
+//!                                                                    free the turn
 //! ```
 //!
 //! Erased stays erased: the past store opens sealed values with the service's keyring, so a
@@ -197,10 +215,11 @@ fn too_many(then: &Then, n: usize) -> ApiError {
     ))
 }
 
-/// Asks `ask` of the tenant's store as it stood right after `then`, folded from the events at
-/// `seqs` (the tenant's, ascending), on a replay thread (module doc): refused 429 when the
-/// tenant already has [`REPLAYS_PER_TENANT`] replays running or waiting, otherwise waits its
-/// turn ([`CONCURRENT_REPLAYS`] at a time).
+/// Asks `ask` of the tenant's store as it stood right after `then`, folded from `seqs` (the
+/// seqs of the tenant's whole history up to it, ascending) or asked of that store kept from an
+/// earlier read as of the same position (module doc): refused 429 when the tenant already has
+/// [`REPLAYS_PER_TENANT`] reads running or waiting, otherwise a fold waits its turn
+/// ([`CONCURRENT_REPLAYS`] at a time).
 pub async fn replay<T, F>(
     state: &AppState,
     tenant: Uuid,
@@ -212,23 +231,250 @@ where
     T: Send + 'static,
     F: FnOnce(&Memories) -> Result<T, ApiError> + Send + 'static,
 {
+    replayed(state, tenant, then, seqs, true, ask).await
+}
+
+/// [`replay`] of some of the tenant's events up to `then` (one memory's): the store folded
+/// from them is not the tenant's, so it is neither taken from nor kept for the next read.
+pub async fn replay_part<T, F>(
+    state: &AppState,
+    tenant: Uuid,
+    then: Then,
+    seqs: Vec<u64>,
+    ask: F,
+) -> Result<T, ApiError>
+where
+    T: Send + 'static,
+    F: FnOnce(&Memories) -> Result<T, ApiError> + Send + 'static,
+{
+    replayed(state, tenant, then, seqs, false, ask).await
+}
+
+async fn replayed<T, F>(
+    state: &AppState,
+    tenant: Uuid,
+    then: Then,
+    seqs: Vec<u64>,
+    whole: bool,
+    ask: F,
+) -> Result<T, ApiError>
+where
+    T: Send + 'static,
+    F: FnOnce(&Memories) -> Result<T, ApiError> + Send + 'static,
+{
     let slot = Slot::take(tenant)?;
+    if whole {
+        if let Some(store) = kept(state, tenant, then.position) {
+            return ask_kept(slot, store, ask).await;
+        }
+    }
     let turn = REPLAYS
         .acquire()
         .await
         .map_err(|e| ApiError::internal(format!("as_of: {e}")))?;
+    if whole {
+        // The same position may have been folded while this read waited its turn.
+        if let Some(store) = kept(state, tenant, then.position) {
+            drop(turn);
+            return ask_kept(slot, store, ask).await;
+        }
+    }
+    // Read before the fold opens anything: a key retired during the fold moves it, and the
+    // store is then not kept.
+    let retirements = state.projections.keys.retirements().filter(|_| whole);
     let state = state.clone();
     niced(move |answer| {
         let folded = fold(&state, tenant, then, &seqs);
-        let asked = folded.as_ref().map_err(Clone::clone).and_then(ask);
+        let asked = folded
+            .as_ref()
+            .map_err(Clone::clone)
+            .and_then(|(past, _)| ask(past));
         // The tenant's place is free once it has its answer (its next read may queue at
-        // once); the turn only once the store is freed, so one store is held at a time.
+        // once); the turn only once the store is kept or freed, so one store is folded at a
+        // time and a read waiting for the same position finds it kept.
         drop(slot);
+        metrics::counter!("auditmem_as_of_reads_total", "store" => "folded").increment(1);
         let _ = answer.send(asked);
-        drop(folded);
+        if let (Ok((past, unerased)), Some(retirements)) = (folded, retirements) {
+            let entry = Entry {
+                tenant,
+                position: then.position,
+                bytes: STORE_BASE_BYTES + seqs.len().saturating_mul(STORE_BYTES_PER_EVENT),
+                store: Arc::new(past),
+                unerased: unerased.into(),
+                retirements,
+                used: 0,
+            };
+            // Still what a fold would give only if no key was retired since it began.
+            if state.projections.keys.retirements() == Some(retirements) {
+                let evicted = KEPT.lock().unwrap_or_else(|p| p.into_inner()).keep(entry);
+                drop(evicted);
+            }
+        }
         drop(turn);
     })
     .await
+}
+
+/// Asks `ask` of a kept store on a niced thread, as a fold's question is asked.
+async fn ask_kept<T, F>(slot: Slot, store: Arc<Memories>, ask: F) -> Result<T, ApiError>
+where
+    T: Send + 'static,
+    F: FnOnce(&Memories) -> Result<T, ApiError> + Send + 'static,
+{
+    niced(move |answer| {
+        let asked = ask(&store);
+        drop(slot);
+        metrics::counter!("auditmem_as_of_reads_total", "store" => "kept").increment(1);
+        let _ = answer.send(asked);
+        // A store evicted while it was asked is freed here, not on a request's thread.
+        drop(store);
+    })
+    .await
+}
+
+/// The tenant's store as of `position` if one is kept and is still what a fold would give
+/// (module doc); a kept store that is not is dropped (freed on a niced thread).
+fn kept(state: &AppState, tenant: Uuid, position: u64) -> Option<Arc<Memories>> {
+    let (store, unerased, retirements) = KEPT
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(tenant, position)?;
+    let current = &state.projections.memories;
+    let fresh = state.projections.keys.retirements() == Some(retirements)
+        && !unerased.iter().any(|id| current.is_erased(id));
+    if fresh {
+        return Some(store);
+    }
+    let dropped = KEPT
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(&store);
+    drop(store);
+    if let Some(dropped) = dropped {
+        // Freeing a store of thousands of memories is the replay's work, not the request's.
+        let _ = spawn_niced(move || drop(dropped));
+    }
+    None
+}
+
+/// The bytes a replayed store is counted as holding, an event folded: the estimate
+/// [`MAX_REPLAYED`] is sized by (an event creates at most one memory).
+pub const STORE_BYTES_PER_EVENT: usize = 2_800;
+
+/// The bytes a replayed store is counted as holding whatever it folded: its temporary
+/// database's write buffers (sled's are a 512 KiB segment each), so that many small stores
+/// are bounded too.
+pub const STORE_BASE_BYTES: usize = 1 << 20;
+
+/// The bytes of the stores kept at once (~45,000 events' worth, or 128 empty stores).
+pub const KEPT_BYTES: usize = 128 << 20;
+
+/// A tenant's stores kept at once: its latest positions, so that one tenant's many positions
+/// evict its own stores before other tenants'.
+pub const KEPT_PER_TENANT: usize = 2;
+
+/// The largest store kept: a quarter of [`KEPT_BYTES`] (~11,600 events), so that one tenant's
+/// largest stores leave room for others'.
+pub const KEPT_MAX_STORE_BYTES: usize = KEPT_BYTES / 4;
+
+static KEPT: LazyLock<Mutex<Kept>> = LazyLock::new(Default::default);
+
+/// A replayed store kept for its tenant's next read as of the same position.
+struct Entry {
+    tenant: Uuid,
+    position: u64,
+    store: Arc<Memories>,
+    /// The memories created in its history and not erased in it: one erased in the current
+    /// store since makes it stale.
+    unerased: Arc<[Uuid]>,
+    /// The keyring's retirements when its fold began.
+    retirements: u64,
+    bytes: usize,
+    /// When it was last kept or asked, on [`Kept::tick`]'s clock.
+    used: u64,
+}
+
+/// The kept stores, least recently used evicted first.
+#[derive(Default)]
+struct Kept {
+    entries: Vec<Entry>,
+    bytes: usize,
+    tick: u64,
+}
+
+impl Kept {
+    /// The tenant's store as of `position`, with what says whether it is still fresh.
+    fn get(&mut self, tenant: Uuid, position: u64) -> Option<(Arc<Memories>, Arc<[Uuid]>, u64)> {
+        self.tick += 1;
+        let tick = self.tick;
+        let e = self
+            .entries
+            .iter_mut()
+            .find(|e| e.tenant == tenant && e.position == position)?;
+        e.used = tick;
+        Some((Arc::clone(&e.store), Arc::clone(&e.unerased), e.retirements))
+    }
+
+    /// Keeps `entry` (replacing its tenant's store as of the same position), evicting the
+    /// tenant's least recently used past [`KEPT_PER_TENANT`], then anyone's past [`KEPT_BYTES`].
+    /// Returns what it let go of (with `entry` itself when it is too large), for the caller
+    /// to free outside the lock.
+    fn keep(&mut self, mut entry: Entry) -> Vec<Entry> {
+        if entry.bytes > KEPT_MAX_STORE_BYTES {
+            return vec![entry];
+        }
+        self.tick += 1;
+        entry.used = self.tick;
+        let mut evicted = Vec::new();
+        let same = |e: &Entry| e.tenant == entry.tenant && e.position == entry.position;
+        if let Some(i) = self.entries.iter().position(same) {
+            evicted.push(self.take(i));
+        }
+        while self
+            .entries
+            .iter()
+            .filter(|e| e.tenant == entry.tenant)
+            .count()
+            >= KEPT_PER_TENANT
+        {
+            let oldest = self.oldest(|e| e.tenant == entry.tenant);
+            evicted.extend(oldest.map(|i| self.take(i)));
+        }
+        while self.bytes + entry.bytes > KEPT_BYTES {
+            match self.oldest(|_| true) {
+                Some(i) => evicted.push(self.take(i)),
+                None => break,
+            }
+        }
+        self.bytes += entry.bytes;
+        self.entries.push(entry);
+        metrics::gauge!("auditmem_as_of_kept_bytes").set(self.bytes as f64);
+        evicted
+    }
+
+    /// Takes out the entry holding `store`, if it is still kept.
+    fn remove(&mut self, store: &Arc<Memories>) -> Option<Entry> {
+        let i = self
+            .entries
+            .iter()
+            .position(|e| Arc::ptr_eq(&e.store, store))?;
+        let entry = self.take(i);
+        metrics::gauge!("auditmem_as_of_kept_bytes").set(self.bytes as f64);
+        Some(entry)
+    }
+
+    fn oldest(&self, which: impl Fn(&Entry) -> bool) -> Option<usize> {
+        (0..self.entries.len())
+            .filter(|&i| which(&self.entries[i]))
+            .min_by_key(|&i| self.entries[i].used)
+    }
+
+    fn take(&mut self, i: usize) -> Entry {
+        let entry = self.entries.swap_remove(i);
+        self.bytes -= entry.bytes;
+        entry
+    }
 }
 
 /// Runs `job` on a new thread niced by [`REPLAY_NICE`] (its own: the nice value is per
@@ -239,16 +485,23 @@ where
     F: FnOnce(tokio::sync::oneshot::Sender<Result<T, ApiError>>) + Send + 'static,
 {
     let (answer, answered) = tokio::sync::oneshot::channel();
-    std::thread::Builder::new()
-        .name("as-of-replay".to_string())
-        .spawn(move || {
-            crate::embed::lower_priority(REPLAY_NICE);
-            job(answer)
-        })
+    spawn_niced(move || job(answer))
         .map_err(|e| ApiError::internal(format!("as_of: no replay thread: {e}")))?;
     answered
         .await
         .map_err(|_| ApiError::internal("as_of: the replay stopped before answering"))?
+}
+
+/// Starts `job` on a new thread niced by [`REPLAY_NICE`]. When no thread can be started the
+/// job is dropped unrun, here.
+fn spawn_niced(job: impl FnOnce() + Send + 'static) -> std::io::Result<()> {
+    std::thread::Builder::new()
+        .name("as-of-replay".to_string())
+        .spawn(move || {
+            crate::embed::lower_priority(REPLAY_NICE);
+            job()
+        })
+        .map(drop)
 }
 
 /// The tenant whose memories a memory event changes; `None` for any other event.
@@ -266,7 +519,14 @@ fn tenant_of(event: &Event) -> Option<Uuid> {
     })
 }
 
-fn fold(state: &AppState, tenant: Uuid, then: Then, seqs: &[u64]) -> Result<Memories, ApiError> {
+/// The tenant's store folded from the events at `seqs`, and the memories created there that
+/// it holds unerased.
+fn fold(
+    state: &AppState,
+    tenant: Uuid,
+    then: Then,
+    seqs: &[u64],
+) -> Result<(Memories, Vec<Uuid>), ApiError> {
     let keys = Arc::clone(&state.projections.keys);
     let past = Memories::past(keys, then.at.unwrap_or(0))?;
     let mut created = Vec::new();
@@ -301,10 +561,10 @@ fn fold(state: &AppState, tenant: Uuid, then: Then, seqs: &[u64]) -> Result<Memo
     }
     // Erased now is erased then, whatever made it so.
     let current = &state.projections.memories;
-    let erased: Vec<Uuid> = created
+    let (erased, unerased): (Vec<Uuid>, Vec<Uuid>) = created
         .into_iter()
-        .filter(|id| current.is_erased(id) && !past.is_erased(id))
-        .collect();
+        .filter(|id| !past.is_erased(id))
+        .partition(|id| current.is_erased(id));
     if !erased.is_empty() {
         let event = Event::SubjectsErased(SubjectsErased {
             erasure_id: Uuid::nil(),
@@ -321,7 +581,7 @@ fn fold(state: &AppState, tenant: Uuid, then: Then, seqs: &[u64]) -> Result<Memo
             prepared: None,
         }])?;
     }
-    Ok(past)
+    Ok((past, unerased))
 }
 
 #[cfg(test)]
@@ -353,6 +613,112 @@ mod tests {
         drop((Slot::take(a), Slot::take(a)));
         let queued = QUEUED.lock().unwrap_or_else(|p| p.into_inner());
         assert_eq!(queued.get(&a), None);
+    }
+
+    fn entry(tenant: Uuid, position: u64, bytes: usize) -> Entry {
+        let keys = Arc::new(auditmem_projections::seal::MemoryKeyring::default());
+        Entry {
+            tenant,
+            position,
+            store: Arc::new(Memories::past(keys, 0).expect("a past store")),
+            unerased: Arc::from(Vec::new()),
+            retirements: 0,
+            bytes,
+            used: 0,
+        }
+    }
+
+    /// The (tenant, position) of each kept store, in a fixed order.
+    fn held(kept: &Kept) -> Vec<(Uuid, u64)> {
+        let mut held: Vec<_> = kept
+            .entries
+            .iter()
+            .map(|e| (e.tenant, e.position))
+            .collect();
+        held.sort();
+        held
+    }
+
+    #[test]
+    fn a_kept_store_is_found_by_its_own_tenant_and_position_only() {
+        let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
+        let mut kept = Kept::default();
+        let e = entry(a, 7, 1_000);
+        let store = Arc::clone(&e.store);
+        assert!(kept.keep(e).is_empty());
+        let (found, _, _) = kept.get(a, 7).expect("a's store as of 7");
+        assert!(Arc::ptr_eq(&found, &store));
+        assert!(
+            kept.get(b, 7).is_none(),
+            "another tenant at the same position"
+        );
+        assert!(kept.get(a, 6).is_none(), "another position");
+        assert!(kept.get(a, 8).is_none(), "another position");
+    }
+
+    #[test]
+    fn a_tenant_keeps_two_stores_its_least_recently_used_out_first() {
+        let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
+        let mut kept = Kept::default();
+        kept.keep(entry(b, 1, 1_000));
+        kept.keep(entry(a, 1, 1_000));
+        kept.keep(entry(a, 2, 1_000));
+        kept.get(a, 1);
+        let evicted = kept.keep(entry(a, 3, 1_000));
+        assert_eq!(
+            evicted
+                .iter()
+                .map(|e| (e.tenant, e.position))
+                .collect::<Vec<_>>(),
+            vec![(a, 2)]
+        );
+        let mut want = vec![(a, 1), (a, 3), (b, 1)];
+        want.sort();
+        assert_eq!(held(&kept), want);
+        assert_eq!(kept.bytes, 3_000);
+        // The same position again replaces its store.
+        let evicted = kept.keep(entry(a, 3, 2_000));
+        assert_eq!(evicted.len(), 1);
+        assert_eq!(kept.bytes, 4_000);
+        assert_eq!(held(&kept), want);
+    }
+
+    #[test]
+    fn kept_stores_stay_within_their_bytes_the_least_recently_used_out_first() {
+        let t: Vec<Uuid> = (0..5).map(|_| Uuid::new_v4()).collect();
+        let mut kept = Kept::default();
+        let quarter = KEPT_MAX_STORE_BYTES;
+        for (i, tenant) in t.iter().take(4).enumerate() {
+            assert!(kept.keep(entry(*tenant, i as u64, quarter)).is_empty());
+        }
+        assert_eq!(kept.bytes, KEPT_BYTES);
+        kept.get(t[0], 0);
+        let evicted = kept.keep(entry(t[4], 4, 1));
+        assert_eq!(
+            evicted
+                .iter()
+                .map(|e| (e.tenant, e.position))
+                .collect::<Vec<_>>(),
+            vec![(t[1], 1)]
+        );
+        assert_eq!(kept.bytes, 3 * quarter + 1);
+        // A store larger than a quarter is not kept, and evicts nothing.
+        let too_large = kept.keep(entry(t[1], 9, quarter + 1));
+        assert_eq!(too_large.len(), 1);
+        assert!(kept.get(t[1], 9).is_none());
+        assert_eq!(kept.bytes, 3 * quarter + 1);
+    }
+
+    #[test]
+    fn a_removed_store_is_found_no_more() {
+        let a = Uuid::new_v4();
+        let mut kept = Kept::default();
+        kept.keep(entry(a, 1, 10));
+        let (store, _, _) = kept.get(a, 1).expect("kept");
+        assert!(kept.remove(&store).is_some());
+        assert!(kept.get(a, 1).is_none());
+        assert!(kept.remove(&store).is_none());
+        assert_eq!(kept.bytes, 0);
     }
 
     #[cfg(target_os = "linux")]

@@ -187,7 +187,7 @@ async fn past_memory(
     }
     as_of::bounded(&then, seqs.len())?;
     let events = seqs.len();
-    let view = as_of::replay(state, tenant, then, seqs, move |past| {
+    let view = as_of::replay_part(state, tenant, then, seqs, move |past| {
         past.get(&tenant, &id).map_err(ApiError::internal)
     })
     .await?
