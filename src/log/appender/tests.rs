@@ -40,6 +40,9 @@ fn created(n: u128) -> Event {
     })
 }
 
+// The guard stalls the applier thread, never a runtime worker: holding it across the awaits
+// is the test.
+#[allow(clippy::await_holding_lock)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn given_a_stalled_applier_then_a_read_is_answered_once_stored_and_caught_up_waits_for_its_fold(
 ) {
