@@ -95,13 +95,10 @@ pub(crate) async fn niced_receipt(
     planned: Planned,
 ) -> Result<ErasureReceipt, ApiError> {
     let (answer, answered) = tokio::sync::oneshot::channel();
-    std::thread::Builder::new()
-        .name("erasure-receipt".to_string())
-        .spawn(move || {
-            crate::embed::lower_priority(RECEIPT_NICE);
-            let _ = answer.send(receipt(&state, &planned));
-        })
-        .map_err(|e| ApiError::internal(format!("erasure: no receipt thread: {e}")))?;
+    crate::embed::spawn_niced("erasure-receipt", RECEIPT_NICE, move || {
+        let _ = answer.send(receipt(&state, &planned));
+    })
+    .map_err(|e| ApiError::internal(format!("erasure: no receipt thread: {e}")))?;
     answered
         .await
         .map_err(|_| ApiError::internal("erasure: the receipt's thread stopped before answering"))?

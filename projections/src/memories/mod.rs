@@ -382,6 +382,14 @@ impl Memories {
         self.state().all.get(id).is_some_and(|k| k.is_erased())
     }
 
+    /// Whether any of `ids` is erased: [`Self::is_erased`] of each, under one hold of the
+    /// state's lock.
+    pub fn any_erased(&self, ids: &[Uuid]) -> bool {
+        let state = self.state();
+        ids.iter()
+            .any(|id| state.all.get(id).is_some_and(|k| k.is_erased()))
+    }
+
     /// The time expiry is judged at now.
     fn now(&self) -> i64 {
         self.clock.unwrap_or_else(now_micros)

@@ -341,8 +341,8 @@ fn kept(state: &AppState, tenant: Uuid, position: u64) -> Option<Arc<Memories>> 
         .unwrap_or_else(|p| p.into_inner())
         .get(tenant, position)?;
     let current = &state.projections.memories;
-    let fresh = state.projections.keys.retirements() == Some(retirements)
-        && !unerased.iter().any(|id| current.is_erased(id));
+    let fresh =
+        state.projections.keys.retirements() == Some(retirements) && !current.any_erased(&unerased);
     if fresh {
         return Some(store);
     }
@@ -495,28 +495,16 @@ where
 /// Starts `job` on a new thread niced by [`REPLAY_NICE`]. When no thread can be started the
 /// job is dropped unrun, here.
 fn spawn_niced(job: impl FnOnce() + Send + 'static) -> std::io::Result<()> {
-    std::thread::Builder::new()
-        .name("as-of-replay".to_string())
-        .spawn(move || {
-            crate::embed::lower_priority(REPLAY_NICE);
-            job()
-        })
-        .map(drop)
+    crate::embed::spawn_niced("as-of-replay", REPLAY_NICE, job)
 }
 
-/// The tenant whose memories a memory event changes; `None` for any other event.
+/// The tenant whose memories a memory event changes (the tenant events index's events but an
+/// export's completion); `None` for any other event.
 fn tenant_of(event: &Event) -> Option<Uuid> {
-    Some(match event {
-        Event::MemoryCreated(e) => e.tenant_id,
-        Event::MemoryUpdated(e) => e.tenant_id,
-        Event::MemoryDeleted(e) => e.tenant_id,
-        Event::MemoriesDeletedByType(e) => e.tenant_id,
-        Event::MemoriesDeleted(e) => e.tenant_id,
-        Event::MemoriesExpired(e) => e.tenant_id,
-        Event::MemorySuperseded(e) => e.tenant_id,
-        Event::SubjectsErased(e) => e.tenant_id,
-        _ => return None,
-    })
+    match event {
+        Event::ExportCompleted(_) => None,
+        e => auditmem_projections::tenant_events::tenant_of(e),
+    }
 }
 
 /// The tenant's store folded from the events at `seqs`, and the memories created there that

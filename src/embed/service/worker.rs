@@ -179,6 +179,23 @@ pub(crate) fn lower_priority(nice: i32) {
     let _ = nice;
 }
 
+/// Starts `job` on a new thread named `name`, niced by `nice` (see [`lower_priority`]): work
+/// of a request's that other tenants' requests should take the cores from. When no thread can
+/// be started the job is dropped unrun, here.
+pub(crate) fn spawn_niced(
+    name: &str,
+    nice: i32,
+    job: impl FnOnce() + Send + 'static,
+) -> std::io::Result<()> {
+    std::thread::Builder::new()
+        .name(name.to_string())
+        .spawn(move || {
+            lower_priority(nice);
+            job()
+        })
+        .map(drop)
+}
+
 /// Waits for work, takes a batch of `lane`'s (see [`take`]), runs it in `pool`, answers the
 /// requests it finished and puts the rest back; exits once the service is closed and nothing
 /// it could take is queued (another worker finishes what its batch leaves).
