@@ -68,6 +68,8 @@ pub struct Inner {
     pub streams: super::stream::Streams,
     /// The operator's webhook settings (targets allowed, retries, timeouts).
     pub webhooks: crate::webhooks::WebhookSettings,
+    /// What reads `as_of` a log position share: their turns, places and kept stores.
+    pub as_of: super::memory::as_of::Replays,
 }
 
 /// Settings of the memory endpoints, and the credits their extractions in flight hold.

@@ -204,6 +204,7 @@ impl Service {
                 stop_rx.clone(),
             ),
             webhooks: crate::webhooks::WebhookSettings::from_args(args),
+            as_of: Default::default(),
         }));
         crate::release_free_memory();
         let mut listeners = Vec::new();

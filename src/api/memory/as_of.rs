@@ -46,7 +46,7 @@
 //! past store as the last event folded.
 
 use std::collections::HashMap;
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{Arc, Mutex};
 
 use auditmem_projections::event::SubjectsErased;
 use auditmem_projections::memories::Memories;
@@ -79,17 +79,42 @@ pub const REPLAY_NICE: i32 = 10;
 /// events takes a fraction of a second, and the header counts whole seconds.
 const RETRY_AFTER_SECS: u64 = 1;
 
-static REPLAYS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(CONCURRENT_REPLAYS);
+/// What every read `as_of` of one service shares (held in its `AppState`): the replays'
+/// turns, each tenant's places in the queue, and the kept stores.
+pub struct Replays {
+    /// [`CONCURRENT_REPLAYS`] turns, taken in the order asked (a fair semaphore).
+    turns: Arc<tokio::sync::Semaphore>,
+    /// Per tenant, its replays running or waiting (no entry: none).
+    queued: Arc<Mutex<HashMap<Uuid, usize>>>,
+    kept: Arc<Mutex<Kept>>,
+}
 
-/// Per tenant, its replays running or waiting (no entry: none).
-static QUEUED: LazyLock<Mutex<HashMap<Uuid, usize>>> = LazyLock::new(Default::default);
+impl Default for Replays {
+    fn default() -> Self {
+        Self {
+            turns: Arc::new(tokio::sync::Semaphore::new(CONCURRENT_REPLAYS)),
+            queued: Arc::default(),
+            kept: Arc::default(),
+        }
+    }
+}
+
+impl Replays {
+    fn kept(&self) -> std::sync::MutexGuard<'_, Kept> {
+        // A list of stores: consistent after a panic elsewhere.
+        self.kept.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
 
 /// One of a tenant's [`REPLAYS_PER_TENANT`] places, given back when dropped.
-struct Slot(Uuid);
+struct Slot {
+    tenant: Uuid,
+    queued: Arc<Mutex<HashMap<Uuid, usize>>>,
+}
 
 impl Slot {
-    fn take(tenant: Uuid) -> Result<Slot, ApiError> {
-        let mut queued = QUEUED.lock().unwrap_or_else(|p| p.into_inner());
+    fn take(replays: &Replays, tenant: Uuid) -> Result<Slot, ApiError> {
+        let mut queued = replays.queued.lock().unwrap_or_else(|p| p.into_inner());
         let n = queued.entry(tenant).or_insert(0);
         if *n >= REPLAYS_PER_TENANT {
             return Err(ApiError::new(
@@ -101,17 +126,20 @@ impl Slot {
             .retry_after(RETRY_AFTER_SECS));
         }
         *n += 1;
-        Ok(Slot(tenant))
+        Ok(Slot {
+            tenant,
+            queued: Arc::clone(&replays.queued),
+        })
     }
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        let mut queued = QUEUED.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(n) = queued.get_mut(&self.0) {
+        let mut queued = self.queued.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = queued.get_mut(&self.tenant) {
             *n = n.saturating_sub(1);
             if *n == 0 {
-                queued.remove(&self.0);
+                queued.remove(&self.tenant);
             }
         }
     }
@@ -262,14 +290,14 @@ where
     T: Send + 'static,
     F: FnOnce(&Memories) -> Result<T, ApiError> + Send + 'static,
 {
-    let slot = Slot::take(tenant)?;
+    let slot = Slot::take(&state.as_of, tenant)?;
     if whole {
         if let Some(store) = kept(state, tenant, then.position) {
             return ask_kept(slot, store, ask).await;
         }
     }
-    let turn = REPLAYS
-        .acquire()
+    let turn = Arc::clone(&state.as_of.turns)
+        .acquire_owned()
         .await
         .map_err(|e| ApiError::internal(format!("as_of: {e}")))?;
     if whole {
@@ -307,7 +335,7 @@ where
             };
             // Still what a fold would give only if no key was retired since it began.
             if state.projections.keys.retirements() == Some(retirements) {
-                let evicted = KEPT.lock().unwrap_or_else(|p| p.into_inner()).keep(entry);
+                let evicted = state.as_of.kept().keep(entry);
                 drop(evicted);
             }
         }
@@ -336,20 +364,14 @@ where
 /// The tenant's store as of `position` if one is kept and is still what a fold would give
 /// (module doc); a kept store that is not is dropped (freed on a niced thread).
 fn kept(state: &AppState, tenant: Uuid, position: u64) -> Option<Arc<Memories>> {
-    let (store, unerased, retirements) = KEPT
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .get(tenant, position)?;
+    let (store, unerased, retirements) = state.as_of.kept().get(tenant, position)?;
     let current = &state.projections.memories;
     let fresh =
         state.projections.keys.retirements() == Some(retirements) && !current.any_erased(&unerased);
     if fresh {
         return Some(store);
     }
-    let dropped = KEPT
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .remove(&store);
+    let dropped = state.as_of.kept().remove(&store);
     drop(store);
     if let Some(dropped) = dropped {
         // Freeing a store of thousands of memories is the replay's work, not the request's.
@@ -377,8 +399,6 @@ pub const KEPT_PER_TENANT: usize = 2;
 /// The largest store kept: a quarter of [`KEPT_BYTES`] (~11,600 events), so that one tenant's
 /// largest stores leave room for others'.
 pub const KEPT_MAX_STORE_BYTES: usize = KEPT_BYTES / 4;
-
-static KEPT: LazyLock<Mutex<Kept>> = LazyLock::new(Default::default);
 
 /// A replayed store kept for its tenant's next read as of the same position.
 struct Entry {
@@ -579,9 +599,10 @@ mod tests {
     #[test]
     fn a_tenant_has_two_places_and_a_third_is_refused_429_with_retry_after() {
         let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
-        let first = Slot::take(a).expect("a first place");
-        let _second = Slot::take(a).expect("a second place");
-        let refused = Slot::take(a).err().expect("no third place");
+        let r = Replays::default();
+        let first = Slot::take(&r, a).expect("a first place");
+        let _second = Slot::take(&r, a).expect("a second place");
+        let refused = Slot::take(&r, a).err().expect("no third place");
         assert_eq!(refused.code, ErrorCode::RateLimited);
         assert_eq!(refused.retry_after, Some(1));
         assert_eq!(
@@ -589,17 +610,18 @@ mod tests {
             "this tenant already has 2 reads as_of a position running or waiting, the most it may; retry after 1 s"
         );
         // Another tenant's places are its own.
-        let _other = Slot::take(b).expect("another tenant's place");
+        let _other = Slot::take(&r, b).expect("another tenant's place");
         drop(first);
-        let _again = Slot::take(a).expect("a place given back is taken again");
-        assert!(Slot::take(a).is_err());
+        let _again = Slot::take(&r, a).expect("a place given back is taken again");
+        assert!(Slot::take(&r, a).is_err());
     }
 
     #[test]
     fn a_tenant_whose_places_are_all_given_back_is_forgotten() {
         let a = Uuid::new_v4();
-        drop((Slot::take(a), Slot::take(a)));
-        let queued = QUEUED.lock().unwrap_or_else(|p| p.into_inner());
+        let r = Replays::default();
+        drop((Slot::take(&r, a), Slot::take(&r, a)));
+        let queued = r.queued.lock().unwrap_or_else(|p| p.into_inner());
         assert_eq!(queued.get(&a), None);
     }
 
