@@ -87,9 +87,10 @@ pub(crate) enum Scenario {
     /// Needs no seeded data (`--audit-entries 0 --memories 0`).
     AsOf,
     /// One tenant's entries ingested at `--stream-rate` entries/s (batches of 10, open loop),
-    /// alone, then while `--streams` SSE tails of that tenant read them: the writes' p99 in
-    /// both and their ratio (target ≤ 1.1), and the tails' lag. Every tail must read every
-    /// entry once, in order. Needs `--serve-arg=--max-streams-per-tenant=N` for N ≥ `--streams`
+    /// in blocks alone and blocks while `--streams` SSE tails of that tenant read them
+    /// (`--stream-pairs`, alternating order; the tails on a thread of their own at
+    /// `--tail-nice`): the writes' p99 in both and their ratio (target ≤ 1.1), and the tails'
+    /// lag. Every tail must read every entry written while it is open, once, in order. Needs `--serve-arg=--max-streams-per-tenant=N` for N ≥ `--streams`
     /// and no seeded data (`--audit-entries 0`).
     Stream,
 }
@@ -166,6 +167,14 @@ pub(crate) struct Args {
     /// The `stream` scenario's ingestion rate, entries/s.
     #[arg(long, default_value_t = 1000.0)]
     pub(crate) stream_rate: f64,
+    /// The `stream` scenario's pairs of blocks (one alone, one beside the tails, in alternating
+    /// order): `--secs` is split evenly between them.
+    #[arg(long, default_value_t = 3)]
+    pub(crate) stream_pairs: u32,
+    /// How much the `stream` scenario's tail readers' thread lowers its priority (nice value),
+    /// standing in for readers on other machines; 0 keeps the driver's.
+    #[arg(long, default_value_t = 10)]
+    pub(crate) tail_nice: i32,
     /// Write the results as JSON to this file.
     #[arg(long)]
     pub(crate) json: Option<PathBuf>,

@@ -1,13 +1,24 @@
 //! The `stream` scenario: what open audit tails cost the writers, and how far behind they run.
 //!
 //! One tenant's entries are ingested at `--stream-rate` entries/s (admin ingestion, batches of
-//! 10, open loop over 16 clients), first with no stream open, then while `--streams` Server-Sent
-//! Events tails of that tenant read everything written. Measured: the ingestion calls' p99 in
-//! both and their ratio (target ≤ 1.1), and each streamed entry's lag, from its `created_at`
-//! (the server's time when it took the entry) to the moment the reader parsed it. Every tail
-//! must receive every entry written while it was open, in increasing position order, once: the
-//! scenario fails otherwise.
+//! 10, open loop over 16 clients), in blocks with no stream open and blocks while `--streams`
+//! Server-Sent Events tails of that tenant read everything written. The blocks alternate in
+//! `--stream-pairs` pairs, each pair in the other order than the one before (alone then beside,
+//! beside then alone, ...), so a stall that comes with the run's first seconds or with a later
+//! moment of the host weighs on both sides alike. Measured: the ingestion calls' p99 alone and
+//! beside the tails and their ratio (target ≤ 1.1), and each streamed entry's lag, from its
+//! `created_at` (the server's time when it took the entry) to the moment the reader parsed it.
+//! Each block's tails open at the head and must receive every entry written while they were
+//! open, in increasing position order, once: the scenario fails otherwise.
+//!
+//! The tails stand in for readers on other machines (a SIEM's collectors): they run on a
+//! runtime of their own, on one thread whose nice value is raised by `--tail-nice`, so that
+//! parsing 50 copies of every entry on the server's two cores does not delay the writers'
+//! timers and sends in the driver. What the server spends per tail (its follower, a wake-up, a
+//! copy and a socket write per batch) runs at the server's priority as before. With
+//! `--tail-nice 0` they run at the driver's priority, still on their own thread.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -31,6 +42,9 @@ const LAG: &str = "stream lag (entry taken -> read by a tail)";
 const BATCH: u64 = 10;
 /// Clients sharing the open-loop ingestion rate.
 const WRITERS: usize = 16;
+/// Unmeasured seconds at the start of each block after the first (whose warm-up is
+/// `--warmup-secs`): the tails' connections and the writers' pace settle.
+const SETTLE: Duration = Duration::from_secs(1);
 
 /// What one tail read: the scenario's entries, their lag samples (µs) once past the warm-up,
 /// and the last position seen.
@@ -41,8 +55,71 @@ struct TailRead {
     last: u64,
 }
 
+/// The tails' runtime, shut down without waiting when the scenario ends (a runtime may not be
+/// dropped inside another one's task).
+struct TailRuntime(Option<tokio::runtime::Runtime>);
+
+impl TailRuntime {
+    fn new(nice: i32) -> Result<Self> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("load-tails")
+            .on_thread_start(move || lower_priority(nice))
+            .enable_all()
+            .build()?;
+        Ok(Self(Some(rt)))
+    }
+
+    fn handle(&self) -> Result<tokio::runtime::Handle> {
+        self.0
+            .as_ref()
+            .map(|rt| rt.handle().clone())
+            .context("the tails' runtime is gone")
+    }
+}
+
+impl Drop for TailRuntime {
+    fn drop(&mut self) {
+        if let Some(rt) = self.0.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+/// Raises the calling thread's nice value by `nice` (Linux: a thread's own). Failure only
+/// leaves the thread at the driver's priority, which the results' `tail_nice` then overstates.
+fn lower_priority(nice: i32) {
+    if nice == 0 {
+        return;
+    }
+    // SAFETY: setpriority reads only its integer arguments; `who` 0 is the calling thread.
+    let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, nice) };
+    if rc != 0 {
+        eprintln!(
+            "load: the tails' thread keeps its priority: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+}
+
+/// Appends `more` to `into`, label by label.
+fn merge(into: &mut BTreeMap<&'static str, Samples>, more: BTreeMap<&'static str, Samples>) {
+    for (label, s) in more {
+        let t = into.entry(label).or_default();
+        t.micros.extend(s.micros);
+        t.units += s.units;
+        t.errors += s.errors;
+        if t.first_error.is_none() {
+            t.first_error = s.first_error;
+        }
+    }
+}
+
 /// The `stream` scenario (see [`Scenario::Stream`]).
 pub(crate) async fn stream(ctx: &Arc<Ctx>, admin: &Admin, args: &Args) -> Result<ScenarioResult> {
+    if args.stream_pairs == 0 {
+        bail!("--stream-pairs must be at least 1");
+    }
     let stamp = chrono::Utc::now().timestamp_micros();
     let tenant = admin
         .tenant(&format!("stream-{stamp}"), "business", &["audit.read"])
@@ -95,73 +172,96 @@ pub(crate) async fn stream(ctx: &Arc<Ctx>, admin: &Admin, args: &Args) -> Result
         rate: args.stream_rate / BATCH as f64,
         ..Pace::default()
     };
-    let (warmup, measure) = (
-        Duration::from_secs(args.warmup_secs),
-        Duration::from_secs(args.secs),
-    );
+    let block = Duration::from_secs(args.secs) / args.stream_pairs;
+    let tails_rt = TailRuntime::new(args.tail_nice)?;
+    // The tails' own client: its connections live on the tails' runtime.
+    let tail_client = reqwest::Client::builder().build()?;
     let acked = Arc::new(AtomicU64::new(0));
-    let (mut samples, _) = run_workers(
-        WRITERS,
-        warmup,
-        measure,
-        pace.clone(),
-        write(WRITE_IDLE, acked.clone()),
-    )
-    .await?;
-
-    // The tails open at the head, so each must get exactly what is written from here on; the
-    // pause lets the head pass the last acknowledged entry first.
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let before = acked.load(Ordering::Relaxed);
-    let lag_from = chrono::Utc::now() + chrono::Duration::from_std(warmup)?;
-    let (expect_tx, expect_rx) = watch::channel(u64::MAX);
-    let mut tails = Vec::new();
-    for _ in 0..args.streams {
-        let resp = ctx
-            .client
-            .get(format!("{}/v1/audit/logs/stream", ctx.url))
-            .bearer_auth(&tenant.key)
-            .header("accept", "text/event-stream")
-            .timeout(Duration::from_secs(24 * 3600))
-            .send()
-            .await?;
-        if !resp.status().is_success() {
-            bail!(
-                "opening a tail: {} {} (raise the server's limit: \
-                 --serve-arg=--max-streams-per-tenant={})",
-                resp.status(),
-                resp.text().await.unwrap_or_default(),
-                args.streams
-            );
-        }
-        tails.push(tokio::spawn(read_tail(resp, lag_from, expect_rx.clone())));
-    }
-    let (busy, _) = run_workers(
-        WRITERS,
-        warmup,
-        measure,
-        pace,
-        write(WRITE_BUSY, acked.clone()),
-    )
-    .await?;
-    samples.extend(busy);
-    let expected = acked.load(Ordering::Relaxed) - before;
-    expect_tx.send_replace(expected);
+    let mut samples: BTreeMap<&'static str, Samples> = BTreeMap::new();
     let mut lags = Samples::default();
-    let mut fewest = u64::MAX;
-    for t in tails {
-        let read = t.await??;
-        if read.entries != expected {
-            bail!(
-                "a tail read {} of the {expected} entries written while it was open",
-                read.entries
-            );
+    let mut each_tail_read = Vec::new();
+    let mut warmup = Duration::from_secs(args.warmup_secs);
+    for pair in 0..args.stream_pairs {
+        let order = if pair % 2 == 0 {
+            [false, true]
+        } else {
+            [true, false]
+        };
+        for beside in order {
+            if !beside {
+                let (s, _) = run_workers(
+                    WRITERS,
+                    warmup,
+                    block,
+                    pace.clone(),
+                    write(WRITE_IDLE, acked.clone()),
+                )
+                .await?;
+                merge(&mut samples, s);
+                warmup = SETTLE;
+                continue;
+            }
+            // The tails open at the head, so each must get exactly what is written from here
+            // on; the pause lets the head pass the last acknowledged entry first.
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let before = acked.load(Ordering::Relaxed);
+            let lag_from = chrono::Utc::now() + chrono::Duration::from_std(warmup)?;
+            let (expect_tx, expect_rx) = watch::channel(u64::MAX);
+            let mut tails = Vec::new();
+            let mut opened = Vec::new();
+            for _ in 0..args.streams {
+                let (client, url, key, expect) = (
+                    tail_client.clone(),
+                    ctx.url.clone(),
+                    tenant.key.clone(),
+                    expect_rx.clone(),
+                );
+                let streams = args.streams;
+                let (open_tx, open_rx) = tokio::sync::oneshot::channel();
+                opened.push(open_rx);
+                tails.push(tails_rt.handle()?.spawn(async move {
+                    let resp = open_tail(&client, &url, &key, streams).await;
+                    let ok = resp.is_ok();
+                    let _ = open_tx.send(resp.as_ref().map(drop).map_err(|e| e.to_string()));
+                    if !ok {
+                        return resp.map(|_| TailRead::default());
+                    }
+                    read_tail(resp?, lag_from, expect).await
+                }));
+            }
+            for o in opened {
+                o.await
+                    .context("a tail's task ended before it opened")?
+                    .map_err(anyhow::Error::msg)?;
+            }
+            let (s, _) = run_workers(
+                WRITERS,
+                warmup,
+                block,
+                pace.clone(),
+                write(WRITE_BUSY, acked.clone()),
+            )
+            .await?;
+            merge(&mut samples, s);
+            warmup = SETTLE;
+            let expected = acked.load(Ordering::Relaxed) - before;
+            expect_tx.send_replace(expected);
+            for t in tails {
+                let read = t.await??;
+                if read.entries != expected {
+                    bail!(
+                        "a tail read {} of the {expected} entries written while it was open",
+                        read.entries
+                    );
+                }
+                lags.micros.extend(read.lag_micros);
+            }
+            each_tail_read.push(expected);
         }
-        fewest = fewest.min(read.entries);
-        lags.micros.extend(read.lag_micros);
     }
     lags.units = lags.micros.len() as u64;
     samples.insert(LAG, lags);
+    let measure = block * args.stream_pairs;
     let mut r = scenario_result(Scenario::Stream, args.streams, measure, samples);
     let p = |label: &str, f: fn(&crate::measure::OpResult) -> f64| {
         r.ops.iter().find(|o| o.op == label).map(f)
@@ -173,7 +273,10 @@ pub(crate) async fn stream(ctx: &Arc<Ctx>, admin: &Admin, args: &Args) -> Result
     r.extra = Some(json!({
         "streams": args.streams,
         "entries_per_sec": args.stream_rate,
-        "entries_each_tail_read": expected,
+        "pairs": args.stream_pairs,
+        "block_secs": block.as_secs_f64(),
+        "tail_nice": args.tail_nice,
+        "entries_each_tail_read": each_tail_read,
         "lag_p50_ms": p(LAG, |o| o.p50_ms),
         "lag_p99_ms": p(LAG, |o| o.p99_ms),
         "write_p99_idle_ms": idle,
@@ -181,6 +284,30 @@ pub(crate) async fn stream(ctx: &Arc<Ctx>, admin: &Admin, args: &Args) -> Result
         "write_p99_ratio": during / idle,
     }));
     Ok(r)
+}
+
+/// Opens one tail of the tenant whose key is `key`, at the head.
+async fn open_tail(
+    client: &reqwest::Client,
+    url: &str,
+    key: &str,
+    streams: usize,
+) -> Result<reqwest::Response> {
+    let resp = client
+        .get(format!("{url}/v1/audit/logs/stream"))
+        .bearer_auth(key)
+        .header("accept", "text/event-stream")
+        .send()
+        .await?;
+    if !resp.status().is_success() {
+        bail!(
+            "opening a tail: {} {} (raise the server's limit: \
+             --serve-arg=--max-streams-per-tenant={streams})",
+            resp.status(),
+            resp.text().await.unwrap_or_default(),
+        );
+    }
+    Ok(resp)
 }
 
 /// The part of a streamed entry a tail looks at.
