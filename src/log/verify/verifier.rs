@@ -52,6 +52,10 @@ pub struct Verifier {
     plaintext: u64,
     /// Sealed records, by the set of keys they are sealed under.
     key_sets: HashMap<Vec<KeyId>, u64>,
+    /// The key set of the last sealed records read and how many in a row, not yet in
+    /// `key_sets`: a tenant's entries follow each other under one set, so most records cost a
+    /// comparison instead of hashing their set into the map.
+    run: Option<(Vec<KeyId>, u64)>,
 }
 
 impl Verifier {
@@ -78,6 +82,7 @@ impl Verifier {
             roots: BTreeMap::new(),
             plaintext: 0,
             key_sets: HashMap::new(),
+            run: None,
         }
     }
 
@@ -163,7 +168,14 @@ impl Verifier {
         };
         self.last_hash = c.hash;
         match c.sealing {
-            Some(Some(keys)) => *self.key_sets.entry(keys).or_default() += 1,
+            Some(Some(keys)) => match &mut self.run {
+                Some((set, n)) if *set == keys => *n += 1,
+                run => {
+                    if let Some((set, n)) = run.replace((keys, 1)) {
+                        *self.key_sets.entry(set).or_default() += n;
+                    }
+                }
+            },
             Some(None) => self.plaintext += 1,
             None => {}
         }
@@ -264,6 +276,9 @@ impl Verifier {
         checkpoints: &[Checkpoint],
         pinned: Option<&VerifyingKey>,
     ) -> Report {
+        if let Some((set, n)) = self.run.take() {
+            *self.key_sets.entry(set).or_default() += n;
+        }
         let found_to = (self.records > 0).then_some(self.last_key);
         let mut anchors: Vec<(u64, Option<[u8; 32]>, String)> = Vec::new();
         for cp in checkpoints {
@@ -355,6 +370,88 @@ mod tests {
         let mut v = Verifier::new([]);
         v.feed(stored);
         v.finish(None, &[], None)
+    }
+
+    /// An audit entry's event sealed under the key of `subject` in `ring`.
+    fn sealed_event(
+        ring: &auditmem_projections::seal::MemoryKeyring,
+        subject: &auditmem_projections::seal::Subject,
+        i: u128,
+    ) -> Vec<u8> {
+        use auditmem_projections::{AuditDetail, AuditEntry, AuditRecorded, Event};
+        let entry = AuditEntry {
+            id: uuid::Uuid::from_u128(i),
+            action: "chat.completion".into(),
+            model_id: None,
+            project_id: None,
+            gateway_id: None,
+            ip_address: Some("10.0.0.1".into()),
+            user_agent: None,
+            http_status: 200,
+            is_success: true,
+            is_cache_hit: false,
+            error_code: None,
+            error_msg: None,
+            duration: None,
+            credits_consumed: 0.0,
+            balance_consumed_usd: 0.0,
+            tokens: None,
+            metadata: None,
+            created_at: 0,
+            detail_hash: None,
+        };
+        let rec = AuditRecorded::sealed_for(
+            subject.tenant(),
+            entry,
+            AuditDetail::default(),
+            ring,
+            std::slice::from_ref(subject),
+        )
+        .expect("seal");
+        Event::AuditRecorded(Box::new(rec))
+            .encode()
+            .expect("encode")
+    }
+
+    /// Records sealed under one key set, then another, then the first again, with a record
+    /// of no personal fields between: each set counts every record sealed under it, whether
+    /// or not they follow each other.
+    #[test]
+    fn key_sets_count_their_records_in_and_out_of_runs() {
+        use auditmem_projections::seal::{Keyring, MemoryKeyring, Subject};
+        let ring = MemoryKeyring::default();
+        let t = uuid::Uuid::from_u128(7);
+        let (alice, bob) = (
+            Subject::User(t, "alice".into()),
+            Subject::User(t, "bob".into()),
+        );
+        let events = [
+            sealed_event(&ring, &alice, 1),
+            sealed_event(&ring, &alice, 2),
+            sealed_event(&ring, &bob, 3),
+            b"not an audit event".to_vec(),
+            sealed_event(&ring, &alice, 4),
+            sealed_event(&ring, &bob, 5),
+            sealed_event(&ring, &bob, 6),
+        ];
+        let mut prev = [0u8; 32];
+        let records: Vec<Record> = (1u64..)
+            .zip(events)
+            .map(|(seq, event)| {
+                let r = Record::seal(seq, 0, prev, event);
+                prev = r.hash;
+                r
+            })
+            .collect();
+        let rep = run(&stored(&records));
+        assert!(rep.clean(), "{}", rep.render());
+        let key = |s: &Subject| vec![ring.find(s).expect("ring").expect("a key")];
+        let mut sets = rep.key_sets.clone();
+        sets.sort();
+        let mut want = vec![(key(&alice), 3), (key(&bob), 3)];
+        want.sort();
+        assert_eq!(sets, want);
+        assert_eq!((rep.sealed, rep.plaintext), (6, 0));
     }
 
     /// A record at seq 0, or a record repeating an earlier seq and linking to the one before
