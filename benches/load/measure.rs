@@ -22,6 +22,22 @@ pub(crate) struct Samples {
     pub(crate) first_error: Option<String>,
 }
 
+/// Appends `more` to `into`, label by label.
+pub(crate) fn merge(
+    into: &mut BTreeMap<&'static str, Samples>,
+    more: BTreeMap<&'static str, Samples>,
+) {
+    for (label, s) in more {
+        let t = into.entry(label).or_default();
+        t.micros.extend(s.micros);
+        t.units += s.units;
+        t.errors += s.errors;
+        if t.first_error.is_none() {
+            t.first_error = s.first_error;
+        }
+    }
+}
+
 #[derive(Serialize)]
 pub(crate) struct OpResult {
     pub(crate) op: &'static str,
@@ -184,15 +200,7 @@ where
     }
     let mut merged: BTreeMap<&'static str, Samples> = BTreeMap::new();
     for t in tasks {
-        for (op, s) in t.await? {
-            let m = merged.entry(op).or_default();
-            m.micros.extend(s.micros);
-            m.units += s.units;
-            m.errors += s.errors;
-            if m.first_error.is_none() {
-                m.first_error = s.first_error;
-            }
-        }
+        merge(&mut merged, t.await?);
     }
     let intervals = match reporter {
         Some(r) => r.await?,

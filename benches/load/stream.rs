@@ -28,7 +28,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::sync::watch;
 
-use crate::measure::{run_workers, scenario_result, Pace, Samples, ScenarioResult};
+use crate::measure::{merge, run_workers, scenario_result, Pace, Samples, ScenarioResult};
 use crate::ops::Ctx;
 use crate::scenarios::Timed;
 use crate::seed::{gateway_entry, ACTIONS};
@@ -99,19 +99,6 @@ fn lower_priority(nice: i32) {
             "load: the tails' thread keeps its priority: {}",
             std::io::Error::last_os_error()
         );
-    }
-}
-
-/// Appends `more` to `into`, label by label.
-fn merge(into: &mut BTreeMap<&'static str, Samples>, more: BTreeMap<&'static str, Samples>) {
-    for (label, s) in more {
-        let t = into.entry(label).or_default();
-        t.micros.extend(s.micros);
-        t.units += s.units;
-        t.errors += s.errors;
-        if t.first_error.is_none() {
-            t.first_error = s.first_error;
-        }
     }
 }
 
