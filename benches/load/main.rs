@@ -90,8 +90,9 @@ pub(crate) enum Scenario {
     /// in blocks alone and blocks while `--streams` SSE tails of that tenant read them
     /// (`--stream-pairs`, alternating order; the tails on a thread of their own at
     /// `--tail-nice`): the writes' p99 in both and their ratio (target ≤ 1.1), and the tails'
-    /// lag. Every tail must read every entry written while it is open, once, in order. Needs `--serve-arg=--max-streams-per-tenant=N` for N ≥ `--streams`
-    /// and no seeded data (`--audit-entries 0`).
+    /// lag. Every tail must read every entry written while it is open, once, in order. Needs
+    /// `--serve-arg=--max-streams-per-tenant=N` for N ≥ `--streams` and no seeded data
+    /// (`--audit-entries 0`).
     Stream,
 }
 

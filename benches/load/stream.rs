@@ -57,48 +57,115 @@ struct TailRead {
 
 /// The tails' runtime, shut down without waiting when the scenario ends (a runtime may not be
 /// dropped inside another one's task).
-struct TailRuntime(Option<tokio::runtime::Runtime>);
+struct TailRuntime {
+    rt: Option<tokio::runtime::Runtime>,
+    handle: tokio::runtime::Handle,
+}
 
 impl TailRuntime {
+    /// One worker thread, its nice value raised by `nice` as the service's bulk threads' are.
     fn new(nice: i32) -> Result<Self> {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name("load-tails")
-            .on_thread_start(move || lower_priority(nice))
+            .on_thread_start(move || auditmem::embed::lower_priority(nice))
             .enable_all()
             .build()?;
-        Ok(Self(Some(rt)))
-    }
-
-    fn handle(&self) -> Result<tokio::runtime::Handle> {
-        self.0
-            .as_ref()
-            .map(|rt| rt.handle().clone())
-            .context("the tails' runtime is gone")
+        let handle = rt.handle().clone();
+        Ok(Self {
+            rt: Some(rt),
+            handle,
+        })
     }
 }
 
 impl Drop for TailRuntime {
     fn drop(&mut self) {
-        if let Some(rt) = self.0.take() {
+        if let Some(rt) = self.rt.take() {
             rt.shutdown_background();
         }
     }
 }
 
-/// Raises the calling thread's nice value by `nice` (Linux: a thread's own). Failure only
-/// leaves the thread at the driver's priority, which the results' `tail_nice` then overstates.
-fn lower_priority(nice: i32) {
-    if nice == 0 {
-        return;
+/// A block's tails, open at the head: what they must read and how they are told it is all.
+struct Tails {
+    tasks: Vec<tokio::task::JoinHandle<Result<TailRead>>>,
+    /// Entries acknowledged before they opened.
+    before: u64,
+    expect: watch::Sender<u64>,
+}
+
+impl Tails {
+    /// Opens `args.streams` tails of the tenant whose key is `key` on `rt`, each reading from
+    /// the head; returns once every one is open. Lag counts once the writers' `warmup` is past.
+    async fn open(
+        rt: &TailRuntime,
+        client: &reqwest::Client,
+        url: &str,
+        key: &str,
+        args: &Args,
+        acked: &AtomicU64,
+        warmup: Duration,
+    ) -> Result<Tails> {
+        // The tails open at the head, so each must get exactly what is written from here on;
+        // the pause lets the head pass the last acknowledged entry first.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let before = acked.load(Ordering::Relaxed);
+        let lag_from = chrono::Utc::now() + chrono::Duration::from_std(warmup)?;
+        let (expect, expect_rx) = watch::channel(u64::MAX);
+        let mut tasks = Vec::new();
+        let mut opened = Vec::new();
+        for _ in 0..args.streams {
+            let (client, url, key, expect) = (
+                client.clone(),
+                url.to_string(),
+                key.to_string(),
+                expect_rx.clone(),
+            );
+            let streams = args.streams;
+            let (open_tx, open_rx) = tokio::sync::oneshot::channel();
+            opened.push(open_rx);
+            tasks.push(rt.handle.spawn(async move {
+                let resp = match open_tail(&client, &url, &key, streams).await {
+                    Ok(resp) => resp,
+                    Err(e) => {
+                        let _ = open_tx.send(Err(e.to_string()));
+                        return Err(e);
+                    }
+                };
+                let _ = open_tx.send(Ok(()));
+                read_tail(resp, lag_from, expect).await
+            }));
+        }
+        for o in opened {
+            o.await
+                .context("a tail's task ended before it opened")?
+                .map_err(anyhow::Error::msg)?;
+        }
+        Ok(Tails {
+            tasks,
+            before,
+            expect,
+        })
     }
-    // SAFETY: setpriority reads only its integer arguments; `who` 0 is the calling thread.
-    let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, nice) };
-    if rc != 0 {
-        eprintln!(
-            "load: the tails' thread keeps its priority: {}",
-            std::io::Error::last_os_error()
-        );
+
+    /// Tells the tails what was written while they were open and waits for them: each must
+    /// have read exactly that. Returns how many that was and their lag samples.
+    async fn finish(self, acked: &AtomicU64) -> Result<(u64, Vec<u32>)> {
+        let expected = acked.load(Ordering::Relaxed) - self.before;
+        self.expect.send_replace(expected);
+        let mut lags = Vec::new();
+        for t in self.tasks {
+            let read = t.await??;
+            if read.entries != expected {
+                bail!(
+                    "a tail read {} of the {expected} entries written while it was open",
+                    read.entries
+                );
+            }
+            lags.extend(read.lag_micros);
+        }
+        Ok((expected, lags))
     }
 }
 
@@ -175,75 +242,29 @@ pub(crate) async fn stream(ctx: &Arc<Ctx>, admin: &Admin, args: &Args) -> Result
             [true, false]
         };
         for beside in order {
-            if !beside {
-                let (s, _) = run_workers(
-                    WRITERS,
-                    warmup,
-                    block,
-                    pace.clone(),
-                    write(WRITE_IDLE, acked.clone()),
-                )
-                .await?;
-                merge(&mut samples, s);
-                warmup = SETTLE;
-                continue;
-            }
-            // The tails open at the head, so each must get exactly what is written from here
-            // on; the pause lets the head pass the last acknowledged entry first.
-            tokio::time::sleep(Duration::from_millis(500)).await;
-            let before = acked.load(Ordering::Relaxed);
-            let lag_from = chrono::Utc::now() + chrono::Duration::from_std(warmup)?;
-            let (expect_tx, expect_rx) = watch::channel(u64::MAX);
-            let mut tails = Vec::new();
-            let mut opened = Vec::new();
-            for _ in 0..args.streams {
-                let (client, url, key, expect) = (
-                    tail_client.clone(),
-                    ctx.url.clone(),
-                    tenant.key.clone(),
-                    expect_rx.clone(),
-                );
-                let streams = args.streams;
-                let (open_tx, open_rx) = tokio::sync::oneshot::channel();
-                opened.push(open_rx);
-                tails.push(tails_rt.handle()?.spawn(async move {
-                    let resp = open_tail(&client, &url, &key, streams).await;
-                    let ok = resp.is_ok();
-                    let _ = open_tx.send(resp.as_ref().map(drop).map_err(|e| e.to_string()));
-                    if !ok {
-                        return resp.map(|_| TailRead::default());
-                    }
-                    read_tail(resp?, lag_from, expect).await
-                }));
-            }
-            for o in opened {
-                o.await
-                    .context("a tail's task ended before it opened")?
-                    .map_err(anyhow::Error::msg)?;
-            }
+            let tails = if beside {
+                let (url, key) = (&ctx.url, &tenant.key);
+                let open = Tails::open(&tails_rt, &tail_client, url, key, args, &acked, warmup);
+                Some(open.await?)
+            } else {
+                None
+            };
+            let label = if beside { WRITE_BUSY } else { WRITE_IDLE };
             let (s, _) = run_workers(
                 WRITERS,
                 warmup,
                 block,
                 pace.clone(),
-                write(WRITE_BUSY, acked.clone()),
+                write(label, acked.clone()),
             )
             .await?;
             merge(&mut samples, s);
             warmup = SETTLE;
-            let expected = acked.load(Ordering::Relaxed) - before;
-            expect_tx.send_replace(expected);
-            for t in tails {
-                let read = t.await??;
-                if read.entries != expected {
-                    bail!(
-                        "a tail read {} of the {expected} entries written while it was open",
-                        read.entries
-                    );
-                }
-                lags.micros.extend(read.lag_micros);
+            if let Some(tails) = tails {
+                let (read, lag) = tails.finish(&acked).await?;
+                each_tail_read.push(read);
+                lags.micros.extend(lag);
             }
-            each_tail_read.push(expected);
         }
     }
     lags.units = lags.micros.len() as u64;

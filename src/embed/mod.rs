@@ -16,6 +16,7 @@ mod service;
 
 pub use minilm::{MiniLm, ModelFiles, MINILM_DIM, MINILM_MAX_TOKENS, MINILM_MODEL_ID};
 pub use openai::{OpenAiEmbedConfig, OpenAiEmbedder};
+pub use service::lower_priority;
 pub(crate) use service::spawn_niced;
 pub use service::{EmbedService, EmbedServiceConfig};
 

@@ -45,7 +45,8 @@ use tokio::sync::oneshot;
 use uuid::Uuid;
 
 use super::{EmbedError, Embedder};
-pub(crate) use worker::{lower_priority, spawn_niced};
+pub use worker::lower_priority;
+pub(crate) use worker::spawn_niced;
 use worker::{worker, Job, Lane, Limits, Queues, Shared};
 
 #[derive(Debug, Clone)]

@@ -162,7 +162,8 @@ pub(super) fn short((n, bytes): (usize, usize)) -> bool {
 /// Raises the calling thread's nice value by `nice` (Linux: per thread). Failing leaves the
 /// thread at the process's priority: the bulk lanes still work, the prompt lane gets an even
 /// share; an `as_of` replay still answers, sharing the cores evenly with other requests.
-pub(crate) fn lower_priority(nice: i32) {
+/// Public for the load driver, whose stand-ins for remote readers run niced the same way.
+pub fn lower_priority(nice: i32) {
     #[cfg(target_os = "linux")]
     if nice > 0 {
         // The calling thread's own value: a nice value is per thread on Linux.
