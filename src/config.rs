@@ -132,6 +132,11 @@ pub struct ServeArgs {
     /// empty NDJSON line), which keeps proxies from closing it.
     #[arg(long, env = "AUDITMEM_STREAM_HEARTBEAT_SECS", default_value_t = 15, value_parser = clap::value_parser!(u64).range(1..=3_600))]
     pub stream_heartbeat_secs: u64,
+    /// Nice value added to the threads that serve audit streams (a runtime of their own), so
+    /// that under load the kernel gives the cores to the threads answering writers first; 0
+    /// keeps the process's priority.
+    #[arg(long, env = "AUDITMEM_STREAM_NICE", default_value_t = 10, value_parser = clap::value_parser!(i32).range(0..=19))]
+    pub stream_nice: i32,
     /// Let webhooks use plain `http://` URLs and reach private, loopback and link-local
     /// addresses (tests, closed networks). Off, a webhook must be `https://` to a public
     /// address, checked when it is saved and before every attempt.

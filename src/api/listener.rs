@@ -23,6 +23,14 @@
 //!   that stops reading a long answer (an export's download, an audit tail's backfill) keeps
 //!   its socket full and its response unfinished, and must not hold the stop for ever.
 //!
+//! - **Connections aside** ([`Aside`]): a connection whose first request line starts with a
+//!   given prefix (the audit tail's) is served on another runtime, decided by peeking at the
+//!   request line before hyper reads it. Long-lived answers that wake on every write (50
+//!   tails, each woken per head move) then queue on that runtime's thread, never on the
+//!   workers that answer the writers whose entries they carry. Such a connection serves that
+//!   one request and closes (`Connection: close`), so that a proxy's pooled connection that
+//!   carried a tail never serves other requests there.
+//!
 //! Every request carries `ConnectInfo<SocketAddr>` of its peer, as `axum::serve` sets it.
 //!
 //! Hand-written rather than a crate's: the caps need the peer address before hyper sees the
@@ -224,6 +232,48 @@ fn accept_backoff(err: &io::Error, previous: Option<Duration>) -> Option<Duratio
     }
 }
 
+/// Where the connections that open with a request line starting with `prefix` are served.
+#[derive(Clone, Debug)]
+pub struct Aside {
+    pub runtime: tokio::runtime::Handle,
+    /// The request line's start, method and path (`GET /v1/audit/logs/stream`); the next
+    /// byte must end the path (a space, or `?` for a query).
+    pub prefix: &'static [u8],
+}
+
+/// Longest prefix an [`Aside`] may have: what is peeked at is on the stack.
+const MAX_PREFIX: usize = 63;
+
+/// Whether the first request line waiting in `stream` starts with `prefix` and its path ends
+/// there, peeked at and left for hyper. None when the peer closes, errs, or sends no request
+/// line that decides it within `within` (hyper would close it for its header-read timeout).
+async fn opens_with(stream: &TcpStream, prefix: &[u8], within: Duration) -> Option<bool> {
+    let deadline = tokio::time::Instant::now() + within;
+    let need = prefix.len() + 1;
+    let mut buf = [0u8; MAX_PREFIX + 1];
+    loop {
+        let n = tokio::time::timeout_at(deadline, stream.peek(&mut buf[..need]))
+            .await
+            .ok()?
+            .ok()?;
+        if n == 0 {
+            return None;
+        }
+        let seen = n.min(prefix.len());
+        if buf[..seen] != prefix[..seen] {
+            return Some(false);
+        }
+        if n >= need {
+            return Some(matches!(buf[prefix.len()], b' ' | b'?'));
+        }
+        // A request line split across segments: its start is readable, so peeking again
+        // would return at once; the rest comes within a round trip.
+        tokio::time::timeout_at(deadline, tokio::time::sleep(Duration::from_millis(2)))
+            .await
+            .ok()?;
+    }
+}
+
 /// Waits for the shutdown signal (a closed channel counts as one).
 async fn signalled(shutdown: &mut watch::Receiver<bool>) {
     let _ = shutdown.wait_for(|stop| *stop).await;
@@ -236,7 +286,14 @@ pub async fn serve(
     app: Router,
     conns: Arc<Connections>,
     mut shutdown: watch::Receiver<bool>,
+    aside: Option<Aside>,
 ) {
+    if let Some(a) = &aside {
+        assert!(
+            a.prefix.len() <= MAX_PREFIX,
+            "an aside prefix too long to peek"
+        );
+    }
     // Every connection task holds a receiver; `closed()` resolves once all are dropped.
     let (open_tx, open_rx) = watch::channel(());
     let refusals = [Refused::Full.response(), Refused::Peer.response()];
@@ -298,9 +355,12 @@ pub async fn serve(
             peer,
             app.clone(),
             conns.limits(),
-            slot,
+            Held {
+                _slot: slot,
+                _open: open_rx.clone(),
+            },
             shutdown.clone(),
-            open_rx.clone(),
+            aside.clone(),
         ));
     }
     drop(listener);
@@ -308,15 +368,67 @@ pub async fn serve(
     open_tx.closed().await;
 }
 
-/// Serves one connection until it closes, holding its slot and `_open` until then.
+/// What a connection holds until it closes: its slot under the caps, and the receiver whose
+/// drop tells [`serve`] it has closed.
+struct Held {
+    _slot: Slot,
+    _open: watch::Receiver<()>,
+}
+
+/// Serves one connection until it closes, holding `held` until then, on the aside runtime
+/// when its first request is the aside's.
 async fn connection(
     stream: TcpStream,
     peer: SocketAddr,
     app: Router,
     limits: Limits,
-    _slot: Slot,
+    held: Held,
     mut shutdown: watch::Receiver<bool>,
-    _open: watch::Receiver<()>,
+    aside: Option<Aside>,
+) {
+    if let Some(aside) = aside {
+        let first = tokio::select! {
+            first = opens_with(&stream, aside.prefix, limits.header_read_timeout) => first,
+            // A connection that has sent nothing closes at a stop, as an idle one does.
+            _ = signalled(&mut shutdown) => None,
+        };
+        match first {
+            None => return,
+            Some(false) => {}
+            Some(true) => {
+                // A socket is registered with one runtime's driver: it leaves this one as a
+                // std socket (still non-blocking) and joins the other's there.
+                match stream.into_std() {
+                    Ok(std) => {
+                        aside.runtime.spawn(async move {
+                            match TcpStream::from_std(std) {
+                                Ok(stream) => http(stream, peer, app, limits, shutdown, false).await,
+                                Err(e) => tracing::debug!(%peer, error = %e, "moving a connection aside failed"),
+                            }
+                            drop(held);
+                        });
+                    }
+                    Err(e) => {
+                        tracing::debug!(%peer, error = %e, "moving a connection aside failed")
+                    }
+                }
+                return;
+            }
+        }
+    }
+    http(stream, peer, app, limits, shutdown, true).await;
+    drop(held);
+}
+
+/// Serves one connection's HTTP until it closes, or the drain after a stop ends; one request
+/// only without `keep_alive`.
+async fn http(
+    stream: TcpStream,
+    peer: SocketAddr,
+    app: Router,
+    limits: Limits,
+    mut shutdown: watch::Receiver<bool>,
+    keep_alive: bool,
 ) {
     let service = axum::Extension(ConnectInfo(peer))
         .layer(app)
@@ -325,7 +437,8 @@ async fn connection(
     builder
         .timer(TokioTimer::new())
         .header_read_timeout(limits.header_read_timeout)
-        .max_buf_size(MAX_BUF_BYTES);
+        .max_buf_size(MAX_BUF_BYTES)
+        .keep_alive(keep_alive);
     let conn = builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(service));
     tokio::pin!(conn);
     // Set once the stop is signalled: the answer being written has until then to finish.
@@ -394,6 +507,142 @@ mod tests {
         let counts = conns.counts.lock().unwrap();
         assert_eq!(counts.per_source.len(), 1);
         assert_eq!(counts.open, 2);
+    }
+
+    /// A client socket and the server's end of it, on loopback.
+    async fn pair() -> (tokio::net::TcpStream, TcpStream) {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let client = tokio::net::TcpStream::connect(l.local_addr().unwrap())
+            .await
+            .unwrap();
+        (client, l.accept().await.unwrap().0)
+    }
+
+    #[tokio::test]
+    async fn the_request_line_is_peeked_whole_and_left_for_hyper() {
+        use tokio::io::AsyncWriteExt;
+        const P: &[u8] = b"GET /v1/audit/logs/stream";
+        let wait = Duration::from_secs(2);
+        for (sent, want) in [
+            (&b"GET /v1/audit/logs/stream HTTP/1.1\r\n"[..], Some(true)),
+            (
+                b"GET /v1/audit/logs/stream?after=3 HTTP/1.1\r\n",
+                Some(true),
+            ),
+            (b"GET /v1/audit/logs/streams HTTP/1.1\r\n", Some(false)),
+            (b"GET /v1/audit/logs HTTP/1.1\r\n", Some(false)),
+            (b"POST /v1/audit/logs/stream HTTP/1.1\r\n", Some(false)),
+            (b"G", None),
+        ] {
+            let (mut client, server) = pair().await;
+            client.write_all(sent).await.unwrap();
+            if want.is_none() {
+                // A start that matches, then the peer goes: nothing to serve.
+                drop(client);
+                let quick = Duration::from_millis(100);
+                assert_eq!(opens_with(&server, P, quick).await, None);
+                continue;
+            }
+            assert_eq!(opens_with(&server, P, wait).await, want, "{sent:?}");
+            // Peeked, not read: hyper gets every byte.
+            let mut buf = vec![0u8; sent.len()];
+            server.try_read(&mut buf).unwrap();
+            assert_eq!(buf, sent);
+        }
+        // Split across writes: decided once the byte after the path arrives.
+        let (mut client, server) = pair().await;
+        client.write_all(b"GET /v1/audit/lo").await.unwrap();
+        let peek = tokio::spawn(async move { opens_with(&server, P, wait).await });
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        client
+            .write_all(b"gs/stream?after=1 HTTP/1.1\r\n")
+            .await
+            .unwrap();
+        assert_eq!(peek.await.unwrap(), Some(true));
+        // Nothing that decides within the wait.
+        let (mut client, server) = pair().await;
+        client.write_all(b"GET /v1/").await.unwrap();
+        let quick = Duration::from_millis(100);
+        assert_eq!(opens_with(&server, P, quick).await, None);
+        let (_client, server) = pair().await;
+        assert_eq!(opens_with(&server, P, quick).await, None);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn connections_that_open_with_the_prefix_are_served_on_the_aside_runtime() {
+        let aside = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("aside-worker")
+            .enable_all()
+            .build()
+            .unwrap();
+        let thread = || async { std::thread::current().name().unwrap_or("").to_string() };
+        let app = Router::new()
+            .route("/tail", axum::routing::get(thread))
+            .route("/list", axum::routing::get(thread));
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", l.local_addr().unwrap());
+        let (stop, stopped) = watch::channel(false);
+        let server = tokio::spawn(serve(
+            l,
+            app,
+            Connections::new(limits(16, 0)),
+            stopped,
+            Some(Aside {
+                runtime: aside.handle().clone(),
+                prefix: b"GET /tail",
+            }),
+        ));
+        let get = |path: &'static str| {
+            let url = format!("{url}{path}");
+            tokio::task::spawn_blocking(move || {
+                let client = reqwest::blocking::Client::new();
+                let a = client.get(&url).send().unwrap();
+                let close = a.headers().get("connection").cloned();
+                let a = a.text().unwrap();
+                // The second comes on the pool's connection if it was kept open.
+                let b = client.get(&url).send().unwrap().text().unwrap();
+                (a, b, close)
+            })
+        };
+        let (tail, tail_again, close) = get("/tail").await.unwrap();
+        assert_eq!(tail, "aside-worker");
+        assert_eq!(tail_again, "aside-worker");
+        // Served once there: a pooled connection never carries other requests there.
+        assert_eq!(close.as_ref().and_then(|v| v.to_str().ok()), Some("close"));
+        let (list, _, close) = get("/list").await.unwrap();
+        assert_eq!(close, None);
+        // The test's own runtime's worker.
+        assert!(list.starts_with("tokio-"), "{list}");
+        stop.send(true).unwrap();
+        server.await.unwrap();
+        aside.shutdown_background();
+    }
+
+    #[tokio::test]
+    async fn a_stop_closes_a_connection_that_sent_nothing_at_once() {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let at = l.local_addr().unwrap();
+        let (stop, stopped) = watch::channel(false);
+        let mut patient = limits(4, 0);
+        patient.header_read_timeout = Duration::from_secs(60);
+        let server = tokio::spawn(serve(
+            l,
+            Router::new(),
+            Connections::new(patient),
+            stopped,
+            Some(Aside {
+                runtime: tokio::runtime::Handle::current(),
+                prefix: b"GET /tail",
+            }),
+        ));
+        let _silent = tokio::net::TcpStream::connect(at).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        stop.send(true).unwrap();
+        tokio::time::timeout(Duration::from_secs(5), server)
+            .await
+            .expect("the stop waited for a connection that sent nothing")
+            .unwrap();
     }
 
     #[test]

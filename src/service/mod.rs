@@ -34,6 +34,7 @@ use tokio::task::JoinHandle;
 
 use crate::api::listener::{self, Connections};
 use crate::api::state::{AppState, Inner};
+use crate::api::stream::TailRuntime;
 use crate::api::Surface;
 use crate::config::ServeArgs;
 use crate::log::appender::AppenderThread;
@@ -53,6 +54,8 @@ pub struct Service {
     appender_thread: AppenderThread,
     db: sled::Db,
     tasks: Tasks,
+    /// Serves the audit tails' connections.
+    tails: TailRuntime,
 }
 
 /// The background tasks, in the order they are stopped.
@@ -100,7 +103,8 @@ impl Service {
         providers: &mut Option<Providers>,
     ) -> anyhow::Result<Service> {
         let storage = Storage::open(args).await?;
-        match Self::serve(args, tokens, providers, &storage).await {
+        let tails = TailRuntime::start(args.stream_nice).context("starting the tails' runtime")?;
+        match Self::serve(args, tokens, providers, &storage, tails.aside()).await {
             Ok((state, signer, addrs, listeners, stop)) => {
                 let tasks = Tasks::spawn(&state, &signer, witnesses, args);
                 let Storage {
@@ -118,6 +122,7 @@ impl Service {
                     appender_thread,
                     db,
                     tasks,
+                    tails,
                 })
             }
             Err(e) => {
@@ -142,6 +147,7 @@ impl Service {
         tokens: settings::Tokens,
         providers: &mut Option<Providers>,
         storage: &Storage,
+        tails: Option<listener::Aside>,
     ) -> anyhow::Result<(
         AppState,
         Arc<CheckpointSigner>,
@@ -218,6 +224,7 @@ impl Service {
                 crate::api::app_on(state.clone(), Surface::Admin),
                 Connections::new(limits),
                 stop_rx.clone(),
+                tails.clone(),
             )));
         }
         let surface = if admin_addr.is_some() {
@@ -231,6 +238,7 @@ impl Service {
             crate::api::app_on(state.clone(), surface),
             Connections::new(limits),
             stop_rx,
+            tails,
         )));
         Ok((state, signer, (addr, admin_addr), listeners, stop))
     }
@@ -252,6 +260,10 @@ impl Service {
         for l in self.listeners {
             l.await.context("serving")?;
         }
+        // Its connections have closed; what its tasks hold is dropped on its threads, while
+        // this still holds the state (whose last reference must drop off any runtime).
+        let tails = self.tails;
+        let _ = tokio::task::spawn_blocking(move || tails.stop()).await;
         // Expired memories are hidden from reads already; the next start sweeps them.
         self.tasks.expiry.abort();
         if let Some((task, stop)) = self.tasks.webhooks.take() {

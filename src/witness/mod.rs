@@ -179,7 +179,7 @@ fn serve(args: WitnessServeArgs) -> anyhow::Result<ExitCode> {
         println!("auditmem witness key {}", witness.verifier_key());
         println!("auditmem witness listening on http://{addr}");
         tracing::info!(%addr, name = %args.name, logs = args.logs.len(), state_dir = %args.state_dir.display(), "witness serving");
-        listener::serve(listener, app, Connections::new(limits), stop_rx).await;
+        listener::serve(listener, app, Connections::new(limits), stop_rx, None).await;
         anyhow::Ok(())
     })?;
     Ok(ExitCode::SUCCESS)

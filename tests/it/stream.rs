@@ -418,6 +418,26 @@ fn streams_are_limited_per_tenant_and_need_audit_read() {
         second.headers()["content-type"].to_str().expect("ascii"),
         "application/x-ndjson"
     );
+    // Tails are served on threads of their own, niced, one request a connection.
+    assert_eq!(
+        first.headers()["connection"].to_str().expect("ascii"),
+        "close"
+    );
+    let pid = s.pid().expect("the server runs");
+    let niced: Vec<i64> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .expect("the server's threads")
+        .filter_map(|t| {
+            let dir = t.ok()?.path();
+            let comm = std::fs::read_to_string(dir.join("comm")).ok()?;
+            (comm.trim() == "auditmem-tails").then_some(())?;
+            let stat = std::fs::read_to_string(dir.join("stat")).ok()?;
+            // Field 19 (nice), counted after the command's closing parenthesis.
+            let after = &stat[stat.rfind(')')? + 2..];
+            after.split(' ').nth(16)?.parse().ok()
+        })
+        .collect();
+    assert!(!niced.is_empty(), "no thread serves the tails");
+    assert!(niced.iter().all(|&n| n == 10), "{niced:?}");
     let third = open(&s.url, &key, "", None, false);
     assert_eq!(third.status().as_u16(), 429);
     assert!(

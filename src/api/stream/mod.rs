@@ -66,6 +66,54 @@ use feed::{Feeds, Form, Member, Take};
 /// Most entries one read sends.
 pub const BATCH: usize = 256;
 
+/// The request line an audit tail's connection opens with: such a connection is served on
+/// [`TailRuntime`] (docs/STREAMING.md, "What tails cost writers").
+pub const REQUEST_LINE: &[u8] = b"GET /v1/audit/logs/stream";
+
+/// The runtime that serves the audit tails' connections: one worker thread, and blocking
+/// threads for the tails' reads, all niced by `--stream-nice`. Each head move wakes every
+/// open tail at the moment the writers whose entries moved it are to be answered; on a
+/// runtime of their own the tails' wakeups queue behind each other, never ahead of the
+/// writers' answers, and the kernel gives the writers' workers the cores first.
+pub struct TailRuntime(Option<tokio::runtime::Runtime>);
+
+impl TailRuntime {
+    pub fn start(nice: i32) -> std::io::Result<Self> {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("auditmem-tails")
+            .on_thread_start(move || crate::embed::lower_priority(nice))
+            .enable_all()
+            .build()
+            .map(|rt| TailRuntime(Some(rt)))
+    }
+
+    /// Stops the runtime, waiting a moment for its tasks to end. Blocks: call it off any
+    /// runtime.
+    pub fn stop(mut self) {
+        if let Some(rt) = self.0.take() {
+            rt.shutdown_timeout(Duration::from_secs(1));
+        }
+    }
+
+    /// What the listener needs to move a tail's connection here.
+    pub fn aside(&self) -> Option<crate::api::listener::Aside> {
+        self.0.as_ref().map(|rt| crate::api::listener::Aside {
+            runtime: rt.handle().clone(),
+            prefix: REQUEST_LINE,
+        })
+    }
+}
+
+impl Drop for TailRuntime {
+    fn drop(&mut self) {
+        // Dropped where it may not block (a start that failed, on the main runtime).
+        if let Some(rt) = self.0.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
 /// The open streams, per tenant, and what every stream shares.
 pub struct Streams {
     /// Most open streams a tenant may have (`--max-streams-per-tenant`).

@@ -159,21 +159,29 @@ pub(super) fn short((n, bytes): (usize, usize)) -> bool {
     n <= SHORT_TEXTS && bytes <= SHORT_BYTES
 }
 
-/// Raises the calling thread's nice value by `nice` (Linux: per thread). Failing leaves the
-/// thread at the process's priority: the bulk lanes still work, the prompt lane gets an even
-/// share; an `as_of` replay still answers, sharing the cores evenly with other requests.
-/// Public for the load driver, whose stand-ins for remote readers run niced the same way.
+/// Sets the calling thread's nice value to the process's plus `nice` (Linux: per thread),
+/// unless it is that low already. Relative to the process, not to the thread: a thread
+/// inherits its creator's value, so a niced thread's blocking helpers would otherwise be niced
+/// twice. Failing leaves the thread at its priority: the bulk lanes still work, the prompt
+/// lane gets an even share; an `as_of` replay still answers, sharing the cores evenly with
+/// other requests. Public for the load driver, whose stand-ins for remote readers run niced
+/// the same way.
 pub fn lower_priority(nice: i32) {
     #[cfg(target_os = "linux")]
     if nice > 0 {
-        // The calling thread's own value: a nice value is per thread on Linux.
+        // The main thread's value is the process's: its id is the process's.
+        let process =
+            rustix::process::getpriority_process(Some(rustix::process::getpid())).unwrap_or(0);
+        let target = (process + nice).min(19);
         let now = rustix::process::getpriority_process(None).unwrap_or(0);
-        if let Err(e) = rustix::process::setpriority_process(None, (now + nice).min(19)) {
-            tracing::warn!(
-                error = %e,
-                thread = std::thread::current().name().unwrap_or("unnamed"),
-                "a thread meant to run niced keeps the process's priority"
-            );
+        if now < target {
+            if let Err(e) = rustix::process::setpriority_process(None, target) {
+                tracing::warn!(
+                    error = %e,
+                    thread = std::thread::current().name().unwrap_or("unnamed"),
+                    "a thread meant to run niced keeps the process's priority"
+                );
+            }
         }
     }
     #[cfg(not(target_os = "linux"))]
