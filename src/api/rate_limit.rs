@@ -66,7 +66,9 @@ impl RateLimiter<IpAddr> {
 }
 
 impl<K: Hash + Eq> RateLimiter<K> {
-    fn with_capacity(per_sec: f64, burst: u32, capacity: usize) -> Self {
+    /// At most `capacity` buckets, the least recently used one forgotten first; 0 for
+    /// `per_sec` disables the limit.
+    pub fn with_capacity(per_sec: f64, burst: u32, capacity: usize) -> Self {
         let quota = (per_sec.is_finite() && per_sec > 0.0).then_some(Quota {
             per_sec,
             burst: burst.max(1),
@@ -117,6 +119,38 @@ impl<K: Hash + Eq> RateLimiter<K> {
     }
 }
 
+impl<K: Hash + Eq> RateLimiter<K> {
+    /// Takes a token of `key`'s bucket, now or, when it holds none, the next one to come: the
+    /// bucket then owes it (its tokens go below zero), so the readers that reserve one after
+    /// another are given turns `1 / per_sec` apart. Returns how long to wait before acting on
+    /// it (zero when a token was there). The caller bounds how many wait at once.
+    pub fn reserve(&self, key: K) -> Duration {
+        self.reserve_at(key, Instant::now())
+    }
+
+    fn reserve_at(&self, key: K, now: Instant) -> Duration {
+        let Some(q) = self.quota else {
+            return Duration::ZERO;
+        };
+        let burst = f64::from(q.burst);
+        let mut buckets = self.buckets.lock().unwrap_or_else(|p| p.into_inner());
+        let bucket = buckets.get_or_insert_mut(key, || Bucket {
+            tokens: burst,
+            at: now,
+        });
+        let elapsed = now.saturating_duration_since(bucket.at).as_secs_f64();
+        bucket.tokens = (bucket.tokens + elapsed * q.per_sec).min(burst);
+        bucket.at = now;
+        let wait = match bucket.tokens >= 1.0 {
+            true => Duration::ZERO,
+            false => Duration::try_from_secs_f64((1.0 - bucket.tokens) / q.per_sec)
+                .unwrap_or(Duration::MAX),
+        };
+        bucket.tokens -= 1.0;
+        wait
+    }
+}
+
 /// The `Retry-After` value for a wait: whole seconds (the header has no fractions), rounded up
 /// so a client that waits that long finds a token, and at least 1.
 pub fn retry_after_secs(wait: Duration) -> u64 {
@@ -159,6 +193,28 @@ mod tests {
         assert_eq!(limiter.check_at(key, later), Ok(()));
         assert_eq!(limiter.check_at(key, later), Ok(()));
         assert!(limiter.check_at(key, later).is_err());
+    }
+
+    #[test]
+    fn reserved_tokens_are_owed_and_given_in_turns_a_refill_apart() {
+        let limiter = RateLimiter::new(10.0, 2);
+        let key = Uuid::now_v7();
+        let t0 = Instant::now();
+        assert_eq!(limiter.reserve_at(key, t0), Duration::ZERO);
+        assert_eq!(limiter.reserve_at(key, t0), Duration::ZERO);
+        assert_eq!(limiter.reserve_at(key, t0), Duration::from_millis(100));
+        assert_eq!(limiter.reserve_at(key, t0), Duration::from_millis(200));
+        // The refill pays the debt first: 300 ms later (3 tokens) one is there, not two.
+        let later = t0 + Duration::from_millis(300);
+        assert_eq!(limiter.reserve_at(key, later), Duration::ZERO);
+        assert_eq!(limiter.reserve_at(key, later), Duration::from_millis(100));
+        // Another key's bucket is its own.
+        assert_eq!(limiter.reserve_at(Uuid::now_v7(), t0), Duration::ZERO);
+        // No limit: never a wait.
+        let unlimited = RateLimiter::new(0.0, 1);
+        for _ in 0..100 {
+            assert_eq!(unlimited.reserve_at(key, t0), Duration::ZERO);
+        }
     }
 
     #[test]

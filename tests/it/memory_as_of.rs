@@ -546,3 +546,34 @@ fn another_tenant_as_of_the_same_position_never_gets_the_kept_store() {
     // The other tenant's first read folded its own (empty) past; its second asked that.
     assert_eq!(reads_as_of(&s), (2, 2));
 }
+
+#[test]
+fn a_tenants_reads_as_of_a_position_keep_to_its_pace_and_wait_for_their_turns() {
+    let s = Server::start();
+    let key = tenant(&s);
+    let (_, position) = remember(
+        &s,
+        &key,
+        json!({"content": "The user drinks green tea", "memory_type": "fact"}),
+    );
+    // 10 a second after a burst of 10 (docs/API.md, "Reading the past"): 30 reads back to back
+    // are all answered, and the 20 past the burst are spread over at least 2 s.
+    let started = std::time::Instant::now();
+    for _ in 0..30 {
+        let (status, page) = s.get(&format!("/v1/memories?as_of={position}"), &key);
+        assert_eq!(status, 200, "{page}");
+        assert_eq!(page["data"]["total"], json!(1));
+    }
+    let took = started.elapsed();
+    assert!(
+        took >= std::time::Duration::from_millis(1_990),
+        "30 reads as of a position took {took:?}"
+    );
+    assert_eq!(reads_as_of(&s), (1, 29));
+    let paced = metrics_text(&s)
+        .lines()
+        .find_map(|l| l.strip_prefix("auditmem_as_of_reads_paced_total "))
+        .map(|v| v.trim().parse::<u64>().expect("a count"))
+        .unwrap_or(0);
+    assert!((1..=20).contains(&paced), "{paced} reads waited their turn");
+}

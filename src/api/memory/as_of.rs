@@ -32,12 +32,23 @@
 //! places in the queue whatever it sends, and another tenant's fold waits for at most two of
 //! its. A read answered by a kept store takes its tenant's place but waits for no turn.
 //!
+//! A tenant's pace: a read as of a position also takes a token of its tenant's bucket
+//! ([`READS_PER_SEC`], [`READS_BURST`]) before any of its work (the query's embedding, the
+//! fold or the kept store's search), and when the bucket is empty it waits, holding its place,
+//! for the next token to come. A read a kept store answers is an ordinary search's work at the
+//! process's priority around a niced search (HTTP, the query, its audit entry): without a pace,
+//! two clients replaying back to back ask hundreds a second and take a core from the other
+//! tenants. With it, one tenant's reads as of a position are at most [`READS_PER_SEC`] a second
+//! after a burst, and a read waits at most `REPLAYS_PER_TENANT / READS_PER_SEC` for its token
+//! (the queue is its tenant's places).
+//!
 //! ```text
-//! handler: slot (≤ 2 per tenant, else 429) ─┬─ kept? ─▶ thread "as-of-replay" (+10): ask
-//!    ▲                                       └─ turn (1 at a time) ─▶ thread (+10): fold, ask,
-//!    └──────────────────────── the answer ◀───────────────────────── free the slot, answer;
-//!                                                                    keep or free the store,
-//!                                                                    free the turn
+//! handler: slot (≤ 2 per tenant, else 429), token (wait for it) ─┬─ kept? ─▶ thread (+10): ask
+//!    ▲                                  └─ turn (1 at a time) ─▶ thread "as-of-replay" (+10):
+//!    │                                                           fold, ask,
+//!    └──────────────────────── the answer ◀───────────────────── free the slot, answer;
+//!                                                                keep or free the store,
+//!                                                                free the turn
 //! ```
 //!
 //! Erased stays erased: the past store opens sealed values with the service's keyring, so a
@@ -54,6 +65,7 @@ use auditmem_projections::{Applied, Event, Projection};
 use uuid::Uuid;
 
 use crate::api::error::ApiError;
+use crate::api::rate_limit::RateLimiter;
 use crate::api::state::AppState;
 use crate::registry::ErrorCode;
 use crate::wire::memory::{AsOf, AsOfShown};
@@ -79,6 +91,19 @@ pub const REPLAY_NICE: i32 = 10;
 /// events takes a fraction of a second, and the header counts whole seconds.
 const RETRY_AFTER_SECS: u64 = 1;
 
+/// A tenant's reads as of a position a second, sustained (module doc): a person replaying
+/// recorded searches from the console, or a script replaying an audit trail one position
+/// after another (each a fold of 85-180 ms at 3,000 events), asks fewer; two clients asking a
+/// kept store back to back would ask 200-250.
+pub const READS_PER_SEC: f64 = 10.0;
+
+/// A tenant's reads as of a position at once after it has been idle for a second.
+pub const READS_BURST: u32 = 10;
+
+/// Tenants whose pace is remembered at once (least recently used forgotten first: it starts
+/// again with a full burst, as a tenant that has been idle for a second would).
+const PACED_TENANTS: usize = 16_384;
+
 /// What every read `as_of` of one service shares (held in its `AppState`): the replays'
 /// turns, each tenant's places in the queue, and the kept stores.
 pub struct Replays {
@@ -86,24 +111,57 @@ pub struct Replays {
     turns: Arc<tokio::sync::Semaphore>,
     /// Per tenant, its replays running or waiting (no entry: none).
     queued: Arc<Mutex<HashMap<Uuid, usize>>>,
+    /// Per tenant, its pace ([`READS_PER_SEC`]).
+    paced: RateLimiter<Uuid>,
     kept: Arc<Mutex<Kept>>,
 }
 
 impl Default for Replays {
     fn default() -> Self {
-        Self {
-            turns: Arc::new(tokio::sync::Semaphore::new(CONCURRENT_REPLAYS)),
-            queued: Arc::default(),
-            kept: Arc::default(),
-        }
+        Self::paced(READS_PER_SEC, READS_BURST)
     }
 }
 
 impl Replays {
+    /// Replays whose tenants read as of a position at most `per_sec` a second after a burst of
+    /// `burst` (0 for `per_sec`: no pace).
+    pub fn paced(per_sec: f64, burst: u32) -> Self {
+        Self {
+            turns: Arc::new(tokio::sync::Semaphore::new(CONCURRENT_REPLAYS)),
+            queued: Arc::default(),
+            paced: RateLimiter::with_capacity(per_sec, burst, PACED_TENANTS),
+            kept: Arc::default(),
+        }
+    }
+
     fn kept(&self) -> std::sync::MutexGuard<'_, Kept> {
         // A list of stores: consistent after a panic elsewhere.
         self.kept.lock().unwrap_or_else(|p| p.into_inner())
     }
+}
+
+/// A read as of a position let in: one of its tenant's places, held until it is answered, and
+/// its turn of the tenant's pace. [`admit`] gives it, before the read's work.
+pub struct Pass {
+    tenant: Uuid,
+    slot: Slot,
+}
+
+/// Lets in a read of `tenant`'s as of a position: refused 429 (4290) when the tenant already
+/// has [`REPLAYS_PER_TENANT`] running or waiting; otherwise waits, holding its place, for its
+/// turn of the tenant's pace ([`READS_PER_SEC`]).
+pub async fn admit(state: &AppState, tenant: Uuid) -> Result<Pass, ApiError> {
+    admitted(&state.as_of, tenant).await
+}
+
+async fn admitted(replays: &Replays, tenant: Uuid) -> Result<Pass, ApiError> {
+    let slot = Slot::take(replays, tenant)?;
+    let wait = replays.paced.reserve(tenant);
+    if !wait.is_zero() {
+        metrics::counter!("auditmem_as_of_reads_paced_total").increment(1);
+        tokio::time::sleep(wait).await;
+    }
+    Ok(Pass { tenant, slot })
 }
 
 /// One of a tenant's [`REPLAYS_PER_TENANT`] places, given back when dropped.
@@ -245,12 +303,11 @@ fn too_many(then: &Then, n: usize) -> ApiError {
 
 /// Asks `ask` of the tenant's store as it stood right after `then`, folded from `seqs` (the
 /// seqs of the tenant's whole history up to it, ascending) or asked of that store kept from an
-/// earlier read as of the same position (module doc): refused 429 when the tenant already has
-/// [`REPLAYS_PER_TENANT`] reads running or waiting, otherwise a fold waits its turn
-/// ([`CONCURRENT_REPLAYS`] at a time).
+/// earlier read as of the same position (module doc), for the read `pass` let in; a fold waits
+/// its turn ([`CONCURRENT_REPLAYS`] at a time).
 pub async fn replay<T, F>(
     state: &AppState,
-    tenant: Uuid,
+    pass: Pass,
     then: Then,
     seqs: Vec<u64>,
     ask: F,
@@ -259,14 +316,14 @@ where
     T: Send + 'static,
     F: FnOnce(&Memories) -> Result<T, ApiError> + Send + 'static,
 {
-    replayed(state, tenant, then, seqs, true, ask).await
+    replayed(state, pass, then, seqs, true, ask).await
 }
 
 /// [`replay`] of some of the tenant's events up to `then` (one memory's): the store folded
 /// from them is not the tenant's, so it is neither taken from nor kept for the next read.
 pub async fn replay_part<T, F>(
     state: &AppState,
-    tenant: Uuid,
+    pass: Pass,
     then: Then,
     seqs: Vec<u64>,
     ask: F,
@@ -275,12 +332,12 @@ where
     T: Send + 'static,
     F: FnOnce(&Memories) -> Result<T, ApiError> + Send + 'static,
 {
-    replayed(state, tenant, then, seqs, false, ask).await
+    replayed(state, pass, then, seqs, false, ask).await
 }
 
 async fn replayed<T, F>(
     state: &AppState,
-    tenant: Uuid,
+    pass: Pass,
     then: Then,
     seqs: Vec<u64>,
     whole: bool,
@@ -290,7 +347,7 @@ where
     T: Send + 'static,
     F: FnOnce(&Memories) -> Result<T, ApiError> + Send + 'static,
 {
-    let slot = Slot::take(&state.as_of, tenant)?;
+    let Pass { tenant, slot } = pass;
     if whole {
         if let Some(store) = kept(state, tenant, then.position) {
             return ask_kept(slot, store, ask).await;
@@ -614,6 +671,46 @@ mod tests {
         drop(first);
         let _again = Slot::take(&r, a).expect("a place given back is taken again");
         assert!(Slot::take(&r, a).is_err());
+    }
+
+    #[tokio::test]
+    async fn a_read_past_its_tenants_burst_waits_for_its_turn_of_the_pace() {
+        let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
+        let r = Replays::default();
+        let started = std::time::Instant::now();
+        for _ in 0..READS_BURST {
+            drop(admitted(&r, a).await.expect("a read of the burst"));
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_millis(100),
+            "the burst waits for nothing: {:?}",
+            started.elapsed()
+        );
+        // The bucket is empty: the next read waits a token's refill (1 / READS_PER_SEC).
+        let before = std::time::Instant::now();
+        let waited = admitted(&r, a).await.expect("a read past the burst");
+        assert!(
+            before.elapsed() >= std::time::Duration::from_millis(95),
+            "a read past the burst waited {:?}",
+            before.elapsed()
+        );
+        // Another tenant's pace is its own.
+        let before = std::time::Instant::now();
+        drop(admitted(&r, b).await.expect("another tenant's read"));
+        assert!(before.elapsed() < std::time::Duration::from_millis(90));
+        // A read waiting for its turn holds its place: with one held and one waiting, a third
+        // is refused at once.
+        let r = Arc::new(r);
+        let waiting = tokio::spawn({
+            let r = Arc::clone(&r);
+            async move { admitted(&r, a).await.map(|_| ()) }
+        });
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        let refused = admitted(&r, a).await.err().expect("no third place");
+        assert_eq!(refused.code, ErrorCode::RateLimited);
+        assert_eq!(refused.retry_after, Some(1));
+        drop(waited);
+        waiting.await.expect("joined").expect("its turn came");
     }
 
     #[test]

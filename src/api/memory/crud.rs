@@ -108,7 +108,8 @@ async fn page(
                 query.filter.cloned(),
                 query.include_superseded,
             );
-            let listed = as_of::replay(state, tenant, then, seqs, move |past| {
+            let pass = as_of::admit(state, tenant).await?;
+            let listed = as_of::replay(state, pass, then, seqs, move |past| {
                 let query = MemoryQuery {
                     memory_type,
                     filter: filter.as_ref(),
@@ -187,7 +188,8 @@ async fn past_memory(
     }
     as_of::bounded(&then, seqs.len())?;
     let events = seqs.len();
-    let view = as_of::replay_part(state, tenant, then, seqs, move |past| {
+    let pass = as_of::admit(state, tenant).await?;
+    let view = as_of::replay_part(state, pass, then, seqs, move |past| {
         past.get(&tenant, &id).map_err(ApiError::internal)
     })
     .await?

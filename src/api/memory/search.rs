@@ -37,8 +37,10 @@ pub(crate) async fn search_memories(
     let then = as_of::resolve(&state, wanted)?;
     let seqs = as_of::history(&state, tenant, &then)?;
     let events = seqs.len();
+    // Let in before the query's embedding: the tenant's pace bounds that work too.
+    let pass = as_of::admit(&state, tenant).await?;
     let vector = embed_one(&state, &caller, &request, &asked.query).await?;
-    let (mut decision, memory_models) = as_of::replay(&state, tenant, then, seqs, move |past| {
+    let (mut decision, memory_models) = as_of::replay(&state, pass, then, seqs, move |past| {
         let decision = search::search_in(past, tenant, asked, &vector)?;
         Ok((decision, past.live_models(&tenant)))
     })
