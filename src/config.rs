@@ -209,6 +209,15 @@ pub struct ServeArgs {
     /// room for a monitor that fetches a run of new tiles.
     #[arg(long, env = "AUDITMEM_LOG_RATE_LIMIT_BURST", default_value_t = 2_000, value_parser = clap::value_parser!(u32).range(1..))]
     pub log_rate_limit_burst: u32,
+    /// Reads `as_of` a position (memory get, list, query, search) one tenant may make a second,
+    /// after a burst (docs/API.md, "Reading the past"); a read past it waits for its turn. 0
+    /// disables the pace (the 2 reads a tenant may have running or waiting still hold).
+    #[arg(long, env = "AUDITMEM_AS_OF_READS_PER_SEC", default_value_t = crate::api::memory::as_of::READS_PER_SEC, value_parser = rate)]
+    pub as_of_reads_per_sec: f64,
+    /// Reads `as_of` a position a tenant idle for a while may make at once before the pace
+    /// applies.
+    #[arg(long, env = "AUDITMEM_AS_OF_READS_BURST", default_value_t = crate::api::memory::as_of::READS_BURST, value_parser = clap::value_parser!(u32).range(1..))]
+    pub as_of_reads_burst: u32,
     /// Request and response bodies larger than this are stored truncated in audit entries.
     #[arg(long, env = "AUDITMEM_AUDIT_BODY_LIMIT", default_value_t = 64 * 1024)]
     pub audit_body_limit: usize,

@@ -210,7 +210,10 @@ impl Service {
                 stop_rx.clone(),
             ),
             webhooks: crate::webhooks::WebhookSettings::from_args(args),
-            as_of: Default::default(),
+            as_of: crate::api::memory::as_of::Replays::paced(
+                args.as_of_reads_per_sec,
+                args.as_of_reads_burst,
+            ),
         }));
         crate::release_free_memory();
         let mut listeners = Vec::new();

@@ -576,4 +576,24 @@ fn a_tenants_reads_as_of_a_position_keep_to_its_pace_and_wait_for_their_turns() 
         .map(|v| v.trim().parse::<u64>().expect("a count"))
         .unwrap_or(0);
     assert!((1..=20).contains(&paced), "{paced} reads waited their turn");
+
+    // The operator's pace: none.
+    let s = Server::start_with(&["--as-of-reads-per-sec", "0"]);
+    let key = tenant(&s);
+    let (_, position) = remember(
+        &s,
+        &key,
+        json!({"content": "The user drinks green tea", "memory_type": "fact"}),
+    );
+    for _ in 0..30 {
+        let (status, page) = s.get(&format!("/v1/memories?as_of={position}"), &key);
+        assert_eq!(status, 200, "{page}");
+    }
+    assert_eq!(reads_as_of(&s), (1, 29));
+    assert!(
+        !metrics_text(&s)
+            .lines()
+            .any(|l| l.starts_with("auditmem_as_of_reads_paced_total ") && !l.ends_with(" 0")),
+        "a read waited without a pace"
+    );
 }
