@@ -342,7 +342,7 @@ impl Memories {
     /// the ids hidden.
     ///
     /// [`LAND_CHUNK`] memories a hold of the lock, `pause` called between holds (10,000 in
-    /// one hold kept other tenants' searches waiting ~11 ms). A read between two holds sees
+    /// one hold: ~11 ms that every other tenant's search would wait). A read between two holds sees
     /// some of the batch's drops and none of its other changes; none of the batch is
     /// answered before `apply` returned (every write waits for its group's fold, and an
     /// erasure's receipt for the fold of its event), by when every one is hidden.
