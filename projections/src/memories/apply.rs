@@ -6,7 +6,8 @@
 //! still current when the batch lands; the tree is committed before memory changes, so a
 //! failed commit leaves memory as it was. A batch of more than [`LAND_CHUNK`] memories lands
 //! in chunks, the state's lock released between them: the memories it drops are hidden from
-//! every read before the first chunk, so a read between chunks never shows one.
+//! every read before the first chunk lands (a chunk a hold too), so a read between the
+//! landing's chunks never shows one.
 //!
 //! `apply` runs on the appender's applier, which every tenant's next answer waits for (each
 //! request's audit entry is folded before it is answered). So the memories a large batch
@@ -239,6 +240,28 @@ impl Projection for Memories {
     }
 
     fn apply(&self, events: &[Applied<'_>]) -> Result<()> {
+        // Lets the readers a hold of the lock kept waiting take it before the next hold does.
+        self.apply_pausing(events, &mut std::thread::yield_now)
+    }
+
+    fn reset(&self) -> Result<()> {
+        // What an unindexing thread holds is of the state being dropped.
+        self.wait_unindexed()?;
+        self.tree.clear()?;
+        let mut state = self.state.write().unwrap_or_else(|p| p.into_inner());
+        *state = State::new(state.spill.take());
+        Ok(())
+    }
+}
+
+impl Memories {
+    /// [`Projection::apply`], calling `pause` between two holds of the state's write lock (a
+    /// large batch hides and lands its memories [`LAND_CHUNK`] a hold), with the lock free.
+    pub(super) fn apply_pausing(
+        &self,
+        events: &[Applied<'_>],
+        pause: &mut dyn FnMut(),
+    ) -> Result<()> {
         let mut finals: FastMap<Uuid, StoredMemory> = FastMap::default();
         let mut learned = Learned::default();
         let mut resealed: FastSet<Uuid> = FastSet::default();
@@ -277,9 +300,9 @@ impl Projection for Memories {
         let mut finals: Vec<StoredMemory> = finals.into_values().collect();
         // A large batch (an erasure of thousands of memories) lands in chunks, the lock
         // released between them so that reads wait for one chunk at most; the memories it
-        // drops are hidden from every read first, in one pass.
+        // drops are hidden from every read first, a chunk a hold too.
         let hidden = if finals.len() > LAND_CHUNK {
-            self.hide_dropped(&finals)
+            self.hide_dropped(&finals, pause)
         } else {
             FastSet::default()
         };
@@ -302,18 +325,8 @@ impl Projection for Memories {
                 return Ok(());
             }
             drop(guard);
-            // Lets the readers the chunk held up take the lock before the next one does.
-            std::thread::yield_now();
+            pause();
         }
-    }
-
-    fn reset(&self) -> Result<()> {
-        // What an unindexing thread holds is of the state being dropped.
-        self.wait_unindexed()?;
-        self.tree.clear()?;
-        let mut state = self.state.write().unwrap_or_else(|p| p.into_inner());
-        *state = State::new(state.spill.take());
-        Ok(())
     }
 }
 
@@ -323,26 +336,43 @@ const LAND_CHUNK: usize = 256;
 
 impl Memories {
     /// Hides each memory of `finals` that the batch drops (deletes or erases) and that is
-    /// live: marked deleted or erased and taken off its tenant's order and counts, in one
-    /// hold of the lock, so no get, list or search shows it from then on; its tenant's
-    /// queries check each memory (see `TenantMemories::unindexing`) until `land` has taken
-    /// it out of the indexes. Returns the ids hidden.
-    pub(super) fn hide_dropped(&self, finals: &[StoredMemory]) -> FastSet<Uuid> {
+    /// live: marked deleted or erased and taken off its tenant's order and counts, so no get,
+    /// list or search shows it from then on; its tenant's queries check each memory (see
+    /// `TenantMemories::unindexing`) until `land` has taken it out of the indexes. Returns
+    /// the ids hidden.
+    ///
+    /// [`LAND_CHUNK`] memories a hold of the lock, `pause` called between holds (10,000 in
+    /// one hold: ~11 ms that every other tenant's search would wait). A read between two holds sees
+    /// some of the batch's drops and none of its other changes; none of the batch is
+    /// answered before `apply` returned (every write waits for its group's fold, and an
+    /// erasure's receipt for the fold of its event), by when every one is hidden.
+    pub(super) fn hide_dropped(
+        &self,
+        finals: &[StoredMemory],
+        pause: &mut dyn FnMut(),
+    ) -> FastSet<Uuid> {
         let mut hidden = FastSet::default();
-        let mut guard = self.state.write().unwrap_or_else(|p| p.into_inner());
-        let state = &mut *guard;
-        for m in finals {
-            if m.deleted_at.is_none() && !m.erased {
-                continue;
+        let mut dropped = finals
+            .iter()
+            .filter(|m| m.deleted_at.is_some() || m.erased)
+            .peekable();
+        while dropped.peek().is_some() {
+            let mut guard = self.state.write().unwrap_or_else(|p| p.into_inner());
+            let state = &mut *guard;
+            for m in dropped.by_ref().take(LAND_CHUNK) {
+                let Some(k) = state.all.get_mut(&m.id).filter(|k| k.is_live()) else {
+                    continue;
+                };
+                k.hide(m.deleted_at, m.erased);
+                let t = TenantMemories::of(&mut state.tenants, state.spill.as_ref(), m.tenant_id);
+                if t.unlist(m.id, k) {
+                    t.unindexing += 1;
+                    hidden.insert(m.id);
+                }
             }
-            let Some(k) = state.all.get_mut(&m.id).filter(|k| k.is_live()) else {
-                continue;
-            };
-            k.hide(m.deleted_at, m.erased);
-            let t = TenantMemories::of(&mut state.tenants, state.spill.as_ref(), m.tenant_id);
-            if t.unlist(m.id, k) {
-                t.unindexing += 1;
-                hidden.insert(m.id);
+            drop(guard);
+            if dropped.peek().is_some() {
+                pause();
             }
         }
         hidden

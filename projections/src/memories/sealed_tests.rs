@@ -415,7 +415,7 @@ fn a_memory_hidden_ahead_of_a_large_batch_landing_is_shown_by_no_read_while_stil
     sealing::erase(&mut m);
     m.deleted_at = Some(90);
     // What a batch of more than `LAND_CHUNK` memories does before its first chunk lands.
-    let hidden = p.hide_dropped(&[m]);
+    let hidden = p.hide_dropped(&[m], &mut || {});
     assert_eq!(hidden.into_iter().collect::<Vec<_>>(), vec![alice]);
     {
         let state = p.state();

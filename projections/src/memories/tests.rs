@@ -699,7 +699,7 @@ fn a_hybrid_search_lifts_the_neighbours_of_a_found_turn_in_its_stream() {
 }
 
 #[test]
-fn a_large_erasure_hides_its_memories_at_once_and_leaves_the_indexes_off_the_applier() {
+fn a_large_erasure_hides_its_memories_a_chunk_a_hold_and_leaves_the_indexes_off_the_applier() {
     let (_dir, _db, p) = fresh();
     let (t, other) = (Uuid::from_u128(100), Uuid::from_u128(200));
     // 300 memories erased (more than a landing chunk), one kept, and another tenant's one.
@@ -718,7 +718,18 @@ fn a_large_erasure_hides_its_memories_at_once_and_leaves_the_indexes_off_the_app
     }));
     let applied = Applied::in_order(&events);
     p.apply(&applied[..302]).expect("apply");
-    p.apply(&applied[302..]).expect("apply the erasure");
+    // What a read sees between two holds of the state's lock (taking it here: it is free):
+    // the tenant's count and the ids a list and a search show.
+    let mut seen: Vec<(usize, usize, usize)> = Vec::new();
+    p.apply_pausing(&applied[302..], &mut || {
+        let listed = p.list(&t, None, 0, 400).expect("list").1;
+        let hits = p.search(&t, &[1.0, 0.0], None, -1.0, 400).expect("search");
+        seen.push((p.count(&t), listed.len(), hits.len()));
+    })
+    .expect("apply the erasure");
+    // The 300 hidden 256 a hold, then landed 256 a hold with every one hidden: a read between
+    // the landing's holds shows none of them.
+    assert_eq!(seen, vec![(45, 45, 45), (1, 1, 1)]);
     // Hidden from every read once `apply` returned.
     assert_eq!(p.count(&t), 1);
     let listed: Vec<u128> = p
