@@ -91,9 +91,27 @@ impl<K: Hash + Eq> RateLimiter<K> {
     }
 
     fn check_at(&self, key: K, now: Instant) -> Result<(), Duration> {
-        let Some(q) = self.quota else {
-            return Ok(());
-        };
+        self.refilled(key, now, |bucket, q| {
+            if bucket.tokens >= 1.0 {
+                bucket.tokens -= 1.0;
+                Ok(())
+            } else {
+                // A refused request takes nothing, so a client that honours Retry-After gets
+                // in.
+                Err(wait_for_one(bucket, q))
+            }
+        })
+        .unwrap_or(Ok(()))
+    }
+
+    /// `act` on `key`'s bucket, refilled up to `now`; None without a quota.
+    fn refilled<R>(
+        &self,
+        key: K,
+        now: Instant,
+        act: impl FnOnce(&mut Bucket, Quota) -> R,
+    ) -> Option<R> {
+        let q = self.quota?;
         let burst = f64::from(q.burst);
         // A poisoned lock only means another request panicked mid-update of plain numbers;
         // the map is still usable.
@@ -105,18 +123,14 @@ impl<K: Hash + Eq> RateLimiter<K> {
         let elapsed = now.saturating_duration_since(bucket.at).as_secs_f64();
         bucket.tokens = (bucket.tokens + elapsed * q.per_sec).min(burst);
         bucket.at = now;
-        if bucket.tokens >= 1.0 {
-            bucket.tokens -= 1.0;
-            Ok(())
-        } else {
-            // A refused request takes nothing, so a client that honours Retry-After gets in.
-            // A rate so small that the wait overflows a Duration waits "forever".
-            Err(
-                Duration::try_from_secs_f64((1.0 - bucket.tokens) / q.per_sec)
-                    .unwrap_or(Duration::MAX),
-            )
-        }
+        Some(act(bucket, q))
     }
+}
+
+/// How long until `bucket` holds a whole token again. A rate so small that the wait overflows
+/// a Duration waits "forever".
+fn wait_for_one(bucket: &Bucket, q: Quota) -> Duration {
+    Duration::try_from_secs_f64((1.0 - bucket.tokens) / q.per_sec).unwrap_or(Duration::MAX)
 }
 
 impl<K: Hash + Eq> RateLimiter<K> {
@@ -129,25 +143,15 @@ impl<K: Hash + Eq> RateLimiter<K> {
     }
 
     fn reserve_at(&self, key: K, now: Instant) -> Duration {
-        let Some(q) = self.quota else {
-            return Duration::ZERO;
-        };
-        let burst = f64::from(q.burst);
-        let mut buckets = self.buckets.lock().unwrap_or_else(|p| p.into_inner());
-        let bucket = buckets.get_or_insert_mut(key, || Bucket {
-            tokens: burst,
-            at: now,
-        });
-        let elapsed = now.saturating_duration_since(bucket.at).as_secs_f64();
-        bucket.tokens = (bucket.tokens + elapsed * q.per_sec).min(burst);
-        bucket.at = now;
-        let wait = match bucket.tokens >= 1.0 {
-            true => Duration::ZERO,
-            false => Duration::try_from_secs_f64((1.0 - bucket.tokens) / q.per_sec)
-                .unwrap_or(Duration::MAX),
-        };
-        bucket.tokens -= 1.0;
-        wait
+        self.refilled(key, now, |bucket, q| {
+            let wait = match bucket.tokens >= 1.0 {
+                true => Duration::ZERO,
+                false => wait_for_one(bucket, q),
+            };
+            bucket.tokens -= 1.0;
+            wait
+        })
+        .unwrap_or(Duration::ZERO)
     }
 }
 
