@@ -14,9 +14,10 @@
 //! The tails stand in for readers on other machines (a SIEM's collectors): they run on a
 //! runtime of their own, on one thread whose nice value is raised by `--tail-nice`, so that
 //! parsing 50 copies of every entry on the server's two cores does not delay the writers'
-//! timers and sends in the driver. What the server spends per tail (its follower, a wake-up, a
-//! copy and a socket write per batch) runs at the server's priority as before. With
-//! `--tail-nice 0` they run at the driver's priority, still on their own thread.
+//! timers and sends in the driver (the service's own [`TailRuntime`], whose threads are named
+//! `auditmem-tails` here too). What the server spends per tail (its follower, a wake-up, a copy
+//! and a socket write per batch) runs on the server's tails' threads (`--stream-nice`). With
+//! `--tail-nice 0` the readers run at the driver's priority, still on their own thread.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -24,6 +25,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
+use auditmem::api::stream::TailRuntime;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::sync::watch;
@@ -53,38 +55,6 @@ struct TailRead {
     lag_micros: Vec<u32>,
     entries: u64,
     last: u64,
-}
-
-/// The tails' runtime, shut down without waiting when the scenario ends (a runtime may not be
-/// dropped inside another one's task).
-struct TailRuntime {
-    rt: Option<tokio::runtime::Runtime>,
-    handle: tokio::runtime::Handle,
-}
-
-impl TailRuntime {
-    /// One worker thread, its nice value raised by `nice` as the service's bulk threads' are.
-    fn new(nice: i32) -> Result<Self> {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .thread_name("load-tails")
-            .on_thread_start(move || auditmem::embed::lower_priority(nice))
-            .enable_all()
-            .build()?;
-        let handle = rt.handle().clone();
-        Ok(Self {
-            rt: Some(rt),
-            handle,
-        })
-    }
-}
-
-impl Drop for TailRuntime {
-    fn drop(&mut self) {
-        if let Some(rt) = self.rt.take() {
-            rt.shutdown_background();
-        }
-    }
 }
 
 /// A block's tails, open at the head: what they must read and how they are told it is all.
@@ -125,7 +95,7 @@ impl Tails {
             let streams = args.streams;
             let (open_tx, open_rx) = tokio::sync::oneshot::channel();
             opened.push(open_rx);
-            tasks.push(rt.handle.spawn(async move {
+            tasks.push(rt.handle().spawn(async move {
                 let resp = match open_tail(&client, &url, &key, streams).await {
                     Ok(resp) => resp,
                     Err(e) => {
@@ -227,7 +197,7 @@ pub(crate) async fn stream(ctx: &Arc<Ctx>, admin: &Admin, args: &Args) -> Result
         ..Pace::default()
     };
     let block = Duration::from_secs(args.secs) / args.stream_pairs;
-    let tails_rt = TailRuntime::new(args.tail_nice)?;
+    let tails_rt = TailRuntime::start(args.tail_nice)?;
     // The tails' own client: its connections live on the tails' runtime.
     let tail_client = reqwest::Client::builder().build()?;
     let acked = Arc::new(AtomicU64::new(0));

@@ -402,14 +402,18 @@ async fn connection(
                     Ok(std) => {
                         aside.runtime.spawn(async move {
                             match TcpStream::from_std(std) {
-                                Ok(stream) => http(stream, peer, app, limits, shutdown, false).await,
-                                Err(e) => tracing::debug!(%peer, error = %e, "moving a connection aside failed"),
+                                Ok(stream) => {
+                                    http(stream, peer, app, limits, shutdown, false).await
+                                }
+                                Err(e) => {
+                                    tracing::debug!(error = %e, "moving a connection aside failed")
+                                }
                             }
                             drop(held);
                         });
                     }
                     Err(e) => {
-                        tracing::debug!(%peer, error = %e, "moving a connection aside failed")
+                        tracing::debug!(error = %e, "moving a connection aside failed")
                     }
                 }
                 return;

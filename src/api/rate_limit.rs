@@ -125,15 +125,7 @@ impl<K: Hash + Eq> RateLimiter<K> {
         bucket.at = now;
         Some(act(bucket, q))
     }
-}
 
-/// How long until `bucket` holds a whole token again. A rate so small that the wait overflows
-/// a Duration waits "forever".
-fn wait_for_one(bucket: &Bucket, q: Quota) -> Duration {
-    Duration::try_from_secs_f64((1.0 - bucket.tokens) / q.per_sec).unwrap_or(Duration::MAX)
-}
-
-impl<K: Hash + Eq> RateLimiter<K> {
     /// Takes a token of `key`'s bucket, now or, when it holds none, the next one to come: the
     /// bucket then owes it (its tokens go below zero), so the readers that reserve one after
     /// another are given turns `1 / per_sec` apart. Returns how long to wait before acting on
@@ -155,6 +147,11 @@ impl<K: Hash + Eq> RateLimiter<K> {
     }
 }
 
+/// How long until `bucket` holds a whole token again. A rate so small that the wait overflows
+/// a Duration waits "forever".
+fn wait_for_one(bucket: &Bucket, q: Quota) -> Duration {
+    Duration::try_from_secs_f64((1.0 - bucket.tokens) / q.per_sec).unwrap_or(Duration::MAX)
+}
 /// The `Retry-After` value for a wait: whole seconds (the header has no fractions), rounded up
 /// so a client that waits that long finds a token, and at least 1.
 pub fn retry_after_secs(wait: Duration) -> u64 {

@@ -147,7 +147,7 @@ impl Service {
         tokens: settings::Tokens,
         providers: &mut Option<Providers>,
         storage: &Storage,
-        tails: Option<listener::Aside>,
+        tails: listener::Aside,
     ) -> anyhow::Result<(
         AppState,
         Arc<CheckpointSigner>,
@@ -227,7 +227,8 @@ impl Service {
                 crate::api::app_on(state.clone(), Surface::Admin),
                 Connections::new(limits),
                 stop_rx.clone(),
-                tails.clone(),
+                // A tail there is refused (the admin surface serves no tenant route).
+                None,
             )));
         }
         let surface = if admin_addr.is_some() {
@@ -241,7 +242,7 @@ impl Service {
             crate::api::app_on(state.clone(), surface),
             Connections::new(limits),
             stop_rx,
-            tails,
+            Some(tails),
         )));
         Ok((state, signer, (addr, admin_addr), listeners, stop))
     }

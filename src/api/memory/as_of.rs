@@ -116,12 +116,6 @@ pub struct Replays {
     kept: Arc<Mutex<Kept>>,
 }
 
-impl Default for Replays {
-    fn default() -> Self {
-        Self::paced(READS_PER_SEC, READS_BURST)
-    }
-}
-
 impl Replays {
     /// Replays whose tenants read as of a position at most `per_sec` a second after a burst of
     /// `burst` (0 for `per_sec`: no pace).
@@ -656,7 +650,7 @@ mod tests {
     #[test]
     fn a_tenant_has_two_places_and_a_third_is_refused_429_with_retry_after() {
         let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
-        let r = Replays::default();
+        let r = Replays::paced(READS_PER_SEC, READS_BURST);
         let first = Slot::take(&r, a).expect("a first place");
         let _second = Slot::take(&r, a).expect("a second place");
         let refused = Slot::take(&r, a).err().expect("no third place");
@@ -676,7 +670,7 @@ mod tests {
     #[tokio::test]
     async fn a_read_past_its_tenants_burst_waits_for_its_turn_of_the_pace() {
         let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
-        let r = Replays::default();
+        let r = Replays::paced(READS_PER_SEC, READS_BURST);
         let started = std::time::Instant::now();
         for _ in 0..READS_BURST {
             drop(admitted(&r, a).await.expect("a read of the burst"));
@@ -716,7 +710,7 @@ mod tests {
     #[test]
     fn a_tenant_whose_places_are_all_given_back_is_forgotten() {
         let a = Uuid::new_v4();
-        let r = Replays::default();
+        let r = Replays::paced(READS_PER_SEC, READS_BURST);
         drop((Slot::take(&r, a), Slot::take(&r, a)));
         let queued = r.queued.lock().unwrap_or_else(|p| p.into_inner());
         assert_eq!(queued.get(&a), None);

@@ -74,41 +74,52 @@ pub const REQUEST_LINE: &[u8] = b"GET /v1/audit/logs/stream";
 /// threads for the tails' reads, all niced by `--stream-nice`. Each head move wakes every
 /// open tail at the moment the writers whose entries moved it are to be answered; on a
 /// runtime of their own the tails' wakeups queue behind each other, never ahead of the
-/// writers' answers, and the kernel gives the writers' workers the cores first.
-pub struct TailRuntime(Option<tokio::runtime::Runtime>);
+/// writers' answers, and the kernel gives the writers' workers the cores first. Public for the
+/// load driver, whose stand-ins for remote tail readers run on one the same way.
+pub struct TailRuntime {
+    rt: Option<tokio::runtime::Runtime>,
+    handle: tokio::runtime::Handle,
+}
 
 impl TailRuntime {
     pub fn start(nice: i32) -> std::io::Result<Self> {
-        tokio::runtime::Builder::new_multi_thread()
+        let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name("auditmem-tails")
             .on_thread_start(move || crate::embed::lower_priority(nice))
             .enable_all()
-            .build()
-            .map(|rt| TailRuntime(Some(rt)))
+            .build()?;
+        Ok(TailRuntime {
+            handle: rt.handle().clone(),
+            rt: Some(rt),
+        })
+    }
+
+    pub fn handle(&self) -> &tokio::runtime::Handle {
+        &self.handle
     }
 
     /// Stops the runtime, waiting a moment for its tasks to end. Blocks: call it off any
     /// runtime.
     pub fn stop(mut self) {
-        if let Some(rt) = self.0.take() {
+        if let Some(rt) = self.rt.take() {
             rt.shutdown_timeout(Duration::from_secs(1));
         }
     }
 
     /// What the listener needs to move a tail's connection here.
-    pub fn aside(&self) -> Option<crate::api::listener::Aside> {
-        self.0.as_ref().map(|rt| crate::api::listener::Aside {
-            runtime: rt.handle().clone(),
+    pub fn aside(&self) -> crate::api::listener::Aside {
+        crate::api::listener::Aside {
+            runtime: self.handle.clone(),
             prefix: REQUEST_LINE,
-        })
+        }
     }
 }
 
 impl Drop for TailRuntime {
     fn drop(&mut self) {
-        // Dropped where it may not block (a start that failed, on the main runtime).
-        if let Some(rt) = self.0.take() {
+        // Dropped where it may not block (a start that failed, or inside another runtime).
+        if let Some(rt) = self.rt.take() {
             rt.shutdown_background();
         }
     }
