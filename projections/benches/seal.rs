@@ -8,7 +8,8 @@
 //!   scenario sends it (ip address, user agent, no detail): the salt, the salted digest, the
 //!   encoding and the seal, with a keyring that hands out one cached seal key as the service's
 //!   does once a subject's key is known.
-//! - `verify/sealing_of`: `Event::sealing_of` of that entry's event bytes, the key set
+//! - `verify/sealing_of`: `Event::sealing_of` of that entry's event bytes, its key set
+//!   decoded; `verify/sealing_ref`: `Event::sealing_ref`, the key set as stored, which is what
 //!   `verify` reads from every record.
 //!
 //! Times are the bench thread's CPU time (`CLOCK_THREAD_CPUTIME_ID`), not wall time: on a
@@ -233,6 +234,9 @@ fn bench(c: &mut Criterion<ThreadCpu>) {
     let mut verify = c.benchmark_group("verify");
     verify.bench_function("sealing_of", |b| {
         b.iter(|| Event::sealing_of(black_box(&bytes)))
+    });
+    verify.bench_function("sealing_ref", |b| {
+        b.iter(|| Event::sealing_ref(black_box(&bytes)))
     });
     verify.finish();
 }

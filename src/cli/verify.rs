@@ -267,10 +267,10 @@ fn verify_dir(
         .context("opening the copy of the data dir")?;
     let tree = db.open_tree(LOG_TREE)?;
     // Records, not keys: a key holds a chunk of records. A head that does not decode is
-    // verify's to report; the bar then counts keys.
+    // verify's to report; the bar then counts keys (a walk of the whole tree, so only then).
     let records = crate::log::LogReader::open(&db)
         .and_then(|log| log.head())
-        .map_or(tree.len() as u64, |h| h.seq);
+        .map_or_else(|_| tree.len() as u64, |h| h.seq);
     let pb = super::progress(records, "verifying");
     let mut report = verify_tree(&tree, expect_head, checkpoints, pinned, &|n| pb.inc(n));
     pb.finish_and_clear();

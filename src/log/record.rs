@@ -126,26 +126,39 @@ pub fn is_canonical(bytes: &[u8], r: &RecordRef<'_>) -> bool {
         hash,
         event: &[],
     };
-    // Encoding integers and byte strings into a Vec cannot fail.
-    let mut want = rmp_serde::to_vec(&head).unwrap_or_default();
+    // Encoded on the stack (`verify` checks every record): the header takes at most 1 + 9 +
+    // 9 + 34 + 34 + 2 bytes, and a slice too short would fail the write, not the check.
+    let mut buf = [0u8; HEAD_MAX];
+    let mut out = &mut buf[..];
+    if rmp_serde::encode::write(&mut out, &head).is_err() {
+        return false;
+    }
+    let left = out.len();
     // `head` ends with the empty event's bin header (0xc4 0x00): replace it with the real one.
-    want.truncate(want.len().saturating_sub(2));
+    let mut len = HEAD_MAX - left - 2;
     let n = r.event.len();
+    let mut put = |b: &[u8]| {
+        buf[len..len + b.len()].copy_from_slice(b);
+        len += b.len();
+    };
     match u8::try_from(n) {
-        Ok(n) => want.extend_from_slice(&[0xc4, n]),
+        Ok(n) => put(&[0xc4, n]),
         Err(_) => match u16::try_from(n) {
             Ok(n) => {
-                want.push(0xc5);
-                want.extend_from_slice(&n.to_be_bytes());
+                put(&[0xc5]);
+                put(&n.to_be_bytes());
             }
             Err(_) => {
-                want.push(0xc6);
-                want.extend_from_slice(&(n as u32).to_be_bytes());
+                put(&[0xc6]);
+                put(&(n as u32).to_be_bytes());
             }
         },
     }
-    bytes.len() == want.len() + n && bytes.starts_with(&want)
+    bytes.len() == len + n && bytes.starts_with(&buf[..len])
 }
+
+/// Room for a record's encoded header ([`is_canonical`]): its largest is 89 bytes.
+const HEAD_MAX: usize = 96;
 
 impl<'a> RecordRef<'a> {
     pub fn decode(bytes: &'a [u8]) -> Result<RecordRef<'a>, rmp_serde::decode::Error> {

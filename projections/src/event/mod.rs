@@ -190,6 +190,16 @@ impl Event {
     /// terms), `Some(None)` for an audit entry that predates encryption (in the clear),
     /// `Some(Some(keys))` for one sealed under `keys`.
     pub fn sealing_of(bytes: &[u8]) -> Option<Option<Vec<crate::seal::KeyId>>> {
+        match Event::sealing_ref(bytes)? {
+            None => Some(None),
+            Some(keys) => Some(Some(keys.ids()?)),
+        }
+    }
+
+    /// [`Event::sealing_of`] with the key ids as stored: `verify` reads every record's key set,
+    /// and consecutive records (a tenant's entries) share one, so it compares their stored
+    /// bytes and decodes a list only when they change.
+    pub fn sealing_ref(bytes: &[u8]) -> Option<Option<KeysRef<'_>>> {
         use rmp::decode;
         let mut rd = bytes;
         let v2 = (|| {
@@ -215,15 +225,26 @@ impl Event {
             for _ in 0..3 {
                 skip_value(&mut rd)?;
             }
+            // A sealed value as the service writes it: `[keys, nonce, ct]`. Its key list is
+            // taken as stored; the nonce and ciphertext must be there, as a decode requires.
+            if let Some((&0x93, mut sealed)) = rd.split_first() {
+                let start = sealed;
+                skip_value(&mut sealed)?;
+                let keys = &start[..start.len() - sealed.len()];
+                skip_value(&mut sealed)?;
+                skip_value(&mut sealed)?;
+                return Some(Some(Some(KeysRef::Stored(keys))));
+            }
+            // Nil, or another encoding of the sealed value (named fields): decoded.
             let mut de = rmp_serde::Deserializer::from_read_ref(rd);
             let sealed = Option::<SealedKeys>::deserialize(&mut de).ok()?;
-            Some(Some(sealed.map(|s| s.keys)))
+            Some(Some(sealed.map(|s| KeysRef::Ids(s.keys))))
         })();
         match v2 {
             Some(found) => found,
             // Another layout (v1 named maps): decoded whole.
             None => match Event::decode(bytes).ok()? {
-                Event::AuditRecorded(rec) => Some(rec.sealed.map(|s| s.keys)),
+                Event::AuditRecorded(rec) => Some(rec.sealed.map(|s| KeysRef::Ids(s.keys))),
                 _ => None,
             },
         }
@@ -321,6 +342,25 @@ fn skip_value(rd: &mut &[u8]) -> Option<()> {
         }
     }
     Some(())
+}
+
+/// The key ids a sealed audit record names ([`Event::sealing_ref`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeysRef<'a> {
+    /// The msgpack of the key id list, as stored.
+    Stored(&'a [u8]),
+    /// The list, decoded (a sealed value in another encoding).
+    Ids(Vec<crate::seal::KeyId>),
+}
+
+impl KeysRef<'_> {
+    /// The key ids; `None` when the stored list does not decode.
+    pub fn ids(self) -> Option<Vec<crate::seal::KeyId>> {
+        match self {
+            KeysRef::Stored(bytes) => rmp_serde::from_slice(bytes).ok(),
+            KeysRef::Ids(ids) => Some(ids),
+        }
+    }
 }
 
 /// A [`crate::seal::Sealed`] read for its key ids alone: its nonce and ciphertext are passed

@@ -454,6 +454,32 @@ fn an_entry_without_a_detail_seals_its_fields_alone() {
     );
     let keys = sealed.sealed.as_ref().expect("sealed").keys.clone();
     assert_eq!(Event::sealing_of(&bytes), Some(Some(keys.clone())));
+    // As stored: the msgpack of the key list, which decodes to the same ids; the same record
+    // with its sealed value's fields named reads its ids decoded.
+    let Some(Some(KeysRef::Stored(stored))) = Event::sealing_ref(&bytes) else {
+        panic!("a sealed entry's key list is read as stored")
+    };
+    assert_eq!(stored, rmp_serde::to_vec(&keys).expect("encode"));
+    assert_eq!(KeysRef::Stored(stored).ids(), Some(keys.clone()));
+    let value = sealed.sealed.as_ref().expect("sealed");
+    let compact = rmp_serde::to_vec(value).expect("encode");
+    // The record ends with its sealed value, then an empty sealed detail (nil).
+    let at = bytes.len() - 1 - compact.len();
+    assert_eq!(
+        (&bytes[at..bytes.len() - 1], bytes[bytes.len() - 1]),
+        (&compact[..], 0xc0)
+    );
+    let named = [
+        &bytes[..at],
+        &rmp_serde::to_vec_named(value).expect("encode")[..],
+        &[0xc0],
+    ]
+    .concat();
+    assert_eq!(
+        Event::sealing_ref(&named),
+        Some(Some(KeysRef::Ids(keys.clone())))
+    );
+    assert_eq!(Event::sealing_of(&named), Some(Some(keys.clone())));
     assert_eq!(ring.destroy(&keys).expect("destroy"), 1);
     assert!(matches!(open_personal(&ring, &sealed), Ok(Opened::Erased)));
 }

@@ -41,6 +41,47 @@ mod testing {
             .collect()
     }
 
+    /// An audit entry's event sealed under the key of `subject` in `ring`.
+    pub(super) fn sealed_event(
+        ring: &auditmem_projections::seal::MemoryKeyring,
+        subject: &auditmem_projections::seal::Subject,
+        i: u128,
+    ) -> Vec<u8> {
+        use auditmem_projections::{AuditDetail, AuditEntry, AuditRecorded, Event};
+        let entry = AuditEntry {
+            id: uuid::Uuid::from_u128(i),
+            action: "chat.completion".into(),
+            model_id: None,
+            project_id: None,
+            gateway_id: None,
+            ip_address: Some("10.0.0.1".into()),
+            user_agent: None,
+            http_status: 200,
+            is_success: true,
+            is_cache_hit: false,
+            error_code: None,
+            error_msg: None,
+            duration: None,
+            credits_consumed: 0.0,
+            balance_consumed_usd: 0.0,
+            tokens: None,
+            metadata: None,
+            created_at: 0,
+            detail_hash: None,
+        };
+        let rec = AuditRecorded::sealed_for(
+            subject.tenant(),
+            entry,
+            AuditDetail::default(),
+            ring,
+            std::slice::from_ref(subject),
+        )
+        .expect("seal");
+        Event::AuditRecorded(Box::new(rec))
+            .encode()
+            .expect("encode")
+    }
+
     /// Each record's bytes under its own seq.
     pub(super) fn stored(records: &[Record]) -> Vec<(u64, Vec<u8>)> {
         records.iter().map(|r| (r.seq, r.encode())).collect()

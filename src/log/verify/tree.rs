@@ -1,5 +1,6 @@
-//! [`verify_tree`]: a whole stored `log` tree, its key range split across the cores for
-//! reading and hashing, every record then linked in order by one [`Verifier`].
+//! [`verify_tree`]: a whole stored `log` tree read a window at a time, each window's key range
+//! split across the cores for reading and hashing, its records then linked in order by one
+//! [`Verifier`] while the next window is read.
 //!
 //! Invariant: a tampered tree can hold any key, u64::MAX included, so nothing in the range
 //! arithmetic may overflow, and a range's width says nothing about how many records it holds.
@@ -7,19 +8,37 @@
 use ed25519_dalek::VerifyingKey;
 use rayon::prelude::*;
 
-use super::check::{check_stored, Parsed};
+use super::check::{check_stored, LastKeys, Parsed};
 use super::report::Report;
 use super::verifier::Verifier;
 use crate::log::checkpoint::Checkpoint;
 use crate::log::record;
 use crate::log::Head;
 
+/// Seqs one thread reads and checks at a time. A window (this many per thread) is linked and
+/// dropped before the one after the next is read, so verify holds a few windows of checked
+/// records (~100 bytes each) whatever the log's size, instead of every record of the log.
+const SPAN: u64 = 32_768;
+
 /// Verifies a whole `log` tree, reporting progress through `tick(records_done)`.
 ///
-/// The key range is split across the cores: each part is iterated and hashed on its own
-/// thread (sled serves concurrent readers), then every record is linked in order here.
+/// The tree is read a window at a time: a window's key range is split across the cores, each
+/// part iterated and hashed on its own thread (sled serves concurrent readers), and its records
+/// are linked in order while the next window is read.
 pub fn verify_tree(
     tree: &sled::Tree,
+    expect_head: Option<Head>,
+    checkpoints: &[Checkpoint],
+    pinned: Option<&VerifyingKey>,
+    tick: &(dyn Fn(u64) + Sync),
+) -> Report {
+    verify_windows(tree, SPAN, expect_head, checkpoints, pinned, tick)
+}
+
+/// [`verify_tree`] with windows of `span` seqs a thread.
+fn verify_windows(
+    tree: &sled::Tree,
+    span: u64,
     expect_head: Option<Head>,
     checkpoints: &[Checkpoint],
     pinned: Option<&VerifyingKey>,
@@ -30,70 +49,87 @@ pub fn verify_tree(
         .map(|c| c.seq)
         .chain(expect_head.map(|h| h.seq));
     let mut v = Verifier::new(anchors);
-    let bound = |kv: Option<sled::Result<(sled::IVec, sled::IVec)>>| {
+    let seq_of = |kv: Option<sled::Result<(sled::IVec, sled::IVec)>>| {
         kv.and_then(|r| r.ok())
             .and_then(|(k, _)| record::seq_from_key(&k))
     };
-    let (Some(lo), Some(hi)) = (
-        bound(tree.first().transpose()),
-        bound(tree.last().transpose()),
-    ) else {
+    let Some(hi) = seq_of(tree.last().transpose()) else {
         return v.finish(expect_head, checkpoints, pinned);
     };
-    // Inclusive key ranges, one per thread. A tampered tree can hold any key, u64::MAX
-    // included, so nothing here may overflow, and a range's width says nothing about how many
-    // records it holds (keys 1 and u64::MAX are two records).
-    let parts = rayon::current_num_threads().max(1) as u64;
-    let width = hi - lo;
-    let span = (width / parts).saturating_add(1);
-    let ranges: Vec<(u64, u64)> = (0..parts)
-        .filter_map(|i| {
-            let offset = i.checked_mul(span).filter(|o| *o <= width)?;
-            let a = lo + offset;
-            Some((a, a.saturating_add(span - 1).min(hi)))
-        })
-        .collect();
-    let checked: Vec<Vec<Parsed>> = ranges
-        .par_iter()
-        .map(|&(a, b)| {
-            let mut out =
-                Vec::with_capacity(usize::try_from(b - a).map_or(1 << 16, |n| n.min(1 << 16)) + 1);
-            let mut ticked = 0;
-            for kv in tree.range(record::seq_key(a)..=record::seq_key(b)) {
-                match kv {
-                    Ok((k, val)) => {
-                        check_stored(record::seq_from_key(&k).unwrap_or(0), &val, &mut out)
-                    }
-                    Err(e) => {
-                        let at = out.last().map(|p: &Parsed| p.key + 1).unwrap_or(a);
-                        out.push(Parsed {
-                            key: at,
-                            result: Err(format!("storage error reading the log: {e}")),
-                        });
-                        break;
-                    }
-                }
-                if out.len() - ticked >= 65_536 {
-                    tick((out.len() - ticked) as u64);
-                    ticked = out.len();
-                }
+    let threads = rayon::current_num_threads().max(1) as u64;
+    let mut next = seq_of(tree.first().transpose());
+    let mut checked: Vec<Vec<Parsed>> = Vec::new();
+    while let Some(start) = next {
+        // Inclusive key ranges from `start`, one per thread, none past the last key.
+        let ranges: Vec<(u64, u64)> = (0..threads)
+            .filter_map(|i| {
+                let a = start
+                    .checked_add(i.checked_mul(span)?)
+                    .filter(|a| *a <= hi)?;
+                Some((a, a.saturating_add(span.saturating_sub(1)).min(hi)))
+            })
+            .collect();
+        let read = || -> Vec<Vec<Parsed>> {
+            ranges
+                .par_iter()
+                .map(|&(a, b)| check_range(tree, a, b, tick))
+                .collect()
+        };
+        let (read, ()) = rayon::join(read, || link(&mut v, std::mem::take(&mut checked)));
+        checked = read;
+        // The next window starts at the first key past this one: a gap in the keys (a
+        // tampered tree's u64::MAX) is skipped, not walked.
+        next = ranges
+            .last()
+            .map(|r| r.1)
+            .filter(|end| *end < hi)
+            .and_then(|end| seq_of(tree.range(record::seq_key(end + 1)..).next()));
+    }
+    link(&mut v, checked);
+    v.finish(expect_head, checkpoints, pinned)
+}
+
+fn link(v: &mut Verifier, checked: Vec<Vec<Parsed>>) {
+    for p in checked.into_iter().flatten() {
+        v.link(p);
+    }
+}
+
+/// Reads and checks the records stored under keys `a..=b`; a storage error ends the range
+/// with a record that names it.
+fn check_range(tree: &sled::Tree, a: u64, b: u64, tick: &(dyn Fn(u64) + Sync)) -> Vec<Parsed> {
+    let mut out =
+        Vec::with_capacity(usize::try_from(b - a).map_or(1 << 16, |n| n.min(1 << 16)) + 1);
+    let mut last = LastKeys::default();
+    for kv in tree.range(record::seq_key(a)..=record::seq_key(b)) {
+        match kv {
+            Ok((k, val)) => check_stored(
+                record::seq_from_key(&k).unwrap_or(0),
+                &val,
+                &mut out,
+                &mut last,
+            ),
+            Err(e) => {
+                let at = out
+                    .last()
+                    .map(|p: &Parsed| p.key.saturating_add(1))
+                    .unwrap_or(a);
+                out.push(Parsed {
+                    key: at,
+                    result: Err(format!("storage error reading the log: {e}")),
+                });
+                break;
             }
-            tick((out.len() - ticked) as u64);
-            out
-        })
-        .collect();
-    for part in checked {
-        for p in part {
-            v.link(p);
         }
     }
-    v.finish(expect_head, checkpoints, pinned)
+    tick(out.len() as u64);
+    out
 }
 
 #[cfg(test)]
 mod tests {
     use super::super::report::FailureKind;
-    use super::super::testing::{chain, stored};
+    use super::super::testing::{chain, sealed_event, stored};
     use super::*;
     use crate::log::record::Record;
 
@@ -200,6 +236,63 @@ mod tests {
             rep.render()
         );
         assert_eq!(rep.valid, 100 - 24, "{}", rep.render());
+    }
+
+    /// A tree read in windows much smaller than it (4 seqs a thread, so each chunk of 32 is a
+    /// window of its own, and the gaps between chunk keys are skipped): every record is linked
+    /// in order across windows, the key sets are counted across them, and a tampered record is
+    /// named at its seq, as when the whole tree is one window.
+    #[test]
+    fn a_tree_read_in_windows_links_and_counts_across_them() {
+        use auditmem_projections::seal::{Keyring, MemoryKeyring, Subject};
+        let ring = MemoryKeyring::default();
+        let t = uuid::Uuid::from_u128(7);
+        let (alice, bob) = (
+            Subject::User(t, "alice".into()),
+            Subject::User(t, "bob".into()),
+        );
+        let mut prev = [0u8; 32];
+        let records: Vec<Record> = (1u64..=100)
+            .map(|seq| {
+                let who = if (41..=70).contains(&seq) {
+                    &bob
+                } else {
+                    &alice
+                };
+                let r = Record::seal(seq, 0, prev, sealed_event(&ring, who, seq.into()));
+                prev = r.hash;
+                r
+            })
+            .collect();
+        let key = |s: &Subject| vec![ring.find(s).expect("ring").expect("a key")];
+        let mut want_sets = vec![(key(&alice), 70), (key(&bob), 30)];
+        want_sets.sort();
+        for span in [4, SPAN] {
+            let (_db, tree) = chunked_tree(&records);
+            let rep = verify_windows(&tree, span, None, &[], None, &|_| {});
+            assert!(rep.clean(), "span {span}: {}", rep.render());
+            assert_eq!((rep.records, rep.valid, rep.head_seq), (100, 100, 100));
+            assert_eq!(rep.head_hash, hex::encode(records[99].hash));
+            let mut sets = rep.key_sets.clone();
+            sets.sort();
+            assert_eq!(sets, want_sets, "span {span}");
+            assert_eq!((rep.sealed, rep.plaintext), (100, 0));
+
+            // Seq 70 (in the chunk under key 65) edited in place.
+            let mut inner: Vec<Vec<u8>> = records[64..96].iter().map(Record::encode).collect();
+            let last = inner[5].len() - 1;
+            inner[5][last] ^= 1;
+            tree.insert(65u64.to_be_bytes(), inner.concat())
+                .expect("insert");
+            let rep = verify_windows(&tree, span, None, &[], None, &|_| {});
+            assert_eq!(
+                first(&rep),
+                (70, FailureKind::HashMismatch),
+                "span {span}: {}",
+                rep.render()
+            );
+            assert_eq!((rep.records, rep.valid), (100, 99), "span {span}");
+        }
     }
 
     /// A tampered tree with a key at u64::MAX: the ranges split over threads must neither

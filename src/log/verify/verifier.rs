@@ -8,13 +8,14 @@
 //! checked against the chain.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use auditmem_projections::seal::KeyId;
 
 use ed25519_dalek::VerifyingKey;
 use rayon::prelude::*;
 
-use super::check::{check_one, Parsed};
+use super::check::{check_one, LastKeys, Parsed};
 use super::report::{Failure, FailureKind, Report};
 use crate::log::checkpoint::Checkpoint;
 use crate::log::Head;
@@ -55,7 +56,7 @@ pub struct Verifier {
     /// The key set of the last sealed records read and how many in a row, not yet in
     /// `key_sets`: a tenant's entries follow each other under one set, so most records cost a
     /// comparison instead of hashing their set into the map.
-    run: Option<(Vec<KeyId>, u64)>,
+    run: Option<(Arc<[KeyId]>, u64)>,
 }
 
 impl Verifier {
@@ -120,7 +121,9 @@ impl Verifier {
     pub fn feed<B: AsRef<[u8]> + Sync>(&mut self, batch: &[(u64, B)]) {
         let parsed: Vec<Parsed> = batch
             .par_iter()
-            .map(|(k, v)| check_one(*k, v.as_ref()))
+            .map_init(LastKeys::default, |last, (k, v)| {
+                check_one(*k, v.as_ref(), last)
+            })
             .collect();
         for p in parsed {
             self.link(p);
@@ -169,10 +172,10 @@ impl Verifier {
         self.last_hash = c.hash;
         match c.sealing {
             Some(Some(keys)) => match &mut self.run {
-                Some((set, n)) if *set == keys => *n += 1,
+                Some((set, n)) if Arc::ptr_eq(set, &keys) || *set == keys => *n += 1,
                 run => {
                     if let Some((set, n)) = run.replace((keys, 1)) {
-                        *self.key_sets.entry(set).or_default() += n;
+                        *self.key_sets.entry(set.to_vec()).or_default() += n;
                     }
                 }
             },
@@ -277,7 +280,7 @@ impl Verifier {
         pinned: Option<&VerifyingKey>,
     ) -> Report {
         if let Some((set, n)) = self.run.take() {
-            *self.key_sets.entry(set).or_default() += n;
+            *self.key_sets.entry(set.to_vec()).or_default() += n;
         }
         let found_to = (self.records > 0).then_some(self.last_key);
         let mut anchors: Vec<(u64, Option<[u8; 32]>, String)> = Vec::new();
@@ -362,7 +365,7 @@ impl Verifier {
 
 #[cfg(test)]
 mod tests {
-    use super::super::testing::{chain, stored};
+    use super::super::testing::{chain, sealed_event, stored};
     use super::*;
     use crate::log::record::Record;
 
@@ -370,47 +373,6 @@ mod tests {
         let mut v = Verifier::new([]);
         v.feed(stored);
         v.finish(None, &[], None)
-    }
-
-    /// An audit entry's event sealed under the key of `subject` in `ring`.
-    fn sealed_event(
-        ring: &auditmem_projections::seal::MemoryKeyring,
-        subject: &auditmem_projections::seal::Subject,
-        i: u128,
-    ) -> Vec<u8> {
-        use auditmem_projections::{AuditDetail, AuditEntry, AuditRecorded, Event};
-        let entry = AuditEntry {
-            id: uuid::Uuid::from_u128(i),
-            action: "chat.completion".into(),
-            model_id: None,
-            project_id: None,
-            gateway_id: None,
-            ip_address: Some("10.0.0.1".into()),
-            user_agent: None,
-            http_status: 200,
-            is_success: true,
-            is_cache_hit: false,
-            error_code: None,
-            error_msg: None,
-            duration: None,
-            credits_consumed: 0.0,
-            balance_consumed_usd: 0.0,
-            tokens: None,
-            metadata: None,
-            created_at: 0,
-            detail_hash: None,
-        };
-        let rec = AuditRecorded::sealed_for(
-            subject.tenant(),
-            entry,
-            AuditDetail::default(),
-            ring,
-            std::slice::from_ref(subject),
-        )
-        .expect("seal");
-        Event::AuditRecorded(Box::new(rec))
-            .encode()
-            .expect("encode")
     }
 
     /// Records sealed under one key set, then another, then the first again, with a record
