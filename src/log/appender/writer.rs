@@ -321,7 +321,8 @@ impl<L: LogOfRecord> Writer<L> {
         for (s, outcome) in group.iter_mut().zip(&outcomes) {
             if s.early {
                 if let Some(reply) = s.reply.take() {
-                    let _ = reply.send(Ok(*outcome));
+                    // The applier still folds the events: they are freed there.
+                    let _ = reply.send((Ok(*outcome), Vec::new()));
                 }
             }
         }
