@@ -31,7 +31,7 @@
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::ser::{SerializeMap, SerializeSeq};
 use serde::{Serialize, Serializer};
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 
 use crate::event::{AuditDetail, AuditEntry, AuditPersonal, PersonalFields};
 
@@ -193,18 +193,31 @@ pub fn chain_hash_canonical(rule: ChainRule, prev: &[u8; 32], canonical: &[u8]) 
 /// hex) only on entries that have one (rules v2 and v3); on a sealed entry (rule v3) no
 /// personal field, and `"sealed":true`.
 pub fn canonical_entry_bytes(e: &AuditEntry, sealed: bool) -> Vec<u8> {
-    fn field<T: serde::Serialize + ?Sized>(out: &mut Vec<u8>, first: bool, key: &str, v: &T) {
-        if !first {
-            out.push(b',');
-        }
-        out.push(b'"');
+    /// `,"key":` (`{"key":` first), then the caller writes the value.
+    fn key(out: &mut Vec<u8>, first: bool, key: &str) {
+        out.extend_from_slice(if first { b"{\"" } else { b",\"" });
         out.extend_from_slice(key.as_bytes());
         out.extend_from_slice(b"\":");
+    }
+    fn field<T: serde::Serialize + ?Sized>(out: &mut Vec<u8>, first: bool, name: &str, v: &T) {
+        key(out, first, name);
         // Writing JSON into a Vec cannot fail.
         let _ = serde_json::to_writer(&mut *out, v);
     }
-    let mut out = Vec::with_capacity(512);
-    out.push(b'{');
+    /// A value that needs no escaping (hex digits, hyphens, a time), quoted.
+    fn plain(out: &mut Vec<u8>, name: &str, v: &[u8]) {
+        key(out, false, name);
+        out.push(b'"');
+        out.extend_from_slice(v);
+        out.push(b'"');
+    }
+    // The strings and the metadata, the only values of unbounded length, plus room for the rest
+    // (~300 bytes): one allocation, never grown.
+    let strings = [&e.model_id, &e.project_id, &e.gateway_id]
+        .iter()
+        .filter_map(|s| s.as_ref().map(String::len))
+        .sum::<usize>();
+    let mut out = Vec::with_capacity(384 + e.action.len() + strings + if sealed { 0 } else { 256 });
     field(&mut out, true, "action", &e.action);
     field(
         &mut out,
@@ -212,10 +225,18 @@ pub fn canonical_entry_bytes(e: &AuditEntry, sealed: bool) -> Vec<u8> {
         "balance_consumed_usd",
         &e.balance_consumed_usd,
     );
-    field(&mut out, false, "created_at", &format_time(e.created_at));
+    let mut time = [0u8; TIME_LEN];
+    match write_time(&mut time, e.created_at) {
+        Some(t) => plain(&mut out, "created_at", t),
+        None => field(&mut out, false, "created_at", &format_time(e.created_at)),
+    }
     field(&mut out, false, "credits_consumed", &e.credits_consumed);
     if let Some(d) = &e.detail_hash {
-        field(&mut out, false, "detail_hash", &hash_hex(d));
+        plain(
+            &mut out,
+            "detail_hash",
+            blake3::Hash::from_bytes(*d).to_hex().as_bytes(),
+        );
     }
     field(&mut out, false, "duration", &e.duration);
     field(&mut out, false, "error_code", &e.error_code);
@@ -224,7 +245,13 @@ pub fn canonical_entry_bytes(e: &AuditEntry, sealed: bool) -> Vec<u8> {
     }
     field(&mut out, false, "gateway_id", &e.gateway_id);
     field(&mut out, false, "http_status", &e.http_status);
-    field(&mut out, false, "id", &e.id.hyphenated().to_string());
+    plain(
+        &mut out,
+        "id",
+        e.id.hyphenated()
+            .encode_lower(&mut uuid::Uuid::encode_buffer())
+            .as_bytes(),
+    );
     if !sealed {
         field(&mut out, false, "ip_address", &e.ip_address);
     }
@@ -242,8 +269,20 @@ pub fn canonical_entry_bytes(e: &AuditEntry, sealed: bool) -> Vec<u8> {
         field(&mut out, false, "sealed", &true);
     }
     match &e.tokens {
-        // A small map: Canonical orders its keys.
-        Some(t) => field(&mut out, false, "tokens", &Canonical(&json!(t))),
+        // Its keys in order, as `Canonical` of its JSON object writes them.
+        Some(t) => {
+            key(&mut out, false, "tokens");
+            out.push(b'{');
+            for (name, v) in [
+                ("\"completion_tokens\":", t.completion_tokens),
+                (",\"prompt_tokens\":", t.prompt_tokens),
+                (",\"total_tokens\":", t.total_tokens),
+            ] {
+                out.extend_from_slice(name.as_bytes());
+                let _ = serde_json::to_writer(&mut out, &v);
+            }
+            out.push(b'}');
+        }
         None => field(&mut out, false, "tokens", &Value::Null),
     }
     if !sealed {
@@ -251,6 +290,44 @@ pub fn canonical_entry_bytes(e: &AuditEntry, sealed: bool) -> Vec<u8> {
     }
     out.push(b'}');
     out
+}
+
+/// Bytes of a time as [`format_time`] writes one of the years 0 to 9999.
+const TIME_LEN: usize = "2026-11-22T01:02:03.456Z".len();
+
+/// Writes `micros` as [`format_time`] does into `buf`, without a `String`: each chained entry
+/// writes its time. `None` for a time it does not cover (before year 0, after 9999, or out of
+/// chrono's range), which [`format_time`] then writes.
+fn write_time(buf: &mut [u8; TIME_LEN], micros: i64) -> Option<&[u8]> {
+    use chrono::{Datelike, Timelike};
+    let t = DateTime::<Utc>::from_timestamp_micros(micros)?;
+    let year = u32::try_from(t.year()).ok().filter(|y| *y <= 9999)?;
+    // Within a leap second chrono counts nanoseconds past 999,999,999: its millis go past 999.
+    let millis = t.timestamp_subsec_millis();
+    if millis > 999 {
+        return None;
+    }
+    fn digits(out: &mut [u8], mut v: u32) {
+        for d in out.iter_mut().rev() {
+            *d = b'0' + (v % 10) as u8;
+            v /= 10;
+        }
+    }
+    digits(&mut buf[0..4], year);
+    buf[4] = b'-';
+    digits(&mut buf[5..7], t.month());
+    buf[7] = b'-';
+    digits(&mut buf[8..10], t.day());
+    buf[10] = b'T';
+    digits(&mut buf[11..13], t.hour());
+    buf[13] = b':';
+    digits(&mut buf[14..16], t.minute());
+    buf[16] = b':';
+    digits(&mut buf[17..19], t.second());
+    buf[19] = b'.';
+    digits(&mut buf[20..23], millis);
+    buf[23] = b'Z';
+    Some(&buf[..])
 }
 
 /// The response as a detail read shows it, for the digest: the stored text parsed (as the
@@ -433,6 +510,7 @@ pub fn detail_hash(d: &AuditDetail) -> [u8; 32] {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
     use uuid::Uuid;
 
     #[test]
@@ -475,6 +553,73 @@ mod tests {
         assert_eq!(
             format_time(1_763_773_323_456_789),
             "2025-11-22T01:02:03.456Z"
+        );
+    }
+
+    /// The chained entries' times, written by hand, are chrono's text wherever they are
+    /// written at all, and chrono's itself beyond.
+    #[test]
+    fn times_written_by_hand_are_those_chrono_writes() {
+        let year_10000 = 253_402_300_800_000_000;
+        let year_0 = -62_167_219_200_000_000;
+        let mut times = vec![
+            0,
+            -1,
+            999,
+            1_000,
+            1_763_773_323_456_789,
+            951_782_400_000_000 - 1, // the end of 2000-02-28
+            year_10000 - 1,
+            year_0,
+        ];
+        let mut t = -70_000_000_000_000_000i64;
+        while t < 300_000_000_000_000_000 {
+            times.push(t);
+            t += 7_777_777_777_777_777 / 1_000 + 123_457;
+        }
+        let mut written = 0;
+        for micros in times {
+            let mut buf = [0u8; TIME_LEN];
+            if let Some(b) = write_time(&mut buf, micros) {
+                assert_eq!(
+                    std::str::from_utf8(b),
+                    Ok(format_time(micros).as_str()),
+                    "{micros}"
+                );
+                written += 1;
+            }
+        }
+        assert!(written > 1000, "{written}");
+        for beyond in [year_10000, year_0 - 1, i64::MIN, i64::MAX] {
+            assert_eq!(write_time(&mut [0; TIME_LEN], beyond), None, "{beyond}");
+        }
+        let mut e = entry();
+        e.created_at = year_10000;
+        let text = String::from_utf8(canonical_entry_bytes(&e, true)).expect("utf8");
+        assert!(
+            text.contains(r#""created_at":"+10000-01-01T00:00:00.000Z""#),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn tokens_are_hashed_with_their_keys_in_order() {
+        use crate::event::Tokens;
+        let mut e = entry();
+        e.tokens = Some(Tokens {
+            prompt_tokens: 12,
+            completion_tokens: u64::MAX,
+            total_tokens: 0,
+        });
+        let text = String::from_utf8(canonical_entry_bytes(&e, true)).expect("utf8");
+        let want = format!(
+            r#""sealed":true,"tokens":{}}}"#,
+            serde_json::to_string(&Canonical(&json!(e.tokens))).expect("json")
+        );
+        assert!(text.ends_with(&want), "{text}");
+        assert!(
+            text.ends_with(r#""tokens":{"completion_tokens":18446744073709551615,"prompt_tokens":12,"total_tokens":0}}"#),
+            "{text}"
         );
     }
 

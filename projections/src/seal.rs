@@ -25,7 +25,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::sync::Mutex;
 
-use chacha20poly1305::aead::{Aead, KeyInit, Payload};
+use chacha20poly1305::aead::{Aead, AeadInPlace, KeyInit, Payload};
 use chacha20poly1305::{XChaCha20Poly1305, XNonce};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
@@ -193,6 +193,16 @@ pub struct Sealed {
     pub ct: Vec<u8>,
 }
 
+/// Bytes of the Poly1305 tag a ciphertext ends with.
+pub const TAG_BYTES: usize = 16;
+
+/// `ids` sorted and without repeats: how a [`Sealed`] names its keys.
+pub fn sorted_ids(mut ids: Vec<KeyId>) -> Vec<KeyId> {
+    ids.sort_unstable();
+    ids.dedup();
+    ids
+}
+
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum SealError {
     /// The key is not the one the value was sealed under, the associated data differs, or the
@@ -206,9 +216,7 @@ pub enum SealError {
 impl Sealed {
     /// Seals `plaintext` under `key` (derived from `keys`), bound to `aad`.
     pub fn seal(key: &SealKey, keys: &[KeyId], aad: &[u8], plaintext: &[u8]) -> Sealed {
-        let mut ids = keys.to_vec();
-        ids.sort();
-        ids.dedup();
+        let ids = sorted_ids(keys.to_vec());
         let mut nonce = [0u8; NONCE_BYTES];
         fill_nonce(&mut nonce);
         // XChaCha20-Poly1305 refuses only plaintexts past 256 GiB: nothing we seal comes near.
@@ -226,6 +234,34 @@ impl Sealed {
             keys: ids,
             nonce,
             ct,
+        }
+    }
+
+    /// Seals the plaintext in `buf` in place under `key`, bound to `aad`: `buf` becomes the
+    /// ciphertext and its tag, so the plaintext needs no buffer of its own to zero, and no copy
+    /// of it is left behind when `buf` has room for the 16-byte tag ([`TAG_BYTES`]). `ids`: the
+    /// ids `key` was derived from, sorted and without repeats ([`sorted_ids`]).
+    pub fn seal_in_place(key: &SealKey, ids: Vec<KeyId>, aad: &[u8], mut buf: Vec<u8>) -> Sealed {
+        debug_assert!(
+            ids.windows(2).all(|w| w[0] < w[1]),
+            "ids sorted, no repeats"
+        );
+        let mut nonce = [0u8; NONCE_BYTES];
+        fill_nonce(&mut nonce);
+        // XChaCha20-Poly1305 refuses only plaintexts past 256 GiB, and a Vec takes the tag:
+        // neither comes near. Were it to fail, the buffer is zeroed, not stored as it is.
+        if key
+            .cipher()
+            .encrypt_in_place(XNonce::from_slice(&nonce), aad, &mut buf)
+            .is_err()
+        {
+            zeroize::Zeroize::zeroize(&mut buf);
+            buf.clear();
+        }
+        Sealed {
+            keys: ids,
+            nonce,
+            ct: buf,
         }
     }
 

@@ -75,8 +75,22 @@ impl Record {
         prev: &[u8; 32],
         event: &[u8],
     ) -> ([u8; 32], Vec<u8>) {
+        let mut out = Vec::with_capacity(event.len() + RECORD_HEAD_MAX);
+        let hash = Self::seal_into(&mut out, seq, ts_micros, prev, event);
+        (hash, out)
+    }
+
+    /// Seals the record that follows `prev`, appends its stored bytes (those of
+    /// [`Record::seal_encoded`]) to `out` and returns its hash.
+    pub fn seal_into(
+        out: &mut Vec<u8>,
+        seq: u64,
+        ts_micros: i64,
+        prev: &[u8; 32],
+        event: &[u8],
+    ) -> [u8; 32] {
         let hash = record_hash(prev, seq, ts_micros, event);
-        let out = RecordOut {
+        let record = RecordOut {
             seq,
             ts_micros,
             prev,
@@ -84,7 +98,8 @@ impl Record {
             event,
         };
         // Encoding integers and byte strings into a Vec cannot fail.
-        (hash, rmp_serde::to_vec(&out).unwrap_or_default())
+        let _ = rmp_serde::encode::write(out, &record);
+        hash
     }
 
     /// Builds the record that follows `prev`, hash included.
@@ -178,6 +193,10 @@ pub const CHUNK_RECORDS: usize = 32;
 /// than that is a chunk of its own): audited list responses run to 60 KB.
 pub const CHUNK_BYTES: usize = 64 * 1024;
 
+/// The most bytes a record's encoding adds to its event's: the array marker, seq and time
+/// (9 each at most), the two hashes (34 each) and the event's bin header (5 at most).
+pub const RECORD_HEAD_MAX: usize = 1 + 9 + 9 + 34 + 34 + 5;
+
 /// Packs consecutive sealed records into the stored values of the `log` tree.
 #[derive(Default)]
 pub struct Chunker {
@@ -185,9 +204,52 @@ pub struct Chunker {
     first: u64,
     value: Vec<u8>,
     records: usize,
+    /// The bytes still to come (events and their records' heads, [`Chunker::expecting`]): a
+    /// chunk's value is sized from it when it starts, rather than grown record by record.
+    expected: usize,
 }
 
 impl Chunker {
+    /// A chunker for records whose events add up to `event_bytes` over `records` records.
+    pub fn expecting(records: usize, event_bytes: usize) -> Chunker {
+        Chunker {
+            expected: event_bytes + records * RECORD_HEAD_MAX,
+            ..Chunker::default()
+        }
+    }
+
+    /// Seals the record `seq` (one more than the record before it) that follows `prev`,
+    /// writing it in place at the end of its chunk (the same bytes [`Chunker::push`] of
+    /// [`Record::seal_encoded`] stores); returns its hash.
+    pub fn seal(&mut self, seq: u64, ts_micros: i64, prev: &[u8; 32], event: &[u8]) -> [u8; 32] {
+        if self.records == CHUNK_RECORDS {
+            self.close();
+        }
+        let size = event.len() + RECORD_HEAD_MAX;
+        if self.records == 0 {
+            self.first = seq;
+            // The rest of the group, within what one chunk takes.
+            let want = self
+                .expected
+                .min(CHUNK_RECORDS * size)
+                .min(CHUNK_BYTES + RECORD_HEAD_MAX)
+                .max(size);
+            self.value.reserve_exact(want);
+        }
+        self.expected = self.expected.saturating_sub(size);
+        let start = self.value.len();
+        let hash = Record::seal_into(&mut self.value, seq, ts_micros, prev, event);
+        if self.records > 0 && self.value.len() > CHUNK_BYTES {
+            // Past the chunk's bytes: the record starts the next chunk (as `push` decides).
+            let record = self.value.split_off(start);
+            self.close();
+            self.first = seq;
+            self.value = record;
+        }
+        self.records += 1;
+        hash
+    }
+
     /// Adds the record sealed as `seq` (one more than the record before it), its stored bytes
     /// `encoded`.
     pub fn push(&mut self, seq: u64, encoded: Vec<u8>) {
@@ -394,6 +456,31 @@ mod tests {
         // A chunk of one record is that record's bytes, as data dirs of earlier builds hold it.
         assert_eq!(chunked(&big[3..4]), vec![(4, big[3].1.clone())]);
         assert!(Chunker::default().finish().is_empty());
+    }
+
+    /// What the appender stores: each record sealed in place in its chunk, the same values as
+    /// the records sealed one by one and pushed, whatever the group's size hint.
+    #[test]
+    fn records_sealed_in_place_are_the_chunks_of_the_records_pushed() {
+        let groups: [&[usize]; 5] = [
+            &[300; 100],
+            &[30_000, 30_000, 30_000, 70_000, 10],
+            &[70_000, 10, 65_000, 1, 40_000, 30_000],
+            &[0],
+            &[900; 33],
+        ];
+        for sizes in groups {
+            let want = chunked(&sealed(11, sizes));
+            let total: usize = sizes.iter().sum();
+            for hint in [Chunker::default(), Chunker::expecting(sizes.len(), total)] {
+                let mut chunks = hint;
+                let mut prev = ZERO_HASH;
+                for (i, len) in sizes.iter().enumerate() {
+                    prev = chunks.seal(11 + i as u64, 5, &prev, &vec![b'e'; *len]);
+                }
+                assert_eq!(chunks.finish(), want, "sizes {sizes:?}");
+            }
+        }
     }
 
     #[test]

@@ -254,34 +254,51 @@ impl AuditRecorded {
         entry.detail_hash = Some(crate::audit_view::personal_hash(&personal));
         let encode =
             |e: rmp_serde::encode::Error| KeyError::Store(format!("encoding an entry: {e}"));
-        // Sized for a gateway entry's fields up front: a buffer that grows leaves copies of
-        // its start behind unzeroed, and growing cost more than the encoding.
-        let mut fields = zeroize::Zeroizing::new(Vec::with_capacity(256));
-        rmp_serde::encode::write(&mut *fields, &personal.fields).map_err(encode)?;
+        let ids = crate::seal::sorted_ids(
+            subjects
+                .iter()
+                .map(|s| ring.key_of(s))
+                .collect::<Result<Vec<_>, _>>()?,
+        );
+        let key = ring.seal_key(&ids)?.ok_or(KeyError::Destroyed)?;
+        // Encoded into the buffer that is then encrypted in place and stored as the
+        // ciphertext: no plaintext buffer to zero, no copy. Sized for a gateway entry's fields
+        // and the tag up front, as a buffer that grows leaves copies of its start behind
+        // unzeroed.
+        let mut fields = Vec::with_capacity(256);
+        if let Err(e) = rmp_serde::encode::write(&mut fields, &personal.fields) {
+            zeroize::Zeroize::zeroize(&mut fields);
+            return Err(encode(e));
+        }
         // An empty detail is not sealed: an AEAD and ~60 stored bytes fewer an entry.
         let detail_bytes = if personal.detail == AuditDetail::default() {
             None
         } else {
-            let mut bytes = zeroize::Zeroizing::new(Vec::with_capacity(1024));
-            rmp_serde::encode::write(&mut *bytes, &personal.detail).map_err(encode)?;
+            let mut bytes = Vec::with_capacity(1024);
+            if let Err(e) = rmp_serde::encode::write(&mut bytes, &personal.detail) {
+                zeroize::Zeroize::zeroize(&mut fields);
+                zeroize::Zeroize::zeroize(&mut bytes);
+                return Err(encode(e));
+            }
             Some(bytes)
         };
-        let ids = subjects
-            .iter()
-            .map(|s| ring.key_of(s))
-            .collect::<Result<Vec<_>, _>>()?;
-        let key = ring.seal_key(&ids)?.ok_or(KeyError::Destroyed)?;
+        let sealed_detail = detail_bytes.map(|bytes| {
+            Sealed::seal_in_place(
+                &key,
+                ids.clone(),
+                &audit_detail_aad(tenant_id, entry.id),
+                bytes,
+            )
+        });
         Ok(AuditRecorded {
             tenant_id,
-            sealed: Some(Sealed::seal(
+            sealed: Some(Sealed::seal_in_place(
                 &key,
-                &ids,
+                ids,
                 &audit_aad(tenant_id, entry.id),
-                &fields,
+                fields,
             )),
-            sealed_detail: detail_bytes.map(|bytes| {
-                Sealed::seal(&key, &ids, &audit_detail_aad(tenant_id, entry.id), &bytes)
-            }),
+            sealed_detail,
             entry,
             detail,
         })
@@ -290,21 +307,26 @@ impl AuditRecorded {
 
 /// The associated data an entry's personal fields are sealed with: `audit/v1`, the tenant and
 /// the entry id, so a sealed value moved to another entry does not open.
-pub fn audit_aad(tenant_id: Uuid, entry_id: Uuid) -> Vec<u8> {
-    let mut aad = Vec::with_capacity(8 + 32);
-    aad.extend_from_slice(b"audit/v1");
-    aad.extend_from_slice(tenant_id.as_bytes());
-    aad.extend_from_slice(entry_id.as_bytes());
-    aad
+pub fn audit_aad(tenant_id: Uuid, entry_id: Uuid) -> [u8; 8 + 32] {
+    aad(*b"audit/v1", tenant_id, entry_id)
 }
 
 /// The associated data an entry's detail is sealed with: `audit-detail/v1`, the tenant and the
 /// entry id.
-pub fn audit_detail_aad(tenant_id: Uuid, entry_id: Uuid) -> Vec<u8> {
-    let mut aad = Vec::with_capacity(15 + 32);
-    aad.extend_from_slice(b"audit-detail/v1");
-    aad.extend_from_slice(tenant_id.as_bytes());
-    aad.extend_from_slice(entry_id.as_bytes());
+pub fn audit_detail_aad(tenant_id: Uuid, entry_id: Uuid) -> [u8; 15 + 32] {
+    aad(*b"audit-detail/v1", tenant_id, entry_id)
+}
+
+/// `domain || tenant_id || entry_id`, on the stack (two of them an ingested entry).
+fn aad<const D: usize, const N: usize>(
+    domain: [u8; D],
+    tenant_id: Uuid,
+    entry_id: Uuid,
+) -> [u8; N] {
+    let mut aad = [0u8; N];
+    aad[..D].copy_from_slice(&domain);
+    aad[D..D + 16].copy_from_slice(tenant_id.as_bytes());
+    aad[D + 16..].copy_from_slice(entry_id.as_bytes());
     aad
 }
 

@@ -132,7 +132,7 @@ pub(crate) struct Submission {
     events: Vec<(Event, Vec<u8>, Prepared)>,
     check: Option<Precondition>,
     /// Who waits for the outcome (`None`: another node's records, nobody here waits).
-    reply: Option<oneshot::Sender<Result<Committed, AppendError>>>,
+    reply: Option<oneshot::Sender<Answer>>,
     /// Answered once stored, before the applier folds it ([`Appender::append_read`]).
     early: bool,
     /// When it was submitted: a cluster's write is answered within `--nats-timeout-ms` of it,
@@ -140,10 +140,19 @@ pub(crate) struct Submission {
     at: Instant,
 }
 
+/// A submission's outcome, and its events handed back to be freed by the caller: on the
+/// thread that allocated them, mimalloc frees them locally, where the applier's frees of
+/// another thread's blocks cost it ~4% of ingestion's CPU, purges included.
+type Answer = (
+    Result<Committed, AppendError>,
+    Vec<(Event, Vec<u8>, Prepared)>,
+);
+
 impl Submission {
     fn answer(self, outcome: Result<Committed, AppendError>) {
-        if let Some(reply) = self.reply {
-            let _ = reply.send(outcome);
+        let Submission { reply, events, .. } = self;
+        if let Some(reply) = reply {
+            let _ = reply.send((outcome, events));
         }
     }
 }
@@ -473,7 +482,9 @@ impl Appender {
             }))
             .await
             .map_err(|_| AppendError::Closed)?;
-        rx.await.map_err(|_| AppendError::Closed)?
+        let (outcome, events) = rx.await.map_err(|_| AppendError::Closed)?;
+        drop(events);
+        outcome
     }
 }
 

@@ -17,7 +17,7 @@ use tokio::sync::mpsc;
 use super::applier::ApplyJob;
 use super::seam::{Chain, Failure, LogOfRecord, Sealed, StoreError, Stored};
 use super::{AppendError, Committed, Msg, SpaceGuard, Submission};
-use crate::log::record::{Chunker, Record};
+use crate::log::record::Chunker;
 use crate::log::Head;
 
 /// How many events one group commit takes at most.
@@ -238,16 +238,19 @@ impl<L: LogOfRecord> Writer<L> {
         let mut prev = self.chain.head.hash;
         let mut outcomes = Vec::with_capacity(group.len());
         let mut count = 0usize;
-        let mut chunks = Chunker::default();
-        let mut leaves = Vec::new();
+        let (records, event_bytes) = group
+            .iter()
+            .flat_map(|s| &s.events)
+            .fold((0, 0), |(n, b), (_, bytes, _)| (n + 1, b + bytes.len()));
+        let mut chunks = Chunker::expecting(records, event_bytes);
+        let mut leaves = Vec::with_capacity(records);
         for s in group {
             let first = seq + 1;
             for (_, bytes, _) in &s.events {
                 seq += 1;
-                let (hash, encoded) = Record::seal_encoded(seq, ts, &prev, bytes);
+                let hash = chunks.seal(seq, ts, &prev, bytes);
                 prev = hash;
                 leaves.push(hash);
-                chunks.push(seq, encoded);
                 count += 1;
             }
             outcomes.push(Committed {
@@ -318,7 +321,8 @@ impl<L: LogOfRecord> Writer<L> {
         for (s, outcome) in group.iter_mut().zip(&outcomes) {
             if s.early {
                 if let Some(reply) = s.reply.take() {
-                    let _ = reply.send(Ok(*outcome));
+                    // The applier still folds the events: they are freed there.
+                    let _ = reply.send((Ok(*outcome), Vec::new()));
                 }
             }
         }
