@@ -12,8 +12,9 @@
 //! `apply` runs on the appender's applier, which every tenant's next answer waits for (each
 //! request's audit entry is folded before it is answered). So the memories a large batch
 //! drops are taken out of the in-memory indexes (vectors, scopes, keyword postings) by a
-//! thread of their own after `apply` returned ([`Unindexing`]), a chunk a hold of the lock:
-//! hidden until then, as between chunks. The indexes are rebuilt from the committed states at
+//! niced thread of their own after `apply` returned ([`Unindexing`]), a chunk a hold of the
+//! lock and the postings in one last hold: hidden until then, as between chunks. A large
+//! erasure is applied on a niced thread of its own ([`Memories::apply_pausing`]). The indexes are rebuilt from the committed states at
 //! open, so a stop before that thread is done loses nothing. An erased memory's state is built
 //! without reading its text, which the erasure drops.
 
@@ -364,8 +365,9 @@ impl Memories {
 const LAND_CHUNK: usize = 256;
 
 /// How much a large erasure's fold ([`Memories::apply_pausing`]) and every unindexing thread
-/// are niced: by as much as an erasure's receipt, so that the requests beside them keep the
-/// cores (a thread niced by 10 weighs a tenth of one at the process's priority).
+/// are niced, so that the requests beside them keep the cores (a thread niced by 10 weighs a
+/// tenth of one at the process's priority). Less than an erasure's decision and receipt (19,
+/// which only the erasing request waits for): the writes folded after the fold wait for it.
 const ERASE_NICE: i32 = 10;
 
 /// How many memories the erasures of `events` name.
