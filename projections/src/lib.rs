@@ -14,6 +14,7 @@ pub mod exports;
 pub mod keyword;
 mod log_order;
 pub mod memories;
+pub mod niced;
 mod overlay;
 pub mod projection;
 pub mod seal;

@@ -9,10 +9,10 @@
 //! receipt is read the event is durable and the keys are gone. The entry records no response
 //! body, as for an export download.
 //!
-//! Deciding reads the subject's every memory: on the blocking pool, never on a runtime worker
-//! that other tenants' requests wait for. The receipt counts the tenant's every audit entry
-//! (a log read each): on a niced thread of its own, so that other tenants' requests keep the
-//! cores while it runs.
+//! Deciding reads the subject's every memory (a keyring look-up each) and the receipt counts
+//! the tenant's every audit entry (a log read each): each on a niced thread of its own, never
+//! on a runtime worker that other tenants' requests wait for, so that those requests keep the
+//! cores while they run.
 
 use axum::body::{Body, Bytes};
 use axum::extract::State;
@@ -47,11 +47,10 @@ pub(crate) async fn create_erasure(
 ) -> Result<Recorded<Response>, ApiError> {
     let projections = state.projections.clone();
     let tenant = caller.tenant.id;
-    let decision = tokio::task::spawn_blocking(move || {
+    let decision = niced("erasure-decide", move || {
         erase::erase(&Context::service(&projections), tenant, target)
     })
-    .await
-    .map_err(ApiError::internal)??;
+    .await??;
     let planned = decision.answer.clone();
     let mut recorded = Recorded::decided(decision, |_| receipt_response(state, planned));
     recorded.ops.streamed = true;
@@ -83,25 +82,37 @@ fn receipt_response(state: AppState, planned: Planned) -> Response {
     resp
 }
 
-/// How much the receipt's thread is niced: its pass over the tenant's entries (~0.5 s of a
-/// core for 100,000) yields the cores to other tenants' requests.
-const RECEIPT_NICE: i32 = 10;
+/// How much an erasure's decision and receipt threads are niced: the decision's look-ups (a
+/// keyring look-up a memory) and the receipt's pass over the tenant's entries (~0.5 s of a
+/// core for 100,000) yield the cores to other tenants' requests. As far as nice goes: only
+/// the erasing request waits for them, and a search's query may be embedded on a bulk lane,
+/// whose threads are niced by 10 (`EmbedServiceConfig::bulk_nice`): beside a thread niced by
+/// 10 too they would get half of a core, beside one niced by 19 seven eighths.
+const ERASURE_NICE: i32 = 19;
 
-/// [`receipt`] on a thread of its own, niced (it ends with the receipt), not on the blocking
-/// pool at the process's priority, where its pass would take a core from other tenants'
-/// requests for its whole length.
+/// `job` on a thread of its own named `name`, niced by [`ERASURE_NICE`] (it ends with the
+/// job), not on the blocking pool at the process's priority, where it would take a core from
+/// other tenants' requests for its whole length.
+pub(crate) async fn niced<T: Send + 'static>(
+    name: &'static str,
+    job: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, ApiError> {
+    let (answer, answered) = tokio::sync::oneshot::channel();
+    crate::embed::spawn_niced(name, ERASURE_NICE, move || {
+        let _ = answer.send(job());
+    })
+    .map_err(|e| ApiError::internal(format!("erasure: no thread for {name}: {e}")))?;
+    answered
+        .await
+        .map_err(|_| ApiError::internal(format!("erasure: {name} stopped before answering")))
+}
+
+/// [`receipt`] on a niced thread of its own ([`niced`]).
 pub(crate) async fn niced_receipt(
     state: AppState,
     planned: Planned,
 ) -> Result<ErasureReceipt, ApiError> {
-    let (answer, answered) = tokio::sync::oneshot::channel();
-    crate::embed::spawn_niced("erasure-receipt", RECEIPT_NICE, move || {
-        let _ = answer.send(receipt(&state, &planned));
-    })
-    .map_err(|e| ApiError::internal(format!("erasure: no receipt thread: {e}")))?;
-    answered
-        .await
-        .map_err(|_| ApiError::internal("erasure: the receipt's thread stopped before answering"))?
+    niced("erasure-receipt", move || receipt(&state, &planned)).await?
 }
 
 /// The receipt of an erasure whose event is in the log: its position, and a checkpoint that

@@ -12,8 +12,9 @@
 //! `apply` runs on the appender's applier, which every tenant's next answer waits for (each
 //! request's audit entry is folded before it is answered). So the memories a large batch
 //! drops are taken out of the in-memory indexes (vectors, scopes, keyword postings) by a
-//! thread of their own after `apply` returned ([`Unindexing`]), a chunk a hold of the lock:
-//! hidden until then, as between chunks. The indexes are rebuilt from the committed states at
+//! niced thread of their own after `apply` returned ([`Unindexing`]), a chunk a hold of the
+//! lock and the postings in one last hold: hidden until then, as between chunks. A large
+//! erasure is applied on a niced thread of its own ([`Memories::apply_pausing`]). The indexes are rebuilt from the committed states at
 //! open, so a stop before that thread is done loses nothing. An erased memory's state is built
 //! without reading its text, which the erasure drops.
 
@@ -257,11 +258,40 @@ impl Projection for Memories {
 impl Memories {
     /// [`Projection::apply`], calling `pause` between two holds of the state's write lock (a
     /// large batch hides and lands its memories [`LAND_CHUNK`] a hold), with the lock free.
+    ///
+    /// A batch that erases more than [`LAND_CHUNK`] memories is applied on a thread of its
+    /// own niced by [`ERASE_NICE`], the applier waiting for it: its fold, its sled batch and
+    /// its landing (~60 ms of a core for 10,000 memories) would otherwise take an even share
+    /// of the cores from every other tenant's request beside it (a search's embedding runs on
+    /// every core). The writes folded after it wait for it as for any fold; a read does not.
     pub(super) fn apply_pausing(
         &self,
         events: &[Applied<'_>],
-        pause: &mut dyn FnMut(),
+        pause: &mut (dyn FnMut() + Send),
     ) -> Result<()> {
+        if erased(events) <= LAND_CHUNK {
+            return self.apply_here(events, pause);
+        }
+        std::thread::scope(|scope| {
+            let spawned = std::thread::Builder::new()
+                .name("memories-erase".into())
+                .spawn_scoped(scope, || {
+                    // Refused, the batch is applied all the same, at the applier's priority.
+                    let _ = crate::niced::lower_priority(ERASE_NICE);
+                    self.apply_here(events, pause)
+                });
+            match spawned {
+                Ok(thread) => thread
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+                // No thread to be had: applied here, at the applier's priority.
+                Err(_) => self.apply_here(events, &mut std::thread::yield_now),
+            }
+        })
+    }
+
+    /// [`Self::apply_pausing`] on the calling thread.
+    fn apply_here(&self, events: &[Applied<'_>], pause: &mut dyn FnMut()) -> Result<()> {
         let mut finals: FastMap<Uuid, StoredMemory> = FastMap::default();
         let mut learned = Learned::default();
         let mut resealed: FastSet<Uuid> = FastSet::default();
@@ -333,6 +363,23 @@ impl Memories {
 /// Memories a batch lands under one hold of the state's write lock: what a read may wait for
 /// (a few milliseconds of drops; 10,000 in one hold kept searches waiting ~0.3 s).
 const LAND_CHUNK: usize = 256;
+
+/// How much a large erasure's fold ([`Memories::apply_pausing`]) and every unindexing thread
+/// are niced, so that the requests beside them keep the cores (a thread niced by 10 weighs a
+/// tenth of one at the process's priority). Less than an erasure's decision and receipt (19,
+/// which only the erasing request waits for): the writes folded after the fold wait for it.
+const ERASE_NICE: i32 = 10;
+
+/// How many memories the erasures of `events` name.
+fn erased(events: &[Applied<'_>]) -> usize {
+    events
+        .iter()
+        .map(|a| match a.event {
+            Event::SubjectsErased(e) => e.memory_ids.len(),
+            _ => 0,
+        })
+        .sum()
+}
 
 impl Memories {
     /// Hides each memory of `finals` that the batch drops (deletes or erases) and that is
@@ -484,6 +531,8 @@ impl Memories {
         let started = std::thread::Builder::new()
             .name("memories-unindex".into())
             .spawn(move || {
+                // Nobody waits for it but an erasure's receipt. Refused, it still runs.
+                let _ = crate::niced::lower_priority(ERASE_NICE);
                 let failed = unindex(&state, deferred).err();
                 // The state is let go of before anyone hears it is done (`detach` unwraps it).
                 drop(state);
@@ -524,35 +573,40 @@ impl Memories {
     }
 }
 
-/// Takes `deferred` out of their tenants' scopes, vectors and keyword postings,
-/// [`LAND_CHUNK`] a hold of the write lock. A memory whose vector row cannot be removed stays
-/// counted in `unindexing` (so hidden); the first such error is returned once the rest is done.
+/// Takes `deferred` out of their tenants' scopes and vectors, [`LAND_CHUNK`] a hold of the
+/// write lock, then out of their keyword postings in one hold, one pass over each posting list
+/// they touch (a pass a chunk would scan a small vocabulary's every list once per chunk: ~40
+/// times for 10,000 memories). Each stays counted in `unindexing` (hidden, its tenant's
+/// queries checking each memory) until its postings are gone. A memory whose vector row cannot
+/// be removed stays counted, and in its postings; the first such error is returned once the
+/// rest is done.
 fn unindex(state: &RwLock<State>, mut deferred: Vec<Unindex>) -> io::Result<()> {
     let mut failed = None;
+    // The memories out of their scopes and vectors, by tenant: their postings go last.
+    let mut unindexed: FastMap<Uuid, Vec<Uuid>> = FastMap::default();
     while !deferred.is_empty() {
         let chunk = deferred.split_off(deferred.len().saturating_sub(LAND_CHUNK));
         let mut guard = state.write().unwrap_or_else(|p| p.into_inner());
-        let mut unindexed: FastMap<Uuid, Vec<Uuid>> = FastMap::default();
         for u in chunk {
             let Some(t) = guard.tenants.get_mut(&u.tenant) else {
                 continue;
             };
             let ids = unindexed.entry(u.tenant).or_default();
-            match t.unindex(u.id, u.indexed.as_deref(), ids) {
-                Ok(()) => t.unindexing = t.unindexing.saturating_sub(1),
-                Err(e) => {
-                    failed.get_or_insert(e);
-                }
-            }
-        }
-        for (tenant, ids) in unindexed {
-            if let Some(t) = guard.tenants.get_mut(&tenant) {
-                t.unindex_keywords(&ids);
+            if let Err(e) = t.unindex(u.id, u.indexed.as_deref(), ids) {
+                failed.get_or_insert(e);
             }
         }
         drop(guard);
         // Lets the readers the chunk held up take the lock before the next one does.
         std::thread::yield_now();
     }
+    let mut guard = state.write().unwrap_or_else(|p| p.into_inner());
+    for (tenant, ids) in unindexed {
+        if let Some(t) = guard.tenants.get_mut(&tenant) {
+            t.unindex_keywords(&ids);
+            t.unindexing = t.unindexing.saturating_sub(ids.len());
+        }
+    }
+    drop(guard);
     failed.map_or(Ok(()), Err)
 }

@@ -769,3 +769,42 @@ fn a_large_erasure_hides_its_memories_a_chunk_a_hold_and_leaves_the_indexes_off_
     );
     assert_eq!(p.count(&other), 1);
 }
+
+#[test]
+fn a_large_erasure_is_applied_on_a_niced_thread_of_its_own() {
+    let (_dir, _db, p) = fresh();
+    let t = Uuid::from_u128(100);
+    let mut events: Vec<Event> = (0..300)
+        .map(|i| created(t, i, MemoryType::Fact, [1.0, i as f32], i as i64))
+        .collect();
+    events.push(Event::SubjectsErased(crate::event::SubjectsErased {
+        erasure_id: Uuid::from_u128(0xE),
+        tenant_id: t,
+        subjects: vec![crate::seal::Subject::User(t, "alice".into())],
+        key_ids: Vec::new(),
+        memory_ids: (0..299).map(Uuid::from_u128).collect(),
+        erased_at: 900,
+    }));
+    let applied = Applied::in_order(&events);
+    p.apply(&applied[..300]).expect("apply");
+    // Where each pause between two holds of the lock ran, and at what nice value.
+    let mut ran: Vec<(Option<String>, i32)> = Vec::new();
+    p.apply_pausing(&applied[300..], &mut || {
+        let nice = rustix::process::getpriority_process(None).expect("nice");
+        ran.push((std::thread::current().name().map(str::to_string), nice));
+    })
+    .expect("apply the erasure");
+    let process =
+        rustix::process::getpriority_process(Some(rustix::process::getpid())).expect("nice");
+    let niced = (Some("memories-erase".to_string()), (process + 10).min(19));
+    // 299 memories: hidden in two holds, then landed in two.
+    assert_eq!(ran, vec![niced.clone(), niced]);
+    assert_eq!(p.count(&t), 1);
+    p.wait_unindexed().expect("unindexed");
+    let state = p.state();
+    let mine = &state.tenants[&t];
+    assert_eq!(
+        (mine.vectors.len(), mine.keywords.len(), mine.unindexing),
+        (1, 1, 0)
+    );
+}

@@ -159,33 +159,19 @@ pub(super) fn short((n, bytes): (usize, usize)) -> bool {
     n <= SHORT_TEXTS && bytes <= SHORT_BYTES
 }
 
-/// Sets the calling thread's nice value to the process's plus `nice` (Linux: per thread),
-/// unless it is that low already. Relative to the process, not to the thread: a thread
-/// inherits its creator's value, so a niced thread's blocking helpers would otherwise be niced
-/// twice. Failing leaves the thread at its priority: the bulk lanes still work, the prompt
-/// lane gets an even share; an `as_of` replay still answers, sharing the cores evenly with
-/// other requests. Public for the load driver, whose stand-ins for remote readers run niced
-/// the same way.
+/// Sets the calling thread's nice value to the process's plus `nice`
+/// ([`auditmem_projections::niced::lower_priority`]), a failure logged. Failing leaves the
+/// thread at its priority: the bulk lanes still work, the prompt lane gets an even share; an
+/// `as_of` replay still answers, sharing the cores evenly with other requests. Public for the
+/// load driver, whose stand-ins for remote readers run niced the same way.
 pub fn lower_priority(nice: i32) {
-    #[cfg(target_os = "linux")]
-    if nice > 0 {
-        // The main thread's value is the process's: its id is the process's.
-        let process =
-            rustix::process::getpriority_process(Some(rustix::process::getpid())).unwrap_or(0);
-        let target = (process + nice).min(19);
-        let now = rustix::process::getpriority_process(None).unwrap_or(0);
-        if now < target {
-            if let Err(e) = rustix::process::setpriority_process(None, target) {
-                tracing::warn!(
-                    error = %e,
-                    thread = std::thread::current().name().unwrap_or("unnamed"),
-                    "a thread meant to run niced keeps the process's priority"
-                );
-            }
-        }
+    if let Err(e) = auditmem_projections::niced::lower_priority(nice) {
+        tracing::warn!(
+            error = %e,
+            thread = std::thread::current().name().unwrap_or("unnamed"),
+            "a thread meant to run niced keeps the process's priority"
+        );
     }
-    #[cfg(not(target_os = "linux"))]
-    let _ = nice;
 }
 
 /// Starts `job` on a new thread named `name`, niced by `nice` (see [`lower_priority`]): work
