@@ -13,9 +13,8 @@
 //! request's audit entry is folded before it is answered). So the memories a large batch
 //! drops are taken out of the in-memory indexes (vectors, scopes, keyword postings) by a
 //! niced thread of their own after `apply` returned ([`Unindexing`]), a chunk a hold of the
-//! lock and the postings in one last hold: hidden until then, as between chunks. A large
-//! erasure is applied on a niced thread of its own ([`Memories::apply_pausing`]). The indexes are rebuilt from the committed states at
-//! open, so a stop before that thread is done loses nothing. An erased memory's state is built
+//! lock and the postings in one last hold: hidden until then, as between chunks. The indexes
+//! are rebuilt from the committed states at open, so a stop before that thread is done loses nothing. An erased memory's state is built
 //! without reading its text, which the erasure drops.
 
 use std::io;
@@ -259,39 +258,14 @@ impl Memories {
     /// [`Projection::apply`], calling `pause` between two holds of the state's write lock (a
     /// large batch hides and lands its memories [`LAND_CHUNK`] a hold), with the lock free.
     ///
-    /// A batch that erases more than [`LAND_CHUNK`] memories is applied on a thread of its
-    /// own niced by [`ERASE_NICE`], the applier waiting for it: its fold, its sled batch and
-    /// its landing (~60 ms of a core for 10,000 memories) would otherwise take an even share
-    /// of the cores from every other tenant's request beside it (a search's embedding runs on
-    /// every core). The writes folded after it wait for it as for any fold; a read does not.
+    /// It runs on the applier at the process's priority, large erasures included: every write
+    /// folded after it waits for it, so a fold niced below the requests beside it would make
+    /// every tenant's writes wait for the cores those requests leave.
     pub(super) fn apply_pausing(
         &self,
         events: &[Applied<'_>],
-        pause: &mut (dyn FnMut() + Send),
+        pause: &mut dyn FnMut(),
     ) -> Result<()> {
-        if erased(events) <= LAND_CHUNK {
-            return self.apply_here(events, pause);
-        }
-        std::thread::scope(|scope| {
-            let spawned = std::thread::Builder::new()
-                .name("memories-erase".into())
-                .spawn_scoped(scope, || {
-                    // Refused, the batch is applied all the same, at the applier's priority.
-                    let _ = crate::niced::lower_priority(ERASE_NICE);
-                    self.apply_here(events, pause)
-                });
-            match spawned {
-                Ok(thread) => thread
-                    .join()
-                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
-                // No thread to be had: applied here, at the applier's priority.
-                Err(_) => self.apply_here(events, &mut std::thread::yield_now),
-            }
-        })
-    }
-
-    /// [`Self::apply_pausing`] on the calling thread.
-    fn apply_here(&self, events: &[Applied<'_>], pause: &mut dyn FnMut()) -> Result<()> {
         let mut finals: FastMap<Uuid, StoredMemory> = FastMap::default();
         let mut learned = Learned::default();
         let mut resealed: FastSet<Uuid> = FastSet::default();
@@ -364,22 +338,10 @@ impl Memories {
 /// (a few milliseconds of drops; 10,000 in one hold kept searches waiting ~0.3 s).
 const LAND_CHUNK: usize = 256;
 
-/// How much a large erasure's fold ([`Memories::apply_pausing`]) and every unindexing thread
-/// are niced, so that the requests beside them keep the cores (a thread niced by 10 weighs a
-/// tenth of one at the process's priority). Less than an erasure's decision and receipt (19,
-/// which only the erasing request waits for): the writes folded after the fold wait for it.
+/// How much every unindexing thread is niced, so that the requests beside it keep the cores
+/// (a thread niced by 10 weighs a tenth of one at the process's priority): nobody waits for it
+/// but an erasure's receipt, and what it has not yet removed stays hidden.
 const ERASE_NICE: i32 = 10;
-
-/// How many memories the erasures of `events` name.
-fn erased(events: &[Applied<'_>]) -> usize {
-    events
-        .iter()
-        .map(|a| match a.event {
-            Event::SubjectsErased(e) => e.memory_ids.len(),
-            _ => 0,
-        })
-        .sum()
-}
 
 impl Memories {
     /// Hides each memory of `finals` that the batch drops (deletes or erases) and that is
