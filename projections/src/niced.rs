@@ -1,5 +1,5 @@
-//! Threads niced: work that no request's answer waits on at once (an erasure's unindexing, a
-//! large erasure's fold) runs below the requests beside it, so that on a few cores it takes
+//! Threads niced: work that no request's answer waits on at once (an erasure's unindexing)
+//! runs below the requests beside it, so that on a few cores it takes
 //! what they leave rather than an even share.
 
 /// Sets the calling thread's nice value to the process's plus `nice` (Linux: per thread),

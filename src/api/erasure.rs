@@ -9,10 +9,12 @@
 //! receipt is read the event is durable and the keys are gone. The entry records no response
 //! body, as for an export download.
 //!
-//! Deciding reads the subject's every memory (a keyring look-up each) and the receipt counts
-//! the tenant's every audit entry (a log read each): each on a niced thread of its own, never
-//! on a runtime worker that other tenants' requests wait for, so that those requests keep the
-//! cores while they run.
+//! Deciding reads the subject's every memory (a keyring look-up each): on the blocking pool,
+//! never on a runtime worker that other tenants' requests wait for, and not niced, since each
+//! look-up takes the keyring's lock that every request sealing an entry takes too (a niced
+//! thread preempted while holding it would keep them all waiting). The receipt counts the
+//! tenant's every audit entry (a log read each, no shared lock held): on a niced thread of its
+//! own, so that other tenants' requests keep the cores while it runs.
 
 use axum::body::{Body, Bytes};
 use axum::extract::State;
@@ -47,10 +49,11 @@ pub(crate) async fn create_erasure(
 ) -> Result<Recorded<Response>, ApiError> {
     let projections = state.projections.clone();
     let tenant = caller.tenant.id;
-    let decision = niced("erasure-decide", move || {
+    let decision = tokio::task::spawn_blocking(move || {
         erase::erase(&Context::service(&projections), tenant, target)
     })
-    .await??;
+    .await
+    .map_err(ApiError::internal)??;
     let planned = decision.answer.clone();
     let mut recorded = Recorded::decided(decision, |_| receipt_response(state, planned));
     recorded.ops.streamed = true;
@@ -82,10 +85,9 @@ fn receipt_response(state: AppState, planned: Planned) -> Response {
     resp
 }
 
-/// How much an erasure's decision and receipt threads are niced: the decision's look-ups (a
-/// keyring look-up a memory) and the receipt's pass over the tenant's entries (~0.5 s of a
-/// core for 100,000) yield the cores to other tenants' requests. As far as nice goes: only
-/// the erasing request waits for them, and a search's query may be embedded on a bulk lane,
+/// How much an erasure's receipt thread is niced: its pass over the tenant's entries (~0.5 s
+/// of a core for 100,000) yields the cores to other tenants' requests. As far as nice goes:
+/// only the erasing request waits for it, and a search's query may be embedded on a bulk lane,
 /// whose threads are niced by 10 (`EmbedServiceConfig::bulk_nice`): beside a thread niced by
 /// 10 too they would get half of a core, beside one niced by 19 seven eighths.
 const ERASURE_NICE: i32 = 19;
@@ -93,7 +95,7 @@ const ERASURE_NICE: i32 = 19;
 /// `job` on a thread of its own named `name`, niced by [`ERASURE_NICE`] (it ends with the
 /// job), not on the blocking pool at the process's priority, where it would take a core from
 /// other tenants' requests for its whole length.
-pub(crate) async fn niced<T: Send + 'static>(
+async fn niced<T: Send + 'static>(
     name: &'static str,
     job: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T, ApiError> {

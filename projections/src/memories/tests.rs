@@ -746,17 +746,8 @@ fn a_large_erasure_hides_its_memories_a_chunk_a_hold_and_leaves_the_indexes_off_
         vec![300]
     );
     // Out of the vectors and postings once the unindexing thread is done.
-    p.wait_unindexed().expect("unindexed");
-    {
-        let state = p.state();
-        let mine = &state.tenants[&t];
-        assert_eq!(
-            (mine.vectors.len(), mine.keywords.len(), mine.unindexing),
-            (1, 1, 0)
-        );
-        let theirs = &state.tenants[&other];
-        assert_eq!((theirs.vectors.len(), theirs.keywords.len()), (1, 1));
-    }
+    assert_eq!(indexed_once_unindexed(&p, &t), (1, 1, 0));
+    assert_eq!(indexed_once_unindexed(&p, &other), (1, 1, 0));
     let erased = p.stored(&Uuid::from_u128(7)).expect("read").expect("kept");
     assert_eq!(
         (
@@ -770,10 +761,10 @@ fn a_large_erasure_hides_its_memories_a_chunk_a_hold_and_leaves_the_indexes_off_
     assert_eq!(p.count(&other), 1);
 }
 
-#[test]
 /// A large erasure hides and lands its memories a chunk a hold, then leaves the one memory it
 /// does not name in every index: the unindexing thread takes the others out of the scopes and
 /// vectors a chunk a hold and out of the keyword postings in one last pass.
+#[test]
 fn a_large_erasure_leaves_only_what_it_does_not_name_in_the_indexes() {
     let (_dir, _db, p) = fresh();
     let t = Uuid::from_u128(100);
@@ -796,11 +787,14 @@ fn a_large_erasure_leaves_only_what_it_does_not_name_in_the_indexes() {
     // 299 memories: hidden in two holds, then landed in two, a pause between each two.
     assert_eq!(pauses, 2);
     assert_eq!(p.count(&t), 1);
+    assert_eq!(indexed_once_unindexed(&p, &t), (1, 1, 0));
+}
+
+/// The tenant's vectors, keyword documents and memories still being unindexed, once the
+/// unindexing thread is done.
+fn indexed_once_unindexed(p: &Memories, tenant: &Uuid) -> (usize, usize, usize) {
     p.wait_unindexed().expect("unindexed");
     let state = p.state();
-    let mine = &state.tenants[&t];
-    assert_eq!(
-        (mine.vectors.len(), mine.keywords.len(), mine.unindexing),
-        (1, 1, 0)
-    );
+    let t = &state.tenants[tenant];
+    (t.vectors.len(), t.keywords.len(), t.unindexing)
 }

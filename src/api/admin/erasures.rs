@@ -6,7 +6,7 @@ use axum::extract::{Path, State};
 
 use super::{context, record};
 use crate::api::envelope::Created;
-use crate::api::erasure::{niced, niced_receipt};
+use crate::api::erasure::niced_receipt;
 use crate::api::error::ApiError;
 use crate::api::position::Position;
 use crate::api::state::AppState;
@@ -23,13 +23,14 @@ pub(crate) async fn erase_tenant(
     Path(id): Path<String>,
 ) -> Result<(Position, Created<ErasureReceipt>), ApiError> {
     let tenant = admin::tenant_by_path(&context(&state), &id)?;
-    // Deciding reads every memory of the tenant; the receipt waits for the keys' destroy and
-    // counts every entry: each on a niced thread, as for `POST /v1/erasures`.
+    // Deciding reads every memory of the tenant: on the blocking pool; the receipt waits for
+    // the keys' destroy and counts every entry: on a niced thread, as for `POST /v1/erasures`.
     let deciding = state.clone();
-    let decision = niced("erasure-decide", move || {
+    let decision = tokio::task::spawn_blocking(move || {
         erase::erase(&context(&deciding), tenant.id, ErasureTarget::Tenant)
     })
-    .await??;
+    .await
+    .map_err(ApiError::internal)??;
     let (position, planned) = record(&state, decision).await?;
     let receipt = niced_receipt(state, planned).await?;
     Ok((position, Created(receipt)))
