@@ -5,6 +5,8 @@
 //! Invariant: a tampered tree can hold any key, u64::MAX included, so nothing in the range
 //! arithmetic may overflow, and a range's width says nothing about how many records it holds.
 
+use std::ops::Bound;
+
 use ed25519_dalek::VerifyingKey;
 use rayon::prelude::*;
 
@@ -49,44 +51,81 @@ fn verify_windows(
         .map(|c| c.seq)
         .chain(expect_head.map(|h| h.seq));
     let mut v = Verifier::new(anchors);
-    let seq_of = |kv: Option<sled::Result<(sled::IVec, sled::IVec)>>| {
-        kv.and_then(|r| r.ok())
-            .and_then(|(k, _)| record::seq_from_key(&k))
+    let key_of = |kv: Option<sled::Result<(sled::IVec, sled::IVec)>>| {
+        kv.and_then(|r| r.ok()).map(|(k, _)| k)
     };
-    let Some(hi) = seq_of(tree.last().transpose()) else {
+    let (Some(mut from), Some(last)) = (
+        key_of(tree.first().transpose()),
+        key_of(tree.last().transpose()),
+    ) else {
         return v.finish(expect_head, checkpoints, pinned);
     };
-    let threads = rayon::current_num_threads().max(1) as u64;
-    let mut next = seq_of(tree.first().transpose());
+    let hi = seq_at(&last);
+    let threads = rayon::current_num_threads().max(1);
     let mut checked: Vec<Vec<Parsed>> = Vec::new();
-    while let Some(start) = next {
-        // Inclusive key ranges from `start`, one per thread, none past the last key.
-        let ranges: Vec<(u64, u64)> = (0..threads)
-            .filter_map(|i| {
-                let a = start
-                    .checked_add(i.checked_mul(span)?)
-                    .filter(|a| *a <= hi)?;
-                Some((a, a.saturating_add(span.saturating_sub(1)).min(hi)))
-            })
-            .collect();
+    loop {
+        // Up to one key range a thread from the key `from`, each `span` seqs wide and each
+        // starting where the one before ends, so that no key between them (a tampered tree's
+        // key of another length included) falls outside; the last range reaching past the
+        // last key is open-ended.
+        let start = seq_at(&from);
+        let mut ranges: Vec<KeyRange> = Vec::with_capacity(threads);
+        let mut lower = Bound::Included(from.to_vec());
+        let mut end = Some(start);
+        while ranges.len() < threads {
+            let Some(upper) = end.and_then(|e| e.checked_add(span)).filter(|u| *u <= hi) else {
+                ranges.push((lower, Bound::Unbounded));
+                end = None;
+                break;
+            };
+            ranges.push((lower, Bound::Excluded(record::seq_key(upper))));
+            lower = Bound::Included(record::seq_key(upper).to_vec());
+            end = Some(upper);
+        }
         let read = || -> Vec<Vec<Parsed>> {
             ranges
                 .par_iter()
-                .map(|&(a, b)| check_range(tree, a, b, tick))
+                .map(|r| check_range(tree, r.clone(), tick))
                 .collect()
         };
-        let (read, ()) = rayon::join(read, || link(&mut v, std::mem::take(&mut checked)));
-        checked = read;
+        let (mut read, ()) = rayon::join(read, || link(&mut v, std::mem::take(&mut checked)));
         // The next window starts at the first key past this one: a gap in the keys (a
         // tampered tree's u64::MAX) is skipped, not walked.
-        next = ranges
-            .last()
-            .map(|r| r.1)
-            .filter(|end| *end < hi)
-            .and_then(|end| seq_of(tree.range(record::seq_key(end + 1)..).next()));
+        let next = end.map(|e| tree.range(record::seq_key(e)..).next());
+        let more = match next {
+            Some(Some(Ok((k, _)))) => {
+                from = k;
+                true
+            }
+            Some(Some(Err(e))) => {
+                read.push(vec![Parsed {
+                    key: end.unwrap_or(hi),
+                    result: Err(format!("storage error reading the log: {e}")),
+                }]);
+                false
+            }
+            Some(None) | None => false,
+        };
+        checked = read;
+        if !more {
+            break;
+        }
     }
     link(&mut v, checked);
     v.finish(expect_head, checkpoints, pinned)
+}
+
+/// The keys a thread reads: from a key (a seq's, or one that sorts where a tampered tree put
+/// it) up to a seq's key, or to the end.
+type KeyRange = (Bound<Vec<u8>>, Bound<[u8; 8]>);
+
+/// The seq the key `k` stands for; for a key that is not 8 bytes (a tampered tree's), the seq
+/// of its first 8 bytes padded with zeros, which is where it sorts among the seqs' keys.
+fn seq_at(k: &[u8]) -> u64 {
+    let mut b = [0u8; 8];
+    let n = k.len().min(8);
+    b[..n].copy_from_slice(&k[..n]);
+    u64::from_be_bytes(b)
 }
 
 fn link(v: &mut Verifier, checked: Vec<Vec<Parsed>>) {
@@ -95,13 +134,19 @@ fn link(v: &mut Verifier, checked: Vec<Vec<Parsed>>) {
     }
 }
 
-/// Reads and checks the records stored under keys `a..=b`; a storage error ends the range
-/// with a record that names it.
-fn check_range(tree: &sled::Tree, a: u64, b: u64, tick: &(dyn Fn(u64) + Sync)) -> Vec<Parsed> {
-    let mut out =
-        Vec::with_capacity(usize::try_from(b - a).map_or(1 << 16, |n| n.min(1 << 16)) + 1);
+/// Reads and checks the records stored under the keys of `range`; a storage error ends the
+/// range with a record that names it.
+fn check_range(tree: &sled::Tree, range: KeyRange, tick: &(dyn Fn(u64) + Sync)) -> Vec<Parsed> {
+    let a = match &range.0 {
+        Bound::Included(k) | Bound::Excluded(k) => seq_at(k),
+        Bound::Unbounded => 0,
+    };
+    let mut out = Vec::with_capacity(4096);
     let mut last = LastKeys::default();
-    for kv in tree.range(record::seq_key(a)..=record::seq_key(b)) {
+    for kv in tree.range::<&[u8], _>((
+        range.0.as_ref().map(Vec::as_slice),
+        range.1.as_ref().map(|k| &k[..]),
+    )) {
         match kv {
             Ok((k, val)) => check_stored(
                 record::seq_from_key(&k).unwrap_or(0),
@@ -292,6 +337,30 @@ mod tests {
                 rep.render()
             );
             assert_eq!((rep.records, rep.valid), (100, 99), "span {span}");
+        }
+    }
+
+    /// Keys of another length than a seq's (a tampered tree's) at a window's edge, at a range's
+    /// edge, after the last seq and as the last key are each read and reported, never passed
+    /// over: a verdict that skipped them would miss what they hold.
+    #[test]
+    fn keys_of_another_length_are_read_wherever_they_sort() {
+        let records = chain(100);
+        let odd = |seq: u64, extra: &[u8]| [&record::seq_key(seq)[..], extra].concat();
+        for span in [4, SPAN] {
+            let (_db, tree) = chunked_tree(&records);
+            for k in [
+                odd(5, &[0]),
+                odd(9, &[0]),
+                odd(200, &[1]),
+                vec![0, 0, 0, 0, 0, 0, 0x7f],
+            ] {
+                tree.insert(k, records[0].encode()).expect("insert");
+            }
+            let rep = verify_windows(&tree, span, None, &[], None, &|_| {});
+            assert_eq!(rep.records, 104, "span {span}: {}", rep.render());
+            assert_eq!(rep.valid, 100, "span {span}: {}", rep.render());
+            assert_eq!(rep.failure_count, 4, "span {span}: {}", rep.render());
         }
     }
 
