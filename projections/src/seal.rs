@@ -216,25 +216,10 @@ pub enum SealError {
 impl Sealed {
     /// Seals `plaintext` under `key` (derived from `keys`), bound to `aad`.
     pub fn seal(key: &SealKey, keys: &[KeyId], aad: &[u8], plaintext: &[u8]) -> Sealed {
-        let ids = sorted_ids(keys.to_vec());
-        let mut nonce = [0u8; NONCE_BYTES];
-        fill_nonce(&mut nonce);
-        // XChaCha20-Poly1305 refuses only plaintexts past 256 GiB: nothing we seal comes near.
-        let ct = key
-            .cipher()
-            .encrypt(
-                XNonce::from_slice(&nonce),
-                Payload {
-                    msg: plaintext,
-                    aad,
-                },
-            )
-            .unwrap_or_default();
-        Sealed {
-            keys: ids,
-            nonce,
-            ct,
-        }
+        // A copy with room for the tag, sealed in place: no copy of the plaintext is left.
+        let mut buf = Vec::with_capacity(plaintext.len() + TAG_BYTES);
+        buf.extend_from_slice(plaintext);
+        Sealed::seal_in_place(key, sorted_ids(keys.to_vec()), aad, buf)
     }
 
     /// Seals the plaintext in `buf` in place under `key`, bound to `aad`: `buf` becomes the

@@ -85,36 +85,28 @@ fn receipt_response(state: AppState, planned: Planned) -> Response {
     resp
 }
 
-/// How much an erasure's receipt thread is niced: its pass over the tenant's entries (~0.5 s
-/// of a core for 100,000) yields the cores to other tenants' requests. As far as nice goes:
-/// only the erasing request waits for it, and a search's query may be embedded on a bulk lane,
+/// How much the receipt's thread is niced: its pass over the tenant's entries (~0.5 s of a
+/// core for 100,000) yields the cores to other tenants' requests. As far as nice goes: only
+/// the erasing request waits for it, and a search's query may be embedded on a bulk lane,
 /// whose threads are niced by 10 (`EmbedServiceConfig::bulk_nice`): beside a thread niced by
 /// 10 too they would get half of a core, beside one niced by 19 seven eighths.
-const ERASURE_NICE: i32 = 19;
+const RECEIPT_NICE: i32 = 19;
 
-/// `job` on a thread of its own named `name`, niced by [`ERASURE_NICE`] (it ends with the
-/// job), not on the blocking pool at the process's priority, where it would take a core from
-/// other tenants' requests for its whole length.
-async fn niced<T: Send + 'static>(
-    name: &'static str,
-    job: impl FnOnce() -> T + Send + 'static,
-) -> Result<T, ApiError> {
-    let (answer, answered) = tokio::sync::oneshot::channel();
-    crate::embed::spawn_niced(name, ERASURE_NICE, move || {
-        let _ = answer.send(job());
-    })
-    .map_err(|e| ApiError::internal(format!("erasure: no thread for {name}: {e}")))?;
-    answered
-        .await
-        .map_err(|_| ApiError::internal(format!("erasure: {name} stopped before answering")))
-}
-
-/// [`receipt`] on a niced thread of its own ([`niced`]).
+/// [`receipt`] on a thread of its own, niced (it ends with the receipt), not on the blocking
+/// pool at the process's priority, where its pass would take a core from other tenants'
+/// requests for its whole length.
 pub(crate) async fn niced_receipt(
     state: AppState,
     planned: Planned,
 ) -> Result<ErasureReceipt, ApiError> {
-    niced("erasure-receipt", move || receipt(&state, &planned)).await?
+    let (answer, answered) = tokio::sync::oneshot::channel();
+    crate::embed::spawn_niced("erasure-receipt", RECEIPT_NICE, move || {
+        let _ = answer.send(receipt(&state, &planned));
+    })
+    .map_err(|e| ApiError::internal(format!("erasure: no receipt thread: {e}")))?;
+    answered
+        .await
+        .map_err(|_| ApiError::internal("erasure: the receipt's thread stopped before answering"))?
 }
 
 /// The receipt of an erasure whose event is in the log: its position, and a checkpoint that

@@ -141,16 +141,16 @@ pub fn is_canonical(bytes: &[u8], r: &RecordRef<'_>) -> bool {
         hash,
         event: &[],
     };
-    // Encoded on the stack (`verify` checks every record): the header takes at most 1 + 9 +
-    // 9 + 34 + 34 + 2 bytes, and a slice too short would fail the write, not the check.
-    let mut buf = [0u8; HEAD_MAX];
+    // Encoded on the stack (`verify` checks every record), in room for the largest header; a
+    // slice too short would fail the write, not the check.
+    let mut buf = [0u8; RECORD_HEAD_MAX];
     let mut out = &mut buf[..];
     if rmp_serde::encode::write(&mut out, &head).is_err() {
         return false;
     }
     let left = out.len();
     // `head` ends with the empty event's bin header (0xc4 0x00): replace it with the real one.
-    let mut len = HEAD_MAX - left - 2;
+    let mut len = RECORD_HEAD_MAX - left - 2;
     let n = r.event.len();
     let mut put = |b: &[u8]| {
         buf[len..len + b.len()].copy_from_slice(b);
@@ -171,9 +171,6 @@ pub fn is_canonical(bytes: &[u8], r: &RecordRef<'_>) -> bool {
     }
     bytes.len() == len + n && bytes.starts_with(&buf[..len])
 }
-
-/// Room for a record's encoded header ([`is_canonical`]): its largest is 89 bytes.
-const HEAD_MAX: usize = 96;
 
 impl<'a> RecordRef<'a> {
     pub fn decode(bytes: &'a [u8]) -> Result<RecordRef<'a>, rmp_serde::decode::Error> {

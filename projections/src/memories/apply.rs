@@ -14,8 +14,9 @@
 //! drops are taken out of the in-memory indexes (vectors, scopes, keyword postings) by a
 //! niced thread of their own after `apply` returned ([`Unindexing`]), a chunk a hold of the
 //! lock and the postings in one last hold: hidden until then, as between chunks. The indexes
-//! are rebuilt from the committed states at open, so a stop before that thread is done loses nothing. An erased memory's state is built
-//! without reading its text, which the erasure drops.
+//! are rebuilt from the committed states at open, so a stop before that thread is done loses
+//! nothing. An erased memory's state is built without reading its text, which the erasure
+//! drops.
 
 use std::io;
 use std::sync::{Arc, Condvar, Mutex, PoisonError, RwLock};

@@ -41,6 +41,34 @@ mod testing {
             .collect()
     }
 
+    /// `events` as records from seq 1, each linking to the one before (the first to zeros).
+    pub(super) fn linked(events: impl IntoIterator<Item = Vec<u8>>) -> Vec<Record> {
+        let mut prev = [0u8; 32];
+        (1u64..)
+            .zip(events)
+            .map(|(seq, event)| {
+                let r = Record::seal(seq, 0, prev, event);
+                prev = r.hash;
+                r
+            })
+            .collect()
+    }
+
+    /// A keyring, and two users of one tenant: alice and bob.
+    pub(super) fn two_users() -> (
+        auditmem_projections::seal::MemoryKeyring,
+        auditmem_projections::seal::Subject,
+        auditmem_projections::seal::Subject,
+    ) {
+        use auditmem_projections::seal::Subject;
+        let t = uuid::Uuid::from_u128(7);
+        (
+            Default::default(),
+            Subject::User(t, "alice".into()),
+            Subject::User(t, "bob".into()),
+        )
+    }
+
     /// An audit entry's event sealed under the key of `subject` in `ring`.
     pub(super) fn sealed_event(
         ring: &auditmem_projections::seal::MemoryKeyring,

@@ -68,10 +68,9 @@ fn verify_windows(
         // starting where the one before ends, so that no key between them (a tampered tree's
         // key of another length included) falls outside; the last range reaching past the
         // last key is open-ended.
-        let start = seq_at(&from);
         let mut ranges: Vec<KeyRange> = Vec::with_capacity(threads);
         let mut lower = Bound::Included(from.to_vec());
-        let mut end = Some(start);
+        let mut end = Some(seq_at(&from));
         while ranges.len() < threads {
             let Some(upper) = end.and_then(|e| e.checked_add(span)).filter(|u| *u <= hi) else {
                 ranges.push((lower, Bound::Unbounded));
@@ -91,24 +90,20 @@ fn verify_windows(
         let (mut read, ()) = rayon::join(read, || link(&mut v, std::mem::take(&mut checked)));
         // The next window starts at the first key past this one: a gap in the keys (a
         // tampered tree's u64::MAX) is skipped, not walked.
-        let next = end.map(|e| tree.range(record::seq_key(e)..).next());
-        let more = match next {
-            Some(Some(Ok((k, _)))) => {
-                from = k;
-                true
-            }
-            Some(Some(Err(e))) => {
+        let next = end.and_then(|e| match tree.range(record::seq_key(e)..).next()? {
+            Ok((k, _)) => Some(k),
+            Err(err) => {
                 read.push(vec![Parsed {
-                    key: end.unwrap_or(hi),
-                    result: Err(format!("storage error reading the log: {e}")),
+                    key: e,
+                    result: Err(format!("storage error reading the log: {err}")),
                 }]);
-                false
+                None
             }
-            Some(None) | None => false,
-        };
+        });
         checked = read;
-        if !more {
-            break;
+        match next {
+            Some(k) => from = k,
+            None => break,
         }
     }
     link(&mut v, checked);
@@ -174,7 +169,7 @@ fn check_range(tree: &sled::Tree, range: KeyRange, tick: &(dyn Fn(u64) + Sync)) 
 #[cfg(test)]
 mod tests {
     use super::super::report::FailureKind;
-    use super::super::testing::{chain, sealed_event, stored};
+    use super::super::testing::{chain, linked, sealed_event, stored, two_users};
     use super::*;
     use crate::log::record::Record;
 
@@ -289,26 +284,16 @@ mod tests {
     /// named at its seq, as when the whole tree is one window.
     #[test]
     fn a_tree_read_in_windows_links_and_counts_across_them() {
-        use auditmem_projections::seal::{Keyring, MemoryKeyring, Subject};
-        let ring = MemoryKeyring::default();
-        let t = uuid::Uuid::from_u128(7);
-        let (alice, bob) = (
-            Subject::User(t, "alice".into()),
-            Subject::User(t, "bob".into()),
-        );
-        let mut prev = [0u8; 32];
-        let records: Vec<Record> = (1u64..=100)
-            .map(|seq| {
-                let who = if (41..=70).contains(&seq) {
-                    &bob
-                } else {
-                    &alice
-                };
-                let r = Record::seal(seq, 0, prev, sealed_event(&ring, who, seq.into()));
-                prev = r.hash;
-                r
-            })
-            .collect();
+        use auditmem_projections::seal::{Keyring, Subject};
+        let (ring, alice, bob) = two_users();
+        let records = linked((1u64..=100).map(|seq| {
+            let who = if (41..=70).contains(&seq) {
+                &bob
+            } else {
+                &alice
+            };
+            sealed_event(&ring, who, seq.into())
+        }));
         let key = |s: &Subject| vec![ring.find(s).expect("ring").expect("a key")];
         let mut want_sets = vec![(key(&alice), 70), (key(&bob), 30)];
         want_sets.sort();

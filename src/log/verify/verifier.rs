@@ -365,7 +365,7 @@ impl Verifier {
 
 #[cfg(test)]
 mod tests {
-    use super::super::testing::{chain, sealed_event, stored};
+    use super::super::testing::{chain, linked, sealed_event, stored, two_users};
     use super::*;
     use crate::log::record::Record;
 
@@ -380,13 +380,8 @@ mod tests {
     /// or not they follow each other.
     #[test]
     fn key_sets_count_their_records_in_and_out_of_runs() {
-        use auditmem_projections::seal::{Keyring, MemoryKeyring, Subject};
-        let ring = MemoryKeyring::default();
-        let t = uuid::Uuid::from_u128(7);
-        let (alice, bob) = (
-            Subject::User(t, "alice".into()),
-            Subject::User(t, "bob".into()),
-        );
+        use auditmem_projections::seal::{Keyring, Subject};
+        let (ring, alice, bob) = two_users();
         let events = [
             sealed_event(&ring, &alice, 1),
             sealed_event(&ring, &alice, 2),
@@ -396,15 +391,7 @@ mod tests {
             sealed_event(&ring, &bob, 5),
             sealed_event(&ring, &bob, 6),
         ];
-        let mut prev = [0u8; 32];
-        let records: Vec<Record> = (1u64..)
-            .zip(events)
-            .map(|(seq, event)| {
-                let r = Record::seal(seq, 0, prev, event);
-                prev = r.hash;
-                r
-            })
-            .collect();
+        let records = linked(events);
         let rep = run(&stored(&records));
         assert!(rep.clean(), "{}", rep.render());
         let key = |s: &Subject| vec![ring.find(s).expect("ring").expect("a key")];
