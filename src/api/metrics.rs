@@ -66,6 +66,11 @@ fn resident_bytes() -> Option<u64> {
 pub async fn render(State(state): State<AppState>) -> Response {
     let head = state.appender.head();
     metrics::gauge!("auditmem_log_head_seq").set(head.seq as f64);
+    // A clustered node's audit entries of reads answered while the stream took no writes, not
+    // yet in the log (`cluster_outbox`): what a loss of quorum has left to append.
+    if let Some(n) = state.appender.outbox_len() {
+        metrics::gauge!("auditmem_cluster_outbox_entries").set(n as f64);
+    }
     let queued = state
         .projections
         .exports

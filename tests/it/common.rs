@@ -272,6 +272,19 @@ impl Server {
         self.call(Method::GET, path, Some(key), None)
     }
 
+    /// `get`, asked again for at most 30 s while it answers 503 (5030): a clustered node whose
+    /// stores are electing a leader says so and is to be asked again, as a client would.
+    pub fn get_served(&self, path: &str, key: &str) -> (u16, Value) {
+        let until = Instant::now() + Duration::from_secs(30);
+        loop {
+            let (status, v) = self.get(path, key);
+            if status != 503 || v["code"] != serde_json::json!(5030) || Instant::now() >= until {
+                return (status, v);
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+
     pub fn post(&self, path: &str, key: &str, body: Value) -> (u16, Value) {
         self.call(Method::POST, path, Some(key), Some(&body))
     }
@@ -436,7 +449,7 @@ pub fn all_audit_entries(s: &Server, key: &str) -> Vec<Value> {
             None => "/v1/audit/logs?page_size=100".to_string(),
             Some(c) => format!("/v1/audit/logs?page_size=100&cursor={c}"),
         };
-        let (status, v) = s.get(&path, key);
+        let (status, v) = s.get_served(&path, key);
         assert_eq!(status, 200, "{v}");
         out.extend(v["data"]["logs"].as_array().expect("logs").iter().cloned());
         match v["data"]["next_cursor"].as_str() {

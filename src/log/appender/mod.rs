@@ -406,6 +406,11 @@ impl Appender {
         }
     }
 
+    /// How many deferred audit entries wait in this node's outbox (`None`: not a clustered node).
+    pub fn outbox_len(&self) -> Option<usize> {
+        self.outbox.as_ref().map(super::cluster::Outbox::len)
+    }
+
     /// Appends the deferred audit entries, oldest first, whenever the cluster takes writes;
     /// ends when the appender stops.
     pub async fn drain_outbox(self) {

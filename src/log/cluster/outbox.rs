@@ -41,6 +41,12 @@ impl Outbox {
             .map_err(|e| AppendError::Storage(e.to_string()))
     }
 
+    /// How many entries wait to be appended. It walks the tree: the outbox is empty but for a
+    /// loss of quorum, and `GET /metrics` is what asks.
+    pub(crate) fn len(&self) -> usize {
+        self.tree.len()
+    }
+
     /// Appends the deferred entries through `appender`, oldest first, whenever the cluster
     /// takes writes; ends when the appender stops.
     pub(crate) async fn drain(&self, appender: Appender) {

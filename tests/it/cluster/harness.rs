@@ -459,10 +459,37 @@ pub fn poll<T>(within: Duration, what: &str, mut f: impl FnMut() -> Result<T, St
     }
 }
 
-/// Waits until every node's head is at least `at_least` and all heads are equal (seq and
-/// hash); returns the head seq.
+/// The audit entries waiting in `node`'s outbox (`auditmem_cluster_outbox_entries`): reads
+/// answered while the stream took no writes, appended later.
+pub fn outbox_entries(node: &Server) -> u64 {
+    let text = common::metrics_text(node);
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("auditmem_cluster_outbox_entries "))
+        .unwrap_or_else(|| {
+            panic!(
+                "no auditmem_cluster_outbox_entries in {}'s metrics",
+                node.url
+            )
+        });
+    let value = line.rsplit(' ').next().unwrap_or_default();
+    value
+        .parse::<f64>()
+        .unwrap_or_else(|e| panic!("{line}: {e}")) as u64
+}
+
+/// Waits until every node has appended what its outbox held and every node's head is at least
+/// `at_least`, all heads equal (seq and hash); returns the head seq. Only then is the log
+/// settled: a read answered during a loss of quorum joins the log from its node's outbox after
+/// the heads may have met.
 pub fn wait_same_head(nodes: &[&Server], at_least: u64, within: Duration) -> u64 {
     poll(within, "every node at the same head", || {
+        let waiting: Vec<u64> = nodes.iter().map(|n| outbox_entries(n)).collect();
+        if waiting.iter().any(|&n| n > 0) {
+            return Err(format!(
+                "entries waiting in the nodes' outboxes: {waiting:?}"
+            ));
+        }
         let heads: Vec<(u64, String)> = nodes.iter().map(|n| n.head()).collect();
         if heads[0].0 >= at_least && heads.iter().all(|h| *h == heads[0]) {
             Ok(heads[0].0)

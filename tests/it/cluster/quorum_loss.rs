@@ -4,8 +4,8 @@
 //! nodes agree on everything the stream holds.
 
 use super::harness::{
-    admin, api_node, clean_report, poll, request, tenant_with_key, verify_nats, wait_same_head,
-    NatsCluster, Reply,
+    admin, api_node, clean_report, outbox_entries, poll, request, tenant_with_key, verify_nats,
+    wait_same_head, NatsCluster, Reply,
 };
 use crate::common::{assert_error, Server, ADMIN_TOKEN};
 
@@ -153,6 +153,17 @@ fn without_a_quorum_writes_are_503_reads_answer_and_writes_resume_when_a_server_
             v["data"]["total"] == json!(1)
         });
     }
+
+    // Each node's refused create and its reads of memories and audit entries (one a memory, one
+    // list, one an audit id) are audited: their entries wait in its outbox, counted in its
+    // metrics. The ingestions and the tenant list are admin calls, not tenant entries.
+    let audited = 1 + acked.len() as u64 + 1 + audit_ids.len() as u64;
+    let waiting: Vec<u64> = nodes.iter().map(outbox_entries).collect();
+    assert_eq!(
+        waiting,
+        vec![audited; 3],
+        "entries waiting in the nodes' outboxes"
+    );
 
     if !bad_reads.is_empty() {
         eprintln!(
