@@ -363,8 +363,8 @@ impl Memories {
 /// How a large commit (an erasure's blocks of thousands of states and the blocks they empty)
 /// is split into sled batches, each of which holds every other write to the db (the log's
 /// included) while it is applied. On the erasure of 10,000 memories (docs/PERFORMANCE.md) a
-/// removal of an emptied block took ~0.15 ms and a block of 256 erased states (~60 KB) ~0.2
-/// ms: a batch of either is a few milliseconds.
+/// removal of an emptied block took 0.1-0.3 ms and a block of 256 erased states (~60 KB) up
+/// to ~0.5 ms: a batch of either is a few milliseconds.
 pub(super) const BATCH_SPLIT: Split = Split {
     keys: 16,
     bytes: 256 << 10,
