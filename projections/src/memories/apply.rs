@@ -4,10 +4,13 @@
 //!
 //! Invariant: `apply` is the only writer, so the state read while folding and planning is
 //! still current when the batch lands; the tree is committed before memory changes, so a
-//! failed commit leaves memory as it was. A batch of more than [`LAND_CHUNK`] memories lands
-//! in chunks, the state's lock released between them: the memories it drops are hidden from
-//! every read before the first chunk lands (a chunk a hold too), so a read between the
-//! landing's chunks never shows one.
+//! failed commit leaves memory as it was. A large commit lands in several sled batches
+//! ([`BATCH_SPLIT`]), the checkpoint in the last: a start after a crash between them folds
+//! the batch again over what landed, which the fold takes to the same states (`note_version`,
+//! docs/ARCHITECTURE.md). A batch of more than [`LAND_CHUNK`] memories lands in chunks, the
+//! state's lock released between them: the memories it drops are hidden from every read
+//! before the first chunk lands (a chunk a hold too), so a read between the landing's chunks
+//! never shows one.
 //!
 //! `apply` runs on the appender's applier, which every tenant's next answer waits for (each
 //! request's audit entry is folded before it is answered). So the memories a large batch
@@ -28,7 +31,7 @@ use super::state::{Held, Home, State};
 use super::tenant::TenantMemories;
 use super::{sealing, Extra, Memories, StoredMemory, TREE};
 use crate::event::{vector_from_bytes, Event};
-use crate::overlay::fold_new;
+use crate::overlay::{fold_new, Split};
 use crate::projection::{Applied, Projection, Result};
 use crate::seal::Keyring;
 use crate::{FastMap, FastSet};
@@ -84,9 +87,7 @@ fn fold(
             sealing::open_state(current, ring)?;
         }
         f(current);
-        if current.versions.last() != Some(&a.seq) {
-            current.versions.push(a.seq);
-        }
+        note_version(current, a.seq);
         Ok(())
     };
     match a.event {
@@ -219,9 +220,7 @@ fn fold(
                 };
                 sealing::erase(m);
                 m.deleted_at.get_or_insert(e.erased_at);
-                if m.versions.last() != Some(&a.seq) {
-                    m.versions.push(a.seq);
-                }
+                note_version(m, a.seq);
                 learned.vectors.remove(id);
                 learned.texts.remove(id);
             }
@@ -229,6 +228,16 @@ fn fold(
         _ => {}
     }
     Ok(())
+}
+
+/// Adds `seq` to the memory's versions unless they already reach it: an event folded again
+/// (a start after a crash between the batches of a large commit, see
+/// [`Overlay::commit_in_batches`](crate::overlay::Overlay::commit_in_batches)) over a state that
+/// already took it and the batch's later events adds nothing.
+fn note_version(m: &mut StoredMemory, seq: u64) {
+    if m.versions.last().is_none_or(|v| *v < seq) {
+        m.versions.push(seq);
+    }
 }
 
 impl Projection for Memories {
@@ -267,6 +276,19 @@ impl Memories {
         events: &[Applied<'_>],
         pause: &mut dyn FnMut(),
     ) -> Result<()> {
+        self.apply_split(events, pause, BATCH_SPLIT, usize::MAX)
+    }
+
+    /// [`Self::apply_pausing`] committing in sled batches as `split` says, and stopping after
+    /// `batches` of them: what a crash between two leaves in the tree (a test's; an error,
+    /// the in-memory state as it was).
+    pub(super) fn apply_split(
+        &self,
+        events: &[Applied<'_>],
+        pause: &mut dyn FnMut(),
+        split: Split,
+        batches: usize,
+    ) -> Result<()> {
         let mut finals: FastMap<Uuid, StoredMemory> = FastMap::default();
         let mut learned = Learned::default();
         let mut resealed: FastSet<Uuid> = FastSet::default();
@@ -290,7 +312,10 @@ impl Memories {
             let plan = plan(&self.tree, &state, &finals, last, &mut ov)?;
             (ov, last, plan)
         };
-        ov.commit(last)?;
+        let (_, landed) = ov.commit_in_batches(last, split, batches)?;
+        if !landed {
+            return Err(io::Error::other("stopped between the sled batches of a commit").into());
+        }
         let first = events.first().map_or(0, |a| a.seq);
         let mut histories: FastMap<Uuid, Vec<u64>> = FastMap::default();
         for m in finals.values() {
@@ -334,6 +359,16 @@ impl Memories {
         }
     }
 }
+
+/// How a large commit (an erasure's blocks of thousands of states and the blocks they empty)
+/// is split into sled batches, each of which holds every other write to the db (the log's
+/// included) while it is applied. On the erasure of 10,000 memories (docs/PERFORMANCE.md) a
+/// removal of an emptied block took 0.1-0.3 ms and a block of 256 erased states (~60 KB) up
+/// to ~0.5 ms: a batch of either is a few milliseconds.
+pub(super) const BATCH_SPLIT: Split = Split {
+    keys: 16,
+    bytes: 256 << 10,
+};
 
 /// Memories a batch lands under one hold of the state's write lock: what a read may wait for
 /// (a few milliseconds of drops; 10,000 in one hold kept searches waiting ~0.3 s).

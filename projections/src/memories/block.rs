@@ -113,6 +113,10 @@ pub(super) fn read_states(tree: &sled::Tree, state: &mut State) -> Result<()> {
             }
         }
     }
+    state.unused = (state.blocks.iter())
+        .filter(|(_, u)| u.current == 0)
+        .map(|(b, _)| *b)
+        .collect();
     Ok(())
 }
 
@@ -160,6 +164,8 @@ pub(super) fn plan(
             emptied.push(b);
         }
     }
+    // Blocks a crash left without a current state (see `State::unused`).
+    emptied.extend_from_slice(&state.unused);
     for &b in &emptied {
         ov.remove(block_key(b));
     }
@@ -168,9 +174,16 @@ pub(super) fn plan(
         .filter_map(|id| state.all.get(id).map(|k| state.names.stored(*id, k)))
         .collect::<io::Result<_>>()?;
     let states: Vec<&StoredMemory> = finals.values().chain(&carried).collect();
+    // Parts after any block already stored at `last`: a crash between the sled batches of a
+    // large commit at `last` leaves its first blocks there under the old checkpoint, and the
+    // fold again may not rewrite every state they hold (a memory it created is not created
+    // twice), so they are not written over.
+    let first = (state.blocks.range((last, 0)..=(last, u32::MAX)))
+        .next_back()
+        .map_or(0, |(&(_, part), _)| part + 1);
     let mut written = Vec::new();
-    for (part, chunk) in states.chunks(BLOCK_STATES).enumerate() {
-        let b = (last, part as u32);
+    for (part, chunk) in (first..).zip(states.chunks(BLOCK_STATES)) {
+        let b = (last, part);
         ov.insert(block_key(b), enc_block(chunk));
         written.push((b, chunk.iter().map(|m| m.id).collect()));
     }
@@ -190,6 +203,8 @@ pub(super) struct Plan {
 
 impl Plan {
     pub(super) fn land(self, state: &mut State) {
+        // The plan removed every one of them.
+        state.unused.clear();
         for (b, n) in self.leaving {
             if let Some(u) = state.blocks.get_mut(&b) {
                 u.current = u.current.saturating_sub(n as u32);

@@ -45,6 +45,8 @@ use crate::vector_table::{
 
 mod apply;
 mod block;
+#[cfg(test)]
+mod crash_tests;
 pub mod filter;
 pub mod neighbours;
 mod scopes;

@@ -367,6 +367,9 @@ pub(super) struct State {
     /// A B-tree for the reason `all` is one: a group commit writes a block, so there are
     /// about as many blocks as group commits, and a hash table would double at once.
     pub(super) blocks: BTreeMap<BlockId, BlockUse>,
+    /// Blocks that held no current state at open: a crash between the sled batches of a large
+    /// commit left them (its new blocks landed, not its removals). The next batch removes them.
+    pub(super) unused: Vec<BlockId>,
     pub(super) names: Names,
     pub(super) tenants: HashMap<Uuid, TenantMemories>,
     /// Where large tenants' vector tables keep their f32 rows (see `vector_table`).

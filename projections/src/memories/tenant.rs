@@ -88,13 +88,20 @@ impl TenantMemories {
         })
     }
 
-    /// Adds the seqs of a batch that changed the tenant's memories: every one past the last
-    /// held (batches come in log order), so a seq is held once.
+    /// Adds the seqs of a batch that changed the tenant's memories, each held once, in order.
+    /// Batches come in log order, so they mostly go at the end; one folded again after a crash
+    /// between the sled batches of its commit may find later seqs held already (those of the
+    /// states that landed, read at open), and its others go in their places.
     pub(super) fn record_history(&mut self, mut seqs: Vec<u64>) {
         seqs.sort_unstable();
         seqs.dedup();
-        let last = self.history.last().copied().unwrap_or(0);
-        self.history.extend(seqs.into_iter().filter(|s| *s > last));
+        for s in seqs {
+            if self.history.last().is_none_or(|l| *l < s) {
+                self.history.push(s);
+            } else if let Err(at) = self.history.binary_search(&s) {
+                self.history.insert(at, s);
+            }
+        }
     }
 
     /// Whether a query must look at each memory (a filter, or hidden memories it must pass
