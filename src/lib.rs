@@ -148,17 +148,22 @@ pub fn disable_transparent_huge_pages() -> bool {
 /// mimalloc's `mi_option_purge_delay` (v3's `mi_option_e`; the bindings name no constant).
 const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 
-/// Has mimalloc hand pages it frees back to the OS at once, instead of 1 s later (its v3
-/// default), unless `MIMALLOC_PURGE_DELAY` says otherwise. Under steady load the delay keeps
-/// freed pages resident in bulk, so RSS runs further over the live heap and grows faster
-/// (docs/RELIABILITY.md, "Soak"); purging at once costs a little latency. Returns whether it
-/// set the option.
-pub fn purge_freed_pages_at_once() -> bool {
+/// How long mimalloc keeps a page it freed before handing it back to the OS, in milliseconds,
+/// as `serve` sets it (docs/PERFORMANCE.md, "Sealing"; docs/RELIABILITY.md, "Soak").
+pub const PURGE_DELAY_MS: i64 = 10;
+
+/// Has mimalloc hand pages it frees back to the OS [`PURGE_DELAY_MS`] later, instead of 1 s
+/// later (its v3 default), unless `MIMALLOC_PURGE_DELAY` says otherwise. Under steady load a
+/// 1 s delay keeps freed pages resident in bulk, so RSS runs further over the live heap and
+/// grows faster; purging at once (0) hands back pages that the next requests fault in again,
+/// which cost ingestion ~13% of its CPU an entry. 10 ms keeps a page that is about to be
+/// reused and returns the rest. Returns whether it set the option.
+pub fn purge_freed_pages_soon() -> bool {
     if std::env::var_os("MIMALLOC_PURGE_DELAY").is_some() {
         return false;
     }
     // SAFETY: setting an allocator option takes plain integers; mimalloc reads it at each purge.
-    unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, 0) };
+    unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, PURGE_DELAY_MS as _) };
     true
 }
 
@@ -181,18 +186,18 @@ pub fn release_free_memory() {
 #[cfg(test)]
 mod tests {
     #[test]
-    fn the_purge_delay_is_the_option_set_to_zero() {
+    fn the_purge_delay_is_the_option_set_to_10_ms() {
         if std::env::var_os("MIMALLOC_PURGE_DELAY").is_some() {
             // The environment decides, and the function leaves it alone.
-            assert!(!super::purge_freed_pages_at_once());
+            assert!(!super::purge_freed_pages_soon());
             return;
         }
         // mimalloc v3's purge delay defaults to 1000 ms, which no neighbouring option does, so
-        // the index names the option; setting it turns it to 0.
+        // the index names the option; setting it turns it to 10.
         // SAFETY: reading an allocator option takes and returns plain integers.
         let get = || unsafe { libmimalloc_sys::mi_option_get(super::MI_OPTION_PURGE_DELAY) };
         assert_eq!(get(), 1000);
-        assert!(super::purge_freed_pages_at_once());
-        assert_eq!(get(), 0);
+        assert!(super::purge_freed_pages_soon());
+        assert_eq!(get(), 10);
     }
 }

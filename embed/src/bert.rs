@@ -79,9 +79,10 @@ pub struct Bert {
 const KEEP_TOKENS: usize = 1024;
 
 /// The activations of one forward pass, kept across passes: `serve` has mimalloc hand freed
-/// pages back to the OS at once (`auditmem::purge_freed_pages_at_once`), so buffers allocated
-/// afresh each pass were faulted in and cleared again every batch, ~15% of the server's CPU
-/// under batch create (docs/PERFORMANCE.md, "Batch create"). Each buffer is sized per pass;
+/// pages back to the OS within 10 ms (`auditmem::purge_freed_pages_soon`), so buffers
+/// allocated afresh each pass would be faulted in and cleared again every batch (~15% of the
+/// server's CPU under batch create when pages were purged at once, docs/PERFORMANCE.md,
+/// "Batch create"). Each buffer is sized per pass;
 /// what a pass reads it has written first, so leftovers of an earlier pass never matter.
 #[derive(Default)]
 struct Scratch {

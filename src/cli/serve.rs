@@ -14,7 +14,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     if !crate::disable_transparent_huge_pages() {
         tracing::debug!("transparent huge pages could not be disabled; RSS may run higher");
     }
-    if !crate::purge_freed_pages_at_once() {
+    if !crate::purge_freed_pages_soon() {
         tracing::debug!("MIMALLOC_PURGE_DELAY is set: mimalloc purges freed pages as it says");
     }
     let rt = tokio::runtime::Builder::new_multi_thread()
