@@ -282,36 +282,30 @@ mod tests {
 
     #[test]
     fn a_large_commit_cut_short_leaves_its_first_inserts_and_the_old_checkpoint() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let db = sled::open(dir.path()).expect("open");
         let split = Split {
             keys: 256,
             bytes: usize::MAX,
         };
+        // What the tree holds after the commit stopped once `batches` had landed.
+        let cut = |batches: usize| {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let db = sled::open(dir.path()).expect("open");
+            let tree = tree_with_old_keys(&db);
+            let mut ov = Overlay::new(&tree, 7);
+            large_commit(&mut ov);
+            assert_eq!(
+                ov.commit_in_batches(9, split, batches).expect("commit"),
+                (batches, false)
+            );
+            contents(&tree)
+        };
         // Two batches of six: the first 512 inserts in key order, nothing removed.
-        let tree = tree_with_old_keys(&db);
-        let mut ov = Overlay::new(&tree, 7);
-        large_commit(&mut ov);
-        assert_eq!(
-            ov.commit_in_batches(9, split, 2).expect("commit"),
-            (2, false)
-        );
         let mut want = names('i', 0..512);
         want.extend(names('r', 0..300));
-        assert_eq!(contents(&tree), (want, 7));
-
+        assert_eq!(cut(2), (want, 7));
         // Five: every insert, and the first 280 removals.
-        let dir = tempfile::tempdir().expect("tempdir");
-        let db = sled::open(dir.path()).expect("open");
-        let tree = tree_with_old_keys(&db);
-        let mut ov = Overlay::new(&tree, 7);
-        large_commit(&mut ov);
-        assert_eq!(
-            ov.commit_in_batches(9, split, 5).expect("commit"),
-            (5, false)
-        );
         let mut want = names('i', 0..1000);
         want.extend(names('r', 280..300));
-        assert_eq!(contents(&tree), (want, 7));
+        assert_eq!(cut(5), (want, 7));
     }
 }
