@@ -3,7 +3,6 @@
 use crate::common;
 
 use std::collections::HashSet;
-use std::time::{Duration, Instant};
 
 use common::{assert_error, metrics_text, Server};
 use reqwest::Method;
@@ -473,14 +472,9 @@ fn metrics_are_exposed() {
     let s = Server::start();
     let (_, key) = s.tenant_with_key("free");
     assert_eq!(s.get("/v1/audit/logs", &key).0, 200);
-    // The read is answered once its entry (seq 3) is durable, and the entry is folded just
-    // after (`Appender::append_read`); the head the metrics give is the folded one.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let mut text = metrics_text(&s);
-    while !text.lines().any(|l| l == "auditmem_log_head_seq 3") && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-        text = metrics_text(&s);
-    }
+    // The head the metrics give is the folded one: the read's own entry (seq 3) folded.
+    s.wait_head(3);
+    let text = metrics_text(&s);
     for needle in [
         "auditmem_http_requests_total{route=\"/v1/audit/logs\",method=\"GET\",status=\"200\"} 1",
         "auditmem_http_request_duration_seconds_bucket{route=\"/v1/audit/logs\"",

@@ -272,6 +272,15 @@ impl Server {
         self.call(Method::GET, path, Some(key), None)
     }
 
+    /// Waits (at most 5 s) until the head, the last record folded, is `seq`. An audited read is
+    /// answered once its entry is durable and folded just after (`Appender::append_read`).
+    pub fn wait_head(&self, seq: u64) {
+        poll(Duration::from_secs(5), "the head", || match self.head().0 {
+            h if h == seq => Ok(()),
+            h => Err(format!("head {h}, want {seq}")),
+        });
+    }
+
     /// `get`, asked again for at most 30 s while it answers 503 (5030): a clustered node whose
     /// stores are electing a leader says so and is to be asked again, as a client would.
     pub fn get_served(&self, path: &str, key: &str) -> (u16, Value) {
@@ -566,6 +575,33 @@ pub fn ingest(s: &Server, entries: Vec<Value>) -> Vec<String> {
         .iter()
         .map(|i| i.as_str().expect("id").to_string())
         .collect()
+}
+
+/// A counter or gauge without labels from the server's `/metrics` (`None` while not there).
+pub fn metric(s: &Server, name: &str) -> Option<f64> {
+    metrics_text(s)
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .map(|v| {
+            v.trim()
+                .parse()
+                .unwrap_or_else(|e| panic!("{name} {v}: {e}"))
+        })
+}
+
+/// Polls until `f` gives `Ok`, at most `within`; panics with the last `Err` otherwise.
+pub fn poll<T>(within: Duration, what: &str, mut f: impl FnMut() -> Result<T, String>) -> T {
+    let deadline = Instant::now() + within;
+    loop {
+        match f() {
+            Ok(t) => return t,
+            Err(why) => assert!(
+                Instant::now() < deadline,
+                "{what}: not so after {within:?}: {why}"
+            ),
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
 }
 
 /// The server's `GET /metrics` text.

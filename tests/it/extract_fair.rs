@@ -43,11 +43,7 @@ fn max_size_input(tag: &str) -> String {
 
 /// A counter or gauge without labels from the server's `/metrics` (0 when not there yet).
 fn metric(s: &Server, name: &str) -> f64 {
-    crate::common::metrics_text(s)
-        .lines()
-        .filter_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
-        .find_map(|v| v.trim().parse().ok())
-        .unwrap_or(0.0)
+    crate::common::metric(s, name).unwrap_or(0.0)
 }
 
 fn credits_of(s: &Server, tenant: &str) -> Value {

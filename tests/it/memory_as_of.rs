@@ -564,11 +564,8 @@ fn thirty_reads_as_of(s: &Server) -> (std::time::Duration, u64) {
     }
     let took = started.elapsed();
     assert_eq!(reads_as_of(s), (1, 29));
-    let paced = metrics_text(s)
-        .lines()
-        .find_map(|l| l.strip_prefix("auditmem_as_of_reads_paced_total "))
-        .map(|v| v.trim().parse::<u64>().expect("a count"))
-        .unwrap_or(0);
+    let paced =
+        crate::common::metric(s, "auditmem_as_of_reads_paced_total").map_or(0, |v| v as u64);
     (took, paced)
 }
 

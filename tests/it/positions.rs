@@ -77,14 +77,9 @@ fn every_write_says_its_position_and_a_later_position_is_waited_for() {
     common::assert_error(&body(resp), 400, 4000);
 
     // A position this node has not reached: 503 after the configured wait, nothing recorded.
-    // The refusal above was answered once its entry was durable, and is folded just after
-    // (`Appender::append_read`): the head a request waits against is the folded one.
+    // The head a request waits against is the folded one: the refusal's entry folded.
     let head = p + 2;
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while s.head().0 < head && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    assert_eq!(s.head().0, head, "the refusal's entry is folded");
+    s.wait_head(head);
     let started = Instant::now();
     let resp = c
         .get(format!("{}/v1/memories", s.url))

@@ -1148,10 +1148,7 @@ fn the_delivery_log_keeps_pending_and_latest_settled_through_restart_and_replay(
 
 /// `auditmem_webhook_records_read_total`: log records read by endpoints' next-event lookups.
 fn records_read(s: &Server) -> u64 {
-    common::metrics_text(s)
-        .lines()
-        .find_map(|l| l.strip_prefix("auditmem_webhook_records_read_total "))
-        .map_or(0, |v| v.trim().parse().expect("a count"))
+    common::metric(s, "auditmem_webhook_records_read_total").map_or(0, |v| v as u64)
 }
 
 /// The type and `data.position` of each request.

@@ -444,38 +444,17 @@ pub fn tenant_with_key(s: &Server, plan: &str) -> (String, String, u64) {
     (tenant, key, r.pos())
 }
 
-/// Polls until `f` gives `Some`, at most `within`; panics with the last `Err` otherwise.
-pub fn poll<T>(within: Duration, what: &str, mut f: impl FnMut() -> Result<T, String>) -> T {
-    let deadline = Instant::now() + within;
-    loop {
-        match f() {
-            Ok(t) => return t,
-            Err(why) => assert!(
-                Instant::now() < deadline,
-                "{what}: not so after {within:?}: {why}"
-            ),
-        }
-        std::thread::sleep(Duration::from_millis(25));
-    }
-}
+pub use crate::common::poll;
 
 /// The audit entries waiting in `node`'s outbox (`auditmem_cluster_outbox_entries`): reads
 /// answered while the stream took no writes, appended later.
 pub fn outbox_entries(node: &Server) -> u64 {
-    let text = common::metrics_text(node);
-    let line = text
-        .lines()
-        .find(|l| l.starts_with("auditmem_cluster_outbox_entries "))
-        .unwrap_or_else(|| {
-            panic!(
-                "no auditmem_cluster_outbox_entries in {}'s metrics",
-                node.url
-            )
-        });
-    let value = line.rsplit(' ').next().unwrap_or_default();
-    value
-        .parse::<f64>()
-        .unwrap_or_else(|e| panic!("{line}: {e}")) as u64
+    common::metric(node, "auditmem_cluster_outbox_entries").unwrap_or_else(|| {
+        panic!(
+            "no auditmem_cluster_outbox_entries in {}'s metrics",
+            node.url
+        )
+    }) as u64
 }
 
 /// Waits until every node has appended what its outbox held and every node's head is at least
