@@ -25,6 +25,8 @@ pub mod locomo;
 #[cfg(test)]
 mod locomo_ablation;
 #[cfg(test)]
+mod locomo_context;
+#[cfg(test)]
 mod locomo_feedback;
 pub mod log;
 pub mod mcp;

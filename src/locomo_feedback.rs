@@ -31,6 +31,12 @@ fn index(u: &Uuid) -> usize {
 /// Every turn's vector, then every question's, in the data's order.
 fn vectors(texts: &[String]) -> Vec<Vec<f32>> {
     let cache = std::env::var_os("AUDITMEM_LOCOMO_VECTORS").map(PathBuf::from);
+    vectors_kept(texts, cache)
+}
+
+/// The vectors of `texts`, read from `cache` if it is there, else embedded (and written to
+/// `cache` if it is given).
+pub(crate) fn vectors_kept(texts: &[String], cache: Option<PathBuf>) -> Vec<Vec<f32>> {
     if let Some(bytes) = cache.as_ref().and_then(|p| std::fs::read(p).ok()) {
         let floats: Vec<f32> = bytes
             .chunks_exact(4)
@@ -40,7 +46,8 @@ fn vectors(texts: &[String]) -> Vec<Vec<f32>> {
         assert_eq!(
             dim * texts.len(),
             floats.len(),
-            "AUDITMEM_LOCOMO_VECTORS holds vectors of other texts: delete it"
+            "{} holds vectors of other texts: delete it",
+            cache.as_deref().unwrap_or(Path::new("")).display()
         );
         return floats.chunks(dim).map(|c| c.to_vec()).collect();
     }
@@ -61,26 +68,97 @@ fn vectors(texts: &[String]) -> Vec<Vec<f32>> {
 type FirstPass = (Vec<Uuid>, Vec<Uuid>, Vec<(Uuid, f32)>);
 
 /// One question with what its lists are drawn from.
-struct Q<'a> {
-    question: &'a Question,
-    range: std::ops::Range<usize>,
-    vector: &'a [f32],
+pub(crate) struct Q<'a> {
+    pub(crate) question: &'a Question,
+    pub(crate) range: std::ops::Range<usize>,
+    pub(crate) vector: &'a [f32],
     /// Its place in the list of questions.
-    at: usize,
+    pub(crate) at: usize,
 }
 
-struct World<'a> {
+pub(crate) struct World<'a> {
     turns: Vec<String>,
     texts: Vec<String>,
-    vectors: &'a [Vec<f32>],
-    conversation_of: Vec<usize>,
-    keyword: KeywordIndex,
+    pub(crate) vectors: &'a [Vec<f32>],
+    pub(crate) conversation_of: Vec<usize>,
+    pub(crate) keyword: KeywordIndex,
     /// Each turn with its neighbours' text.
-    with_neighbours: KeywordIndex,
+    pub(crate) with_neighbours: KeywordIndex,
+}
+
+/// Every turn's text, then every question's, in the data's order, and the number of turns.
+pub(crate) fn texts(conversations: &[Conversation]) -> (Vec<String>, usize) {
+    let texts: Vec<String> = conversations
+        .iter()
+        .flat_map(|c| c.turns.iter().map(|t| t.content.clone()))
+        .collect();
+    let n = texts.len();
+    let questions = conversations
+        .iter()
+        .flat_map(|c| c.questions.iter().map(|q| q.question.clone()));
+    (texts.into_iter().chain(questions).collect(), n)
+}
+
+/// The turns' indexes and the questions over `vs` (every turn's vector, then every
+/// question's, as [`texts`] orders them).
+pub(crate) fn world<'a>(
+    conversations: &'a [Conversation],
+    vs: &'a [Vec<f32>],
+) -> (World<'a>, Vec<Q<'a>>) {
+    let texts: Vec<String> = conversations
+        .iter()
+        .flat_map(|c| c.turns.iter().map(|t| t.content.clone()))
+        .collect();
+    let conversation_of: Vec<usize> = conversations
+        .iter()
+        .enumerate()
+        .flat_map(|(c, conv)| std::iter::repeat_n(c, conv.turns.len()))
+        .collect();
+    let mut keyword = KeywordIndex::default();
+    let mut with_neighbours = KeywordIndex::default();
+    for (i, t) in texts.iter().enumerate() {
+        keyword.upsert(uuid(i), t);
+        let same = |j: usize| conversation_of.get(j) == Some(&conversation_of[i]);
+        let mut doc = t.clone();
+        for j in [i.checked_sub(1), Some(i + 1)].into_iter().flatten() {
+            if same(j) {
+                doc.push(' ');
+                doc.push_str(&texts[j]);
+            }
+        }
+        with_neighbours.upsert(uuid(i), &doc);
+    }
+    let w = World {
+        turns: conversations
+            .iter()
+            .flat_map(|c| c.turns.iter().map(|t| t.dia_id.clone()))
+            .collect(),
+        texts,
+        vectors: vs,
+        conversation_of,
+        keyword,
+        with_neighbours,
+    };
+    let mut qs = Vec::new();
+    let (mut first, mut qi) = (0, 0);
+    for c in conversations {
+        let range = first..first + c.turns.len();
+        first = range.end;
+        for q in &c.questions {
+            qs.push(Q {
+                question: q,
+                range: range.clone(),
+                vector: &vs[w.texts.len() + qi],
+                at: qi,
+            });
+            qi += 1;
+        }
+    }
+    (w, qs)
 }
 
 impl World<'_> {
-    fn semantic(&self, q: &Q<'_>, v: &[f32]) -> Vec<Uuid> {
+    pub(crate) fn semantic(&self, q: &Q<'_>, v: &[f32]) -> Vec<Uuid> {
         let mut by: Vec<(f32, usize)> = q
             .range
             .clone()
@@ -90,13 +168,19 @@ impl World<'_> {
         by.iter().take(HYBRID_DEPTH).map(|x| uuid(x.1)).collect()
     }
 
-    fn keyword(&self, ix: &KeywordIndex, q: &Q<'_>, text: &str, f: &Fusion) -> Vec<Uuid> {
+    pub(crate) fn keyword(
+        &self,
+        ix: &KeywordIndex,
+        q: &Q<'_>,
+        text: &str,
+        f: &Fusion,
+    ) -> Vec<Uuid> {
         let r = q.range.clone();
         let hits = ix.search(text, HYBRID_DEPTH, |u| r.contains(&index(u)));
         f.keyword_ranking(&hits, ix.query_weight(text))
     }
 
-    fn neighbours(&self, id: &Uuid) -> [Option<Uuid>; 2] {
+    pub(crate) fn neighbours(&self, id: &Uuid) -> [Option<Uuid>; 2] {
         let i = index(id);
         let same = |j: usize| self.conversation_of.get(j) == Some(&self.conversation_of[i]);
         [
@@ -108,7 +192,7 @@ impl World<'_> {
 
 /// Adds `weight / (k + rank)` of `list` to `ranked` (new ids appended), then sorts, ties
 /// kept in order.
-fn add_list(ranked: &mut Vec<(Uuid, f32)>, list: &[Uuid], weight: f32, k: f32) {
+pub(crate) fn add_list(ranked: &mut Vec<(Uuid, f32)>, list: &[Uuid], weight: f32, k: f32) {
     let mut at: HashMap<Uuid, usize> = ranked.iter().enumerate().map(|(i, r)| (r.0, i)).collect();
     for (i, id) in list.iter().enumerate() {
         let j = *at.entry(*id).or_insert_with(|| {
@@ -135,7 +219,7 @@ fn rocchio(w: &World<'_>, q: &[f32], top: &[Uuid], beta: f32) -> Vec<f32> {
 
 /// The query plus the `terms` best terms of `top`'s texts (weighted by the result's fused
 /// score, a term's frequency in the text over its length), those not in the query.
-fn rm3(w: &World<'_>, query: &str, top: &[(Uuid, f32)], terms: usize) -> String {
+pub(crate) fn rm3(w: &World<'_>, query: &str, top: &[(Uuid, f32)], terms: usize) -> String {
     let a = Analyzer::default();
     let mut mine: Vec<String> = Vec::new();
     analyze(query, &a, |t| mine.push(t.to_string()));
@@ -161,7 +245,11 @@ fn rm3(w: &World<'_>, query: &str, top: &[(Uuid, f32)], terms: usize) -> String 
     out
 }
 
-fn tally(w: &World<'_>, qs: &[Q<'_>], rank: impl Fn(&Q<'_>) -> Vec<(Uuid, f32)>) -> Tally {
+pub(crate) fn tally(
+    w: &World<'_>,
+    qs: &[Q<'_>],
+    rank: impl Fn(&Q<'_>) -> Vec<(Uuid, f32)>,
+) -> Tally {
     let mut t = Tally::default();
     for q in qs {
         let turns: Vec<String> = rank(q)
@@ -182,61 +270,9 @@ fn locomo_feedback() {
         return;
     };
     let conversations: Vec<Conversation> = locomo::load(&path).expect("the data");
-    let texts: Vec<String> = conversations
-        .iter()
-        .flat_map(|c| c.turns.iter().map(|t| t.content.clone()))
-        .collect();
-    let questions: Vec<String> = conversations
-        .iter()
-        .flat_map(|c| c.questions.iter().map(|q| q.question.clone()))
-        .collect();
-    let all: Vec<String> = texts.iter().chain(&questions).cloned().collect();
+    let (all, _) = texts(&conversations);
     let vs = vectors(&all);
-    let conversation_of: Vec<usize> = conversations
-        .iter()
-        .enumerate()
-        .flat_map(|(c, conv)| std::iter::repeat_n(c, conv.turns.len()))
-        .collect();
-    let mut keyword = KeywordIndex::default();
-    let mut with_neighbours = KeywordIndex::default();
-    for (i, t) in texts.iter().enumerate() {
-        keyword.upsert(uuid(i), t);
-        let same = |j: usize| conversation_of.get(j) == Some(&conversation_of[i]);
-        let mut doc = t.clone();
-        for j in [i.checked_sub(1), Some(i + 1)].into_iter().flatten() {
-            if same(j) {
-                doc.push(' ');
-                doc.push_str(&texts[j]);
-            }
-        }
-        with_neighbours.upsert(uuid(i), &doc);
-    }
-    let w = World {
-        turns: conversations
-            .iter()
-            .flat_map(|c| c.turns.iter().map(|t| t.dia_id.clone()))
-            .collect(),
-        texts,
-        vectors: &vs,
-        conversation_of,
-        keyword,
-        with_neighbours,
-    };
-    let mut qs = Vec::new();
-    let (mut first, mut qi) = (0, 0);
-    for c in &conversations {
-        let range = first..first + c.turns.len();
-        first = range.end;
-        for q in &c.questions {
-            qs.push(Q {
-                question: q,
-                range: range.clone(),
-                vector: &vs[w.texts.len() + qi],
-                at: qi,
-            });
-            qi += 1;
-        }
-    }
+    let (w, qs) = world(&conversations, &vs);
     println!(
         "keyword index heap: turns alone {} bytes, turns with their neighbours' text {} bytes",
         w.keyword.heap_bytes(),
