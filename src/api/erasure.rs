@@ -13,8 +13,9 @@
 //! never on a runtime worker that other tenants' requests wait for, and not niced, since each
 //! look-up takes the keyring's lock that every request sealing an entry takes too (a niced
 //! thread preempted while holding it would keep them all waiting). The receipt counts the
-//! tenant's every audit entry (a log read each, no shared lock held): on a niced thread of its
-//! own, so that other tenants' requests keep the cores while it runs.
+//! tenant's every audit entry (a log read a chunk of them, no shared lock held): its reads of
+//! the log on a thread in the idle scheduling class, so that other tenants' requests keep the
+//! cores while it runs.
 
 use axum::body::{Body, Bytes};
 use axum::extract::State;
@@ -27,12 +28,15 @@ use super::error::ApiError;
 use super::extract::Json;
 use super::gate::{Caller, Recorded};
 use super::state::AppState;
+use auditmem_projections::event::KeysRef;
 use auditmem_projections::seal::KeyId;
+use auditmem_projections::Event;
 
 use crate::command::erase::{self, Planned};
 use crate::command::Context;
 use crate::log::checkpoint::Checkpoint;
 use crate::log::record::RecordRef;
+use crate::log::LogError;
 use crate::tlog::proof::ErasureProof;
 use crate::wire::envelope::{Data, ErrorEnvelope};
 use crate::wire::erasure::{Erased, ErasureReceipt, ErasureRequest};
@@ -65,7 +69,7 @@ pub(crate) async fn create_erasure(
 fn receipt_response(state: AppState, planned: Planned) -> Response {
     let body = futures_util::stream::once(async move {
         let erasure_id = planned.erasure_id;
-        let made = niced_receipt(state, planned).await;
+        let made = receipt_made(state, planned).await;
         match made {
             Ok(r) => serde_json::to_vec(&Data(r))
                 .map(Bytes::from)
@@ -85,25 +89,19 @@ fn receipt_response(state: AppState, planned: Planned) -> Response {
     resp
 }
 
-/// How much the receipt's thread is niced: its pass over the tenant's entries (~0.5 s of a
-/// core for 100,000) yields the cores to other tenants' requests. As far as nice goes: only
-/// the erasing request waits for it, and a search's query may be embedded on a bulk lane,
-/// whose threads are niced by 10 (`EmbedServiceConfig::bulk_nice`): beside a thread niced by
-/// 10 too they would get half of a core, beside one niced by 19 seven eighths.
-const RECEIPT_NICE: i32 = 19;
-
-/// [`receipt`] on a thread of its own, niced (it ends with the receipt), not on the blocking
-/// pool at the process's priority, where its pass would take a core from other tenants'
-/// requests for its whole length.
-pub(crate) async fn niced_receipt(
+/// [`receipt`] on a thread of its own (it blocks until the keys are destroyed and then reads
+/// the log), its pass over the tenant's entries in the idle scheduling class ([`touched`]).
+pub(crate) async fn receipt_made(
     state: AppState,
     planned: Planned,
 ) -> Result<ErasureReceipt, ApiError> {
     let (answer, answered) = tokio::sync::oneshot::channel();
-    crate::embed::spawn_niced("erasure-receipt", RECEIPT_NICE, move || {
-        let _ = answer.send(receipt(&state, &planned));
-    })
-    .map_err(|e| ApiError::internal(format!("erasure: no receipt thread: {e}")))?;
+    std::thread::Builder::new()
+        .name("erasure-receipt".into())
+        .spawn(move || {
+            let _ = answer.send(receipt(&state, &planned));
+        })
+        .map_err(|e| ApiError::internal(format!("erasure: no receipt thread: {e}")))?;
     answered
         .await
         .map_err(|_| ApiError::internal("erasure: the receipt's thread stopped before answering"))?
@@ -162,8 +160,8 @@ fn receipt(state: &AppState, planned: &Planned) -> Result<ErasureReceipt, ApiErr
 /// How many of the tenant's audit entries logged before the erasure (`before_seq`) are
 /// sealed under one of `key_ids`, and how many export files (completed and not expired, or
 /// being written) hold at least one of them: a pass over the tenant's entries in the audit
-/// index, reading each entry's clear head from the log (its sealed part is not opened), so
-/// it costs one log read per entry of the tenant.
+/// index, reading each entry's time and key set from the log (nothing is opened or decoded
+/// beyond them), a log read per chunk of the tenant's entries.
 fn touched(
     state: &AppState,
     tenant: uuid::Uuid,
@@ -181,8 +179,8 @@ fn touched(
     };
     // (seq, created_at) of every entry an erased key sealed.
     let mut erased: Vec<(u64, i64)> = Vec::new();
+    let mut keys = SealedUnder::new(key_ids);
     let mut after = None;
-    let mut chunk = None;
     loop {
         let seqs = state
             .projections
@@ -192,20 +190,21 @@ fn touched(
         let Some(last) = seqs.last().copied() else {
             break;
         };
-        for seq in seqs {
-            let head = state
-                .log
-                .audit_entry_from(seq, &mut chunk)
-                .map_err(ApiError::internal)?;
-            let Some(head) = head else { continue };
-            let sealed_under = head
-                .sealed
-                .as_ref()
-                .is_some_and(|s| s.keys.iter().any(|k| key_ids.contains(k)));
-            if sealed_under {
-                erased.push((seq, head.entry.created_at));
-            }
-        }
+        // The window's records are read by a thread in the idle scheduling class: ~3 µs of a
+        // core an entry (sled reading the log's leaves), which at nice 19 still slowed another
+        // tenant's query embedding 1.5-2x (its matrix products wait at each split of their
+        // work for the core the niced thread holds until its slice ends). It takes no lock a
+        // request takes; reading the audit index (its lock) stays on this thread.
+        crate::embed::run_idle("erasure-count", || {
+            state.log.visit_records(&seqs, |seq, r| {
+                if let Some(created_at) = keys.erased_at(seq, r.event)? {
+                    erased.push((seq, created_at));
+                }
+                Ok(())
+            })
+        })
+        .map_err(ApiError::internal)?
+        .map_err(ApiError::internal)?;
         after = Some(last);
     }
     let exports = &state.projections.exports;
@@ -222,6 +221,67 @@ fn touched(
         })
         .count();
     Ok((erased.len(), holding))
+}
+
+/// Whether an audit record is sealed under one of an erasure's keys, read without decoding
+/// the entry (`Event::audit_time_and_keys`): a tenant's entries follow each other under a few
+/// key sets, so the last set's stored bytes and its answer are kept.
+struct SealedUnder<'a> {
+    key_ids: &'a [KeyId],
+    last: Option<(Vec<u8>, bool)>,
+}
+
+impl<'a> SealedUnder<'a> {
+    fn new(key_ids: &'a [KeyId]) -> Self {
+        SealedUnder {
+            key_ids,
+            last: None,
+        }
+    }
+
+    /// The `created_at` of the audit record `event` at `seq` when one of the keys sealed it;
+    /// `None` when none did, or it is not an audit record.
+    fn erased_at(&mut self, seq: u64, event: &[u8]) -> Result<Option<i64>, LogError> {
+        let Some(parts) = Event::audit_time_and_keys(event) else {
+            // Another event, or an entry these bytes do not hold as expected: the full
+            // decode says which (an error names the record).
+            return match Event::decode_audit_head(event) {
+                Ok(None) => Ok(None),
+                Ok(Some(head)) => Ok(head
+                    .sealed
+                    .is_some_and(|s| self.any(&s.keys))
+                    .then_some(head.entry.created_at)),
+                Err(e) => Err(LogError::Undecodable {
+                    seq,
+                    why: e.to_string(),
+                }),
+            };
+        };
+        let under = match parts.keys {
+            None => false,
+            Some(KeysRef::Ids(ids)) => self.any(&ids),
+            Some(KeysRef::Stored(stored)) => match &self.last {
+                Some((bytes, under)) if bytes.as_slice() == stored => *under,
+                _ => {
+                    let ids =
+                        KeysRef::Stored(stored)
+                            .ids()
+                            .ok_or_else(|| LogError::Undecodable {
+                                seq,
+                                why: "its sealed part's key ids do not decode".into(),
+                            })?;
+                    let under = self.any(&ids);
+                    self.last = Some((stored.to_vec(), under));
+                    under
+                }
+            },
+        };
+        Ok(under.then_some(parts.created_at))
+    }
+
+    fn any(&self, ids: &[KeyId]) -> bool {
+        ids.iter().any(|k| self.key_ids.contains(k))
+    }
 }
 
 /// The tenant's entries read per pass of the audit index when counting an erasure's.

@@ -17,7 +17,7 @@ mod service;
 pub use minilm::{MiniLm, ModelFiles, MINILM_DIM, MINILM_MAX_TOKENS, MINILM_MODEL_ID};
 pub use openai::{OpenAiEmbedConfig, OpenAiEmbedder};
 pub use service::lower_priority;
-pub(crate) use service::spawn_niced;
+pub(crate) use service::{run_idle, spawn_niced};
 pub use service::{EmbedService, EmbedServiceConfig};
 
 /// Produces sentence embeddings. Blocking: implementations may run a model or

@@ -204,54 +204,14 @@ impl Event {
     /// and consecutive records (a tenant's entries) share one, so it compares their stored
     /// bytes and decodes a list only when they change.
     pub fn sealing_ref(bytes: &[u8]) -> Option<Option<KeysRef<'_>>> {
-        use rmp::decode;
-        let mut rd = bytes;
-        let v2 = (|| {
-            let Ok(2) = decode::read_array_len(&mut rd) else {
-                return None;
-            };
-            let Ok(2..) = decode::read_int::<u16, _>(&mut rd) else {
-                return None;
-            };
-            let Ok(1) = decode::read_map_len(&mut rd) else {
-                return None;
-            };
-            let name_len = decode::read_str_len(&mut rd).ok()?;
-            let (name, rest) = rd.split_at_checked(name_len as usize)?;
-            if name != b"AuditRecorded" {
-                return Some(None);
-            }
-            let mut rd = rest;
-            let fields = decode::read_array_len(&mut rd).ok()?;
-            if fields < 4 {
-                return Some(Some(None));
-            }
-            for _ in 0..3 {
-                skip_value(&mut rd)?;
-            }
-            // A sealed value as the service writes it: `[keys, nonce, ct]`. Its key list is
-            // taken as stored; the nonce and ciphertext must be there, as a decode requires.
-            if let Some((&0x93, mut sealed)) = rd.split_first() {
-                let start = sealed;
-                skip_value(&mut sealed)?;
-                let keys = &start[..start.len() - sealed.len()];
-                skip_value(&mut sealed)?;
-                skip_value(&mut sealed)?;
-                return Some(Some(Some(KeysRef::Stored(keys))));
-            }
-            // Nil, or another encoding of the sealed value (named fields): decoded.
-            let mut de = rmp_serde::Deserializer::from_read_ref(rd);
-            let sealed = Option::<SealedKeys>::deserialize(&mut de).ok()?;
-            Some(Some(sealed.map(|s| KeysRef::Ids(s.keys))))
-        })();
-        match v2 {
-            Some(found) => found,
-            // Another layout (v1 named maps): decoded whole.
-            None => match Event::decode(bytes).ok()? {
-                Event::AuditRecorded(rec) => Some(rec.sealed.map(|s| KeysRef::Ids(s.keys))),
-                _ => None,
-            },
-        }
+        audit_seal_parts::<false>(bytes).map(|p| p.keys)
+    }
+
+    /// [`Event::sealing_ref`] with the entry's `created_at`, for an audit record alone (`None`
+    /// for any other event or bytes that do not decode): an erasure's receipt reads both of
+    /// each of the tenant's entries, and this passes over the rest without decoding it.
+    pub fn audit_time_and_keys(bytes: &[u8]) -> Option<AuditSealParts<'_>> {
+        audit_seal_parts::<true>(bytes)
     }
 
     /// Short name of the variant, for logs and the history view.
@@ -290,6 +250,109 @@ mod tests;
 /// lengths; `None` on bytes that are not msgpack or end inside the value. `verify` passes over
 /// every audit record's entry and detail this way to reach its key ids: serde's `IgnoredAny`
 /// visits each of their ~35 values, several times the cost.
+/// An audit record's `created_at` and how it holds its personal fields
+/// ([`Event::audit_time_and_keys`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditSealParts<'a> {
+    /// The entry's `created_at` (0 when it was not asked for).
+    pub created_at: i64,
+    /// `None` for an entry that predates encryption (in the clear), else its key set.
+    pub keys: Option<KeysRef<'a>>,
+}
+
+/// The parts of an audit record `bytes` that say how it is sealed, its entry's `created_at`
+/// too when `TIME`; `None` for another event or bytes that do not decode. The v2 layout
+/// (`[version, {"AuditRecorded": [tenant_id, entry, detail, sealed, sealed_detail]}]`) is read
+/// by markers and lengths, passing over what is not wanted; any other layout (v1 named maps)
+/// is decoded whole.
+#[inline]
+fn audit_seal_parts<const TIME: bool>(bytes: &[u8]) -> Option<AuditSealParts<'_>> {
+    use rmp::decode;
+    /// `AuditEntry::created_at`'s place in the entry's array (its 18th field).
+    const CREATED_AT: u32 = 17;
+    let mut rd = bytes;
+    let v2 = (|| {
+        let Ok(2) = decode::read_array_len(&mut rd) else {
+            return None;
+        };
+        let Ok(2..) = decode::read_int::<u16, _>(&mut rd) else {
+            return None;
+        };
+        let Ok(1) = decode::read_map_len(&mut rd) else {
+            return None;
+        };
+        let name_len = decode::read_str_len(&mut rd).ok()?;
+        let (name, rest) = rd.split_at_checked(name_len as usize)?;
+        if name != b"AuditRecorded" {
+            return Some(None);
+        }
+        let mut rd = rest;
+        let fields = decode::read_array_len(&mut rd).ok()?;
+        let clear = AuditSealParts {
+            created_at: 0,
+            keys: None,
+        };
+        if !TIME && fields < 4 {
+            return Some(Some(clear));
+        }
+        let mut created_at = 0;
+        skip_value(&mut rd)?;
+        if TIME {
+            let entry_fields = decode::read_array_len(&mut rd).ok()?;
+            if entry_fields <= CREATED_AT {
+                return None;
+            }
+            for _ in 0..CREATED_AT {
+                skip_value(&mut rd)?;
+            }
+            created_at = decode::read_int::<i64, _>(&mut rd).ok()?;
+            for _ in CREATED_AT + 1..entry_fields {
+                skip_value(&mut rd)?;
+            }
+        } else {
+            skip_value(&mut rd)?;
+        }
+        if fields < 4 {
+            return Some(Some(AuditSealParts {
+                created_at,
+                ..clear
+            }));
+        }
+        skip_value(&mut rd)?;
+        // A sealed value as the service writes it: `[keys, nonce, ct]`. Its key list is
+        // taken as stored; the nonce and ciphertext must be there, as a decode requires.
+        if let Some((&0x93, mut sealed)) = rd.split_first() {
+            let start = sealed;
+            skip_value(&mut sealed)?;
+            let keys = &start[..start.len() - sealed.len()];
+            skip_value(&mut sealed)?;
+            skip_value(&mut sealed)?;
+            return Some(Some(AuditSealParts {
+                created_at,
+                keys: Some(KeysRef::Stored(keys)),
+            }));
+        }
+        // Nil, or another encoding of the sealed value (named fields): decoded.
+        let mut de = rmp_serde::Deserializer::from_read_ref(rd);
+        let sealed = Option::<SealedKeys>::deserialize(&mut de).ok()?;
+        Some(Some(AuditSealParts {
+            created_at,
+            keys: sealed.map(|s| KeysRef::Ids(s.keys)),
+        }))
+    })();
+    match v2 {
+        Some(found) => found,
+        // Another layout (v1 named maps): decoded whole.
+        None => match Event::decode(bytes).ok()? {
+            Event::AuditRecorded(rec) => Some(AuditSealParts {
+                created_at: if TIME { rec.entry.created_at } else { 0 },
+                keys: rec.sealed.map(|s| KeysRef::Ids(s.keys)),
+            }),
+            _ => None,
+        },
+    }
+}
+
 fn skip_value(rd: &mut &[u8]) -> Option<()> {
     fn take<'a>(rd: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
         let (head, rest) = rd.split_at_checked(n)?;

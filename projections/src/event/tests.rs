@@ -480,6 +480,23 @@ fn an_entry_without_a_detail_seals_its_fields_alone() {
         Some(Some(KeysRef::Ids(keys.clone())))
     );
     assert_eq!(Event::sealing_of(&named), Some(Some(keys.clone())));
+    // With the entry's time, as an erasure's receipt reads them, in both encodings.
+    let created_at = plain.entry.created_at;
+    assert_ne!(created_at, 0);
+    assert_eq!(
+        Event::audit_time_and_keys(&bytes),
+        Some(AuditSealParts {
+            created_at,
+            keys: Some(KeysRef::Stored(stored))
+        })
+    );
+    assert_eq!(
+        Event::audit_time_and_keys(&named),
+        Some(AuditSealParts {
+            created_at,
+            keys: Some(KeysRef::Ids(keys.clone()))
+        })
+    );
     assert_eq!(ring.destroy(&keys).expect("destroy"), 1);
     assert!(matches!(open_personal(&ring, &sealed), Ok(Opened::Erased)));
 }
@@ -518,6 +535,13 @@ fn plaintext_audit_records_of_earlier_builds_decode_as_such() {
             .expect("audit");
         assert_eq!((head.entry, head.sealed), (rec.entry.clone(), None));
         assert_eq!(Event::sealing_of(&bytes), Some(None));
+        assert_eq!(
+            Event::audit_time_and_keys(&bytes),
+            Some(AuditSealParts {
+                created_at: rec.entry.created_at,
+                keys: None
+            })
+        );
         let ring = crate::seal::MemoryKeyring::default();
         let Event::AuditRecorded(decoded) = Event::decode(&bytes).expect("decode") else {
             unreachable!()
@@ -533,6 +557,7 @@ fn plaintext_audit_records_of_earlier_builds_decode_as_such() {
     .encode()
     .expect("encode");
     assert_eq!(Event::sealing_of(&other), None);
+    assert_eq!(Event::audit_time_and_keys(&other), None);
 }
 
 #[test]

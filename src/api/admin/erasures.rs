@@ -6,7 +6,7 @@ use axum::extract::{Path, State};
 
 use super::{context, record};
 use crate::api::envelope::Created;
-use crate::api::erasure::niced_receipt;
+use crate::api::erasure::receipt_made;
 use crate::api::error::ApiError;
 use crate::api::position::Position;
 use crate::api::state::AppState;
@@ -24,7 +24,8 @@ pub(crate) async fn erase_tenant(
 ) -> Result<(Position, Created<ErasureReceipt>), ApiError> {
     let tenant = admin::tenant_by_path(&context(&state), &id)?;
     // Deciding reads every memory of the tenant: on the blocking pool; the receipt waits for
-    // the keys' destroy and counts every entry: on a niced thread, as for `POST /v1/erasures`.
+    // the keys' destroy and counts every entry, reading the log in the idle scheduling class,
+    // as for `POST /v1/erasures`.
     let deciding = state.clone();
     let decision = tokio::task::spawn_blocking(move || {
         erase::erase(&context(&deciding), tenant.id, ErasureTarget::Tenant)
@@ -32,6 +33,6 @@ pub(crate) async fn erase_tenant(
     .await
     .map_err(ApiError::internal)??;
     let (position, planned) = record(&state, decision).await?;
-    let receipt = niced_receipt(state, planned).await?;
+    let receipt = receipt_made(state, planned).await?;
     Ok((position, Created(receipt)))
 }

@@ -46,7 +46,7 @@ use uuid::Uuid;
 
 use super::{EmbedError, Embedder};
 pub use worker::lower_priority;
-pub(crate) use worker::spawn_niced;
+pub(crate) use worker::{run_idle, spawn_niced};
 use worker::{worker, Job, Lane, Limits, Queues, Shared};
 
 #[derive(Debug, Clone)]

@@ -485,3 +485,22 @@ async fn a_long_text_runs_alone_and_bytes_bound_a_batch() {
         ]
     );
 }
+
+/// A job run by `run_idle` runs in the idle scheduling class on a thread of its own; the thread
+/// that ran it keeps its own class.
+#[cfg(target_os = "linux")]
+#[test]
+fn run_idle_runs_its_job_in_the_idle_class() {
+    // SAFETY: `sched_getscheduler` takes a thread id (0: the calling thread) and reads nothing.
+    let policy = || unsafe { libc::sched_getscheduler(0) };
+    let before = policy();
+    let (name, inside) = run_idle("idle-test", || {
+        let name = std::thread::current().name().map(str::to_string);
+        (name, policy())
+    })
+    .unwrap();
+    assert_eq!(name.as_deref(), Some("idle-test"));
+    assert_eq!(inside, libc::SCHED_IDLE);
+    assert_eq!(policy(), before);
+    assert!(run_idle("idle-test", || panic!("a job that fails")).is_err());
+}

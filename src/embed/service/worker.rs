@@ -191,6 +191,32 @@ pub(crate) fn spawn_niced(
         .map(drop)
 }
 
+/// Runs `job` on a thread of its own named `name` in the idle scheduling class
+/// ([`auditmem_projections::niced::idle_priority`]; a failure logged, the thread then keeps
+/// the process's priority) and returns what it returns: work that only its own request waits
+/// for and that takes no lock other requests take (a thread of that class gets a core only
+/// when nothing else wants it, and may wait long for one while holding such a lock). An error
+/// when no thread can be started, or the job panicked.
+pub(crate) fn run_idle<T: Send>(name: &str, job: impl FnOnce() -> T + Send) -> std::io::Result<T> {
+    std::thread::scope(|scope| {
+        let thread = std::thread::Builder::new()
+            .name(name.to_string())
+            .spawn_scoped(scope, move || {
+                if let Err(e) = auditmem_projections::niced::idle_priority() {
+                    tracing::warn!(
+                        error = %e,
+                        thread = std::thread::current().name().unwrap_or("unnamed"),
+                        "a thread meant to run idle keeps the process's priority"
+                    );
+                }
+                job()
+            })?;
+        thread
+            .join()
+            .map_err(|_| std::io::Error::other(format!("the thread {name} panicked")))
+    })
+}
+
 /// Waits for work, takes a batch of `lane`'s (see [`take`]), runs it in `pool`, answers the
 /// requests it finished and puts the rest back; exits once the service is closed and nothing
 /// it could take is queued (another worker finishes what its batch leaves).
