@@ -229,10 +229,13 @@ impl LogReader {
                         i += 1;
                     }
                     let Some(&want) = seqs.get(i) else { break };
-                    // A piece that does not parse hides the records after it.
-                    let r = piece
-                        .record
-                        .map_err(|why| LogError::Undecodable { seq: want, why })?;
+                    let r = match piece.record {
+                        Ok(r) => r,
+                        // A piece that does not parse hides the records after it in its
+                        // chunk; one wanted in a later chunk is read there.
+                        Err(_) if walk.next_start().is_some_and(|next| want >= next) => break,
+                        Err(why) => return Err(LogError::Undecodable { seq: want, why }),
+                    };
                     if want != at {
                         continue;
                     }
@@ -366,6 +369,11 @@ impl<'a> ChunkWalk<'a> {
             next: None,
             reach,
         }
+    }
+
+    /// Where the chunk after the one returned last starts, when there is one.
+    fn next_start(&self) -> Option<u64> {
+        self.next.as_ref().map(|(start, _)| *start)
     }
 
     fn advance(&mut self) -> Result<(), LogError> {
@@ -714,7 +722,14 @@ mod tests {
             visited(&log, &[key, tenth + 3, next]),
             Err(LogError::Undecodable { seq, .. }) if seq == tenth + 3
         ));
-        assert_eq!(visited(&log, &[next]).expect("the next chunk")[0].0, next);
+        // A record of the next chunk is read there, however far the walk reaches.
+        for reach in [WALK_REACH, 0] {
+            let read = visited_reaching(&log, &[key, next], reach).expect("past the break");
+            assert_eq!(
+                read.iter().map(|v| v.0).collect::<Vec<_>>(),
+                vec![key, next]
+            );
+        }
     }
 
     /// The records `visit_records` visits at `seqs`, as (seq, hash, event).
