@@ -44,6 +44,24 @@ pub(crate) fn data() -> Option<PathBuf> {
     path.is_file().then_some(path)
 }
 
+/// The development half's conversations, or `None` (said on stderr) when the data is not
+/// beside the repository: the measuring tests then pass without measuring.
+pub(crate) fn loaded() -> Option<Vec<Conversation>> {
+    let Some(path) = data() else {
+        eprintln!("skipped: no LoCoMo data beside the repository (or AUDITMEM_LOCOMO_DATA)");
+        return None;
+    };
+    Some(locomo::load(&path).expect("the data"))
+}
+
+/// Every turn's text, conversation after conversation, in the data's order.
+pub(crate) fn turn_texts(conversations: &[Conversation]) -> Vec<String> {
+    conversations
+        .iter()
+        .flat_map(|c| c.turns.iter().map(|t| t.content.clone()))
+        .collect()
+}
+
 /// The keyword indexes measured: (name, analyzer, BM25's parameters).
 const ANALYZERS: [(&str, Analyzer, Bm25); 5] = [
     (
@@ -93,10 +111,7 @@ fn rank_all<'a>(conversations: &'a [Conversation], turn_ids: &'a [String]) -> Ve
     let model = MiniLm::load(&dir).unwrap_or_else(|e| panic!("{e} (run bash .ci/setup)"));
     // One index per analyzer over every conversation, as the service keeps one per tenant:
     // BM25's statistics are the tenant's, the user_id filter only hides the others' turns.
-    let texts: Vec<String> = conversations
-        .iter()
-        .flat_map(|c| c.turns.iter().map(|t| t.content.clone()))
-        .collect();
+    let texts = turn_texts(conversations);
     let indexes: Vec<KeywordIndex> = ANALYZERS
         .iter()
         .map(|(_, a, bm25)| {
@@ -192,11 +207,9 @@ pub(crate) fn line(name: &str, t: &Tally) {
 #[test]
 #[ignore]
 fn locomo_ablation() {
-    let Some(path) = data() else {
-        eprintln!("skipped: no LoCoMo data beside the repository (or AUDITMEM_LOCOMO_DATA)");
+    let Some(conversations) = loaded() else {
         return;
     };
-    let conversations = locomo::load(&path).expect("the data");
     let turn_ids: Vec<String> = conversations
         .iter()
         .flat_map(|c| c.turns.iter().map(|t| t.dia_id.clone()))
@@ -308,10 +321,7 @@ fn locomo_ablation() {
 
 /// Keyword search and the service's hybrid under other BM25 parameters (service analyzer).
 fn bm25_sweep(conversations: &[Conversation], turn_ids: &[String], all: &[Ranked<'_>]) {
-    let texts: Vec<String> = conversations
-        .iter()
-        .flat_map(|c| c.turns.iter().map(|t| t.content.clone()))
-        .collect();
+    let texts = turn_texts(conversations);
     println!("\nBM25 parameters (service analyzer): keyword r@5 r@10 | hybrid (Fusion::default()) r@5 r@10");
     for k1 in [0.6, 0.9, 1.2, 1.5, 2.0] {
         for b in [0.0, 0.25, 0.5, 0.75, 1.0] {

@@ -23,8 +23,8 @@ use auditmem_projections::memories::{neighbours, HYBRID_DEPTH};
 use uuid::Uuid;
 
 use crate::embed::{cosine, Embedder, MiniLm};
-use crate::locomo::{self, Conversation};
-use crate::locomo_ablation::{data, line, uuid};
+
+use crate::locomo_ablation::{line, loaded, uuid};
 use crate::locomo_feedback::{add_list, rm3, tally, texts, vectors_kept, world, World, Q};
 
 /// Which of a turn's neighbours its contextual text takes, and how much of each.
@@ -212,11 +212,9 @@ fn hybrid(
 #[test]
 #[ignore]
 fn locomo_context() {
-    let Some(path) = data() else {
-        eprintln!("skipped: no LoCoMo data beside the repository (or AUDITMEM_LOCOMO_DATA)");
+    let Some(conversations) = loaded() else {
         return;
     };
-    let conversations: Vec<Conversation> = locomo::load(&path).expect("the data");
     let (all, n) = texts(&conversations);
     let cache = std::env::var_os("AUDITMEM_LOCOMO_VECTORS").map(PathBuf::from);
     let kept = |suffix: &str| {

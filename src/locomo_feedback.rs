@@ -21,8 +21,8 @@ use auditmem_projections::memories::{neighbours, HYBRID_DEPTH};
 use uuid::Uuid;
 
 use crate::embed::{cosine, l2_normalize, Embedder, MiniLm};
-use crate::locomo::{self, Conversation, Question, Tally};
-use crate::locomo_ablation::{data, line, uuid};
+use crate::locomo::{Conversation, Question, Tally};
+use crate::locomo_ablation::{line, loaded, turn_texts, uuid};
 
 fn index(u: &Uuid) -> usize {
     u.as_u128() as usize - 1
@@ -88,10 +88,7 @@ pub(crate) struct World<'a> {
 
 /// Every turn's text, then every question's, in the data's order, and the number of turns.
 pub(crate) fn texts(conversations: &[Conversation]) -> (Vec<String>, usize) {
-    let texts: Vec<String> = conversations
-        .iter()
-        .flat_map(|c| c.turns.iter().map(|t| t.content.clone()))
-        .collect();
+    let texts = turn_texts(conversations);
     let n = texts.len();
     let questions = conversations
         .iter()
@@ -105,10 +102,7 @@ pub(crate) fn world<'a>(
     conversations: &'a [Conversation],
     vs: &'a [Vec<f32>],
 ) -> (World<'a>, Vec<Q<'a>>) {
-    let texts: Vec<String> = conversations
-        .iter()
-        .flat_map(|c| c.turns.iter().map(|t| t.content.clone()))
-        .collect();
+    let texts = turn_texts(conversations);
     let conversation_of: Vec<usize> = conversations
         .iter()
         .enumerate()
@@ -265,11 +259,9 @@ pub(crate) fn tally(
 #[test]
 #[ignore]
 fn locomo_feedback() {
-    let Some(path) = data() else {
-        eprintln!("skipped: no LoCoMo data beside the repository (or AUDITMEM_LOCOMO_DATA)");
+    let Some(conversations) = loaded() else {
         return;
     };
-    let conversations: Vec<Conversation> = locomo::load(&path).expect("the data");
     let (all, _) = texts(&conversations);
     let vs = vectors(&all);
     let (w, qs) = world(&conversations, &vs);

@@ -28,7 +28,7 @@ use super::error::ApiError;
 use super::extract::Json;
 use super::gate::{Caller, Recorded};
 use super::state::AppState;
-use auditmem_projections::event::KeysRef;
+use auditmem_projections::event::LastKeys;
 use auditmem_projections::seal::KeyId;
 use auditmem_projections::Event;
 
@@ -224,24 +224,25 @@ fn touched(
 }
 
 /// Whether an audit record is sealed under one of an erasure's keys, read without decoding
-/// the entry (`Event::audit_time_and_keys`): a tenant's entries follow each other under a few
-/// key sets, so the last set's stored bytes and its answer are kept.
+/// the entry (`Event::audit_time_and_keys`), the last key set kept as `verify` keeps it
+/// ([`LastKeys`]).
 struct SealedUnder<'a> {
     key_ids: &'a [KeyId],
-    last: Option<(Vec<u8>, bool)>,
+    last: LastKeys,
 }
 
 impl<'a> SealedUnder<'a> {
     fn new(key_ids: &'a [KeyId]) -> Self {
         SealedUnder {
             key_ids,
-            last: None,
+            last: LastKeys::default(),
         }
     }
 
     /// The `created_at` of the audit record `event` at `seq` when one of the keys sealed it;
     /// `None` when none did, or it is not an audit record.
     fn erased_at(&mut self, seq: u64, event: &[u8]) -> Result<Option<i64>, LogError> {
+        let undecodable = |why: String| LogError::Undecodable { seq, why };
         let Some(parts) = Event::audit_time_and_keys(event) else {
             // Another event, or an entry these bytes do not hold as expected: the full
             // decode says which (an error names the record).
@@ -251,30 +252,18 @@ impl<'a> SealedUnder<'a> {
                     .sealed
                     .is_some_and(|s| self.any(&s.keys))
                     .then_some(head.entry.created_at)),
-                Err(e) => Err(LogError::Undecodable {
-                    seq,
-                    why: e.to_string(),
-                }),
+                Err(e) => Err(undecodable(e.to_string())),
             };
         };
         let under = match parts.keys {
             None => false,
-            Some(KeysRef::Ids(ids)) => self.any(&ids),
-            Some(KeysRef::Stored(stored)) => match &self.last {
-                Some((bytes, under)) if bytes.as_slice() == stored => *under,
-                _ => {
-                    let ids =
-                        KeysRef::Stored(stored)
-                            .ids()
-                            .ok_or_else(|| LogError::Undecodable {
-                                seq,
-                                why: "its sealed part's key ids do not decode".into(),
-                            })?;
-                    let under = self.any(&ids);
-                    self.last = Some((stored.to_vec(), under));
-                    under
-                }
-            },
+            Some(keys) => {
+                let ids = self
+                    .last
+                    .ids(keys)
+                    .ok_or_else(|| undecodable("its sealed part's key ids do not decode".into()))?;
+                self.any(&ids)
+            }
         };
         Ok(under.then_some(parts.created_at))
     }

@@ -214,20 +214,23 @@ impl LogReader {
         let mut walk = ChunkWalk::new(&self.tree, reach);
         let mut i = 0;
         let mut visited: Option<u64> = None;
-        while let Some(&first) = seqs.get(i) {
-            // A seq asked for twice was visited once.
-            if visited.is_some_and(|v| first <= v) {
-                i += 1;
-                continue;
+        // A seq asked for twice is visited once: `i` passes over what was visited.
+        let pass_visited = |i: &mut usize, visited: Option<u64>| {
+            while seqs
+                .get(*i)
+                .is_some_and(|s| visited.is_some_and(|v| *s <= v))
+            {
+                *i += 1;
             }
+        };
+        loop {
+            pass_visited(&mut i, visited);
+            let Some(&first) = seqs.get(i) else { break };
             let start = i;
             if let Some((key, v)) = walk.holding(first)? {
                 for (index, piece) in record::pieces(&v).enumerate() {
                     let at = key.saturating_add(index as u64);
-                    // A seq asked for twice was visited once.
-                    while seqs.get(i).is_some_and(|s| *s < at) {
-                        i += 1;
-                    }
+                    pass_visited(&mut i, visited);
                     let Some(&want) = seqs.get(i) else { break };
                     let r = match piece.record {
                         Ok(r) => r,

@@ -430,6 +430,33 @@ impl KeysRef<'_> {
     }
 }
 
+/// The key set of the sealed audit record read last, as stored and decoded. A tenant's
+/// entries follow each other under one set, so a pass over records (`verify`, an erasure's
+/// receipt) costs a comparison of a few dozen stored bytes a record rather than a decode into
+/// a list of its own.
+#[derive(Default)]
+pub struct LastKeys {
+    stored: Vec<u8>,
+    ids: Option<std::sync::Arc<[crate::seal::KeyId]>>,
+}
+
+impl LastKeys {
+    /// The ids of `keys`; `None` when they do not decode.
+    pub fn ids(&mut self, keys: KeysRef<'_>) -> Option<std::sync::Arc<[crate::seal::KeyId]>> {
+        let KeysRef::Stored(stored) = keys else {
+            return keys.ids().map(std::sync::Arc::from);
+        };
+        if let Some(ids) = self.ids.as_ref().filter(|_| self.stored == stored) {
+            return Some(std::sync::Arc::clone(ids));
+        }
+        let ids: std::sync::Arc<[crate::seal::KeyId]> = KeysRef::Stored(stored).ids()?.into();
+        self.stored.clear();
+        self.stored.extend_from_slice(stored);
+        self.ids = Some(std::sync::Arc::clone(&ids));
+        Some(ids)
+    }
+}
+
 /// A [`crate::seal::Sealed`] read for its key ids alone: its nonce and ciphertext are passed
 /// over, not copied (`verify` counts every record's key set).
 #[derive(Deserialize)]

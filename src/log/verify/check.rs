@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use auditmem_projections::event::KeysRef;
+use auditmem_projections::event::LastKeys;
 use auditmem_projections::seal::KeyId;
 use auditmem_projections::Event;
 
@@ -25,32 +25,6 @@ pub(super) struct Checked {
     /// Whether the record holds personal fields, and how (`Event::sealing_of`); records read
     /// one after another under one key set share its list.
     pub(super) sealing: Option<Option<Arc<[KeyId]>>>,
-}
-
-/// The key set of the sealed record a thread checked last, as stored and decoded. A tenant's
-/// entries follow each other under one set, so most records cost a comparison of a few dozen
-/// stored bytes rather than a decode into a list of their own.
-#[derive(Default)]
-pub(super) struct LastKeys {
-    stored: Vec<u8>,
-    ids: Option<Arc<[KeyId]>>,
-}
-
-impl LastKeys {
-    /// The ids of `keys`; `None` when they do not decode.
-    fn ids(&mut self, keys: KeysRef<'_>) -> Option<Arc<[KeyId]>> {
-        let KeysRef::Stored(stored) = keys else {
-            return keys.ids().map(Arc::from);
-        };
-        if let Some(ids) = self.ids.as_ref().filter(|_| self.stored == stored) {
-            return Some(Arc::clone(ids));
-        }
-        let ids: Arc<[KeyId]> = KeysRef::Stored(stored).ids()?.into();
-        self.stored.clear();
-        self.stored.extend_from_slice(stored);
-        self.ids = Some(Arc::clone(&ids));
-        Some(ids)
-    }
 }
 
 pub(super) fn check_one(key: u64, bytes: &[u8], last: &mut LastKeys) -> Parsed {

@@ -10,12 +10,13 @@ use std::ops::Bound;
 use ed25519_dalek::VerifyingKey;
 use rayon::prelude::*;
 
-use super::check::{check_stored, LastKeys, Parsed};
+use super::check::{check_stored, Parsed};
 use super::report::Report;
 use super::verifier::Verifier;
 use crate::log::checkpoint::Checkpoint;
 use crate::log::record;
 use crate::log::Head;
+use auditmem_projections::event::LastKeys;
 
 /// Seqs one thread reads and checks at a time. A window (this many per thread) is linked and
 /// dropped before the one after the next is read, so verify holds a few windows of checked

@@ -15,10 +15,11 @@ use auditmem_projections::seal::KeyId;
 use ed25519_dalek::VerifyingKey;
 use rayon::prelude::*;
 
-use super::check::{check_one, LastKeys, Parsed};
+use super::check::{check_one, Parsed};
 use super::report::{Failure, FailureKind, Report};
 use crate::log::checkpoint::Checkpoint;
 use crate::log::Head;
+use auditmem_projections::event::LastKeys;
 
 /// At most this many failures are kept in a report (the count goes on).
 const MAX_LISTED: usize = 100;
