@@ -31,6 +31,11 @@ pub trait Embedder: Send + Sync {
     fn dim(&self) -> usize;
     /// One L2-normalised vector per input text, in input order.
     fn embed_batch(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError>;
+    /// Whether a batch runs on this host's cores (a model in the process), so that background
+    /// work gives way to a short one (`niced::give_way`); a remote provider's does not.
+    fn uses_cores(&self) -> bool {
+        true
+    }
 }
 
 /// Why an embedding could not be produced. `Clone` because one failed batch

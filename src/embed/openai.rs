@@ -117,6 +117,9 @@ impl OpenAiEmbedder {
 }
 
 impl Embedder for OpenAiEmbedder {
+    fn uses_cores(&self) -> bool {
+        false
+    }
     fn model_id(&self) -> &str {
         &self.model
     }

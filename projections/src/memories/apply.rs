@@ -23,6 +23,7 @@
 
 use std::io;
 use std::sync::{Arc, Condvar, Mutex, PoisonError, RwLock};
+use std::time::Duration;
 
 use uuid::Uuid;
 
@@ -374,6 +375,11 @@ pub(super) const BATCH_SPLIT: Split = Split {
 /// (a few milliseconds of drops; 10,000 in one hold kept searches waiting ~0.3 s).
 const LAND_CHUNK: usize = 256;
 
+/// How long an unindexing thread waits, between two of its holds, for queries being embedded
+/// (`niced::give_way`), and in all: 10,000 memories are 40 holds.
+const GIVE_WAY_EACH: Duration = Duration::from_millis(50);
+const GIVE_WAY_TOTAL: Duration = Duration::from_secs(2);
+
 /// How much every unindexing thread is niced, so that the requests beside it keep the cores
 /// (a thread niced by 10 weighs a tenth of one at the process's priority): nobody waits for it
 /// but an erasure's receipt, and what it has not yet removed stays hidden.
@@ -580,6 +586,7 @@ impl Memories {
 /// rest is done.
 fn unindex(state: &RwLock<State>, mut deferred: Vec<Unindex>) -> io::Result<()> {
     let mut failed = None;
+    let mut give_way = crate::niced::GiveWay::new(GIVE_WAY_EACH, GIVE_WAY_TOTAL);
     // The memories out of their scopes and vectors, by tenant: their postings go last.
     let mut unindexed: FastMap<Uuid, Vec<Uuid>> = FastMap::default();
     while !deferred.is_empty() {
@@ -595,7 +602,9 @@ fn unindex(state: &RwLock<State>, mut deferred: Vec<Unindex>) -> io::Result<()> 
             }
         }
         drop(guard);
-        // Lets the readers the chunk held up take the lock before the next one does.
+        // Lets the readers the chunk held up take the lock before the next one does, and a
+        // query being embedded have the cores (`niced::give_way`).
+        give_way.step();
         std::thread::yield_now();
     }
     let mut guard = state.write().unwrap_or_else(|p| p.into_inner());

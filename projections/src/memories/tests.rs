@@ -768,17 +768,7 @@ fn a_large_erasure_hides_its_memories_a_chunk_a_hold_and_leaves_the_indexes_off_
 fn a_large_erasure_leaves_only_what_it_does_not_name_in_the_indexes() {
     let (_dir, _db, p) = fresh();
     let t = Uuid::from_u128(100);
-    let mut events: Vec<Event> = (0..300)
-        .map(|i| created(t, i, MemoryType::Fact, [1.0, i as f32], i as i64))
-        .collect();
-    events.push(Event::SubjectsErased(crate::event::SubjectsErased {
-        erasure_id: Uuid::from_u128(0xE),
-        tenant_id: t,
-        subjects: vec![crate::seal::Subject::User(t, "alice".into())],
-        key_ids: Vec::new(),
-        memory_ids: (0..299).map(Uuid::from_u128).collect(),
-        erased_at: 900,
-    }));
+    let events = all_but_one_erased(t, 300);
     let applied = Applied::in_order(&events);
     p.apply(&applied[..300]).expect("apply");
     let mut pauses = 0;
@@ -790,6 +780,22 @@ fn a_large_erasure_leaves_only_what_it_does_not_name_in_the_indexes() {
     assert_eq!(indexed_once_unindexed(&p, &t), (1, 1, 0));
 }
 
+/// `n` memories of `tenant` created, then an erasure of all but the last.
+fn all_but_one_erased(tenant: Uuid, n: u128) -> Vec<Event> {
+    let mut events: Vec<Event> = (0..n)
+        .map(|i| created(tenant, i, MemoryType::Fact, [1.0, i as f32], i as i64))
+        .collect();
+    events.push(Event::SubjectsErased(crate::event::SubjectsErased {
+        erasure_id: Uuid::from_u128(0xE),
+        tenant_id: tenant,
+        subjects: vec![crate::seal::Subject::User(tenant, "alice".into())],
+        key_ids: Vec::new(),
+        memory_ids: (0..n - 1).map(Uuid::from_u128).collect(),
+        erased_at: 900,
+    }));
+    events
+}
+
 /// The tenant's vectors, keyword documents and memories still being unindexed, once the
 /// unindexing thread is done.
 fn indexed_once_unindexed(p: &Memories, tenant: &Uuid) -> (usize, usize, usize) {
@@ -797,4 +803,26 @@ fn indexed_once_unindexed(p: &Memories, tenant: &Uuid) -> (usize, usize, usize) 
     let state = p.state();
     let t = &state.tenants[tenant];
     (t.vectors.len(), t.keywords.len(), t.unindexing)
+}
+
+/// The unindexing thread gives way to prompt work between its holds (`niced::give_way`): with
+/// a query's embedding running throughout, each of its three holds is followed by a wait of
+/// its bound, and the memories still leave the indexes.
+#[test]
+fn the_unindexing_thread_gives_way_to_prompt_work_between_its_holds() {
+    let (_dir, _db, p) = fresh();
+    let t = Uuid::from_u128(100);
+    let events = all_but_one_erased(t, 600);
+    let applied = Applied::in_order(&events);
+    p.apply(&applied[..600]).expect("apply");
+    let prompt = crate::niced::Prompt::begin();
+    let start = std::time::Instant::now();
+    p.apply(&applied[600..]).expect("apply the erasure");
+    p.wait_unindexed().expect("unindexed");
+    let took = start.elapsed();
+    drop(prompt);
+    // 599 memories: three holds of at most 256, each followed by a wait of 50 ms.
+    assert!(took >= std::time::Duration::from_millis(150), "{took:?}");
+    assert_eq!(p.count(&t), 1);
+    assert_eq!(indexed_once_unindexed(&p, &t), (1, 1, 0));
 }

@@ -504,3 +504,39 @@ fn run_idle_runs_its_job_in_the_idle_class() {
     assert_eq!(policy(), before);
     assert!(run_idle("idle-test", || panic!("a job that fails")).is_err());
 }
+
+/// Records, for each batch, whether it ran as prompt work (`niced::prompt_running`).
+struct Observer(Mutex<Vec<(usize, bool)>>);
+
+impl Embedder for Observer {
+    fn model_id(&self) -> &str {
+        "observer"
+    }
+    fn dim(&self) -> usize {
+        4
+    }
+    fn embed_batch(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        let prompt = auditmem_projections::niced::prompt_running();
+        self.0.lock().unwrap().push((texts.len(), prompt));
+        Ok(texts.iter().map(|t| fake_vec(t)).collect())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_batch_runs_as_prompt_work_that_background_work_gives_way_to() {
+    let observer = Arc::new(Observer(Mutex::new(Vec::new())));
+    let svc = EmbedService::with_config(
+        observer.clone(),
+        EmbedServiceConfig {
+            max_batch: 64,
+            cache_entries: 0,
+            workers: 1,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    svc.embed(strings(&["a query"])).await.unwrap();
+    // Whether another test's prompt work ran beside a large batch is not this test's to
+    // know (the count is the process's): only the short batch's own is asserted.
+    assert_eq!(observer.0.lock().unwrap().clone(), vec![(1, true)]);
+}

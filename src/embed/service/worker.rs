@@ -244,6 +244,10 @@ pub(super) fn worker(
         }
         let mut owners: Vec<Uuid> = batch.iter().map(|s| s.owner).collect();
         owners.dedup();
+        // A short batch is a request's prompt work (a query, a memory's text): background
+        // work gives way to it while it runs on this host's cores (`niced::give_way`).
+        let _prompt = (embedder.uses_cores() && short(batch_size(&batch)))
+            .then(auditmem_projections::niced::Prompt::begin);
         let unfinished = pool.install(|| run_batch(embedder, batch));
         let mut q = shared.lock();
         for s in unfinished {
@@ -317,6 +321,17 @@ pub(super) fn take(q: &mut Queues, limits: Limits, lane: Lane) -> Vec<Slice> {
         metrics::counter!("auditmem_embed_abandoned_texts_total").increment(abandoned as u64);
     }
     batch
+}
+
+/// How many texts a batch runs, and their bytes.
+fn batch_size(batch: &[Slice]) -> (usize, usize) {
+    batch.iter().fold((0, 0), |(n, bytes), s| {
+        let texts = &s.job.left()[..s.count];
+        (
+            n + texts.len(),
+            bytes + texts.iter().map(String::len).sum::<usize>(),
+        )
+    })
 }
 
 /// How many of `jobs`' next texts make one turn, and their bytes.
