@@ -177,10 +177,94 @@ impl<'a> RecordRef<'a> {
         rmp_serde::from_slice(bytes)
     }
 
+    /// The record at the start of `bytes` when its envelope is exactly what
+    /// [`Record::seal_into`] writes (each integer in its shortest form, the hashes and the
+    /// event as bin), with the offset where it ends; `None` for any other bytes, which
+    /// [`RecordRef::decode`] then reads. `verify` reads every record of the log: this takes
+    /// the fields from their places in the sealed layout rather than through serde, and a
+    /// record read this way needs no [`is_canonical`] check, which re-encodes its envelope.
+    pub fn decode_sealed(bytes: &'a [u8]) -> Option<(RecordRef<'a>, usize)> {
+        let (&0x95, rest) = bytes.split_first()? else {
+            return None;
+        };
+        let (seq, rest) = shortest_uint(rest)?;
+        let (ts_micros, rest) = shortest_sint(rest)?;
+        let (prev, rest) = bin32(rest)?;
+        let (hash, rest) = bin32(rest)?;
+        // The event's bin header, in the shortest form for its length.
+        let (len, rest) = match rest.split_first()? {
+            (0xc4, r) => be_uint(r, 1)?,
+            (0xc5, r) => be_uint(r, 2).filter(|(n, _)| *n > 0xff)?,
+            (0xc6, r) => be_uint(r, 4).filter(|(n, _)| *n > 0xffff)?,
+            _ => return None,
+        };
+        let event = rest.get(..usize::try_from(len).ok()?)?;
+        let end = bytes.len() - rest.len() + event.len();
+        let record = RecordRef {
+            seq,
+            ts_micros,
+            prev,
+            hash,
+            event,
+        };
+        Some((record, end))
+    }
+
     /// The hash this record should carry, from its own stored bytes.
     pub fn computed_hash(&self) -> [u8; 32] {
         record_hash(self.prev, self.seq, self.ts_micros, self.event)
     }
+}
+
+/// The big-endian integer of the first `n` bytes of `b` (n <= 8), and the bytes after it.
+fn be_uint(b: &[u8], n: usize) -> Option<(u64, &[u8])> {
+    let (head, rest) = b.split_at_checked(n)?;
+    Some((head.iter().fold(0, |v, x| (v << 8) | u64::from(*x)), rest))
+}
+
+/// A msgpack unsigned integer in the shortest form (rmp's `write_uint`, as serde's u64 is
+/// written), and the bytes after it.
+fn shortest_uint(b: &[u8]) -> Option<(u64, &[u8])> {
+    let (&marker, rest) = b.split_first()?;
+    let (bytes, least) = match marker {
+        0x00..=0x7f => return Some((u64::from(marker), rest)),
+        0xcc => (1, 0x80),
+        0xcd => (2, 0x100),
+        0xce => (4, 0x1_0000),
+        0xcf => (8, 0x1_0000_0000),
+        _ => return None,
+    };
+    be_uint(rest, bytes).filter(|(v, _)| *v >= least)
+}
+
+/// A msgpack integer as rmp's `write_sint` writes an i64 (serde's i64): a value from 0 up as
+/// [`shortest_uint`], a negative one as the shortest negative fixint or int 8/16/32/64.
+fn shortest_sint(b: &[u8]) -> Option<(i64, &[u8])> {
+    let (&marker, rest) = b.split_first()?;
+    let (bytes, most) = match marker {
+        0xe0..=0xff => return Some((i64::from(marker as i8), rest)),
+        0xd0 => (1, -33),
+        0xd1 => (2, -129),
+        0xd2 => (4, -32_769),
+        0xd3 => (8, -2_147_483_649),
+        _ => {
+            let (v, rest) = shortest_uint(b)?;
+            return Some((i64::try_from(v).ok()?, rest));
+        }
+    };
+    let (raw, rest) = be_uint(rest, bytes)?;
+    // Sign-extended from its `bytes` bytes.
+    let shift = 64 - 8 * bytes as u32;
+    let v = ((raw << shift) as i64) >> shift;
+    (v <= most).then_some((v, rest))
+}
+
+/// A 32-byte hash as sealing writes it: bin 8 of length 32.
+fn bin32(b: &[u8]) -> Option<(&[u8], &[u8])> {
+    let (&[0xc4, 0x20], rest) = b.split_first_chunk::<2>()? else {
+        return None;
+    };
+    rest.split_at_checked(32)
 }
 
 /// At most this many records share a stored value: a read by seq walks the record headers
@@ -292,6 +376,9 @@ impl Chunker {
 pub struct Piece<'a> {
     pub range: std::ops::Range<usize>,
     pub record: Result<RecordRef<'a>, String>,
+    /// Whether the record's bytes are known to be exactly what sealing writes
+    /// ([`RecordRef::decode_sealed`] read them); when not, [`is_canonical`] tells.
+    pub sealed_form: bool,
 }
 
 /// The records of a stored value, in order. Where the value stops parsing as records, the rest
@@ -320,6 +407,14 @@ impl<'a> Iterator for Pieces<'a> {
         }
         let start = self.pos;
         let rest = &self.value[start..];
+        if let Some((r, end)) = RecordRef::decode_sealed(rest) {
+            self.pos = start + end;
+            return Some(Piece {
+                range: start..self.pos,
+                record: Ok(r),
+                sealed_form: true,
+            });
+        }
         // A record is an array of five fields, the event last and borrowed from the value:
         // where the event ends, the record ends. (msgpack could also spell a record as a map,
         // fields in any order; sealing never does, so such bytes are not a record here.)
@@ -341,6 +436,7 @@ impl<'a> Iterator for Pieces<'a> {
                 Piece {
                     range: start..self.pos,
                     record: Ok(r),
+                    sealed_form: false,
                 }
             }
             Err(why) => {
@@ -349,6 +445,7 @@ impl<'a> Iterator for Pieces<'a> {
                 Piece {
                     range: start..self.value.len(),
                     record: Err(why),
+                    sealed_form: false,
                 }
             }
         })
@@ -405,6 +502,113 @@ mod tests {
             RecordRef::decode(&bytes).expect("decode").computed_hash()
         );
         assert!(!is_canonical(&other, &r));
+    }
+
+    /// Every record as sealing writes it, across each integer form's bounds and each bin
+    /// header's, is read by `decode_sealed` to the fields serde reads, and to its end; bytes
+    /// that decode to the same fields in another form are left to serde.
+    #[test]
+    fn decode_sealed_reads_exactly_the_sealed_form() {
+        let seqs = [
+            0,
+            1,
+            127,
+            128,
+            255,
+            256,
+            65_535,
+            65_536,
+            u32::MAX as u64,
+            u32::MAX as u64 + 1,
+            u64::MAX,
+        ];
+        let times = [
+            i64::MIN,
+            -2_147_483_649,
+            -2_147_483_648,
+            -32_769,
+            -32_768,
+            -129,
+            -128,
+            -33,
+            -32,
+            -1,
+            0,
+            127,
+            128,
+            65_536,
+            1_700_000_000_000_000,
+            i64::MAX,
+        ];
+        let mut checked = 0;
+        for len in [0usize, 1, 255, 256, 65_535, 65_536] {
+            for seq in seqs {
+                for ts in times {
+                    let (_, bytes) = Record::seal_encoded(seq, ts, &[3; 32], &vec![7; len]);
+                    let (r, end) = RecordRef::decode_sealed(&bytes).expect("sealed form");
+                    let want = RecordRef::decode(&bytes).expect("decode");
+                    assert_eq!(
+                        (r.seq, r.ts_micros, r.prev, r.hash, r.event, end),
+                        (
+                            want.seq,
+                            want.ts_micros,
+                            want.prev,
+                            want.hash,
+                            want.event,
+                            bytes.len()
+                        ),
+                        "seq {seq} ts {ts} len {len}"
+                    );
+                    // Followed by more bytes (the next record of a chunk): it ends where it did.
+                    let mut more = bytes.clone();
+                    more.push(0x95);
+                    let (_, end) = RecordRef::decode_sealed(&more).expect("sealed form");
+                    assert_eq!(end, bytes.len());
+                    checked += 1;
+                }
+            }
+        }
+        assert_eq!(checked, 6 * 11 * 16);
+
+        // Each field re-encoded in a longer or other form: serde reads the same record,
+        // `decode_sealed` does not.
+        let (_, bytes) = Record::seal_encoded(1, 5, &[3; 32], b"event");
+        assert_eq!(bytes[..4], [0x95, 0x01, 0x05, 0xc4]);
+        let at_event = 3 + 34 + 34;
+        assert_eq!(bytes[at_event..at_event + 2], [0xc4, 5]);
+        let splice =
+            |at: usize, cut: usize, with: &[u8]| [&bytes[..at], with, &bytes[at + cut..]].concat();
+        let others = [
+            splice(1, 1, &[0xcc, 0x01]),
+            splice(1, 1, &[0xcf, 0, 0, 0, 0, 0, 0, 0, 1]),
+            splice(2, 1, &[0xd0, 0x05]),
+            splice(2, 1, &[0xd3, 0, 0, 0, 0, 0, 0, 0, 5]),
+            splice(2, 1, &[0xcd, 0, 5]),
+            splice(3, 2, &[0xc5, 0, 32]),
+            splice(at_event, 2, &[0xc5, 0, 5]),
+            splice(at_event, 2, &[0xc6, 0, 0, 0, 5]),
+        ];
+        for (i, other) in others.iter().enumerate() {
+            let want = RecordRef::decode(other).expect("serde reads it");
+            assert_eq!(
+                (want.seq, want.ts_micros, want.event),
+                (1, 5, &b"event"[..])
+            );
+            assert!(RecordRef::decode_sealed(other).is_none(), "case {i}");
+            assert!(!is_canonical(other, &want), "case {i}");
+        }
+        // A negative time in a longer form, and cut short anywhere.
+        let (_, neg) = Record::seal_encoded(1, -1, &[3; 32], b"event");
+        assert_eq!(neg[2], 0xff);
+        let longer = [&neg[..2], &[0xd0, 0xff], &neg[3..]].concat();
+        assert_eq!(RecordRef::decode(&longer).expect("decode").ts_micros, -1);
+        assert!(RecordRef::decode_sealed(&longer).is_none());
+        for cut in 0..bytes.len() {
+            assert!(
+                RecordRef::decode_sealed(&bytes[..cut]).is_none(),
+                "cut {cut}"
+            );
+        }
     }
 
     fn sealed(first: u64, sizes: &[usize]) -> Vec<(u64, Vec<u8>)> {
