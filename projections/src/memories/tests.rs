@@ -815,6 +815,9 @@ fn the_unindexing_thread_gives_way_to_prompt_work_between_its_holds() {
     let events = all_but_one_erased(t, 600);
     let applied = Applied::in_order(&events);
     p.apply(&applied[..600]).expect("apply");
+    let _alone = crate::niced::PROMPT_TESTS
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
     let prompt = crate::niced::Prompt::begin();
     let start = std::time::Instant::now();
     p.apply(&applied[600..]).expect("apply the erasure");
