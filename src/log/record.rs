@@ -13,6 +13,7 @@
 //! server's memory grow with the log and write each entry's bytes several times over
 //! (docs/ARCHITECTURE.md, "Record format").
 
+use rmp::Marker;
 use serde::{Deserialize, Serialize};
 
 pub const DOMAIN: &[u8] = b"auditmem/log/v1";
@@ -192,13 +193,15 @@ impl<'a> RecordRef<'a> {
         let (prev, rest) = bin32(rest)?;
         let (hash, rest) = bin32(rest)?;
         // The event's bin header, in the shortest form for its length.
-        let (len, rest) = match rest.split_first()? {
-            (0xc4, r) => be_uint(r, 1)?,
-            (0xc5, r) => be_uint(r, 2).filter(|(n, _)| *n > 0xff)?,
-            (0xc6, r) => be_uint(r, 4).filter(|(n, _)| *n > 0xffff)?,
-            _ => return None,
+        let mut rd = rest;
+        let len = rmp::decode::read_bin_len(&mut rd).ok()?;
+        let least = match Marker::from_u8(*rest.first()?) {
+            Marker::Bin8 => 0,
+            Marker::Bin16 => 0x100,
+            _ => 0x1_0000,
         };
-        let event = rest.get(..usize::try_from(len).ok()?)?;
+        let rest = rd;
+        let event = rest.get(..usize::try_from(len).ok().filter(|_| len >= least)?)?;
         let end = bytes.len() - rest.len() + event.len();
         let record = RecordRef {
             seq,
@@ -216,47 +219,40 @@ impl<'a> RecordRef<'a> {
     }
 }
 
-/// The big-endian integer of the first `n` bytes of `b` (n <= 8), and the bytes after it.
-fn be_uint(b: &[u8], n: usize) -> Option<(u64, &[u8])> {
-    let (head, rest) = b.split_at_checked(n)?;
-    Some((head.iter().fold(0, |v, x| (v << 8) | u64::from(*x)), rest))
-}
-
 /// A msgpack unsigned integer in the shortest form (rmp's `write_uint`, as serde's u64 is
-/// written), and the bytes after it.
+/// written), and the bytes after it: rmp reads the value, the marker says whether a shorter
+/// form would have held it.
 fn shortest_uint(b: &[u8]) -> Option<(u64, &[u8])> {
-    let (&marker, rest) = b.split_first()?;
-    let (bytes, least) = match marker {
-        0x00..=0x7f => return Some((u64::from(marker), rest)),
-        0xcc => (1, 0x80),
-        0xcd => (2, 0x100),
-        0xce => (4, 0x1_0000),
-        0xcf => (8, 0x1_0000_0000),
+    use rmp::decode;
+    let mut rd = b;
+    let (v, least) = match Marker::from_u8(*b.first()?) {
+        Marker::FixPos(_) => (u64::from(decode::read_pfix(&mut rd).ok()?), 0),
+        Marker::U8 => (u64::from(decode::read_u8(&mut rd).ok()?), 0x80),
+        Marker::U16 => (u64::from(decode::read_u16(&mut rd).ok()?), 0x100),
+        Marker::U32 => (u64::from(decode::read_u32(&mut rd).ok()?), 0x1_0000),
+        Marker::U64 => (decode::read_u64(&mut rd).ok()?, 0x1_0000_0000),
         _ => return None,
     };
-    be_uint(rest, bytes).filter(|(v, _)| *v >= least)
+    (v >= least).then_some((v, rd))
 }
 
 /// A msgpack integer as rmp's `write_sint` writes an i64 (serde's i64): a value from 0 up as
 /// [`shortest_uint`], a negative one as the shortest negative fixint or int 8/16/32/64.
 fn shortest_sint(b: &[u8]) -> Option<(i64, &[u8])> {
-    let (&marker, rest) = b.split_first()?;
-    let (bytes, most) = match marker {
-        0xe0..=0xff => return Some((i64::from(marker as i8), rest)),
-        0xd0 => (1, -33),
-        0xd1 => (2, -129),
-        0xd2 => (4, -32_769),
-        0xd3 => (8, -2_147_483_649),
+    use rmp::decode;
+    let mut rd = b;
+    let (v, most) = match Marker::from_u8(*b.first()?) {
+        Marker::FixNeg(_) => (i64::from(decode::read_nfix(&mut rd).ok()?), -1),
+        Marker::I8 => (i64::from(decode::read_i8(&mut rd).ok()?), -33),
+        Marker::I16 => (i64::from(decode::read_i16(&mut rd).ok()?), -129),
+        Marker::I32 => (i64::from(decode::read_i32(&mut rd).ok()?), -32_769),
+        Marker::I64 => (decode::read_i64(&mut rd).ok()?, -2_147_483_649),
         _ => {
             let (v, rest) = shortest_uint(b)?;
             return Some((i64::try_from(v).ok()?, rest));
         }
     };
-    let (raw, rest) = be_uint(rest, bytes)?;
-    // Sign-extended from its `bytes` bytes.
-    let shift = 64 - 8 * bytes as u32;
-    let v = ((raw << shift) as i64) >> shift;
-    (v <= most).then_some((v, rest))
+    (v <= most).then_some((v, rd))
 }
 
 /// A 32-byte hash as sealing writes it: bin 8 of length 32.

@@ -229,7 +229,7 @@ pub(super) fn worker(
 ) {
     let _exit = OnExit(shared);
     loop {
-        let batch = {
+        let (batch, size) = {
             let mut q = shared.lock();
             while !q.has_eligible(lane, limits) {
                 if !q.open {
@@ -246,8 +246,8 @@ pub(super) fn worker(
         owners.dedup();
         // A short batch is a request's prompt work (a query, a memory's text): background
         // work gives way to it while it runs on this host's cores (`niced::give_way`).
-        let _prompt = (embedder.uses_cores() && short(batch_size(&batch)))
-            .then(auditmem_projections::niced::Prompt::begin);
+        let _prompt =
+            (embedder.uses_cores() && short(size)).then(auditmem_projections::niced::Prompt::begin);
         let unfinished = pool.install(|| run_batch(embedder, batch));
         let mut q = shared.lock();
         for s in unfinished {
@@ -265,8 +265,8 @@ pub(super) fn worker(
 /// owners whose next turn is not short). A turn is the owner's next
 /// texts, oldest request first, up to the limits (at least one text, however long). The owners
 /// served leave the turns and are busy until the batch ends ([`Queues::release`]). Requests
-/// whose callers have gone are dropped.
-pub(super) fn take(q: &mut Queues, limits: Limits, lane: Lane) -> Vec<Slice> {
+/// whose callers have gone are dropped. With the batch, how many texts it holds and their bytes.
+pub(super) fn take(q: &mut Queues, limits: Limits, lane: Lane) -> (Vec<Slice>, (usize, usize)) {
     let mut batch = Vec::new();
     let (mut texts, mut bytes) = (0usize, 0usize);
     let mut abandoned = 0usize;
@@ -320,18 +320,7 @@ pub(super) fn take(q: &mut Queues, limits: Limits, lane: Lane) -> Vec<Slice> {
     if abandoned > 0 {
         metrics::counter!("auditmem_embed_abandoned_texts_total").increment(abandoned as u64);
     }
-    batch
-}
-
-/// How many texts a batch runs, and their bytes.
-fn batch_size(batch: &[Slice]) -> (usize, usize) {
-    batch.iter().fold((0, 0), |(n, bytes), s| {
-        let texts = &s.job.left()[..s.count];
-        (
-            n + texts.len(),
-            bytes + texts.iter().map(String::len).sum::<usize>(),
-        )
-    })
+    (batch, (texts, bytes))
 }
 
 /// How many of `jobs`' next texts make one turn, and their bytes.
