@@ -8,9 +8,9 @@
 //! ([`BATCH_SPLIT`]), the checkpoint in the last: a start after a crash between them folds
 //! the batch again over what landed, which the fold takes to the same states (`note_version`,
 //! docs/ARCHITECTURE.md). A batch of more than [`LAND_CHUNK`] memories lands in chunks, the
-//! state's lock released between them: the memories it drops are hidden from every read
-//! before the first chunk lands (a chunk a hold too), so a read between the landing's chunks
-//! never shows one.
+//! state's lock released between them: the memories it drops land first, each hidden from
+//! every read in the hold that lands it, so a read between two chunks sees some of the
+//! batch's drops and none of its other changes.
 //!
 //! `apply` runs on the appender's applier, which every tenant's next answer waits for (each
 //! request's audit entry is folded before it is answered). So the memories a large batch
@@ -21,6 +21,7 @@
 //! nothing. An erased memory's state is built without reading its text, which the erasure
 //! drops.
 
+use std::collections::btree_map::Entry;
 use std::io;
 use std::sync::{Arc, Condvar, Mutex, PoisonError, RwLock};
 use std::time::Duration;
@@ -28,13 +29,14 @@ use std::time::Duration;
 use uuid::Uuid;
 
 use super::block::plan;
-use super::state::{Held, Home, State};
+use super::state::{Held, Home, Kept, State};
 use super::tenant::TenantMemories;
 use super::{sealing, Extra, Memories, StoredMemory, TREE};
 use crate::event::{vector_from_bytes, Event};
 use crate::overlay::{fold_new, Split};
 use crate::projection::{Applied, Projection, Result};
 use crate::seal::Keyring;
+use crate::vector_table::Spill;
 use crate::{FastMap, FastSet};
 
 /// What a batch's fold learned beside the memories' latest states.
@@ -204,6 +206,8 @@ fn fold(
         // Erased at once, deleted ones too (their history shows their contents), while their
         // keys may still exist: the erasure destroys them once this is applied.
         Event::SubjectsErased(e) => {
+            // Thousands of states at once: one allocation, not a doubling each time it fills.
+            finals.reserve(e.memory_ids.len());
             for id in &e.memory_ids {
                 // Its text is dropped here: not read (a file read and a decode a memory).
                 if !finals.contains_key(id) {
@@ -267,7 +271,7 @@ impl Projection for Memories {
 
 impl Memories {
     /// [`Projection::apply`], calling `pause` between two holds of the state's write lock (a
-    /// large batch hides and lands its memories [`LAND_CHUNK`] a hold), with the lock free.
+    /// large batch lands its memories [`LAND_CHUNK`] a hold), with the lock free.
     ///
     /// It runs on the applier at the process's priority, large erasures included: every write
     /// folded after it waits for it, so a fold niced below the requests beside it would make
@@ -329,22 +333,32 @@ impl Memories {
             );
         }
         let mut finals: Vec<StoredMemory> = finals.into_values().collect();
-        // A large batch (an erasure of thousands of memories) lands in chunks, the lock
-        // released between them so that reads wait for one chunk at most; the memories it
-        // drops are hidden from every read first, a chunk a hold too.
-        let hidden = if finals.len() > LAND_CHUNK {
-            self.hide_dropped(&finals, pause)
-        } else {
-            FastSet::default()
-        };
         // The hidden memories' index entries, for the unindexing thread.
-        let mut deferred: Vec<Unindex> = Vec::with_capacity(hidden.len());
+        let mut deferred: Vec<Unindex> = Vec::new();
+        // A large batch (an erasure of thousands of memories) lands in chunks, the lock
+        // released between them so that reads wait for one chunk at most. The memories it
+        // drops land first, each hidden as it lands (see `land`), so that a read between two
+        // holds sees some of the batch's drops and none of its other changes.
+        if finals.len() > LAND_CHUNK {
+            let (mut dropped, rest): (Vec<StoredMemory>, Vec<StoredMemory>) = finals
+                .into_iter()
+                .partition(|m| m.deleted_at.is_some() || m.erased);
+            finals = rest;
+            deferred.reserve(dropped.len());
+            while !dropped.is_empty() {
+                let chunk = dropped.split_off(dropped.len().saturating_sub(LAND_CHUNK));
+                let mut guard = self.state.write().unwrap_or_else(|p| p.into_inner());
+                land(&mut guard, chunk, &learned, &resealed, true, &mut deferred)?;
+                drop(guard);
+                pause();
+            }
+        }
         loop {
             let chunk = finals.split_off(finals.len().saturating_sub(LAND_CHUNK));
             let done = finals.is_empty();
             let mut guard = self.state.write().unwrap_or_else(|p| p.into_inner());
             let state = &mut *guard;
-            land(state, chunk, &learned, &resealed, &hidden, &mut deferred)?;
+            land(state, chunk, &learned, &resealed, false, &mut deferred)?;
             if done {
                 for (tenant, seqs) in std::mem::take(&mut histories) {
                     TenantMemories::of(&mut state.tenants, state.spill.as_ref(), tenant)
@@ -385,85 +399,84 @@ const GIVE_WAY_TOTAL: Duration = Duration::from_secs(2);
 /// but an erasure's receipt, and what it has not yet removed stays hidden.
 const ERASE_NICE: i32 = 10;
 
-impl Memories {
-    /// Hides each memory of `finals` that the batch drops (deletes or erases) and that is
-    /// live: marked deleted or erased and taken off its tenant's order and counts, so no get,
-    /// list or search shows it from then on; its tenant's queries check each memory (see
-    /// `TenantMemories::unindexing`) until `land` has taken it out of the indexes. Returns
-    /// the ids hidden.
-    ///
-    /// [`LAND_CHUNK`] memories a hold of the lock, `pause` called between holds (10,000 in
-    /// one hold: ~11 ms that every other tenant's search would wait). A read between two holds sees
-    /// some of the batch's drops and none of its other changes; none of the batch is
-    /// answered before `apply` returned (every write waits for its group's fold, and an
-    /// erasure's receipt for the fold of its event), by when every one is hidden.
-    pub(super) fn hide_dropped(
-        &self,
-        finals: &[StoredMemory],
-        pause: &mut dyn FnMut(),
-    ) -> FastSet<Uuid> {
-        let mut hidden = FastSet::default();
-        let mut dropped = finals
-            .iter()
-            .filter(|m| m.deleted_at.is_some() || m.erased)
-            .peekable();
-        while dropped.peek().is_some() {
-            let mut guard = self.state.write().unwrap_or_else(|p| p.into_inner());
-            let state = &mut *guard;
-            for m in dropped.by_ref().take(LAND_CHUNK) {
-                let Some(k) = state.all.get_mut(&m.id).filter(|k| k.is_live()) else {
-                    continue;
-                };
-                k.hide(m.deleted_at, m.erased);
-                let t = TenantMemories::of(&mut state.tenants, state.spill.as_ref(), m.tenant_id);
-                if t.unlist(m.id, k) {
-                    t.unindexing += 1;
-                    hidden.insert(m.id);
-                }
-            }
-            drop(guard);
-            if dropped.peek().is_some() {
-                pause();
-            }
-        }
-        hidden
+/// Hides `m`, a state the batch being landed drops (deletes or erases), if its memory `k`
+/// is live: marked deleted or erased and taken off its tenant's order and counts, so no get,
+/// list or search shows it from then on; its tenant's queries check each memory (see
+/// `TenantMemories::unindexing`) until the unindexing thread has taken it out of the indexes.
+/// Whether it was hidden (and so is left to that thread).
+fn hide_in(
+    tenants: &mut FastMap<Uuid, TenantMemories>,
+    spill: Option<&Spill>,
+    m: &StoredMemory,
+    k: &mut Kept,
+) -> bool {
+    if !k.is_live() {
+        return false;
     }
+    k.hide(m.deleted_at, m.erased);
+    let t = TenantMemories::of(tenants, spill, m.tenant_id);
+    if !t.unlist(m.id, k) {
+        return false;
+    }
+    t.unindexing += 1;
+    true
+}
+
+/// [`hide_in`] for the memory `m` is a state of, as a large batch's landing hides it.
+#[cfg(test)]
+pub(super) fn hide(state: &mut State, m: &StoredMemory) -> bool {
+    let State {
+        all,
+        tenants,
+        spill,
+        ..
+    } = state;
+    all.get_mut(&m.id)
+        .is_some_and(|k| hide_in(tenants, spill.as_ref(), m, k))
 }
 
 /// Lands `chunk`, states of a committed batch, in the in-memory state: each kept, and put in
-/// its tenant's indexes or dropped from them; those `hidden` (already off the order) are
-/// pushed on `deferred`, for [`Memories::unindex_later`].
+/// its tenant's indexes or dropped from them. With `hide`, a dropped memory that was live is
+/// hidden ([`hide_in`]) and pushed on `deferred`, for [`Memories::unindex_later`], rather
+/// than taken out of the indexes here.
 fn land(
     state: &mut State,
     chunk: Vec<StoredMemory>,
     learned: &Learned,
     resealed: &FastSet<Uuid>,
-    hidden: &FastSet<Uuid>,
+    hide: bool,
     deferred: &mut Vec<Unindex>,
 ) -> Result<()> {
     // Memories dropped, by tenant: their keyword postings go in one pass a tenant.
     let mut unindexed: FastMap<Uuid, Vec<Uuid>> = FastMap::default();
     for m in chunk {
         let id = m.id;
-        // The home is set by the plan; a new memory starts without one.
         let tenant = m.tenant_id;
-        let before = state.all.get(&id);
-        let home = before.map_or(Home::Single, |k| k.home());
-        // A text that did not change stays where it is in the texts file; a state sealed in
-        // this batch changed (its content, its metadata, or its first seal).
-        let text = before
-            .filter(|_| !learned.texts.contains(&id) && !resealed.contains(&id) && !m.erased)
-            .map(|k| k.text());
         // A new or changed content is indexed again for keyword search.
         let live = m.deleted_at.is_none() && !m.erased;
         let content = (learned.texts.contains(&id) && live).then(|| m.content.clone());
         // What the memory was indexed under by its scopes and metadata, if it was live.
         let indexed = state.names.take_held(&id);
-        let kept = state.names.keep(m, home, text);
-        let held = state.names.held(&id);
+        // A state is replaced in place (one look-up, no allocation: see `keep_in`). The home
+        // is set by the plan; a new memory starts without one. A text that did not change
+        // stays where it is in the texts file; a state sealed in this batch changed (its
+        // content, its metadata, or its first seal).
+        let mut hidden = false;
+        let kept: &Kept = match state.all.entry(id) {
+            Entry::Occupied(o) => {
+                let k = o.into_mut();
+                hidden = hide && hide_in(&mut state.tenants, state.spill.as_ref(), &m, k);
+                let text = (!learned.texts.contains(&id) && !resealed.contains(&id) && !m.erased)
+                    .then(|| k.text());
+                let home = k.home();
+                state.names.keep_in(k, m, home, text);
+                k
+            }
+            Entry::Vacant(v) => v.insert(state.names.keep(m, Home::Single, None)),
+        };
         let t = TenantMemories::of(&mut state.tenants, state.spill.as_ref(), tenant);
-        if hidden.contains(&id) {
-            // Off the order and counts already; out of the indexes by the unindexing thread.
+        if hidden {
+            // Off the order and counts; out of the indexes by the unindexing thread.
             deferred.push(Unindex {
                 tenant,
                 id,
@@ -472,7 +485,7 @@ fn land(
         } else if !kept.is_live() {
             t.drop_memory(
                 id,
-                &kept,
+                kept,
                 indexed.as_deref(),
                 unindexed.entry(tenant).or_default(),
             )?;
@@ -480,14 +493,13 @@ fn land(
             let vector = learned.vectors.get(&id).map(|v| vector_from_bytes(v));
             t.put(
                 id,
-                &kept,
+                kept,
                 indexed.as_deref(),
-                held,
+                state.names.held(&id),
                 content.as_deref(),
                 vector.as_deref(),
             )?;
         }
-        state.all.insert(id, kept);
     }
     for (tenant, ids) in unindexed {
         TenantMemories::of(&mut state.tenants, state.spill.as_ref(), tenant).unindex_keywords(&ids);

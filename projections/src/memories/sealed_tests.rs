@@ -414,9 +414,9 @@ fn a_memory_hidden_ahead_of_a_large_batch_landing_is_shown_by_no_read_while_stil
     let mut m = p.stored(&alice).expect("read").expect("kept");
     sealing::erase(&mut m);
     m.deleted_at = Some(90);
-    // What a batch of more than `LAND_CHUNK` memories does before its first chunk lands.
-    let hidden = p.hide_dropped(&[m], &mut || {});
-    assert_eq!(hidden.into_iter().collect::<Vec<_>>(), vec![alice]);
+    // What a batch of more than `LAND_CHUNK` memories does to a memory it drops as it lands.
+    let hidden = super::apply::hide(&mut p.state.write().expect("lock"), &m);
+    assert!(hidden);
     {
         let state = p.state();
         let t = &state.tenants[&T];

@@ -9,7 +9,7 @@
 //! batch that is still landing dropped, until the batch has landed: see `apply`).
 
 use std::borrow::Borrow;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::hash::Hash;
 use std::io;
 
@@ -130,14 +130,14 @@ impl Kept {
 /// Values held once each, named by their index in the order they were first seen.
 pub(super) struct Interned<T> {
     values: Vec<T>,
-    index: HashMap<T, u32>,
+    index: FastMap<T, u32>,
 }
 
 impl<T> Default for Interned<T> {
     fn default() -> Self {
         Self {
             values: Vec::new(),
-            index: HashMap::new(),
+            index: FastMap::default(),
         }
     }
 }
@@ -221,6 +221,37 @@ impl Names {
     /// `m` (either form, see `sealing`) as held in memory; its text (sealed, or its content
     /// when it has no seal) is appended to the texts unless `text` says where it already is.
     pub(super) fn keep(&mut self, m: StoredMemory, home: Home, text: Option<TextRef>) -> Box<Kept> {
+        let mut kept = Box::new(Kept {
+            text_at: 0,
+            versions: Box::default(),
+            importance: 0.0,
+            created_at: 0,
+            updated_at: 0,
+            deleted_at: NOT_DELETED,
+            vector_seq: 0,
+            home_seq: 0,
+            home_part: SINGLE_PART,
+            tenant: 0,
+            model: 0,
+            text_len: 0,
+            memory_type: m.memory_type,
+            erased: false,
+            sealed_text: false,
+        });
+        self.keep_in(&mut kept, m, home, text);
+        kept
+    }
+
+    /// [`Self::keep`] into the memory's [`Kept`] as it is held: every field replaced, no
+    /// allocation but the versions' (a large erasure lands 10,000 states on the applier, which
+    /// every tenant's next answer waits for).
+    pub(super) fn keep_in(
+        &mut self,
+        kept: &mut Kept,
+        m: StoredMemory,
+        home: Home,
+        text: Option<TextRef>,
+    ) {
         let sealed_text = m.sealed.is_some();
         let text = text.unwrap_or_else(|| self.texts.push_bytes(&sealing::text_bytes(&m)));
         match m.extra {
@@ -241,25 +272,25 @@ impl Names {
         } else {
             self.old_vectors.insert(m.id, m.vector.into_boxed_slice());
         }
-        let mut kept = Box::new(Kept {
-            tenant: self.tenants.index_of(&m.tenant_id),
-            model: self.models.index_of(m.model.as_str()),
-            text_at: text.at,
-            text_len: text.len,
-            versions: m.versions.into_boxed_slice(),
-            importance: m.importance,
-            created_at: m.created_at,
-            updated_at: m.updated_at,
-            deleted_at: m.deleted_at.unwrap_or(NOT_DELETED),
-            vector_seq: m.vector_seq,
-            home_seq: 0,
-            home_part: SINGLE_PART,
-            memory_type: m.memory_type,
-            erased: m.erased,
-            sealed_text,
-        });
+        // The tenant and model a state keeps are usually those it had: no look-up then.
+        if self.tenants.get(kept.tenant) != Some(&m.tenant_id) {
+            kept.tenant = self.tenants.index_of(&m.tenant_id);
+        }
+        if self.models.get(kept.model).map(String::as_str) != Some(m.model.as_str()) {
+            kept.model = self.models.index_of(m.model.as_str());
+        }
+        kept.text_at = text.at;
+        kept.text_len = text.len;
+        kept.versions = m.versions.into_boxed_slice();
+        kept.importance = m.importance;
+        kept.created_at = m.created_at;
+        kept.updated_at = m.updated_at;
+        kept.deleted_at = m.deleted_at.unwrap_or(NOT_DELETED);
+        kept.vector_seq = m.vector_seq;
+        kept.memory_type = m.memory_type;
+        kept.erased = m.erased;
+        kept.sealed_text = sealed_text;
         kept.set_home(home);
-        kept
     }
 
     /// The memory's content: `Ok(None)` when it is erased, or its keys are gone.
@@ -315,13 +346,26 @@ impl Names {
                 sealing::Text::Sealed(s) => (String::new(), Some(s)),
             },
         };
-        Ok(self.stored_with(id, k, content, sealed))
+        Ok(self.stored_with(id, k, content, sealed, self.extra(&id).cloned()))
     }
 
     /// The memory's state erased (see `sealing::erase`), its text not read: what an erasure
-    /// that names it folds it into.
+    /// that names it folds it into. Its metadata is not copied to be dropped.
     pub(super) fn stored_erased(&self, id: Uuid, k: &Kept) -> StoredMemory {
-        let mut m = self.stored_with(id, k, String::new(), None);
+        let extra = self.extra(&id).and_then(|x| {
+            Extra {
+                user_id: x.user_id.clone(),
+                agent_id: x.agent_id.clone(),
+                session_id: x.session_id.clone(),
+                metadata: None,
+                expires_at: x.expires_at,
+                superseded_by: x.superseded_by,
+                superseded_at: x.superseded_at,
+                occurred_at: x.occurred_at,
+            }
+            .or_none()
+        });
+        let mut m = self.stored_with(id, k, String::new(), None, extra);
         sealing::erase(&mut m);
         m
     }
@@ -332,7 +376,11 @@ impl Names {
         k: &Kept,
         content: String,
         sealed: Option<crate::seal::Sealed>,
+        extra: Option<Extra>,
     ) -> StoredMemory {
+        // Room for the version of the event that changes it (what it is read for).
+        let mut versions = Vec::with_capacity(k.versions.len() + 1);
+        versions.extend_from_slice(&k.versions);
         StoredMemory {
             id,
             tenant_id: self.tenant(k.tenant),
@@ -347,10 +395,10 @@ impl Names {
                 .get(&id)
                 .map(|v| v.to_vec())
                 .unwrap_or_default(),
-            versions: k.versions.to_vec(),
+            versions,
             deleted_at: k.is_deleted().then_some(k.deleted_at),
             vector_seq: k.vector_seq,
-            extra: self.extra(&id).cloned(),
+            extra,
             keys: sealed.as_ref().map(|s| s.keys.clone()).unwrap_or_default(),
             sealed,
             erased: k.erased,
@@ -371,7 +419,7 @@ pub(super) struct State {
     /// commit left them (its new blocks landed, not its removals). The next batch removes them.
     pub(super) unused: Vec<BlockId>,
     pub(super) names: Names,
-    pub(super) tenants: HashMap<Uuid, TenantMemories>,
+    pub(super) tenants: FastMap<Uuid, TenantMemories>,
     /// Where large tenants' vector tables keep their f32 rows (see `vector_table`).
     pub(super) spill: Option<Spill>,
 }

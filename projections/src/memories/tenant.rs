@@ -20,6 +20,7 @@ use crate::event::{vector_from_bytes, MemoryType};
 use crate::keyword::KeywordIndex;
 use crate::projection::{corrupt, Result};
 use crate::vector_table::{FastSearch, Hit, RowFilter, Spill, VectorTable};
+use crate::FastMap;
 
 /// One tenant's live memories: their order, counts per type, and vectors.
 pub(super) struct TenantMemories {
@@ -70,7 +71,7 @@ impl Mark {
 impl TenantMemories {
     /// The tenant's entry in `tenants`, new ones with a vector table that spills as `spill` says.
     pub(super) fn of<'a>(
-        tenants: &'a mut HashMap<Uuid, TenantMemories>,
+        tenants: &'a mut FastMap<Uuid, TenantMemories>,
         spill: Option<&Spill>,
         id: Uuid,
     ) -> &'a mut TenantMemories {
@@ -280,7 +281,7 @@ pub(super) fn read_tenants(
     state: &State,
     vectors: VectorSource<'_>,
     mut contents: crate::FastMap<Uuid, String>,
-) -> Result<HashMap<Uuid, TenantMemories>> {
+) -> Result<FastMap<Uuid, TenantMemories>> {
     // Reading the vectors back from the log is random reads and decoding: on every core.
     let mut live: Vec<(Uuid, &Kept)> = state
         .all
@@ -314,7 +315,7 @@ pub(super) fn read_tenants(
             }
         })
         .collect();
-    let mut tenants: HashMap<Uuid, TenantMemories> = HashMap::new();
+    let mut tenants: FastMap<Uuid, TenantMemories> = FastMap::default();
     // Every memory's versions, deleted and erased ones too: each tenant's history.
     let mut histories: HashMap<u32, Vec<u64>> = HashMap::new();
     for m in state.all.values() {

@@ -727,8 +727,8 @@ fn a_large_erasure_hides_its_memories_a_chunk_a_hold_and_leaves_the_indexes_off_
         seen.push((p.count(&t), listed.len(), hits.len()));
     })
     .expect("apply the erasure");
-    // The 300 hidden 256 a hold, then landed 256 a hold with every one hidden: a read between
-    // the landing's holds shows none of them.
+    // The 300 hidden and landed 256 a hold: a read between the holds shows the 44 not yet
+    // landed and the one the erasure leaves.
     assert_eq!(seen, vec![(45, 45, 45), (1, 1, 1)]);
     // Hidden from every read once `apply` returned.
     assert_eq!(p.count(&t), 1);
@@ -761,7 +761,7 @@ fn a_large_erasure_hides_its_memories_a_chunk_a_hold_and_leaves_the_indexes_off_
     assert_eq!(p.count(&other), 1);
 }
 
-/// A large erasure hides and lands its memories a chunk a hold, then leaves the one memory it
+/// A large erasure hides and lands its memories a chunk a hold, and leaves the one memory it
 /// does not name in every index: the unindexing thread takes the others out of the scopes and
 /// vectors a chunk a hold and out of the keyword postings in one last pass.
 #[test]
@@ -774,7 +774,7 @@ fn a_large_erasure_leaves_only_what_it_does_not_name_in_the_indexes() {
     let mut pauses = 0;
     p.apply_pausing(&applied[300..], &mut || pauses += 1)
         .expect("apply the erasure");
-    // 299 memories: hidden in two holds, then landed in two, a pause between each two.
+    // 299 memories: hidden and landed in two holds, a pause after each.
     assert_eq!(pauses, 2);
     assert_eq!(p.count(&t), 1);
     assert_eq!(indexed_once_unindexed(&p, &t), (1, 1, 0));
