@@ -10,7 +10,8 @@ use std::ops::Bound;
 use ed25519_dalek::VerifyingKey;
 use rayon::prelude::*;
 
-use super::check::{check_stored, Parsed};
+use super::check::{check_stored, settle, Parsed};
+use super::hashes::Hashes;
 use super::report::Report;
 use super::verifier::Verifier;
 use crate::log::checkpoint::Checkpoint;
@@ -139,6 +140,7 @@ fn check_range(tree: &sled::Tree, range: KeyRange, tick: &(dyn Fn(u64) + Sync)) 
     };
     let mut out = Vec::with_capacity(4096);
     let mut last = LastKeys::default();
+    let mut hashes = Hashes::default();
     for kv in tree.range::<&[u8], _>((
         range.0.as_ref().map(Vec::as_slice),
         range.1.as_ref().map(|k| &k[..]),
@@ -149,6 +151,7 @@ fn check_range(tree: &sled::Tree, range: KeyRange, tick: &(dyn Fn(u64) + Sync)) 
                 &val,
                 &mut out,
                 &mut last,
+                &mut hashes,
             ),
             Err(e) => {
                 let at = out
@@ -163,6 +166,8 @@ fn check_range(tree: &sled::Tree, range: KeyRange, tick: &(dyn Fn(u64) + Sync)) 
             }
         }
     }
+    // The hashes still queued: every record's `hash_ok` is final before it is linked.
+    hashes.finish(&mut |t, h| settle(&mut out, t, h));
     tick(out.len() as u64);
     out
 }
