@@ -86,7 +86,7 @@ fn verify_windows(
         let read = || -> Vec<Vec<Parsed>> {
             ranges
                 .par_iter()
-                .map(|r| check_range(tree, r.clone(), tick))
+                .map(|r| check_range(tree, r.clone(), (span, hi), tick))
                 .collect()
         };
         let (mut read, ()) = rayon::join(read, || link(&mut v, std::mem::take(&mut checked)));
@@ -133,12 +133,25 @@ fn link(v: &mut Verifier, checked: Vec<Vec<Parsed>>) {
 
 /// Reads and checks the records stored under the keys of `range`; a storage error ends the
 /// range with a record that names it.
-fn check_range(tree: &sled::Tree, range: KeyRange, tick: &(dyn Fn(u64) + Sync)) -> Vec<Parsed> {
+///
+/// The records' vector is sized for the range's seqs, those up to `last_seq` (the last key's) in
+/// an open range, at most `span` (a tampered tree's range can hold any number), rather than
+/// grown record by record.
+fn check_range(
+    tree: &sled::Tree,
+    range: KeyRange,
+    (span, last_seq): (u64, u64),
+    tick: &(dyn Fn(u64) + Sync),
+) -> Vec<Parsed> {
     let a = match &range.0 {
         Bound::Included(k) | Bound::Excluded(k) => seq_at(k),
         Bound::Unbounded => 0,
     };
-    let mut out = Vec::with_capacity(4096);
+    let seqs = match &range.1 {
+        Bound::Excluded(k) => seq_at(k).saturating_sub(a),
+        _ => last_seq.saturating_sub(a).saturating_add(1),
+    };
+    let mut out = Vec::with_capacity(usize::try_from(seqs.min(span)).unwrap_or(0));
     let mut last = LastKeys::default();
     let mut hashes = Hashes::default();
     for kv in tree.range::<&[u8], _>((
