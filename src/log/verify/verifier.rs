@@ -17,6 +17,7 @@ use ed25519_dalek::VerifyingKey;
 use rayon::prelude::*;
 
 use super::check::{check_one, Parsed};
+use super::hashes;
 use super::report::{Failure, FailureKind, Report};
 use crate::log::checkpoint::Checkpoint;
 use crate::log::Head;
@@ -104,11 +105,11 @@ impl Verifier {
     /// Adds the leaf of the record stored at `seq` with hash `hash` to the tree, keeping the
     /// root after it when `anchor` (an anchor names `seq`).
     fn add_leaf(&mut self, seq: u64, hash: &[u8; 32], anchor: bool) {
-        let mut node = crate::tlog::leaf_hash(seq, hash);
+        let mut node = hashes::leaf_hash(seq, hash);
         let mut index = self.leaves;
         while index & 1 == 1 {
             match self.frontier.pop() {
-                Some(left) => node = tlog_tiles::node_hash(left, node),
+                Some(left) => node = hashes::node_hash(&left, &node),
                 None => break,
             }
             index >>= 1;
@@ -118,7 +119,7 @@ impl Verifier {
         if anchor {
             let mut root = node;
             for left in self.frontier.iter().rev().skip(1) {
-                root = tlog_tiles::node_hash(*left, root);
+                root = hashes::node_hash(left, &root);
             }
             self.roots.insert(seq, root);
         }
