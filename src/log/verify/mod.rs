@@ -7,10 +7,12 @@
 //!
 //! - `report`: the [`Report`] and the [`FailureKind`]s it names;
 //! - `check`: one record checked on its own (decoding, hash, canonical bytes);
+//! - `hashes`: the records' hashes computed many at a time;
 //! - `verifier`: the streaming [`Verifier`], linking checked records and checking the anchors;
 //! - `tree`: [`verify_tree`], a whole stored log tree across the cores.
 
 mod check;
+mod hashes;
 mod report;
 mod tree;
 mod verifier;

@@ -10,7 +10,8 @@ use std::ops::Bound;
 use ed25519_dalek::VerifyingKey;
 use rayon::prelude::*;
 
-use super::check::{check_stored, Parsed};
+use super::check::{check_stored, settle, Parsed};
+use super::hashes::Hashes;
 use super::report::Report;
 use super::verifier::Verifier;
 use crate::log::checkpoint::Checkpoint;
@@ -85,7 +86,7 @@ fn verify_windows(
         let read = || -> Vec<Vec<Parsed>> {
             ranges
                 .par_iter()
-                .map(|r| check_range(tree, r.clone(), tick))
+                .map(|r| check_range(tree, r.clone(), (span, hi), tick))
                 .collect()
         };
         let (mut read, ()) = rayon::join(read, || link(&mut v, std::mem::take(&mut checked)));
@@ -132,13 +133,27 @@ fn link(v: &mut Verifier, checked: Vec<Vec<Parsed>>) {
 
 /// Reads and checks the records stored under the keys of `range`; a storage error ends the
 /// range with a record that names it.
-fn check_range(tree: &sled::Tree, range: KeyRange, tick: &(dyn Fn(u64) + Sync)) -> Vec<Parsed> {
+///
+/// The records' vector is sized for the range's seqs, those up to `last_seq` (the last key's) in
+/// an open range, at most `span` (a tampered tree's range can hold any number), rather than
+/// grown record by record.
+fn check_range(
+    tree: &sled::Tree,
+    range: KeyRange,
+    (span, last_seq): (u64, u64),
+    tick: &(dyn Fn(u64) + Sync),
+) -> Vec<Parsed> {
     let a = match &range.0 {
         Bound::Included(k) | Bound::Excluded(k) => seq_at(k),
         Bound::Unbounded => 0,
     };
-    let mut out = Vec::with_capacity(4096);
+    let seqs = match &range.1 {
+        Bound::Excluded(k) => seq_at(k).saturating_sub(a),
+        _ => last_seq.saturating_sub(a).saturating_add(1),
+    };
+    let mut out = Vec::with_capacity(usize::try_from(seqs.min(span)).unwrap_or(0));
     let mut last = LastKeys::default();
+    let mut hashes = Hashes::default();
     for kv in tree.range::<&[u8], _>((
         range.0.as_ref().map(Vec::as_slice),
         range.1.as_ref().map(|k| &k[..]),
@@ -149,6 +164,7 @@ fn check_range(tree: &sled::Tree, range: KeyRange, tick: &(dyn Fn(u64) + Sync)) 
                 &val,
                 &mut out,
                 &mut last,
+                &mut hashes,
             ),
             Err(e) => {
                 let at = out
@@ -163,6 +179,8 @@ fn check_range(tree: &sled::Tree, range: KeyRange, tick: &(dyn Fn(u64) + Sync)) 
             }
         }
     }
+    // The hashes still queued: every record's `hash_ok` is final before it is linked.
+    hashes.finish(&mut |t, h| settle(&mut out, t, h));
     tick(out.len() as u64);
     out
 }

@@ -8,6 +8,7 @@
 //! checked against the chain.
 
 use std::collections::{BTreeMap, HashMap};
+use std::ops::Bound;
 use std::sync::Arc;
 
 use auditmem_projections::seal::KeyId;
@@ -16,6 +17,7 @@ use ed25519_dalek::VerifyingKey;
 use rayon::prelude::*;
 
 use super::check::{check_one, Parsed};
+use super::hashes;
 use super::report::{Failure, FailureKind, Report};
 use crate::log::checkpoint::Checkpoint;
 use crate::log::Head;
@@ -44,6 +46,10 @@ pub struct Verifier {
     last_hash: [u8; 32],
     /// Hashes found at the seqs the anchors name.
     wanted: BTreeMap<u64, Option<[u8; 32]>>,
+    /// The first seq of `wanted` past the records linked so far (`u64::MAX` past the last):
+    /// the keys linked increase, so a record below it is no anchor's, which a comparison
+    /// tells instead of a lookup in `wanted` for every record.
+    next_wanted: u64,
     /// The Merkle tree over the records read so far (`crate::tlog`): the complete subtrees of
     /// its right edge, largest first.
     frontier: Vec<tlog_tiles::Hash>,
@@ -72,6 +78,7 @@ impl Verifier {
             anchor_seqs.into_iter().map(|s| (s, None)).collect();
         Verifier {
             tree_until: wanted.last_key_value().map_or(0, |(s, _)| *s),
+            next_wanted: wanted.first_key_value().map_or(u64::MAX, |(s, _)| *s),
             from: 1,
             expected: 1,
             prev_hash: [0; 32],
@@ -95,23 +102,24 @@ impl Verifier {
         }
     }
 
-    /// Adds the leaf of the record stored at `seq` with hash `hash` to the tree.
-    fn add_leaf(&mut self, seq: u64, hash: &[u8; 32]) {
-        let mut node = crate::tlog::leaf_hash(seq, hash);
+    /// Adds the leaf of the record stored at `seq` with hash `hash` to the tree, keeping the
+    /// root after it when `anchor` (an anchor names `seq`).
+    fn add_leaf(&mut self, seq: u64, hash: &[u8; 32], anchor: bool) {
+        let mut node = hashes::leaf_hash(seq, hash);
         let mut index = self.leaves;
         while index & 1 == 1 {
             match self.frontier.pop() {
-                Some(left) => node = tlog_tiles::node_hash(left, node),
+                Some(left) => node = hashes::node_hash(&left, &node),
                 None => break,
             }
             index >>= 1;
         }
         self.frontier.push(node);
         self.leaves += 1;
-        if self.wanted.contains_key(&seq) {
+        if anchor {
             let mut root = node;
             for left in self.frontier.iter().rev().skip(1) {
-                root = tlog_tiles::node_hash(*left, root);
+                root = hashes::node_hash(left, &root);
             }
             self.roots.insert(seq, root);
         }
@@ -190,13 +198,22 @@ impl Verifier {
             Some(None) => self.plaintext += 1,
             None => {}
         }
-        if let Some(slot) = self.wanted.get_mut(&key) {
-            *slot = Some(c.hash);
+        let mut anchor = false;
+        if key >= self.next_wanted {
+            if let Some(slot) = self.wanted.get_mut(&key) {
+                *slot = Some(c.hash);
+                anchor = true;
+            }
+            self.next_wanted = self
+                .wanted
+                .range((Bound::Excluded(key), Bound::Unbounded))
+                .next()
+                .map_or(u64::MAX, |(s, _)| *s);
         }
         // Keys increase from here on (the out-of-order ones returned above), so the leaves
         // left out are the log's tail past the last anchor.
         if key <= self.tree_until {
-            self.add_leaf(key, &c.hash);
+            self.add_leaf(key, &c.hash, anchor);
         }
         let mut ok = true;
         if !c.hash_ok {
