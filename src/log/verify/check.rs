@@ -22,7 +22,11 @@ pub(super) struct Checked {
     pub(super) seq: u64,
     pub(super) prev: [u8; 32],
     pub(super) hash: [u8; 32],
+    /// Its bytes are canonical and hash to `hash`: false until its hash is computed
+    /// ([`settle`]), so a record whose hash was never computed fails.
     pub(super) hash_ok: bool,
+    /// Its bytes are canonical (what `hash_ok` needs beside the hash).
+    canonical: bool,
     /// Whether the record holds personal fields, and how (`Event::sealing_of`); records read
     /// one after another under one key set share its list.
     pub(super) sealing: Option<Option<Arc<[KeyId]>>>,
@@ -37,16 +41,22 @@ pub(super) fn check_one(key: u64, bytes: &[u8], last: &mut LastKeys) -> Parsed {
         };
     let result = decoded.and_then(|r| {
         let mut c = check_unhashed(bytes, &r, sealed_form, last)?;
-        c.hash_ok &= r.computed_hash() == c.hash;
+        c.settle(r.computed_hash());
         Ok(c)
     });
     Parsed { key, result }
 }
 
-/// Checks the record `bytes`, decoded as `r`, all but its hash: the `hash_ok` returned says
-/// only whether its bytes are canonical, and is to be and-ed with whether its computed hash
-/// is its stored one. `sealed_form` when the decoding found the bytes exactly as sealing
-/// writes them (so they are canonical).
+impl Checked {
+    /// Records that the record hashes to `computed`.
+    fn settle(&mut self, computed: [u8; 32]) {
+        self.hash_ok = self.canonical && computed == self.hash;
+    }
+}
+
+/// Checks the record `bytes`, decoded as `r`, all but its hash: its `hash_ok` is false until
+/// [`Checked::settle`] is given its computed hash. `sealed_form` when the decoding found the
+/// bytes exactly as sealing writes them (so they are canonical).
 fn check_unhashed(
     bytes: &[u8],
     r: &RecordRef<'_>,
@@ -63,12 +73,13 @@ fn check_unhashed(
         .map_err(|_| "hash is not 32 bytes".to_string())?;
     // A re-encoded envelope decodes to the same fields and hash: its bytes were changed all
     // the same, so it counts as a modified record.
-    let hash_ok = sealed_form || record::is_canonical(bytes, r);
+    let canonical = sealed_form || record::is_canonical(bytes, r);
     Ok(Checked {
         seq: r.seq,
         prev,
         hash,
-        hash_ok,
+        hash_ok: false,
+        canonical,
         sealing: Event::sealing_ref(r.event).and_then(|s| match s {
             None => Some(None),
             Some(keys) => last.ids(keys).map(Some),
@@ -78,8 +89,8 @@ fn check_unhashed(
 
 /// Checks every record of the stored value under `key`, the `i`-th at seq `key + i`, into
 /// `out`: each record's hash is queued in `hashes` under its index in `out`, and its
-/// `hash_ok` is final only once [`settle`] has been called with that hash (from the
-/// `hashes`' `push` here or its `finish`).
+/// `hash_ok` is false until [`settle`] has been called with that hash (from the `hashes`'
+/// `push` here or its `finish`).
 pub(super) fn check_stored(
     key: u64,
     value: &[u8],
@@ -116,6 +127,6 @@ pub(super) fn check_stored(
 /// Records that the record at `out[tag]` hashes to `computed`.
 pub(super) fn settle(out: &mut [Parsed], tag: usize, computed: [u8; 32]) {
     if let Some(Parsed { result: Ok(c), .. }) = out.get_mut(tag) {
-        c.hash_ok &= computed == c.hash;
+        c.settle(computed);
     }
 }
