@@ -366,6 +366,21 @@ impl Server {
         (status, ct, cd, r.bytes().expect("bytes").to_vec())
     }
 
+    /// [`Self::download_export`] of a completed export from a node of a cluster: while it
+    /// answers 503 (the node is still writing its own copy, 5030 "retry in a few seconds",
+    /// docs/SCALING.md; or, back from a crash, does not reach the cluster's stores yet), asked
+    /// again for at most a minute.
+    pub fn download_cluster_export(&self, key: &str, id: &str) -> (u16, String, String, Vec<u8>) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let got = self.download_export(key, id);
+            if got.0 != 503 || Instant::now() >= deadline {
+                return got;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     pub fn head(&self) -> (u64, String) {
         let (_, v) = self.admin(Method::GET, "/admin/v1/log/head", None);
         (

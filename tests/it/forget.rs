@@ -343,8 +343,8 @@ fn entries_of(c: &mut Client<'_>, i: usize) -> BTreeMap<String, (Value, Value)> 
 }
 
 fn rows_of(node: &Server, key: &str, export_id: &str) -> (Vec<u8>, BTreeMap<String, Value>) {
-    let (status, _, _, bytes) = node.download_export(key, export_id);
-    assert_eq!(status, 200);
+    let (status, _, _, bytes) = node.download_cluster_export(key, export_id);
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&bytes));
     let rows: Vec<Value> = serde_json::from_slice(&bytes).expect("the export's JSON");
     let rows = rows
         .into_iter()

@@ -549,20 +549,6 @@ fn check_seqs(s: &Server) -> Result<u64, String> {
 }
 
 /// Every acknowledged export completes, with the same status and bytes on every node.
-/// The export's download from `node`: while it answers 503 (a node back from a cycle may not
-/// reach the cluster's stores again yet, and 503 with `Retry-After` is its answer for that),
-/// asked again for at most 30 s, as its status is waited for.
-fn download_once_served(node: &Server, key: &str, id: &str) -> (u16, Vec<u8>) {
-    let until = Instant::now() + Duration::from_secs(30);
-    loop {
-        let (status, _, _, bytes) = node.download_export(key, id);
-        if status != 503 || Instant::now() >= until {
-            return (status, bytes);
-        }
-        std::thread::sleep(Duration::from_millis(250));
-    }
-}
-
 fn check_exports(nodes: &[Server], key: &str, exports: &[String]) -> Vec<String> {
     let mut wrong = Vec::new();
     for id in exports {
@@ -582,7 +568,7 @@ fn check_exports(nodes: &[Server], key: &str, exports: &[String]) -> Vec<String>
             if v["file_blake3"] != done["file_blake3"] {
                 wrong.push(format!("export {id}: node {i} gives {v}"));
             }
-            let (s, b) = download_once_served(n, key, id);
+            let (s, _, _, b) = n.download_cluster_export(key, id);
             if s != 200 || b != bytes {
                 wrong.push(format!(
                     "export {id}: node {i} downloads {s}, {} bytes",

@@ -65,7 +65,7 @@ fn more_answers(s: &Server, key: &str, memory_ids: &[String], export_id: &str) -
     status["manifest"]["signature"] = Value::Null;
     status["manifest"]["public_key"] = Value::Null;
     out.push(json!([r.status, status]));
-    let (code, ct, cd, bytes) = s.download_export(key, export_id);
+    let (code, ct, cd, bytes) = s.download_cluster_export(key, export_id);
     out.push(json!([
         code,
         ct,
@@ -169,7 +169,8 @@ fn a_node_on_an_empty_data_dir_catches_up_and_answers_as_the_others() {
     let end = now_end_time();
     let refs: Vec<&Server> = nodes.iter().collect();
     let head = wait_same_head(&refs, last, Duration::from_secs(30));
-    let (_, _, _, file) = nodes[1].download_export(&key, &export_id);
+    let (status, _, _, file) = nodes[1].download_cluster_export(&key, &export_id);
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&file));
     let last_id = audit_ids.last().expect("ingested");
     assert!(
         String::from_utf8_lossy(&file).contains(last_id.as_str()),
@@ -192,7 +193,7 @@ fn a_node_on_an_empty_data_dir_catches_up_and_answers_as_the_others() {
     for (i, n) in [&nodes[1], &nodes[2], &joined].into_iter().enumerate() {
         let got = more_answers(n, &key, &memory_ids, &export_id);
         assert_same_answers(&reference, &got);
-        let (code, _, _, bytes) = n.download_export(&key, &export_id);
+        let (code, _, _, bytes) = n.download_cluster_export(&key, &export_id);
         assert_eq!((code, bytes == file), (200, true), "node {}", i + 1);
     }
     // What was compared is what was written: searches found, histories hold every version.
