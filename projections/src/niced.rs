@@ -2,6 +2,10 @@
 //! runs below the requests beside it, so that on a few cores it takes
 //! what they leave rather than an even share.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Condvar, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
 /// Sets the calling thread's nice value to the process's plus `nice` (Linux: per thread),
 /// unless it is that low already. Relative to the process, not to the thread: a thread
 /// inherits its creator's value, so a niced thread's helpers would otherwise be niced twice.
@@ -56,9 +60,9 @@ pub fn idle_priority() -> std::io::Result<()> {
 /// erasure's count of its entries, its unindexing) waits, between two steps of a millisecond
 /// or so, until no prompt work runs, for a bounded time so that it still gets done under a
 /// steady stream of queries. Process-wide, as the cores are.
-static PROMPT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-static PROMPT_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-static PROMPT_DONE: std::sync::Condvar = std::sync::Condvar::new();
+static PROMPT: AtomicUsize = AtomicUsize::new(0);
+static PROMPT_LOCK: Mutex<()> = Mutex::new(());
+static PROMPT_DONE: Condvar = Condvar::new();
 
 /// Prompt work running, from [`Prompt::begin`] until dropped.
 #[must_use = "the work counts as running until the guard is dropped"]
@@ -66,18 +70,16 @@ pub struct Prompt(());
 
 impl Prompt {
     pub fn begin() -> Prompt {
-        PROMPT.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        PROMPT.fetch_add(1, Ordering::SeqCst);
         Prompt(())
     }
 }
 
 impl Drop for Prompt {
     fn drop(&mut self) {
-        if PROMPT.fetch_sub(1, std::sync::atomic::Ordering::SeqCst) == 1 {
+        if PROMPT.fetch_sub(1, Ordering::SeqCst) == 1 {
             // Taken so that a waiter between its check and its wait hears this.
-            let _held = PROMPT_LOCK
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let _held = PROMPT_LOCK.lock().unwrap_or_else(PoisonError::into_inner);
             PROMPT_DONE.notify_all();
         }
     }
@@ -85,28 +87,25 @@ impl Drop for Prompt {
 
 /// Whether prompt work runs ([`Prompt`]).
 pub fn prompt_running() -> bool {
-    PROMPT.load(std::sync::atomic::Ordering::SeqCst) > 0
+    PROMPT.load(Ordering::SeqCst) > 0
 }
 
 /// Waits while prompt work runs ([`Prompt`]), at most `most`; returns how long it waited
 /// (zero at once when none runs).
-pub fn give_way(most: std::time::Duration) -> std::time::Duration {
-    use std::sync::atomic::Ordering;
+pub fn give_way(most: Duration) -> Duration {
     if !prompt_running() {
-        return std::time::Duration::ZERO;
+        return Duration::ZERO;
     }
-    let start = std::time::Instant::now();
+    let start = Instant::now();
     // A unit lock: nothing it guards can be left inconsistent by a panic.
-    let mut held = PROMPT_LOCK
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut held = PROMPT_LOCK.lock().unwrap_or_else(PoisonError::into_inner);
     while PROMPT.load(Ordering::SeqCst) > 0 {
         let Some(left) = most.checked_sub(start.elapsed()).filter(|l| !l.is_zero()) else {
             break;
         };
         held = PROMPT_DONE
             .wait_timeout(held, left)
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .unwrap_or_else(PoisonError::into_inner)
             .0;
     }
     start.elapsed()
@@ -116,12 +115,12 @@ pub fn give_way(most: std::time::Duration) -> std::time::Duration {
 /// wait at most `each`, and all of them at most `total`, after which the work runs as if no
 /// prompt work ran (so a steady stream of queries delays it by `total` at most).
 pub struct GiveWay {
-    each: std::time::Duration,
-    left: std::time::Duration,
+    each: Duration,
+    left: Duration,
 }
 
 impl GiveWay {
-    pub fn new(each: std::time::Duration, total: std::time::Duration) -> GiveWay {
+    pub fn new(each: Duration, total: Duration) -> GiveWay {
         GiveWay { each, left: total }
     }
 
@@ -138,12 +137,10 @@ impl GiveWay {
 /// Held by the tests that begin prompt work: the count is the process's, and tests run side
 /// by side.
 #[cfg(test)]
-pub(crate) static PROMPT_TESTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+pub(crate) static PROMPT_TESTS: Mutex<()> = Mutex::new(());
 
 #[cfg(test)]
 mod tests {
-    use std::time::{Duration, Instant};
-
     use super::*;
 
     #[test]

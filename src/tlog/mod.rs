@@ -79,9 +79,58 @@ pub fn leaf_data(seq: u64, record_hash: &[u8; 32]) -> [u8; 40] {
     leaf
 }
 
-/// `SHA-256(0x00 || leaf_data(seq, record_hash))`.
+// A leaf and about one node a record, hashed by the tree as records are appended and by
+// `verify` over the whole log: SHA-256 of one and two blocks, their padded blocks written here
+// and compressed by sha2's `compress256`, without the `Digest` API's buffering a byte string at
+// a time (a fifth of their cost in a profile of verify).
+
+/// SHA-256's initial state (FIPS 180-4, 5.3.3).
+const SHA256_H0: [u32; 8] = [
+    0x6a09_e667,
+    0xbb67_ae85,
+    0x3c6e_f372,
+    0xa54f_f53a,
+    0x510e_527f,
+    0x9b05_688c,
+    0x1f83_d9ab,
+    0x5be0_cd19,
+];
+
+/// SHA-256 of the message whose padded blocks are `blocks`.
+fn sha256_padded(
+    blocks: &[sha2::digest::generic_array::GenericArray<u8, sha2::digest::consts::U64>],
+) -> Hash {
+    let mut state = SHA256_H0;
+    sha2::compress256(&mut state, blocks);
+    let mut out = [0u8; 32];
+    for (b, w) in out.chunks_exact_mut(4).zip(state) {
+        b.copy_from_slice(&w.to_be_bytes());
+    }
+    Hash(out)
+}
+
+/// `SHA-256(0x00 || leaf_data(seq, record_hash))`: 41 bytes, one block.
 pub fn leaf_hash(seq: u64, record_hash: &[u8; 32]) -> Hash {
-    tlog_tiles::record_hash(&leaf_data(seq, record_hash))
+    let mut block = [0u8; 64];
+    block[1..9].copy_from_slice(&seq.to_be_bytes());
+    block[9..41].copy_from_slice(record_hash);
+    // Padding: a one bit, zeros, the message's length in bits.
+    block[41] = 0x80;
+    block[56..].copy_from_slice(&(41u64 * 8).to_be_bytes());
+    sha256_padded(&[block.into()])
+}
+
+/// `tlog_tiles::node_hash`: SHA-256 of `0x01 || left || right`, 65 bytes, two blocks.
+pub fn node_hash(left: &Hash, right: &Hash) -> Hash {
+    let mut first = [0u8; 64];
+    first[0] = 0x01;
+    first[1..33].copy_from_slice(&left.0);
+    first[33..].copy_from_slice(&right.0[..31]);
+    let mut second = [0u8; 64];
+    second[0] = right.0[31];
+    second[1] = 0x80;
+    second[56..].copy_from_slice(&(65u64 * 8).to_be_bytes());
+    sha256_padded(&[first.into(), second.into()])
 }
 
 /// The root of a complete subtree over `hashes` (a power of two of them).
@@ -91,7 +140,7 @@ fn subtree(hashes: &[Hash]) -> Hash {
         1 => hashes[0],
         n => {
             let half = n / 2;
-            tlog_tiles::node_hash(subtree(&hashes[..half]), subtree(&hashes[half..]))
+            node_hash(&subtree(&hashes[..half]), &subtree(&hashes[half..]))
         }
     }
 }

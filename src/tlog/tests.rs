@@ -367,3 +367,25 @@ fn tiles_hold_the_levels_hashes() {
     let t = Tile::new(TILE_HEIGHT, 1, 0, 4, false);
     assert!(tree.tile(&t, n).is_err());
 }
+
+/// The tree's leaf and node hashes are tlog_tiles' (RFC 6962's), for seqs and hashes of every
+/// byte.
+#[test]
+fn leaf_and_node_hashes_are_rfc_6962s() {
+    for i in 0..300u64 {
+        let seq = i.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ (i << 3);
+        let a: [u8; 32] = std::array::from_fn(|j| (i as usize * 7 + j * 13) as u8);
+        let b: [u8; 32] = std::array::from_fn(|j| (i as usize * 11 + j * 5 + 1) as u8);
+        assert_eq!(
+            leaf_hash(seq, &a).0,
+            tlog_tiles::record_hash(&leaf_data(seq, &a)).0,
+            "leaf {i}"
+        );
+        let (l, r) = (Hash(a), Hash(b));
+        assert_eq!(
+            node_hash(&l, &r).0,
+            tlog_tiles::node_hash(l, r).0,
+            "node {i}"
+        );
+    }
+}

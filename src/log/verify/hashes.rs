@@ -14,11 +14,6 @@
 //!
 //! `hash_many` and `compress_in_place` are in blake3's `platform` module, public but outside
 //! its semver promise: the workspace pins blake3's version for it (Cargo.toml).
-//!
-//! The Merkle tree's hashes ([`leaf_hash`], [`node_hash`]), a leaf a record and a node about
-//! as many, are SHA-256 of one and two blocks: their padded blocks are written here and
-//! compressed by sha2's `compress256`, without the `Digest` API's buffering a byte string at a
-//! time (a fifth of their cost in a profile of verify).
 
 use blake3::platform::Platform;
 use blake3::IncrementCounter;
@@ -193,79 +188,9 @@ fn lead<const N: usize>(platform: Platform, bytes: &[u8], stride: usize, n: usiz
     );
 }
 
-/// SHA-256's initial state (FIPS 180-4, 5.3.3).
-const SHA256_H0: [u32; 8] = [
-    0x6a09_e667,
-    0xbb67_ae85,
-    0x3c6e_f372,
-    0xa54f_f53a,
-    0x510e_527f,
-    0x9b05_688c,
-    0x1f83_d9ab,
-    0x5be0_cd19,
-];
-
-/// SHA-256 of the message whose padded blocks are `blocks`.
-fn sha256_padded(
-    blocks: &[sha2::digest::generic_array::GenericArray<u8, sha2::digest::consts::U64>],
-) -> tlog_tiles::Hash {
-    let mut state = SHA256_H0;
-    sha2::compress256(&mut state, blocks);
-    let mut out = [0u8; 32];
-    for (b, w) in out.chunks_exact_mut(4).zip(state) {
-        b.copy_from_slice(&w.to_be_bytes());
-    }
-    tlog_tiles::Hash(out)
-}
-
-/// [`crate::tlog::leaf_hash`]: SHA-256 of `0x00 || seq || record_hash`, 41 bytes, one block.
-pub(super) fn leaf_hash(seq: u64, record_hash: &[u8; 32]) -> tlog_tiles::Hash {
-    let mut block = [0u8; 64];
-    block[1..9].copy_from_slice(&seq.to_be_bytes());
-    block[9..41].copy_from_slice(record_hash);
-    // Padding: a one bit, zeros, the message's length in bits.
-    block[41] = 0x80;
-    block[56..].copy_from_slice(&(41u64 * 8).to_be_bytes());
-    sha256_padded(&[block.into()])
-}
-
-/// `tlog_tiles::node_hash`: SHA-256 of `0x01 || left || right`, 65 bytes, two blocks.
-pub(super) fn node_hash(left: &tlog_tiles::Hash, right: &tlog_tiles::Hash) -> tlog_tiles::Hash {
-    let mut first = [0u8; 64];
-    first[0] = 0x01;
-    first[1..33].copy_from_slice(&left.0);
-    first[33..].copy_from_slice(&right.0[..31]);
-    let mut second = [0u8; 64];
-    second[0] = right.0[31];
-    second[1] = 0x80;
-    second[56..].copy_from_slice(&(65u64 * 8).to_be_bytes());
-    sha256_padded(&[first.into(), second.into()])
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// The tree's hashes are tlog_tiles' (RFC 6962's), for seqs and hashes of every byte.
-    #[test]
-    fn tree_hashes_are_rfc_6962s() {
-        for i in 0..300u64 {
-            let seq = i.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ (i << 3);
-            let a: [u8; 32] = std::array::from_fn(|j| (i as usize * 7 + j * 13) as u8);
-            let b: [u8; 32] = std::array::from_fn(|j| (i as usize * 11 + j * 5 + 1) as u8);
-            assert_eq!(
-                leaf_hash(seq, &a).0,
-                crate::tlog::leaf_hash(seq, &a).0,
-                "leaf {i}"
-            );
-            let (l, r) = (tlog_tiles::Hash(a), tlog_tiles::Hash(b));
-            assert_eq!(
-                node_hash(&l, &r).0,
-                tlog_tiles::node_hash(l, r).0,
-                "node {i}"
-            );
-        }
-    }
 
     /// Every event length from empty to past one chunk, queued in an order that fills some
     /// queues and leaves others part full: each tag gets [`record_hash`]'s hash of its record,

@@ -17,7 +17,6 @@ use ed25519_dalek::VerifyingKey;
 use rayon::prelude::*;
 
 use super::check::{check_one, Parsed};
-use super::hashes;
 use super::report::{Failure, FailureKind, Report};
 use crate::log::checkpoint::Checkpoint;
 use crate::log::Head;
@@ -105,11 +104,11 @@ impl Verifier {
     /// Adds the leaf of the record stored at `seq` with hash `hash` to the tree, keeping the
     /// root after it when `anchor` (an anchor names `seq`).
     fn add_leaf(&mut self, seq: u64, hash: &[u8; 32], anchor: bool) {
-        let mut node = hashes::leaf_hash(seq, hash);
+        let mut node = crate::tlog::leaf_hash(seq, hash);
         let mut index = self.leaves;
         while index & 1 == 1 {
             match self.frontier.pop() {
-                Some(left) => node = hashes::node_hash(&left, &node),
+                Some(left) => node = crate::tlog::node_hash(&left, &node),
                 None => break,
             }
             index >>= 1;
@@ -119,7 +118,7 @@ impl Verifier {
         if anchor {
             let mut root = node;
             for left in self.frontier.iter().rev().skip(1) {
-                root = hashes::node_hash(left, &root);
+                root = crate::tlog::node_hash(left, &root);
             }
             self.roots.insert(seq, root);
         }
